@@ -1,0 +1,32 @@
+# Two commands matter: `make run` and `make test`. Both set themselves up on a fresh machine.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.ddtctl-installed
+# CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: setup run test system-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[dev,kernels]'
+	touch $@
+
+setup: $(STAMP)
+
+# Debian packages the real-component tests need (OpenSSH server for the SSH suite, git for pre-commit).
+system-deps:
+	@command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null)
+
+run: setup
+	$(BIN)/ddtctl validate profiles/
+
+test: setup system-deps
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,3 @@
+from ddtctl.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""The typer application shared by every command module, and output helpers.
+
+Command modules only parse arguments, call a library function that returns a result object, and print it.
+Keep module-level imports light: `ddtctl validate` must start in well under 0.15 s, so torch, sglang and
+paramiko are imported only inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Any
+
+import typer
+
+app = typer.Typer(
+    name="ddtctl",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Checked, repeatable SGLang launches for speculative decoding (DDTree, DFlash, EAGLE).",
+)
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class Settings:
+    debug: bool = False
+
+
+settings = Settings()
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+) -> None:
+    settings.debug = settings.debug or debug

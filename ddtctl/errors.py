@@ -1,0 +1,66 @@
+"""One error hierarchy; exit codes are decided here and nowhere else."""
+
+from __future__ import annotations
+
+
+class ExitCode:
+    OK = 0
+    INVALID = 1  # a profile is invalid / rejected by SGLang / a check failed
+    USAGE = 2  # bad input, I/O error, missing environment
+    REMOTE = 3  # SSH / remote host failure
+    OVERLAY = 4  # payload build / verify / install failure
+    DEPLOY = 5  # deploy failed (and was rolled back)
+    INTERRUPTED = 130
+
+
+class DdtctlError(Exception):
+    """Base of every error ddtctl reports to a user as one line."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.fix = fix
+
+    def one_line(self) -> str:
+        parts = []
+        if self.where:
+            parts.append(f"{self.where}: ")
+        parts.append(self.message)
+        if self.fix:
+            parts.append(f" (fix: {self.fix})")
+        return "".join(parts)
+
+
+class UsageError(DdtctlError):
+    exit_code = ExitCode.USAGE
+
+
+class ProfileError(DdtctlError):
+    """A profile file cannot be read or parsed (I/O, YAML, structure)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class EnvironmentMissing(DdtctlError):
+    """The managed SGLang environment (or another prerequisite) is absent or broken."""
+
+    exit_code = ExitCode.USAGE
+
+
+class RuleViolation(DdtctlError):
+    exit_code = ExitCode.INVALID
+
+
+class RemoteError(DdtctlError):
+    exit_code = ExitCode.REMOTE
+
+
+class OverlayError(DdtctlError):
+    exit_code = ExitCode.OVERLAY
+
+
+class DeployError(DdtctlError):
+    exit_code = ExitCode.DEPLOY
