@@ -218,8 +218,37 @@ def sglang_version() -> str:
         return str(getattr(sglang, "__version__", "unknown"))
 
 
+def _tolerate_cuda_torchvision() -> None:
+    """Let a CUDA torchvision wheel import beside CPU torch (older sglang imports torchvision.io at import time).
+
+    PyPI's torchvision is a CUDA build; beside CPU torch its import fails with
+    `operator torchvision::nms does not exist`. Declaring the two op schemas first lets it import. Only done when
+    that exact failure happens, so a working torchvision is left alone.
+    """
+    try:
+        import torchvision  # type: ignore[import-not-found]  # noqa: F401
+        return
+    except ImportError:
+        return  # not installed: whatever needs it will say so
+    except RuntimeError as err:
+        if "torchvision::nms" not in str(err):
+            raise
+    for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[mod]
+    import torch  # type: ignore[import-not-found]
+
+    lib = torch.library.Library("torchvision", "DEF")  # noqa: F841 - kept alive for the process lifetime
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEEP.append(lib)
+
+
+_KEEP: list[Any] = []
+
+
 def build_sglang_parser() -> argparse.ArgumentParser:
     """The parser `sglang serve` builds (prepare_server_args): ArgumentParser + ServerArgs.add_cli_args."""
+    _tolerate_cuda_torchvision()
     from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
 
     parser = argparse.ArgumentParser(prog="sglang serve")
