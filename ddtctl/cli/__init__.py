@@ -9,6 +9,8 @@ from ddtctl.cli._app import app, settings
 
 # Each module registers its commands on `app`. Keep their top-level imports light.
 from ddtctl.cli import validate as _validate  # noqa: E402,F401
+from ddtctl.cli import envcmd as _envcmd  # noqa: E402,F401
+from ddtctl.cli import dryrun as _dryrun  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:

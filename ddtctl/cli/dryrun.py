@@ -1,0 +1,115 @@
+"""`ddtctl dry-run`: SGLang's own resolver on profiles or a raw argv (in the managed env's python)."""
+
+from __future__ import annotations
+
+import typer
+
+from ddtctl.cli._app import OutputFormat, app
+
+# Shown in the summary line of an accepted result (resolved field -> label).
+_SUMMARY = (
+    ("speculative_algorithm", "algorithm"),
+    ("speculative_num_draft_tokens", "draft tokens"),
+    ("speculative_num_steps", "steps"),
+    ("speculative_eagle_topk", "topk"),
+    ("attention_backend", "attention"),
+    ("speculative_draft_attention_backend", "draft attention"),
+    ("page_size", "page size"),
+    ("disable_overlap_schedule", "overlap"),
+    ("disable_radix_cache", "radix cache"),
+    ("mamba_radix_cache_strategy", "mamba strategy"),
+    ("max_running_requests", "max running"),
+)
+
+
+def _fmt_value(key: str, value) -> str:
+    if key in ("disable_overlap_schedule", "disable_radix_cache"):
+        return "off" if value else "on"
+    return "-" if value is None else str(value)
+
+
+@app.command(
+    "dry-run",
+    context_settings={"allow_interspersed_args": True},
+)
+def dry_run(
+    items: list[str] = typer.Argument(None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments after --"),
+    gpu: str = typer.Option(None, "--gpu", help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
+                                                "default: the profile's hardware.gpu"),
+    argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
+    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per profile before the resolver is restarted"),
+    python: str = typer.Option(None, "--python", help="Interpreter with sglang installed (default: the managed env)"),
+    sys_path: list[str] = typer.Option(None, "--sys-path", help="Directory put first on the resolver's sys.path "
+                                                                "(e.g. an overlay staging tree); repeatable"),
+    all_overrides: bool = typer.Option(False, "--all-overrides", help="Also list defaults SGLang filled in"),
+) -> None:
+    """Run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on each profile.
+
+    Exit 0 when SGLang accepts all, 1 when it rejects any, 2 on a usage or environment error.
+    """
+    from ddtctl import dryrun
+    from ddtctl.errors import UsageError
+
+    items = list(items or [])
+    if argv_mode:
+        if not items:
+            raise UsageError("--argv needs SGLang arguments", fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
+        if gpu is None and "--device" not in items:
+            raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation", fix="pass --gpu H200 (or sm90, B200, ...)")
+        results = dryrun.dry_run_argvs([("argv", items, gpu)], python=python, extra_sys_path=sys_path or (),
+                                       timeout_s=timeout)
+    else:
+        if not items:
+            raise UsageError("no profiles given", fix="ddtctl dry-run PROFILE... (or --argv -- ARGS...)")
+        results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
+                                          timeout_s=timeout)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json([r.to_json() for r in results])
+    else:
+        _print_text(results, all_overrides)
+    raise typer.Exit(dryrun.exit_code(results))
+
+
+def _print_text(results, all_overrides: bool) -> None:
+    from rich.markup import escape
+
+    from ddtctl.cli._app import stdout_console
+
+    out = stdout_console()
+    for r in results:
+        gpu = f" on {r.gpu}" if r.gpu else ""
+        took = f", {r.elapsed_s * 1000:.0f} ms" if r.elapsed_s is not None else ""
+        if r.accepted:
+            out.print(f"[green]ACCEPTED[/green] {escape(r.source)}{escape(gpu)}{took}")
+            res = r.resolved
+            parts = [f"{label} {_fmt_value(key, res.get(key))}" for key, label in _SUMMARY
+                     if key in res and not (key.startswith("speculative") and res.get("speculative_algorithm") is None)]
+            tp = "/".join(str(res.get(k, "-")) for k in ("tp_size", "dp_size", "pp_size"))
+            parts.append(f"tp/dp/pp {tp}")
+            out.print("  " + escape(", ".join(parts)))
+        elif r.setup_error:
+            err = r.error or {}
+            out.print(f"[red]ERROR[/red] {escape(r.source)}{escape(gpu)}: {escape(err.get('type', ''))}")
+            out.print("  " + escape(err.get("message", "")).replace("\n", "\n  "))
+            continue
+        else:
+            err = r.error or {}
+            out.print(f"[red]REJECTED[/red] by SGLang {escape(r.source)}{escape(gpu)}{took}")
+            where = f" ({r.error_at})" if r.error_at else ""
+            out.print(f"  {escape(err.get('type', ''))} in {escape(str(err.get('hook')))}{escape(where)}:")
+            out.print("  " + escape(err.get("message", "")).replace("\n", "\n  "))
+            continue
+        shown = r.overrides if all_overrides else r.changed
+        if shown:
+            out.print("  SGLang changed silently:")
+            for o in shown:
+                out.print(f"    {escape(o['field'])}: {escape(repr(o['raw']))} -> {escape(repr(o['resolved']))}"
+                          f"  [dim]({escape(str(o['hook']))})[/dim]")
+        filled = len(r.overrides) - len(r.changed)
+        if filled and not all_overrides:
+            out.print(f"  [dim]{filled} unset values filled in by SGLang (--all-overrides lists them)[/dim]")
+        for w in r.warnings:
+            out.print(f"  [yellow]warning[/yellow] {escape(w)}")

@@ -1,0 +1,303 @@
+"""`ddtctl dry-run`: run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on rendered
+argvs, in ONE warm subprocess of the managed env's python, declaring the target GPU generation to SGLang.
+
+Library API (the CLI only parses and prints):
+    dry_run_argvs([(source, argv, gpu)], *, python=None, extra_sys_path=(), timeout_s=60) -> list[DryRunResult]
+    dry_run_profiles(paths, *, gpu=None, ...) -> list[DryRunResult]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ddtctl.errors import EnvironmentMissing, UsageError
+
+DEFAULT_TIMEOUT_S = 60.0
+
+# Flags whose value is a model directory whose config.json the resolver reads.
+MODEL_PATH_FLAGS = ("--model-path", "--model")
+DRAFT_PATH_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
+
+# A generation given as "sm90" has no product; declare a representative one (its memory sizes some defaults).
+_REPRESENTATIVE = {90: "H200", 100: "B200", 103: "B300", 120: "RTX_PRO_6000_BLACKWELL"}
+
+
+@dataclass
+class DryRunResult:
+    source: str
+    accepted: bool
+    error: dict | None = None  # {type, message (full), hook}
+    resolved: dict = field(default_factory=dict)
+    overrides: list[dict] = field(default_factory=list)  # [{field, raw, resolved, hook}]
+    # Not part of the JSON contract; shown in text output.
+    argv: list[str] = field(default_factory=list)
+    gpu: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    error_at: str | None = None  # sglang file:line of the raise
+    elapsed_s: float | None = None
+    setup_error: bool = False  # the item could not be resolved at all (missing config, crash, timeout)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "accepted": self.accepted,
+            "error": self.error,
+            "resolved": self.resolved,
+            "overrides": self.overrides,
+        }
+
+    @property
+    def changed(self) -> list[dict]:
+        """Overrides of a value that was set (by the user or a non-empty default), not defaults filled in."""
+        return [o for o in self.overrides if o.get("raw") is not None]
+
+
+def exit_code(results: Sequence[DryRunResult]) -> int:
+    from ddtctl.errors import ExitCode
+
+    if any(r.setup_error for r in results):
+        return ExitCode.USAGE
+    return ExitCode.OK if all(r.accepted for r in results) else ExitCode.INVALID
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------------
+def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
+    """A GPU name / GpuSpec -> (platform facts for the worker, display name)."""
+    if gpu is None:
+        return None, None
+    from ddtctl.schema.gpus import resolve_gpu
+
+    spec = gpu if hasattr(gpu, "sm") else resolve_gpu(str(gpu))
+    memory = getattr(spec, "memory_gb", 0) or 0
+    name = spec.name
+    if not memory and spec.sm in _REPRESENTATIVE:
+        rep = resolve_gpu(_REPRESENTATIVE[spec.sm])
+        memory = rep.memory_gb
+        name = f"{spec.name} (as {rep.name})"
+    cap = tuple(getattr(spec, "capability", (spec.sm // 10, spec.sm % 10)))
+    return {"sm": spec.sm, "capability": list(cap), "memory_gb": memory or None, "name": spec.name}, name
+
+
+# -- model configs --------------------------------------------------------------------------------------------------
+def model_configs_root() -> Path:
+    from ddtctl.envs import cache_root
+
+    return cache_root() / "model-configs"
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip().strip("/").replace("/", "__"))
+    slug = slug.strip("._") or "_"
+    return slug[:200]
+
+
+def model_config_cache_dir(host: str | None, path: str) -> Path:
+    """Where a copy of a remote model's config.json lives: <cache>/ddtctl/model-configs/<host>/<path-slug>/.
+    `deploy`/`facts` fill it; dry-run reads it. host None means a model on this machine / the hub ("local")."""
+    return model_configs_root() / _slug(host or "local") / _slug(path)
+
+
+def locate_model_config(path: str, host: str | None) -> Path | None:
+    """A local directory holding `path`'s config.json: the path itself, or the cached copy for `host`."""
+    p = Path(os.path.expanduser(path))
+    if host is None and p.is_dir() and (p / "config.json").is_file():
+        return p
+    cached = model_config_cache_dir(host, path)
+    if (cached / "config.json").is_file():
+        return cached
+    if host is not None and p.is_dir() and (p / "config.json").is_file():
+        return p  # same path exists locally (e.g. a test tree or a shared filesystem)
+    return None
+
+
+class ModelConfigMissing(Exception):
+    pass
+
+
+def _flag_value_positions(argv: list[str], flags: Iterable[str]) -> list[tuple[int, str, bool]]:
+    """(index of the value, flag, inline '=' form) for each occurrence of the flags."""
+    out = []
+    flags = tuple(flags)
+    for i, arg in enumerate(argv):
+        for flag in flags:
+            if arg == flag and i + 1 < len(argv):
+                out.append((i + 1, flag, False))
+            elif arg.startswith(flag + "="):
+                out.append((i, flag, True))
+    return out
+
+
+def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[str], dict[str, str]]:
+    """Point --model-path / --speculative-draft-model-path at a local dir with config.json.
+    Returns (argv, {local_dir: original_path}); raises ModelConfigMissing naming what is missing."""
+    argv = list(argv)
+    mapping: dict[str, str] = {}
+    for idx, flag, inline in _flag_value_positions(argv, MODEL_PATH_FLAGS + DRAFT_PATH_FLAGS):
+        value = argv[idx].split("=", 1)[1] if inline else argv[idx]
+        if value.lower() in ("none", "dummy", ""):
+            continue
+        local = locate_model_config(value, host)
+        if local is None:
+            where = f"on {host}" if host else "locally"
+            raise ModelConfigMissing(
+                f"{flag} {value}: no config.json {where} (looked in {value} and "
+                f"{model_config_cache_dir(host, value)}); SGLang's resolver reads the model's config.json — "
+                f"give a local directory containing it, or cache the remote one there"
+            )
+        local_s = str(local)
+        if local_s != value:
+            mapping[local_s] = value
+            argv[idx] = f"{flag}={local_s}" if inline else local_s
+    return argv, mapping
+
+
+def _unmap(value: Any, mapping: dict[str, str]) -> Any:
+    if not mapping:
+        return value
+    if isinstance(value, str):
+        for local, original in mapping.items():
+            if local in value:
+                value = value.replace(local, original)
+        return value
+    if isinstance(value, list):
+        return [_unmap(v, mapping) for v in value]
+    if isinstance(value, dict):
+        return {k: _unmap(v, mapping) for k, v in value.items()}
+    return value
+
+
+def _has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+# -- running --------------------------------------------------------------------------------------------------------
+def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) -> Path:
+    if python:
+        p = Path(python)
+        if not p.exists():
+            raise EnvironmentMissing(f"python {p} does not exist", fix="pass an existing interpreter to --python")
+        return p
+    from ddtctl.envs import DEFAULT_SGLANG, require_env
+
+    return require_env(sglang or DEFAULT_SGLANG).python
+
+
+def dry_run_argvs(
+    items: Sequence[tuple[str, Sequence[str], Any]],
+    *,
+    python: str | os.PathLike | None = None,
+    extra_sys_path: Sequence[str | os.PathLike] = (),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    hosts: Sequence[str | None] | None = None,
+    client: Any = None,
+    sglang: str | None = None,
+) -> list[DryRunResult]:
+    """Resolve each (source, argv, gpu) through one warm resolver process.
+
+    gpu: a GPU name ("H200", "sm90"), a GpuSpec, or None (then no platform is declared and argv is passed as is).
+    A crash or hang on one item is reported for that item (setup_error) and the worker is restarted for the rest.
+    `client` lets callers keep one ResolverClient warm across calls (it is not closed here).
+    """
+    from ddtctl.bridge.client import ResolverClient, WorkerError, WorkerStartError
+
+    prepared: list[tuple[int, list[str], dict | None, str | None, dict[str, str]]] = []
+    results: list[DryRunResult | None] = [None] * len(items)
+    for i, (source, argv, gpu) in enumerate(items):
+        host = hosts[i] if hosts else None
+        try:
+            platform, gpu_name = platform_for(gpu)
+        except UsageError as err:
+            results[i] = DryRunResult(source, False, {"type": "UsageError", "message": err.one_line(), "hook": None},
+                                      argv=list(argv), setup_error=True)
+            continue
+        try:
+            run_argv, mapping = localize_model_paths(argv, host)
+        except ModelConfigMissing as err:
+            results[i] = DryRunResult(source, False, {"type": "ModelConfigMissing", "message": str(err), "hook": None},
+                                      argv=list(argv), gpu=gpu_name, setup_error=True)
+            continue
+        if platform is not None and not _has_flag(run_argv, "--device"):
+            run_argv = run_argv + ["--device", "cuda"]
+        prepared.append((i, run_argv, platform, gpu_name, mapping))
+
+    if prepared:
+        own = client is None
+        if own:
+            client = ResolverClient(resolve_python(python, sglang), extra_sys_path=extra_sys_path)
+        try:
+            for i, run_argv, platform, gpu_name, mapping in prepared:
+                source = items[i][0]
+                try:
+                    msg = client.resolve(run_argv, platform=platform, timeout_s=timeout_s)
+                except WorkerStartError as err:
+                    raise EnvironmentMissing(
+                        f"the SGLang resolver did not start: {err.message}",
+                        fix="re-create the env with `ddtctl env create --force`",
+                    ) from None
+                except WorkerError as err:
+                    tail = err.stderr_tail.strip()
+                    message = err.message + (f"\n--- resolver stderr (last lines) ---\n{tail}" if tail else "")
+                    results[i] = DryRunResult(source, False, {"type": err.kind, "message": message, "hook": None},
+                                              argv=run_argv, gpu=gpu_name, setup_error=True)
+                    continue
+                results[i] = DryRunResult(
+                    source=source,
+                    accepted=bool(msg.get("accepted")),
+                    error=_unmap(msg.get("error"), mapping),
+                    resolved=_unmap(msg.get("resolved") or {}, mapping),
+                    overrides=_unmap(msg.get("overrides") or [], mapping),
+                    argv=run_argv,
+                    gpu=gpu_name,
+                    warnings=list(msg.get("warnings") or []),
+                    error_at=msg.get("error_at"),
+                    elapsed_s=msg.get("elapsed_s"),
+                )
+        finally:
+            if own:
+                client.close()
+    return [r for r in results if r is not None]
+
+
+def dry_run_profiles(
+    paths: Sequence[str],
+    *,
+    gpu: str | None = None,
+    python: str | os.PathLike | None = None,
+    extra_sys_path: Sequence[str | os.PathLike] = (),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[DryRunResult]:
+    """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`)."""
+    from ddtctl.profile import discover_profiles, load_profile
+    from ddtctl.render import render_argv
+    from ddtctl.schema.catalog import load_catalog
+
+    items: list[tuple[str, list[str], Any]] = []
+    hosts: list[str | None] = []
+    versions: set[str] = set()
+    for path in discover_profiles(list(paths)):
+        loaded = load_profile(path)
+        prof = loaded.profile
+        versions.add(prof.sglang)
+        argv = render_argv(prof, load_catalog(prof.sglang))
+        chosen = gpu or (prof.hardware.gpu if prof.hardware else None)
+        if chosen is None:
+            raise UsageError(
+                "no GPU declared: SGLang's verdict depends on the GPU generation",
+                where=loaded.source,
+                fix="add `hardware: {gpu: H200}` to the profile or pass --gpu",
+            )
+        items.append((loaded.source, argv, chosen))
+        host = prof.host or (prof.hosts[0] if prof.hosts else None)
+        hosts.append(host)
+    if len(versions) > 1 and python is None:
+        raise UsageError(
+            f"profiles target different SGLang releases ({', '.join(sorted(versions))})",
+            fix="dry-run the profiles of one release at a time",
+        )
+    sglang = next(iter(versions)) if versions else None
+    return dry_run_argvs(items, python=python, extra_sys_path=extra_sys_path, timeout_s=timeout_s, hosts=hosts,
+                         sglang=sglang)
