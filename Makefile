@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test system-deps clean
+.PHONY: setup run test system-deps clean sglang-env fidelity
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,16 @@ system-deps:
 run: setup
 	$(BIN)/ddtctl validate profiles/
 
-test: setup system-deps
+# The managed SGLang env dry-run and the fidelity suite use (cached under ~/.cache/ddtctl; a no-op when up to date).
+sglang-env: setup
+	$(BIN)/ddtctl env create
+
+test: setup system-deps sglang-env
 	$(BIN)/python -m pytest -q
+
+# Static verdicts vs SGLang's own resolver over tests/fidelity/: prints the agreement table.
+fidelity: setup sglang-env
+	$(BIN)/python tests/fidelity/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
