@@ -2,12 +2,184 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
-from ddtctl.cli._app import app
+from ddtctl.cli._app import OutputFormat, app, print_json, stdout_console
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 @app.command()
-def validate(paths: list[str] = typer.Argument(None)) -> None:
-    """Validate launch profiles (placeholder, being built)."""
-    raise typer.Exit(0)
+def validate(
+    paths: Optional[list[str]] = typer.Argument(None, help="Profile files, directories or globs (or, with --argv, "
+                                                "the SGLang arguments after `--`)."),
+    argv: bool = typer.Option(False, "--argv", help="Validate a raw `python -m sglang.launch_server` argument list "
+                              "given after `--`."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU to check against (H200, B200, sm90...); "
+                                      "default: the profile's hardware.gpu."),
+    sglang: Optional[str] = typer.Option(None, "--sglang", help="SGLang release for --argv (default: the pinned one)."),
+    fix: bool = typer.Option(False, "--fix", help="Apply derivable fixes to the files, keeping comments."),
+    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
+) -> None:
+    """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang import).
+
+    Exit codes: 0 all valid, 1 any invalid, 2 usage or I/O error.
+    """
+    from ddtctl import PINNED_SGLANG
+    from ddtctl.errors import UsageError
+    from ddtctl.validate import validate_argv, validate_paths
+
+    if argv:
+        if not paths:
+            raise UsageError("--argv needs the SGLang arguments after `--`",
+                             fix="ddtctl validate --argv -- --model-path /m --tp-size 8")
+        results = [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG)]
+    else:
+        if not paths:
+            raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
+        results = validate_paths(paths, gpu=gpu)
+        if fix:
+            results = _apply_fixes(results, gpu)
+    if output == OutputFormat.json:
+        print_json([r.as_json() for r in results])
+    else:
+        _print_results(results, quiet=quiet)
+    if any(r.error for r in results):
+        raise typer.Exit(2)
+    raise typer.Exit(0 if all(r.valid for r in results) else 1)
+
+
+def _apply_fixes(results, gpu):
+    from pathlib import Path
+
+    from ddtctl.fix import apply_fixes
+    from ddtctl.validate import validate_path
+
+    out = []
+    for result in results:
+        if result.error or result.valid or result.profile is None:
+            out.append(result)
+            continue
+        path = Path(result.source)
+        text = path.read_text(encoding="utf-8")
+        from ddtctl.profile import parse_profile_text
+
+        doc = parse_profile_text(text, result.source)
+        fixed = apply_fixes(text, result.findings, doc.lines)
+        if fixed.changed:
+            tmp = path.with_name(f".{path.name}.ddtctl-fix")
+            tmp.write_text(fixed.text, encoding="utf-8")
+            tmp.replace(path)
+            typer.echo(f"{result.source}: fixed {', '.join(sorted(set(fixed.applied)))}", err=True)
+            result = validate_path(path, gpu=gpu)
+        out.append(result)
+    return out
+
+
+def _print_results(results, *, quiet: bool) -> None:
+    console = stdout_console()
+    valid = sum(1 for r in results if r.valid and not r.error)
+    for r in results:
+        if r.error:
+            console.print(f"[bold red]✗[/] {r.source}: [red]{_esc(r.error)}[/]")
+            continue
+        if r.valid and quiet:
+            continue
+        mark = "[green]✓[/]" if r.valid else "[bold red]✗[/]"
+        console.print(f"{mark} {r.source}" + ("" if r.valid else ": [red]invalid[/]"))
+        for f in r.findings:
+            where = f"{r.source}:{f.line}" if f.line else r.source
+            style = _STYLE[f.severity]
+            console.print(f"  [{style}]{f.severity:<7}[/] [bold]{f.rule}[/] {_esc(where)}: {_esc(f.message)}")
+            if f.fix:
+                console.print(f"          [dim]fix:[/] {_esc(f.fix)}")
+    if len(results) > 1:
+        console.print(f"{valid}/{len(results)} valid")
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@app.command("rules")
+def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format")) -> None:
+    """List every rule of the constraint graph."""
+    from ddtctl.rules.engine import all_rules
+
+    rules = all_rules()
+    if output == OutputFormat.json:
+        print_json([{"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads),
+                     "needs": list(r.needs), "reference": r.reference, "sglang_enforces": r.sglang_enforces}
+                    for r in rules])
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    table.add_column("rule", style="bold")
+    table.add_column("severity")
+    table.add_column("what")
+    table.add_column("SGLang", justify="center")
+    for r in rules:
+        table.add_row(r.id, f"[{_STYLE[r.severity]}]{r.severity}[/]", r.title,
+                      "✓" if r.sglang_enforces else "[magenta]stricter[/]")
+    stdout_console().print(table)
+
+
+@app.command()
+def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111.")) -> None:
+    """Print a rule's documentation."""
+    from ddtctl.errors import UsageError
+    from ddtctl.rules.engine import RULES, all_rules
+
+    all_rules()
+    key = rule_id.strip().upper()
+    if key == "DDT000":
+        typer.echo("DDT000  rules that could not run\n\nSome rules need facts about the model (config.json), the "
+                   "draft model or the GPU. When those are unknown the rules are not run and this warning lists them."
+                   "\nFix: make model.path a local directory with config.json, set model.architecture, set "
+                   "hardware.gpu, or fetch the host's configs with `ddtctl facts HOST`.")
+        return
+    r = RULES.get(key)
+    if r is None:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(RULES), n=3)
+        raise UsageError(f"unknown rule {rule_id!r}", fix=f"did you mean {', '.join(close)}?" if close
+                         else "`ddtctl rules` lists them")
+    lines = [f"{r.id}  {r.title}", f"severity: {r.severity}"]
+    if r.reads:
+        lines.append("reads: " + ", ".join("--" + d.replace("_", "-") for d in r.reads))
+    if r.needs:
+        lines.append("needs facts: " + ", ".join(r.needs))
+    lines.append("enforced by SGLang 0.5.23 at launch: " + ("yes" if r.sglang_enforces else
+                                                            "no (ddtctl is stricter by design)"))
+    if r.reference:
+        lines.append(f"reference: {r.reference}")
+    lines += ["", r.doc]
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+def schema(
+    out: Optional[str] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
+    sglang: Optional[str] = typer.Option(None, "--sglang", help="SGLang release whose flags type `server:`."),
+) -> None:
+    """Write the JSON Schema of a profile (for editors: yaml-language-server modeline)."""
+    import json
+
+    from ddtctl import PINNED_SGLANG
+    from ddtctl.schema.profile_schema import profile_json_schema
+
+    text = json.dumps(profile_json_schema(sglang or PINNED_SGLANG), indent=2) + "\n"
+    if out:
+        from pathlib import Path
+
+        Path(out).write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {out}", err=True)
+    else:
+        typer.echo(text, nl=False)

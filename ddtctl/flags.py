@@ -1,0 +1,274 @@
+"""SGLang flag values: from a profile's `server:` mapping or a raw argv to typed values by dest, and back to argv.
+
+Typing follows the catalog (the release's real argparse actions), so a value that passes here parses in SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddtctl.rules.engine import ERROR, WARNING, Finding
+from ddtctl.schema.catalog import Catalog, FlagSpec
+
+SWITCH_TRUE_ACTIONS = ("store_true", "deprecated_store_true", "boolean_optional", "store_const",
+                       "deprecated_store_const")
+RESERVED = {"model_path": "model.path"}  # flags a profile sets outside `server:`
+
+
+@dataclass
+class FlagValues:
+    given: dict[str, Any] = field(default_factory=dict)  # dest -> typed value
+    specs: dict[str, FlagSpec] = field(default_factory=dict)  # dest -> spec the user wrote
+    lines: dict[str, int | None] = field(default_factory=dict)  # dest -> profile line
+    keys: dict[str, str] = field(default_factory=dict)  # dest -> key as written in the profile / argv option
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _finding(rule: str, message: str, line: int | None, key: str, fix: str | None = None,
+             severity: str = ERROR, edits: dict[str, Any] | None = None) -> Finding:
+    return Finding(rule=rule, severity=severity, message=message, line=line, fix=fix, key=key, edits=edits or {})
+
+
+def _scalar(spec: FlagSpec, value: Any) -> Any:
+    """One value typed as the flag's argparse type would produce; ValueError with the reason otherwise."""
+    kind = spec.type
+    if isinstance(value, (dict, list)) and kind != "json":
+        raise ValueError(f"expected a single {kind or 'value'}, got a {'mapping' if isinstance(value, dict) else 'list'}")
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ValueError("expected an integer, got a boolean")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            raise ValueError(f"expected an integer, got {value!r} (write {int(value)})")
+        if isinstance(value, str):
+            text = value.strip()
+            if spec.converter == "common.human_readable_int" and text[-1:].lower() in ("k", "m", "g"):
+                return text  # SGLang converts "4k" itself
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        raise ValueError(f"expected an integer, got {value!r}")
+    if kind == "float":
+        if isinstance(value, bool):
+            raise ValueError("expected a number, got a boolean")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ValueError(f"expected a number, got {value!r}")
+    if kind == "json":
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, separators=(",", ":"))
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+            except ValueError as err:
+                raise ValueError(f"expected JSON, got {value!r} ({err})") from None
+            return value
+        raise ValueError(f"expected a JSON mapping or list, got {value!r}")
+    if value is None:
+        raise ValueError("expected a value, got null (remove the key to use the default)")
+    if isinstance(value, bool):
+        return "true" if value else "false"  # YAML turns on/off/yes/no into booleans; argparse sees strings
+    return str(value)
+
+
+def coerce(spec: FlagSpec, value: Any) -> Any:
+    """The dest value SGLang would hold after parsing this profile value."""
+    if Catalog.is_boolean_switch(spec):
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        if spec.action == "store_false":
+            return not value
+        if spec.action in ("store_const", "deprecated_store_const"):
+            return spec.const if value else spec.default
+        return value
+    if spec.nargs in ("+", "*") or isinstance(spec.nargs, int) or spec.action in ("append",) or \
+            spec.action.startswith("custom:") and spec.nargs == "*":
+        items = value if isinstance(value, list) else [value]
+        if spec.nargs == "+" and not items:
+            raise ValueError("expected at least one value")
+        if isinstance(spec.nargs, int) and len(items) != spec.nargs:
+            raise ValueError(f"expected {spec.nargs} values, got {len(items)}")
+        out = [_scalar(spec, item) for item in items]
+        _check_choices(spec, out)
+        return out
+    if spec.nargs == "?" and value is None:
+        return spec.const
+    typed = _scalar(spec, value)
+    _check_choices(spec, [typed])
+    return typed
+
+
+def _out_of_range(spec: FlagSpec, value: Any) -> str | None:
+    """The ranges of the typed flag models (schema/flag_models.py RANGES), checked without building the model."""
+    from ddtctl.schema.flag_models import RANGES
+
+    bounds = RANGES.get(spec.dest)
+    if not bounds or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if "ge" in bounds and value < bounds["ge"]:
+        return f"{value} is out of range: must be >= {bounds['ge']}"
+    if "le" in bounds and value > bounds["le"]:
+        return f"{value} is out of range: must be <= {bounds['le']}"
+    return None
+
+
+def _check_choices(spec: FlagSpec, values: list[Any]) -> None:
+    if spec.choices is None:
+        return
+    for v in values:
+        if v not in spec.choices:
+            raise LookupError(v)
+
+
+def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str) -> Finding:
+    from ddtctl.schema.catalog import available_versions, load_catalog
+
+    name = key.lstrip("-").replace("_", "-")
+    for version in reversed(available_versions()):
+        if version == catalog.version:
+            continue
+        other = load_catalog(version).get(name)
+        if other is not None:
+            target = other.alias_of or (other.replacement or "").lstrip("-") or None
+            live = catalog.get(target) if target else None
+            if live is not None:
+                return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (in "
+                                f"{version} it {'is a deprecated alias of' if other.deprecated else 'maps to'} "
+                                f"--{live.name})", line, key, fix=f"rename it to {live.name} (ddtctl migrate does this)")
+            return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (it exists in "
+                            f"{version})", line, key, fix=f"remove it, or target sglang {version}")
+    close = catalog.suggest(name)
+    hint = f"did you mean {', '.join(close)}?" if close else "see `ddtctl diff-flags` or the SGLang docs"
+    return _finding("DDT001", f"{where}: unknown SGLang {catalog.version} flag --{name}", line, key, fix=hint)
+
+
+def _accept(out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None,
+            where: str) -> None:
+    if spec.dest in RESERVED:
+        out.findings.append(_finding("DDT008", f"{where}: --{spec.name} belongs in {RESERVED[spec.dest]}, not in server",
+                                     line, key, fix=f"move the value to {RESERVED[spec.dest]}"))
+        return
+    if spec.deprecated:
+        live = spec.alias_of or (spec.replacement or "").lstrip("-") or None
+        out.findings.append(_finding("DDT004", f"{where}: --{spec.name} is deprecated in sglang {catalog.version}"
+                                     + (f" (use --{live})" if live else ""), line, key,
+                                     fix=f"rename it to {live}" if live else "remove it", severity=WARNING))
+    if spec.dest in out.given:
+        out.findings.append(_finding("DDT009", f"{where}: --{spec.name} is given twice (also as {out.keys[spec.dest]})",
+                                     line, key, fix="keep one of them"))
+        return
+    try:
+        typed = coerce(spec, value)
+    except LookupError as err:
+        choices = ", ".join(map(str, spec.choices or ()))
+        import difflib
+
+        close = difflib.get_close_matches(str(err.args[0]), [str(c) for c in spec.choices or ()], n=1)
+        out.findings.append(_finding(
+            "DDT003", f"{where}: {err.args[0]!r} is not a choice of --{spec.name} ({choices})", line, key,
+            fix=f"use {close[0]}" if close else f"use one of {choices}",
+            edits={spec.name: close[0]} if close else None))
+        return
+    except ValueError as err:
+        out.findings.append(_finding("DDT002", f"{where}: --{spec.name}: {err}", line, key,
+                                     fix=f"give --{spec.name} a {spec.type or 'value'}" if spec.type else None))
+        return
+    problem = _out_of_range(spec, typed)
+    if problem:
+        out.findings.append(_finding("DDT002", f"{where}: --{spec.name}: {problem}", line, key,
+                                     fix=f"set {spec.name} to a value {problem.rpartition('must be ')[2]}"))
+        return
+    out.given[spec.dest] = typed
+    out.specs[spec.dest] = spec
+    out.lines[spec.dest] = line
+    out.keys[spec.dest] = key
+
+
+def flags_from_server(server: dict[str, Any], lines: dict[str, int], catalog: Catalog) -> FlagValues:
+    out = FlagValues()
+    for key, value in server.items():
+        line = lines.get(f"server.{key}")
+        spec = catalog.get(key)
+        where = f"server.{key}"
+        if spec is None:
+            out.findings.append(_unknown_flag(catalog, key, line, where))
+            continue
+        _accept(out, catalog, key, spec, value, line, where)
+    return out
+
+
+def flags_from_argv(argv: list[str], catalog: Catalog) -> FlagValues:
+    """Parse a `python -m sglang.launch_server` argument list the way argparse would, into typed values."""
+    out = FlagValues()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("-"):
+            out.findings.append(_finding("DDT001", f"argv: unexpected positional argument {token!r}", None, token,
+                                         fix="SGLang takes only --flags"))
+            continue
+        option, eq, inline = token.partition("=")
+        negated = False
+        spec = catalog.get(option)
+        if spec is None and option.startswith("--no-"):
+            base = catalog.get("--" + option[5:])
+            if base is not None and base.action == "boolean_optional":
+                spec, negated = base, True
+        if spec is None:
+            out.findings.append(_unknown_flag(catalog, option, None, "argv"))
+            # skip its values so they are not read as flags
+            while i < len(argv) and not argv[i].startswith("--"):
+                i += 1
+            continue
+        if Catalog.is_boolean_switch(spec):
+            value: Any = not negated if spec.action != "store_false" else True
+            if eq:
+                out.findings.append(_finding("DDT002", f"argv: {option} takes no value", None, option))
+                continue
+        elif eq:
+            value = inline
+        else:
+            values = []
+            while i < len(argv) and not (argv[i].startswith("--") or (argv[i].startswith("-") and len(argv[i]) > 1
+                                                                      and not argv[i][1:2].isdigit())):
+                values.append(argv[i])
+                i += 1
+                if spec.nargs in (None, "?"):
+                    break
+            if not values and spec.nargs not in ("?", "*"):
+                out.findings.append(_finding("DDT002", f"argv: {option} expects a value", None, option))
+                continue
+            multi = spec.nargs in ("+", "*") or isinstance(spec.nargs, int)
+            value = values if multi else (values[0] if values else None)
+        _accept(out, catalog, option, spec, value, None, "argv")
+    return out
+
+
+def render_flag(spec: FlagSpec, value: Any) -> list[str]:
+    """Profile value -> argv tokens (empty when a switch is false)."""
+    option = f"--{spec.name}"
+    if Catalog.is_boolean_switch(spec):
+        if spec.action == "boolean_optional" and value is False:
+            return [f"--no-{spec.name}"]
+        return [option] if value else []
+    if isinstance(value, list):
+        return [option, *[_render_scalar(spec, v) for v in value]]
+    return [option, _render_scalar(spec, value)]
+
+
+def _render_scalar(spec: FlagSpec, value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,284 @@
+"""Launch profiles: reading YAML safely with line numbers, and the profile model.
+
+A profile describes one SGLang server launch. `server:` holds SGLang flags by name (dashed or underscored); they are
+checked against the flag catalog of the profile's SGLang release by `ddtctl.validate`, not here.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ddtctl import PINNED_SGLANG
+from ddtctl.errors import ProfileError
+
+MAX_PROFILE_BYTES = 1024 * 1024
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+try:  # libyaml when present: 5-10x faster
+    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Hardware(_Strict):
+    gpu: str = Field(description="GPU product (H200, B200, RTX_PRO_6000_BLACKWELL, ...) or generation (sm90)")
+    count: int = Field(default=1, ge=1, le=1024, description="GPUs per host")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        from ddtctl.schema.gpus import resolve_gpu
+
+        resolve_gpu(value)  # raises UsageError -> reported as a value error
+        return value
+
+
+class ModelSpec(_Strict):
+    path: str = Field(min_length=1, description="Model directory on the target host (or a hub id)")
+    architecture: str | None = Field(
+        default=None, description="config.json architectures[0]; optional when config.json is readable locally")
+
+
+class Launch(_Strict):
+    health_timeout_s: int = Field(default=1800, ge=10, le=86400, description="Seconds to wait until /health is ok")
+    launcher: list[str] | None = Field(
+        default=None, description="Command that starts the server (default: python -m sglang.launch_server)")
+
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class Profile(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="Profile name (letters, digits, . _ -)")
+    description: str | None = None
+    sglang: str = Field(default=PINNED_SGLANG, pattern=r"^\d+\.\d+\.\d+$", description="SGLang release targeted")
+    host: str | None = Field(default=None, description="Inventory host name (hosts.yaml) used by deploy")
+    hosts: list[str] | None = Field(default=None, min_length=1, description="Several hosts: one multi-node server")
+    hardware: Hardware | None = None
+    model: ModelSpec
+    server: dict[str, Any] = Field(default_factory=dict, description="SGLang flags by name (dashed or underscored)")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process")
+    launch: Launch = Field(default_factory=Launch)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        return value
+
+
+@dataclass
+class ProfileDocument:
+    """A profile file read and parsed as YAML, before schema checks."""
+
+    source: str
+    data: dict[str, Any]
+    lines: dict[str, int]
+    text: str
+
+
+@dataclass
+class LoadedProfile:
+    source: str
+    profile: Profile
+    lines: dict[str, int] = field(default_factory=dict)
+    text: str = ""
+
+    def line_of(self, *keys: str) -> int | None:
+        return line_of(self.lines, *keys)
+
+
+def line_of(lines: dict[str, int], *keys: str) -> int | None:
+    for key in keys:
+        if key in lines:
+            return lines[key]
+    return None
+
+
+def canonical_flag_key(key: str) -> str:
+    """`--tp_size`, `tp_size`, `TP-Size` -> `tp-size`."""
+    return key.strip().lstrip("-").replace("_", "-").lower()
+
+
+def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise ProfileError("YAML merge keys (<<) are not supported in profiles",
+                                   where=f"{source}:{key_node.start_mark.line + 1}", fix="write the keys out")
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ProfileError("mapping keys must be plain names", where=f"{source}:{key_node.start_mark.line + 1}")
+            key = str(loader.construct_object(key_node))
+            norm = canonical_flag_key(key) if path == "server" else key
+            child = f"{path}.{norm}" if path else norm
+            if norm in out:
+                raise ProfileError(
+                    f"duplicate key {key!r} (first at line {lines.get(child, '?')})",
+                    where=f"{source}:{key_node.start_mark.line + 1}", fix="keep one of them")
+            lines[child] = key_node.start_mark.line + 1
+            out[norm] = _build(value_node, child, loader, lines, source)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, f"{path}[{i}]", loader, lines, source) for i, item in enumerate(node.value)]
+    return loader.construct_object(node)
+
+
+def _refuse_aliases(text: str, source: str) -> None:
+    """Anchors and aliases are how YAML bombs expand; profiles never need them."""
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise ProfileError("YAML anchors/aliases (&, *) are not allowed in profiles",
+                               where=f"{source}:{event.start_mark.line + 1}", fix="write the values out")
+
+
+def parse_profile_text(text: str, source: str) -> ProfileDocument:
+    if "&" in text or "*" in text:
+        _refuse_aliases(text, source)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ProfileError("the file is empty", where=source, fix="start from a profile in profiles/")
+        if not isinstance(node, yaml.MappingNode):
+            raise ProfileError("a profile must be a YAML mapping (name:, model:, server: ...)",
+                               where=f"{source}:{node.start_mark.line + 1}")
+        lines: dict[str, int] = {}
+        data = _build(node, "", loader, lines, source)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise ProfileError(f"invalid YAML: {err.problem or err.context}", where=where) from None
+    except yaml.YAMLError as err:
+        raise ProfileError(f"invalid YAML: {err}", where=source) from None
+    finally:
+        loader.dispose()
+    return ProfileDocument(source=source, data=data, lines=lines, text=text)
+
+
+def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
+    source = str(path)
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if p.is_dir():
+            raise ProfileError("is a directory, not a profile file", where=source)
+        if size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"file is {size // 1024} KiB; profiles are limited to {MAX_PROFILE_BYTES // 1024} KiB",
+                               where=source, fix="is this really a profile?")
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError("no such file", where=source) from None
+    except PermissionError:
+        raise ProfileError("permission denied", where=source) from None
+    except IsADirectoryError:
+        raise ProfileError("is a directory, not a profile file", where=source) from None
+    except OSError as err:
+        raise ProfileError(f"cannot read: {err.strerror}", where=source) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ProfileError(f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}",
+                           fix="save the file as UTF-8") from None
+    return parse_profile_text(text, source)
+
+
+def pydantic_error_location(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc if not isinstance(part, int) or True)
+
+
+def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str, str, int | None]]]:
+    """The profile model, or the schema errors as (location, message, line)."""
+    try:
+        return Profile.model_validate(doc.data), []
+    except ValidationError as err:
+        errors = []
+        for item in err.errors(include_url=False):
+            loc = ".".join(str(p) for p in item["loc"])
+            line = _nearest_line(doc.lines, loc)
+            msg = item["msg"]
+            if item["type"] == "extra_forbidden":
+                msg = "unknown key" + _suggest_top_level(loc)
+            elif item["type"] == "missing":
+                msg = "required key is missing"
+            errors.append((loc, msg, line))
+        return None, errors
+
+
+def _suggest_top_level(loc: str) -> str:
+    import difflib
+
+    parent, _, key = loc.rpartition(".")
+    fields = {"": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}.get(parent)
+    if fields is None:
+        return ""
+    close = difflib.get_close_matches(key, list(fields.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(fields.model_fields)})"
+
+
+def _nearest_line(lines: dict[str, int], loc: str) -> int | None:
+    while loc:
+        if loc in lines:
+            return lines[loc]
+        loc = loc.rpartition(".")[0]
+    return None
+
+
+def load_profile(path: str | os.PathLike[str]) -> LoadedProfile:
+    """Read and schema-check a profile; ProfileError (one line, file:line) on any problem."""
+    doc = read_profile_document(path)
+    profile, errors = build_profile(doc)
+    if profile is None:
+        loc, msg, line = errors[0]
+        where = f"{doc.source}:{line}" if line else doc.source
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ProfileError(f"{loc}: {msg}{more}", where=where, fix=f"run `ddtctl validate {doc.source}`")
+    return LoadedProfile(source=doc.source, profile=profile, lines=doc.lines, text=doc.text)
+
+
+def is_profile_file(path: Path) -> bool:
+    return path.suffix in PROFILE_SUFFIXES and not path.name.startswith(".")
+
+
+def discover_profiles(paths: list[str]) -> list[Path]:
+    """Files, directories (recursively, *.yaml / *.yml) and globs -> profile files, in a stable order."""
+    found: list[Path] = []
+    for raw in paths:
+        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        if not matches:
+            raise ProfileError("no file matches this pattern", where=raw)
+        for item in matches:
+            p = Path(item)
+            if p.is_dir():
+                inside = sorted(q for q in p.rglob("*") if q.is_file() and is_profile_file(q)
+                                and not any(part.startswith(".") for part in q.relative_to(p).parts))
+                if not inside:
+                    raise ProfileError("directory holds no profiles (*.yaml, *.yml)", where=str(p))
+                found.extend(inside)
+            elif p.exists():
+                found.append(p)
+            else:
+                raise ProfileError("no such file", where=str(p))
+    seen: set[Path] = set()
+    unique = []
+    for p in found:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique

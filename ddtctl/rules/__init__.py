@@ -1,0 +1,14 @@
+"""Rules of the constraint graph. Importing the rule modules registers them in `engine.RULES`."""
+
+from __future__ import annotations
+
+_loaded = False
+
+
+def load_rules() -> None:
+    global _loaded
+    if _loaded:
+        return
+    from ddtctl.rules import ddtree, mamba, parallel, speculative  # noqa: F401
+
+    _loaded = True

@@ -1,0 +1,74 @@
+"""DDTREE rules: thin adapters over `ddtree_core`, the one source of truth shared with the SGLang payload."""
+
+from __future__ import annotations
+
+from ddtctl.rules import ddtree_core
+from ddtctl.rules.engine import Context, Hit, Rule, RULES, ERROR
+
+REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
+
+_DOCS = {
+    "DDT101": ("DDTREE needs a DFlash drafter", "DDTree builds its tree from one DFlash block-diffusion pass: "
+               "`--speculative-draft-model-path` must name a DFlash draft model."),
+    "DDT102": ("DDTREE block size is positive", "`--speculative-dflash-block-size` must be > 0."),
+    "DDT103": ("DDTREE draft tokens equal the block size", "As for DFLASH, `--speculative-num-draft-tokens` must equal "
+               "the block size (it is derived from it when unset)."),
+    "DDT104": ("DDTREE budget is at least 1", "`--speculative-ddtree-budget` B is the number of draft-tree nodes "
+               "verified per step, root excluded; the verify width is B+1."),
+    "DDT105": ("DDTREE topk cap is at least 1", "`--speculative-ddtree-topk-cap` caps the candidates per depth."),
+    "DDT106": ("DDTREE budget is bounded", f"Budgets above {ddtree_core.MAX_VERIFY_BUDGET} make each verify pass "
+               "too wide for one target forward; the paper's best budgets are 256-512."),
+    "DDT107": ("DDTREE budget can be filled by the drafter", "A drafter of block size S proposes S-1 depths with at "
+               "most K = min(topk cap, vocab) candidates each; a budget above the full tree's node count cannot be "
+               "filled."),
+    "DDT108": ("DDTREE runs with pipeline parallel size 1", "Like DFLASH, DDTREE supports only `pp_size == 1`."),
+    "DDT109": ("DDTREE does not support constrained decoding", "A grammar mask is per position of one sequence; "
+               "tree branches share positions, so `--grammar-backend` must be unset or none."),
+    "DDT110": ("DDTREE runs without overlap scheduling", "The accepted depth of a tree is only known after "
+               "verification, so the next step cannot be scheduled ahead: set `--disable-overlap-schedule`."),
+    "DDT111": ("DDTREE on a hybrid model needs extra-buffer mamba caching", "On hybrid Mamba/GDN targets, tree "
+               "verification keeps recurrent-state snapshots per draft node: `--mamba-radix-cache-strategy "
+               "extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required. One finding names "
+               "every missing flag."),
+    "DDT112": ("DDTREE on a hybrid model needs shadow-linear or an explicit acknowledgement",
+               "An attention mask cannot isolate sibling branches inside recurrent layers, so verifying a tree "
+               "through them is not state-exact.\n\n"
+               "`--speculative-ddtree-shadow-linear`: the tree is verified through the attention layers with the "
+               "ancestor-only mask, while the recurrent (linear-attention) layers are advanced only along the "
+               "accepted path in a shadow chain pass after acceptance; their state is never committed from a "
+               "rejected branch. Output is then identical to chain speculative decoding (state-exact).\n\n"
+               "`--speculative-ddtree-allow-hybrid-unsafe`: run the tree through the recurrent layers anyway, "
+               "accepting that sibling branches contaminate the recurrent state (outputs can differ from the "
+               "target's greedy output)."),
+}
+
+
+def _is_ddtree(ctx: Context) -> bool:
+    return ctx.algorithm == "DDTREE"
+
+
+def _run_core(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
+    flags = dict(ctx.given)
+    flags["speculative_algorithm"] = "DDTREE"
+    model = {"architecture": ctx.model.architecture if ctx.model else None, "is_hybrid": ctx.is_hybrid,
+             "vocab_size": (ctx.draft.vocab_size if ctx.draft and ctx.draft.vocab_size else
+                            ctx.model.vocab_size if ctx.model else None),
+             "draft_block_size": ctx.draft.block_size if ctx.draft else None}
+    return ddtree_core.ddtree_violations(flags, model)
+
+
+def _make(rule_id: str) -> Rule:
+    title, doc = _DOCS[rule_id]
+    needs = ("model",) if rule_id in ("DDT111", "DDT112") else ()
+
+    def check(ctx: Context):
+        for v in _run_core(ctx):
+            if v.rule_id == rule_id:
+                yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits)
+
+    return Rule(id=rule_id, title=title, severity=ERROR, reads=(), check=check, needs=needs, applies=_is_ddtree,
+                reference=REFERENCE, doc=doc, sglang_enforces=True)
+
+
+for _id in _DOCS:
+    RULES[_id] = _make(_id)

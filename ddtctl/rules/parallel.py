@@ -1,0 +1,97 @@
+"""Parallelism and hardware rules: what sglang 0.5.23 checks (validation_hook.py) and what it misses at launch."""
+
+from __future__ import annotations
+
+from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
+
+VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
+
+
+@rule("DDT601", "GPUs requested fit the host", reads=("tp_size", "pp_size"),
+      applies=lambda ctx: ctx.gpu_count is not None, reference="runtime: NCCL init fails", sglang_enforces=False)
+def world_size(ctx: Context):
+    """tp x pp x (dp without DP attention) GPUs per node must be available: hardware.count GPUs per host."""
+    tp, pp, dp = ctx.get("tp_size", 1), ctx.get("pp_size", 1), ctx.get("dp_size", 1)
+    nnodes = ctx.get("nnodes", 1) or 1
+    per_node_tp = tp * pp // nnodes if (tp * pp) % nnodes == 0 else tp * pp
+    needed = per_node_tp * (1 if ctx.dp_attention else dp)
+    if needed > ctx.gpu_count:
+        return Hit(f"this launch needs {needed} GPUs per host (tp {tp} x pp {pp}" + ("" if ctx.dp_attention else f" x dp {dp}")
+                   + f" / {nnodes} node(s)) but hardware.count is {ctx.gpu_count}",
+                   fix=f"set tp-size so that tp x pp fits {ctx.gpu_count} GPUs")
+
+
+@rule("DDT602", "tensor parallel size divides the attention heads", reads=("tp_size",), needs=(FACT_MODEL,),
+      applies=lambda ctx: (ctx.get("tp_size", 1) or 1) > 1, reference="runtime: model load asserts head divisibility",
+      sglang_enforces=False)
+def heads_divisible(ctx: Context):
+    """Attention heads are split across TP ranks: `num_attention_heads % tp_size == 0`, and KV heads either divide
+    by tp or tp by them (replication). SGLang only finds out while loading weights."""
+    tp = ctx.get("tp_size")
+    attn_tp = tp // (ctx.get("dp_size", 1) if ctx.dp_attention else 1) or 1
+    heads, kv = ctx.model.num_attention_heads, ctx.model.num_key_value_heads
+    if heads and heads % attn_tp:
+        yield Hit(f"--tp-size {tp} does not divide the model's {heads} attention heads",
+                  fix=f"use a tp-size that divides {heads}")
+    if kv and kv % attn_tp and attn_tp % kv:
+        yield Hit(f"--tp-size {tp} and the model's {kv} KV heads do not divide each other",
+                  fix=f"use a tp-size that divides {kv} or is a multiple of it")
+
+
+@rule("DDT603", "tp x pp divides across nodes", reads=("tp_size", "nnodes"),
+      applies=lambda ctx: (ctx.get("nnodes", 1) or 1) > 1, reference=VALIDATION)
+def nodes_divide(ctx: Context):
+    """`(tp_size * pp_size) % nnodes == 0`."""
+    tp, pp, nnodes = ctx.get("tp_size", 1), ctx.get("pp_size", 1), ctx.get("nnodes", 1)
+    if (tp * pp) % nnodes:
+        return Hit(f"tp x pp ({tp * pp}) is not divisible by --nnodes {nnodes}", fix="make tp-size a multiple of nnodes")
+
+
+@rule("DDT604", "data-parallel replicas are single-node", reads=("dp_size", "nnodes"),
+      applies=lambda ctx: (ctx.get("dp_size", 1) or 1) > 1 and (ctx.get("nnodes", 1) or 1) != 1, reference=VALIDATION)
+def dp_single_node(ctx: Context):
+    """Multi-node data-parallel replicas are not supported; use attention DP."""
+    return Hit("multi-node data-parallel replicas (--dp-size > 1 with --nnodes > 1) are not supported",
+               fix="use enable-dp-attention, or one server per node")
+
+
+@rule("DDT605", "pipeline parallelism needs overlap off and EAGLE-only speculation", reads=("pp_size",),
+      applies=lambda ctx: (ctx.get("pp_size", 1) or 1) > 1, reference=f"{VALIDATION} check_pipeline_parallel_compat")
+def pipeline(ctx: Context):
+    """With `--pp-size > 1`: overlap scheduling must be disabled, and speculative decoding is limited to
+    (non-multi-layer) EAGLE on prefill nodes of a PD-disaggregated deployment."""
+    if not ctx.get("disable_overlap_schedule"):
+        yield Hit("pipeline parallelism is not compatible with overlap scheduling", about="disable_overlap_schedule",
+                  fix="set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True})
+    algo = ctx.algorithm
+    if algo is not None and algo not in ("DFLASH", "DDTREE"):  # those have their own pp rule
+        if algo != "EAGLE" or ctx.get("enable_multi_layer_eagle"):
+            yield Hit(f"pipeline parallelism supports only EAGLE (non-multi-layer) speculative decoding, not {algo}",
+                      about="speculative_algorithm", fix="set pp-size: 1")
+        elif ctx.get("disaggregation_mode") != "prefill":
+            yield Hit("PP + speculative decoding is only supported on prefill nodes (disaggregation-mode prefill)",
+                      about="pp_size", fix="set pp-size: 1")
+
+
+@rule("DDT606", "chunked prefill size is a multiple of the page size", reads=("chunked_prefill_size", "page_size"),
+      applies=lambda ctx: ctx.is_set("chunked_prefill_size") and ctx.is_set("page_size"), reference=VALIDATION)
+def chunked_page(ctx: Context):
+    """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes."""
+    size, page = ctx.get("chunked_prefill_size"), ctx.get("page_size")
+    if size > 0 and page and size % page and ctx.get("disaggregation_mode") != "decode":
+        return Hit(f"--chunked-prefill-size ({size}) must be divisible by --page-size ({page})",
+                   fix=f"set chunked-prefill-size to a multiple of {page}")
+
+
+@rule("DDT701", "GPU generation supports the chosen attention backend", reads=("attention_backend",), needs=(FACT_GPU,),
+      applies=lambda ctx: ctx.get("attention_backend") in ("fa3", "fa4", "trtllm_mha", "trtllm_mla", "cutlass_mla"),
+      reference="sglang 0.5.23 srt/arg_groups/attention_hook.py", sglang_enforces=False)
+def backend_generation(ctx: Context):
+    """fa3 is Hopper-only (sm90); trtllm_* and cutlass_mla are Blackwell data-center kernels (sm100)."""
+    backend, sm = ctx.get("attention_backend"), ctx.gpu.sm
+    if backend == "fa3" and sm != 90 and not 80 <= sm < 90:
+        return Hit(f"attention backend fa3 does not run on {ctx.gpu.name} (sm{sm})",
+                   fix="use attention-backend: triton or flashinfer", edits={"attention_backend": None})
+    if backend in ("trtllm_mha", "trtllm_mla", "cutlass_mla", "fa4") and sm not in (100, 103):
+        return Hit(f"attention backend {backend} needs sm100 (B200/GB200), not {ctx.gpu.name} (sm{sm})",
+                   fix="use attention-backend: triton or flashinfer", edits={"attention_backend": None})
