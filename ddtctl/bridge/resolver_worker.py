@@ -295,14 +295,13 @@ class Worker:
                 importlib.import_module(f"sglang.srt.arg_groups.{info.name}")
             except Exception:
                 pass
-        for extra in (
-            "sglang.srt.entrypoints.engine",
-            "sglang.srt.speculative.spec_info",
-            "sglang.srt.configs.model_config",
-        ):
+        # The hooks import more modules lazily, inside functions. Import them all now, before any platform facts
+        # are declared: some modules pick CUDA-only imports (sgl_kernel) at import time when is_cuda() is true,
+        # and importing them under the first request's declared GPU would make verdicts depend on request order.
+        for extra in ["sglang.srt.entrypoints.engine"] + _lazy_imports(ag.__path__[0]):
             try:
                 importlib.import_module(extra)
-            except Exception:
+            except BaseException:  # noqa: BLE001 - optional modules of other platforms
                 pass
 
         self.server_args_mod = server_args_mod
@@ -476,6 +475,29 @@ class _ListHandler(logging.Handler):
             self.sink.append(f"{record.levelname}: {record.getMessage()}")
         except Exception:
             pass
+
+
+def _lazy_imports(arg_groups_dir: str) -> list[str]:
+    """sglang modules imported inside functions of the resolution code (arg_groups/, server_args.py,
+    configs/model_config.py, the speculative hook's helpers)."""
+    import re
+
+    pattern = re.compile(r"^\s+(?:from\s+(sglang[\w.]*)\s+import|import\s+(sglang[\w.]*))", re.M)
+    srt = os.path.dirname(arg_groups_dir)
+    files = [os.path.join(arg_groups_dir, f) for f in sorted(os.listdir(arg_groups_dir)) if f.endswith(".py")]
+    files += [os.path.join(srt, "server_args.py"), os.path.join(srt, "configs", "model_config.py")]
+    seen: list[str] = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        for a, b in pattern.findall(text):
+            name = a or b
+            if name not in seen:
+                seen.append(name)
+    return seen
 
 
 def _raised_at(exc: BaseException) -> str | None:
