@@ -1,0 +1,207 @@
+"""Every rule of the constraint graph: a case that trips it and a nearby case that does not.
+
+Cases are raw launch argv over the config.json-only model dirs of tests/fidelity/models (shared with the fidelity
+suite). A rule registered without a case here fails `test_every_rule_has_cases`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddtctl.rules.engine import all_rules
+from ddtctl.validate import validate_argv
+
+MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"
+M = {name: str(MODELS / name) for name in (
+    "qwen3-8b", "qwen3-8b-dflash-b16", "qwen3-8b-dflash-b8", "qwen3-8b-dflash-noblock", "qwen3-8b-eagle3",
+    "qwen3.6-27b", "qwen3.6-27b-dflash-b16", "qwen3-next-80b-a3b", "deepseek-v3-nextn", "qwen3-30b-a3b")}
+
+DENSE = ["--model-path", M["qwen3-8b"]]
+HYBRID = ["--model-path", M["qwen3.6-27b"]]
+DFLASH = DENSE + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", M["qwen3-8b-dflash-b16"]]
+DDTREE = DENSE + ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", M["qwen3-8b-dflash-b16"],
+                  "--disable-overlap-schedule"]
+HDDTREE = HYBRID + ["--speculative-algorithm", "DDTREE", "--speculative-draft-model-path",
+                    M["qwen3.6-27b-dflash-b16"], "--disable-overlap-schedule"]
+HYBRID_OK = ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-full-memory-ratio", "0.5"]
+EAGLE3 = DENSE + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"]]
+NGRAM = DENSE + ["--speculative-algorithm", "NGRAM"]
+
+# rule -> (argv that trips it, argv that does not, gpu)
+CASES: dict[str, tuple[list[str], list[str], str | None]] = {
+    "DDT000": (DDTREE[:0] + ["--model-path", "/nonexistent/model", "--tp-size", "2"], DENSE + ["--tp-size", "2"], None),
+    "DDT001": (DENSE + ["--tp-sise", "2"], DENSE + ["--tp-size", "2"], None),
+    "DDT002": (DENSE + ["--tp-size", "two"], DENSE + ["--tp-size", "2"], None),
+    "DDT003": (DENSE + ["--grammar-backend", "xgramar"], DENSE + ["--grammar-backend", "xgrammar"], None),
+    "DDT008": (["--tp-size", "2"], DENSE + ["--tp-size", "2"], None),
+    "DDT009": (DENSE + ["--tp-size", "2", "--tensor-parallel-size", "4"], DENSE + ["--tp-size", "2"], None),
+    "DDT800": (DENSE + ["--speculative-algorithm", "EAGLE4"], EAGLE3, None),
+    "DDT801": (DFLASH + ["--speculative-draft-window-size", "0"], DFLASH + ["--speculative-draft-window-size", "64"], None),
+    "DDT802": (DFLASH + ["--speculative-draft-sink-size", "4"],
+               DFLASH + ["--speculative-draft-window-size", "64", "--speculative-draft-sink-size", "4"], None),
+    "DDT803": (NGRAM + ["--speculative-use-block-verification"], DFLASH + ["--speculative-use-block-verification"], None),
+    "DDT804": (DFLASH + ["--disaggregation-mode", "decode", "--disaggregation-decode-enable-radix-cache"],
+               EAGLE3 + ["--disaggregation-mode", "decode", "--disaggregation-decode-enable-radix-cache"], None),
+    "DDT805": (DENSE + ["--speculative-num-steps", "3"], EAGLE3 + ["--speculative-num-steps", "3"], None),
+    "DDT806": (DFLASH + ["--enable-mixed-chunk"], DFLASH, None),
+    "DDT201": (DENSE + ["--speculative-algorithm", "DFLASH"], DFLASH, None),
+    "DDT202": (DFLASH + ["--speculative-dflash-block-size", "0"], DFLASH + ["--speculative-dflash-block-size", "16"], None),
+    "DDT203": (DFLASH + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "8"],
+               DFLASH + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "16"], None),
+    "DDT204": (DFLASH + ["--speculative-draft-window-size", "8"], DFLASH + ["--speculative-draft-window-size", "16"], None),
+    "DDT205": (DFLASH + ["--pp-size", "2", "--disable-overlap-schedule"], DFLASH + ["--pp-size", "1"], None),
+    "DDT206": (DFLASH + ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
+               DFLASH + ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head"], None),
+    "DDT207": (DFLASH + ["--device", "cpu"], DFLASH + ["--device", "cuda"], None),
+    "DDT208": (DFLASH + ["--speculative-num-steps", "3"], DFLASH + ["--speculative-num-steps", "1"], None),
+    "DDT209": (DENSE + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-noblock"]],
+               DENSE + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-noblock"], "--speculative-dflash-block-size", "16"], None),
+    "DDT301": (EAGLE3 + ["--speculative-eagle-topk", "4"],
+               EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+                         "--speculative-num-draft-tokens", "8"], None),
+    "DDT302": (DENSE + ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", M["qwen3-8b"],
+                        "--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
+               DENSE + ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", M["qwen3-8b"]], None),
+    "DDT303": (EAGLE3 + ["--speculative-use-rejection-sampling", "--speculative-num-steps", "3",
+                         "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
+               EAGLE3 + ["--speculative-use-rejection-sampling", "--speculative-num-steps", "3",
+                         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], None),
+    "DDT304": (EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens",
+                         "8", "--page-size", "16", "--attention-backend", "flashmla"],
+               EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens",
+                         "8", "--page-size", "16", "--attention-backend", "fa3"], "H200"),
+    "DDT305": (EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens",
+                         "8", "--attention-backend", "trtllm_mha"],
+               EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+                         "4", "--attention-backend", "trtllm_mha"], "B200"),
+    "DDT306": (DENSE + ["--speculative-algorithm", "EAGLE"],
+               ["--model-path", M["deepseek-v3-nextn"], "--speculative-algorithm", "EAGLE"], None),
+    "DDT307": (EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8"],
+               EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+               None),
+    "DDT401": (NGRAM + ["--device", "npu"], NGRAM + ["--device", "cuda"], None),
+    "DDT402": (NGRAM + ["--page-size", "16", "--attention-backend", "triton"],
+               NGRAM + ["--page-size", "16", "--attention-backend", "flashinfer"], None),
+    "DDT403": (NGRAM + ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"], NGRAM + ["--tp-size", "2"], None),
+    "DDT404": (NGRAM + ["--speculative-ngram-external-corpus-path", "/c.jsonl", "--speculative-ngram-external-sam-budget",
+                        "20"],
+               NGRAM + ["--speculative-ngram-external-corpus-path", "/c.jsonl", "--speculative-ngram-external-sam-budget",
+                        "8"], None),
+    "DDT501": (DENSE + ["--mamba-radix-cache-strategy", "extra_buffer"], HYBRID + ["--mamba-radix-cache-strategy",
+                                                                                  "extra_buffer"], None),
+    "DDT502": (HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--linear-attn-backend", "flashinfer"],
+               HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--linear-attn-backend", "triton"], None),
+    "DDT503": (HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                         M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
+                         "--mamba-track-interval", "8"],
+               HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                         M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
+                         "--mamba-track-interval", "16"], None),
+    "DDT504": (HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
+                         "96"],
+               HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
+                         "128"], None),
+    "DDT505": (HYBRID + ["--mamba-radix-cache-strategy", "no_buffer"],
+               HYBRID + ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"], None),
+    "DDT506": (HYBRID + ["--mamba-full-memory-ratio", "-1"], HYBRID + ["--mamba-full-memory-ratio", "0.5"], None),
+    "DDT507": (HYBRID + ["--linear-attn-backend", "flashinfer"], HYBRID, None),
+    "DDT508": (HYBRID + ["--mamba-max-states-per-path", "0"], HYBRID + ["--mamba-max-states-per-path", "4"], None),
+    "DDT601": (DENSE + ["--tp-size", "4"], DENSE + ["--tp-size", "1"], None),
+    "DDT602": (DENSE + ["--tp-size", "3"], DENSE + ["--tp-size", "4"], None),
+    "DDT603": (DENSE + ["--tp-size", "3", "--nnodes", "2"], DENSE + ["--tp-size", "4", "--nnodes", "2"], None),
+    "DDT604": (DENSE + ["--dp-size", "2", "--nnodes", "2", "--tp-size", "2"], DENSE + ["--dp-size", "2"], None),
+    "DDT605": (DENSE + ["--pp-size", "2"], DENSE + ["--pp-size", "2", "--disable-overlap-schedule"], None),
+    "DDT606": (DENSE + ["--chunked-prefill-size", "1000", "--page-size", "64"],
+               DENSE + ["--chunked-prefill-size", "1024", "--page-size", "64"], None),
+    "DDT701": (DENSE + ["--attention-backend", "fa3"], DENSE + ["--attention-backend", "triton"], "B200"),
+    "DDT101": (DENSE + ["--speculative-algorithm", "DDTREE", "--disable-overlap-schedule"], DDTREE, None),
+    "DDT102": (DDTREE + ["--speculative-dflash-block-size", "0"], DDTREE + ["--speculative-dflash-block-size", "16"], None),
+    "DDT103": (DDTREE + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "8"],
+               DDTREE + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "16"], None),
+    "DDT104": (DDTREE + ["--speculative-ddtree-budget", "0"], DDTREE + ["--speculative-ddtree-budget", "1"], None),
+    "DDT105": (DDTREE + ["--speculative-ddtree-topk-cap", "0"], DDTREE + ["--speculative-ddtree-topk-cap", "1"], None),
+    "DDT106": (DDTREE + ["--speculative-ddtree-budget", "5000"], DDTREE + ["--speculative-ddtree-budget", "4096"], None),
+    "DDT107": (DDTREE + ["--speculative-ddtree-budget", "16", "--speculative-ddtree-topk-cap", "1"],
+               DDTREE + ["--speculative-ddtree-budget", "15", "--speculative-ddtree-topk-cap", "1"], None),
+    "DDT108": (DDTREE + ["--pp-size", "2"], DDTREE + ["--pp-size", "1"], None),
+    "DDT109": (DDTREE + ["--grammar-backend", "xgrammar"], DDTREE + ["--grammar-backend", "none"], None),
+    "DDT110": ([a for a in DDTREE if a != "--disable-overlap-schedule"], DDTREE, None),
+    "DDT111": (HDDTREE + ["--speculative-ddtree-shadow-linear"], HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"],
+               None),
+    "DDT112": (HDDTREE + HYBRID_OK, HDDTREE + HYBRID_OK + ["--speculative-ddtree-allow-hybrid-unsafe"], None),
+}
+# Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
+PROFILE_ONLY = {"DDT601": 1}
+
+
+def _rules_of(argv, gpu, *, count=None):
+    if count is not None:
+        from ddtctl.rules.engine import Context, run_rules
+        from ddtctl.flags import flags_from_argv
+        from ddtctl.schema.extensions import extended_catalog
+
+        result = validate_argv(argv, gpu=gpu)
+        flags = result.flags
+        catalog = extended_catalog("0.5.23")
+        ctx = Context(given=flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines={}, keys={},
+                      model=result.model, draft=result.draft, gpu=None, gpu_count=count)
+        findings, _ = run_rules(ctx)
+        return {f.rule for f in findings} | {f.rule for f in result.findings}
+    return {f.rule for f in validate_argv(argv, gpu=gpu).findings}
+
+
+def test_every_rule_has_cases():
+    missing = sorted(r.id for r in all_rules() if r.id not in CASES)
+    assert not missing, f"rules without a failing/passing case: {missing}"
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_trips_on_bad_case(rule_id):
+    bad, _, gpu = CASES[rule_id]
+    assert rule_id in _rules_of(bad, gpu, count=PROFILE_ONLY.get(rule_id))
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_quiet_on_good_case(rule_id):
+    _, good, gpu = CASES[rule_id]
+    assert rule_id not in _rules_of(good, gpu, count=PROFILE_ONLY.get(rule_id))
+
+
+def test_seed_hybrid_ddtree_without_mamba_flags_is_one_finding_naming_both():
+    result = validate_argv(HDDTREE + ["--speculative-ddtree-shadow-linear"])
+    errors = [f for f in result.findings if f.severity == "error"]
+    assert [f.rule for f in errors] == ["DDT111"]
+    assert "--mamba-radix-cache-strategy extra_buffer" in errors[0].message
+    assert "--mamba-full-memory-ratio" in errors[0].message
+    assert errors[0].edits == {"mamba-radix-cache-strategy": "extra_buffer", "mamba-full-memory-ratio": 0.5}
+
+
+def test_nextn_is_eagle_and_names_are_case_insensitive():
+    argv = ["--model-path", M["deepseek-v3-nextn"], "--speculative-algorithm", "nextn",
+            "--speculative-eagle-topk", "2"]
+    assert "DDT301" in _rules_of(argv, None)  # an EAGLE rule fires for nextn
+    assert "DDT800" not in _rules_of(argv, None)
+
+
+def test_unknown_model_reports_rules_it_could_not_run():
+    result = validate_argv(["--model-path", "/not/here", "--speculative-algorithm", "DDTREE",
+                            "--speculative-draft-model-path", "/not/draft", "--disable-overlap-schedule"])
+    warning = [f for f in result.findings if f.rule == "DDT000"]
+    assert warning and "DDT111" in warning[0].message and "model facts unknown" in warning[0].message
+    assert result.valid  # warnings do not invalidate
+
+
+def test_removed_flag_points_at_its_replacement():
+    result = validate_argv(HYBRID + ["--mamba-scheduler-strategy", "extra_buffer"])
+    finding = next(f for f in result.findings if f.rule == "DDT001")
+    assert "mamba-radix-cache-strategy" in finding.message
+
+
+def test_gpu_generation_changes_the_verdict():
+    argv = DENSE + ["--attention-backend", "fa3"]
+    assert "DDT701" not in _rules_of(argv, "H200")
+    assert "DDT701" in _rules_of(argv, "RTX_PRO_6000_BLACKWELL")
