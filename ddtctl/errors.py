@@ -33,6 +33,9 @@ class DdtctlError(Exception):
             parts.append(f" (fix: {self.fix})")
         return "".join(parts)
 
+    def __str__(self) -> str:
+        return self.one_line()
+
 
 class UsageError(DdtctlError):
     exit_code = ExitCode.USAGE

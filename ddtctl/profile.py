@@ -39,9 +39,13 @@ class Hardware(_Strict):
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, value: str) -> str:
+        from ddtctl.errors import DdtctlError
         from ddtctl.schema.gpus import resolve_gpu
 
-        resolve_gpu(value)  # raises UsageError -> reported as a value error
+        try:
+            resolve_gpu(value)
+        except DdtctlError as err:
+            raise ValueError(err.one_line()) from None
         return value
 
 
@@ -196,10 +200,6 @@ def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
         raise ProfileError(f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}",
                            fix="save the file as UTF-8") from None
     return parse_profile_text(text, source)
-
-
-def pydantic_error_location(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc if not isinstance(part, int) or True)
 
 
 def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str, str, int | None]]]:
