@@ -130,6 +130,10 @@ class Catalog:
             return (live or specs)[0]
         return None
 
+    def get_option(self, key: str) -> FlagSpec | None:
+        """Strict lookup: the flag whose option strings spell `key` (no dest fallback)."""
+        return self._by_option.get(_norm(key)) if key else None
+
     def canonical(self, key: str) -> FlagSpec | None:
         """Like `get`, but a deprecated alias resolves to the live flag it aliases."""
         spec = self.get(key)

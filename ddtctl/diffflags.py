@@ -1,0 +1,534 @@
+"""`ddtctl diff-flags`: how SGLang's flag surface differs between releases, between a catalog and an installed SGLang,
+and how two profiles launch differently.
+
+Library API (the CLI only parses and prints):
+    diff_versions("0.5.12", "0.5.23") -> CatalogDiff            (shipped catalogs; releases in between are evidence)
+    diff_catalogs(a, b, evidence=()) -> CatalogDiff
+    live_catalog(python) -> Catalog                              (the real parser of the sglang `python` imports)
+    diff_installed(python=None, sglang=None) -> InstalledDiff
+    diff_profiles(path_a, path_b, resolved=False) -> ProfileDiff
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.schema.catalog import Catalog, FlagSpec, available_versions, catalog_from_dict, load_catalog
+
+# Fields compared for flags present on both sides (help text changes are noise for a launch).
+COMPARED_FIELDS = ("type", "default", "choices", "action", "nargs", "required", "dest", "deprecated")
+
+# A rename inferred from similarity needs at least this score and one strong signal (see _similarity).
+RENAME_MIN_SCORE = 0.62
+
+
+def version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in v.split("."))
+
+
+# -- results ----------------------------------------------------------------------------------------------------------
+@dataclass
+class FieldChange:
+    field: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class FlagChange:
+    flag: str
+    changes: list[FieldChange]
+
+
+@dataclass
+class Rename:
+    old: str  # flag name on the `from` side
+    new: str  # flag name on the `to` side
+    how: str  # "declared" (sglang's own deprecated-alias data) | "dest" (same dest) | "similar" (inferred)
+    evidence: list[str]
+    still_accepted: bool = False  # the old spelling still parses on the `to` side (as a deprecated alias)
+    score: float | None = None
+    changes: list[FieldChange] = field(default_factory=list)  # type/default/choices differences old -> new
+
+
+@dataclass
+class Removed:
+    flag: str
+    hint: str | None = None  # what sglang said to use instead, when it said so
+    was_deprecated: bool = False
+
+
+@dataclass
+class Deprecated:
+    flag: str
+    alias_of: str | None
+    replacement: str | None
+
+
+@dataclass
+class CatalogDiff:
+    from_version: str
+    to_version: str
+    from_label: str
+    to_label: str
+    added: list[str] = field(default_factory=list)
+    removed: list[Removed] = field(default_factory=list)
+    renamed: list[Rename] = field(default_factory=list)
+    deprecated: list[Deprecated] = field(default_factory=list)
+    changed: list[FlagChange] = field(default_factory=list)
+    evidence_versions: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return not (self.added or self.removed or self.renamed or self.deprecated or self.changed)
+
+    def rename_of(self, old: str) -> Rename | None:
+        return next((r for r in self.renamed if r.old == old), None)
+
+    def removed_entry(self, name: str) -> Removed | None:
+        return next((r for r in self.removed if r.flag == name), None)
+
+    def counts(self) -> dict[str, int]:
+        return {"added": len(self.added), "removed": len(self.removed), "renamed": len(self.renamed),
+                "deprecated": len(self.deprecated), "changed": len(self.changed)}
+
+    def to_json(self) -> dict:
+        return {
+            "from": self.from_label,
+            "to": self.to_label,
+            "from_version": self.from_version,
+            "to_version": self.to_version,
+            "identical": self.identical,
+            "counts": self.counts(),
+            "added": list(self.added),
+            "removed": [asdict(r) for r in self.removed],
+            "renamed": [asdict(r) for r in self.renamed],
+            "deprecated": [asdict(d) for d in self.deprecated],
+            "changed": [asdict(c) for c in self.changed],
+            "evidence_versions": list(self.evidence_versions),
+        }
+
+
+# -- comparing two catalogs ------------------------------------------------------------------------------------------
+def _spec_value(spec: FlagSpec, name: str) -> Any:
+    value = getattr(spec, name)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def compare_specs(old: FlagSpec, new: FlagSpec, fields: Sequence[str] = COMPARED_FIELDS) -> list[FieldChange]:
+    out = []
+    for name in fields:
+        a, b = _spec_value(old, name), _spec_value(new, name)
+        if a != b:
+            out.append(FieldChange(name, a, b))
+    return out
+
+
+def _live(cat: Catalog, name: str) -> FlagSpec | None:
+    """The flag spelled `--name` in `cat` (strict: option strings only, no dest fallback)."""
+    return cat.get_option(name)
+
+
+def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Catalog) -> tuple[str, list[str]] | None:
+    """Follow sglang's deprecated-alias declarations (in any catalog of the span) from `old` to a live flag of
+    `target`. Declarations are read both ways, so a downgrade maps the new name back to the old one."""
+    evidence: list[str] = []
+    seen = {old}
+    frontier = old
+    for _ in range(4):  # alias chains are short; guard against cycles
+        step = None
+        for version, cat in catalogs:
+            spec = _live(cat, frontier)
+            if spec is not None and spec.deprecated and spec.alias_of and spec.alias_of not in seen:
+                step = (spec.alias_of, f"sglang {version} declares --{frontier} a deprecated alias of --{spec.alias_of}")
+                break
+            # reverse direction: some flag of this catalog aliases `frontier`
+            for other in cat.flags:
+                if other.deprecated and other.alias_of == frontier and other.name not in seen:
+                    step = (other.name, f"sglang {version} declares --{other.name} a deprecated alias of --{frontier}")
+                    break
+            if step:
+                break
+        if step is None:
+            return None
+        frontier, note = step
+        seen.add(frontier)
+        evidence.append(note)
+        spec = _live(target, frontier)
+        if spec is not None and not (spec.deprecated and spec.alias_of):
+            return frontier, evidence
+    return None
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in "".join(c.lower() if c.isalnum() else " " for c in text).split() if len(w) > 2}
+
+
+def _similarity(old: FlagSpec, new: FlagSpec) -> tuple[float, list[str], bool]:
+    """Score in [0, 1] that `new` is `old` renamed, the evidence, and whether a strong signal is among it."""
+    evidence: list[str] = []
+    strong = False
+    parts: list[tuple[float, float]] = []  # (weight, value)
+    name_ratio = difflib.SequenceMatcher(None, old.name, new.name).ratio()
+    parts.append((0.25, name_ratio))
+    if name_ratio >= 0.6:
+        evidence.append(f"names {name_ratio:.0%} alike")
+    if old.dest == new.dest:
+        parts.append((0.4, 1.0))
+        evidence.append(f"same dest {old.dest}")
+        strong = True
+    if old.help and new.help:
+        help_ratio = difflib.SequenceMatcher(None, old.help.lower(), new.help.lower()).ratio()
+        words_a, words_b = _words(old.help), _words(new.help)
+        overlap = len(words_a & words_b) / max(1, len(words_a | words_b))
+        value = max(help_ratio, overlap)
+        parts.append((0.3, value))
+        if value >= 0.6:
+            evidence.append(f"help {value:.0%} alike")
+            strong = strong or value >= 0.8
+    if old.choices and new.choices:
+        a, b = set(map(str, old.choices)), set(map(str, new.choices))
+        jac = len(a & b) / len(a | b)
+        parts.append((0.3, jac))
+        if jac > 0:
+            evidence.append(f"choices overlap {sorted(a & b)}")
+            strong = strong or (jac >= 0.5 and len(a & b) >= 2)
+    elif bool(old.choices) != bool(new.choices):
+        parts.append((0.1, 0.0))
+    same_kind = (old.type == new.type) and ((old.nargs == 0) == (new.nargs == 0))
+    parts.append((0.15, 1.0 if same_kind else 0.0))
+    if old.default == new.default and old.default not in (None, False):
+        parts.append((0.1, 1.0))
+        evidence.append(f"same default {old.default!r}")
+    score = sum(w * v for w, v in parts) / sum(w for w, _ in parts)
+    return score, evidence, strong and same_kind
+
+
+def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catalog]] = (),
+                  from_label: str | None = None, to_label: str | None = None) -> CatalogDiff:
+    """What changed from catalog `a` to catalog `b`. `evidence`: other (version, catalog) pairs whose
+    deprecated-alias declarations may prove a rename (e.g. 0.5.19 between 0.5.12 and 0.5.23)."""
+    span = [(a.version, a), *list(evidence), (b.version, b)]
+    out = CatalogDiff(a.version, b.version, from_label or f"sglang {a.version}", to_label or f"sglang {b.version}",
+                      evidence_versions=[v for v, _ in span[1:-1]])
+
+    only_a = [s for s in a.flags if _live(b, s.name) is None]
+    only_b = [s for s in b.flags if _live(a, s.name) is None]
+    matched_new: set[str] = set()
+    renamed_old: set[str] = set()
+
+    def add_rename(old: FlagSpec, new: FlagSpec, how: str, notes: list[str], *, accepted: bool = False,
+                   score: float | None = None) -> None:
+        out.renamed.append(Rename(old.name, new.name, how, notes, accepted, None if score is None else round(score, 3),
+                                  compare_specs(old, new, ("type", "default", "choices", "nargs"))))
+        matched_new.add(new.name)
+        renamed_old.add(old.name)
+
+    # 1. flags still accepted on the b side, but only as a deprecated alias of a flag new in b
+    for spec in a.flags:
+        other = _live(b, spec.name)
+        if other is None or not (other.deprecated and other.alias_of) or spec.deprecated:
+            continue
+        target = b.get(other.alias_of)
+        if target is not None and _live(a, target.name) is None:
+            add_rename(spec, target, "declared",
+                       [f"sglang {b.version} declares --{spec.name} a deprecated alias of --{target.name}"],
+                       accepted=True)
+
+    # 2. gone flags: sglang's own alias declarations anywhere in the span, then the same dest, then similarity
+    pending: list[FlagSpec] = []
+    for spec in only_a:
+        hit = _alias_target(span, spec.name, b)
+        if hit is not None:
+            add_rename(spec, b.get(hit[0]), "declared", hit[1])
+            continue
+        pending.append(spec)
+    still: list[FlagSpec] = []
+    for spec in pending:
+        same = [s for s in b.by_dest(spec.dest) if not s.deprecated and s.name not in matched_new
+                and _live(a, s.name) is None]
+        if len(same) == 1 and (same[0].nargs == 0) == (spec.nargs == 0):
+            add_rename(spec, same[0], "dest", [f"same dest {spec.dest}"])
+        else:
+            still.append(spec)
+    candidates = []
+    for old in still:
+        if old.deprecated:
+            continue  # a retired deprecated flag is a removal, not a rename
+        for new in only_b:
+            if new.name in matched_new or new.deprecated:
+                continue
+            score, notes, strong = _similarity(old, new)
+            if strong and score >= RENAME_MIN_SCORE:
+                candidates.append((score, old.name, new.name, notes))
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    for score, old_name, new_name, notes in candidates:
+        if old_name in renamed_old or new_name in matched_new:
+            continue
+        add_rename(a.get(old_name), b.get(new_name), "similar", notes, score=score)
+
+    for spec in only_a:
+        if spec.name in renamed_old:
+            continue
+        hint = None
+        for version, cat in span:
+            s = _live(cat, spec.name)
+            if s is not None and s.replacement:
+                head = s.replacement.strip().split("=", 1)[0].split(" ", 1)[0]
+                gone_too = head.startswith("--") and "{" not in head and _live(b, head) is None
+                hint = f"sglang {version} said: use {s.replacement}" + (
+                    f", which sglang {b.version} lacks too" if gone_too else "")
+        out.removed.append(Removed(spec.name, hint, spec.deprecated))
+    out.added = [s.name for s in only_b if s.name not in matched_new]
+
+    for spec in a.flags:
+        other = _live(b, spec.name)
+        if other is None or spec.name in renamed_old:
+            continue
+        if other.deprecated and not spec.deprecated:
+            out.deprecated.append(Deprecated(spec.name, other.alias_of, other.replacement))
+        changes = [c for c in compare_specs(spec, other) if c.field != "deprecated"]
+        if other.name != spec.name:
+            changes.insert(0, FieldChange("name", spec.name, other.name))
+        if changes:
+            out.changed.append(FlagChange(spec.name, changes))
+    out.renamed.sort(key=lambda r: r.old)
+    return out
+
+
+def diff_versions(from_version: str, to_version: str) -> CatalogDiff:
+    """Diff two shipped catalogs; every shipped release between them serves as rename evidence."""
+    a, b = load_catalog(from_version), load_catalog(to_version)
+    lo, hi = sorted((version_key(a.version), version_key(b.version)))
+    between = [v for v in available_versions() if lo < version_key(v) < hi]
+    if version_key(a.version) > version_key(b.version):
+        between.reverse()
+    return diff_catalogs(a, b, evidence=[(v, load_catalog(v)) for v in between])
+
+
+# -- an installed sglang ---------------------------------------------------------------------------------------------
+DUMP_SCRIPT = Path(__file__).resolve().parent / "schema" / "argparse_dump.py"
+
+
+def live_catalog(python: str | os.PathLike[str], *, timeout_s: float = 300.0, keep_env: bool = False) -> Catalog:
+    """The argparse surface of the sglang importable by `python`, dumped in a subprocess (never imported here)."""
+    py = Path(python)
+    if not py.exists():
+        raise UsageError(f"python {py} does not exist", fix="pass an existing interpreter to --python")
+    with tempfile.TemporaryDirectory(prefix="ddtctl-live-catalog-") as tmp:
+        out = Path(tmp) / "catalog.json"
+        cmd = [str(py), str(DUMP_SCRIPT), "--out", str(out)] + (["--keep-env"] if keep_env else [])
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise EnvironmentMissing(f"{py} did not dump its sglang parser within {timeout_s:.0f} s") from None
+        except OSError as err:
+            raise EnvironmentMissing(f"cannot run {py}: {err.strerror}") from None
+        if proc.returncode != 0 or not out.exists():
+            lines = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()]
+            last = lines[-1] if lines else f"exit {proc.returncode}"
+            raise EnvironmentMissing(f"{py} cannot build the sglang parser: {last}",
+                                     fix="check that sglang imports in that interpreter (`ddtctl env show`)")
+        doc = json.loads(out.read_text(encoding="utf-8"))
+    return catalog_from_dict(doc, source=f"{py} (live)")
+
+
+@dataclass
+class InstalledDiff:
+    python: str
+    installed_version: str
+    catalog_version: str
+    diff: CatalogDiff
+
+    @property
+    def drift(self) -> bool:
+        return self.installed_version != self.catalog_version or not self.diff.identical
+
+    def to_json(self) -> dict:
+        return {"python": self.python, "installed_version": self.installed_version,
+                "catalog_version": self.catalog_version, "drift": self.drift, "diff": self.diff.to_json()}
+
+
+def default_python(version: str | None = None) -> Path:
+    """The managed env's interpreter, or EnvironmentMissing saying how to get one."""
+    from ddtctl import PINNED_SGLANG
+    from ddtctl.envs import require_env
+
+    return Path(require_env(version or PINNED_SGLANG).python)
+
+
+def diff_installed(python: str | os.PathLike[str] | None = None, sglang: str | None = None, *,
+                   timeout_s: float = 300.0) -> InstalledDiff:
+    """Shipped catalog (of `sglang`, default: the installed release, or the pinned one when none is shipped) vs the
+    live parser of the sglang `python` imports."""
+    from ddtctl import PINNED_SGLANG
+
+    py = Path(python) if python else default_python(sglang)
+    live = live_catalog(py, timeout_s=timeout_s)
+    version = sglang or (live.version if live.version in available_versions() else PINNED_SGLANG)
+    shipped = load_catalog(version)
+    diff = diff_catalogs(shipped, live, from_label=f"catalog sglang-{shipped.version}.json",
+                         to_label=f"installed sglang {live.version} ({py})")
+    return InstalledDiff(str(py), live.version, shipped.version, diff)
+
+
+# Resolved fields SGLang draws at random when the user leaves them unset: a difference there is not a difference.
+RANDOM_WHEN_UNSET = frozenset({"random_seed"})
+
+
+# -- two profiles ----------------------------------------------------------------------------------------------------
+@dataclass
+class ValueChange:
+    key: str
+    a: Any
+    b: Any
+
+
+@dataclass
+class ProfileDiff:
+    a: str
+    b: str
+    sglang: tuple[str, str]
+    argv: tuple[list[str], list[str]]
+    only_a: dict[str, Any] = field(default_factory=dict)
+    only_b: dict[str, Any] = field(default_factory=dict)
+    changed: list[ValueChange] = field(default_factory=list)
+    context: list[ValueChange] = field(default_factory=list)  # sglang release, gpu, env, host: not argv but matters
+    resolved: dict | None = None  # with --resolved: {"a": {...}, "b": {...}, "changed": [...], "verdicts": ...}
+
+    @property
+    def identical(self) -> bool:
+        same_resolved = self.resolved is None or not (self.resolved.get("changed") or
+                                                      self.resolved.get("verdict_changed"))
+        return not (self.only_a or self.only_b or self.changed or self.context) and same_resolved
+
+    def to_json(self) -> dict:
+        return {
+            "a": self.a, "b": self.b, "identical": self.identical,
+            "sglang": {"a": self.sglang[0], "b": self.sglang[1]},
+            "argv": {"a": self.argv[0], "b": self.argv[1]},
+            "only_a": self.only_a, "only_b": self.only_b,
+            "changed": [asdict(c) for c in self.changed],
+            "context": [asdict(c) for c in self.context],
+            "resolved": self.resolved,
+        }
+
+
+def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
+    """An argv as {"--option": value}, keyed by each flag's primary option (aliases folded), switches -> True."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if not tok.startswith("-"):
+            out.setdefault("(positional)", []).append(tok)
+            continue
+        opt, eq, inline = tok.partition("=")
+        spec = catalog.get(opt)
+        key = spec.option if spec is not None else opt
+        if spec is not None and Catalog.is_boolean_switch(spec) and not eq:
+            out[key] = True
+            continue
+        if eq:
+            values = [inline]
+        else:
+            values = []
+            takes_many = spec is not None and spec.nargs in ("+", "*")
+            while i < len(argv) and not (argv[i].startswith("--") and len(argv[i]) > 2):
+                values.append(argv[i])
+                i += 1
+                if not takes_many:
+                    break
+        out[key] = values[0] if len(values) == 1 and not (spec is not None and spec.nargs in ("+", "*")) else values
+    return out
+
+
+def _mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict, list[ValueChange]]:
+    only_a = {k: v for k, v in a.items() if k not in b}
+    only_b = {k: v for k, v in b.items() if k not in a}
+    changed = [ValueChange(k, a[k], b[k]) for k in a if k in b and a[k] != b[k]]
+    return only_a, only_b, changed
+
+
+def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str | None = None,
+                  python: str | os.PathLike[str] | None = None, timeout_s: float = 120.0) -> ProfileDiff:
+    """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution."""
+    from ddtctl.profile import load_profile
+    from ddtctl.render import render_argv
+    from ddtctl.schema.extensions import extended_catalog
+
+    la, lb = load_profile(path_a), load_profile(path_b)
+    pa, pb = la.profile, lb.profile
+    cat_a, cat_b = extended_catalog(pa.sglang), extended_catalog(pb.sglang)
+    argv_a, argv_b = render_argv(pa, cat_a), render_argv(pb, cat_b)
+    map_a, map_b = argv_to_mapping(argv_a, cat_a), argv_to_mapping(argv_b, cat_b)
+    only_a, only_b, changed = _mapping_diff(map_a, map_b)
+    context: list[ValueChange] = []
+
+    def ctx(key: str, va: Any, vb: Any) -> None:
+        if va != vb:
+            context.append(ValueChange(key, va, vb))
+
+    ctx("sglang", pa.sglang, pb.sglang)
+    ctx("hardware.gpu", pa.hardware.gpu if pa.hardware else None, pb.hardware.gpu if pb.hardware else None)
+    ctx("hardware.count", pa.hardware.count if pa.hardware else None, pb.hardware.count if pb.hardware else None)
+    ctx("host", pa.host or pa.hosts, pb.host or pb.hosts)
+    env_a, env_b, env_c = _mapping_diff(dict(pa.env), dict(pb.env))
+    for k, v in env_a.items():
+        context.append(ValueChange(f"env.{k}", v, None))
+    for k, v in env_b.items():
+        context.append(ValueChange(f"env.{k}", None, v))
+    for c in env_c:
+        context.append(ValueChange(f"env.{c.key}", c.a, c.b))
+    result = ProfileDiff(la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed,
+                         context)
+    if resolved:
+        result.resolved = _resolved_diff(la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s)
+    return result
+
+
+def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s) -> dict:
+    try:
+        from ddtctl.dryrun import dry_run_argvs
+    except ImportError:  # pragma: no cover - the dry-run module ships with ddtctl
+        raise EnvironmentMissing("SGLang resolution is not available in this ddtctl build",
+                                 fix="drop --resolved") from None
+    pa, pb = la.profile, lb.profile
+    if pa.sglang != pb.sglang and python is None:
+        raise UsageError(f"--resolved compares through one SGLang resolver; the profiles target {pa.sglang} and "
+                         f"{pb.sglang}", fix="migrate one profile first (`ddtctl migrate`) or drop --resolved")
+    gpus = []
+    for loaded in (la, lb):
+        chosen = gpu or (loaded.profile.hardware.gpu if loaded.profile.hardware else None)
+        if chosen is None:
+            raise UsageError("no GPU declared: SGLang's resolution depends on the GPU generation",
+                             where=loaded.source, fix="add `hardware: {gpu: H200}` to the profile or pass --gpu")
+        gpus.append(chosen)
+    hosts = [pa.host or (pa.hosts[0] if pa.hosts else None), pb.host or (pb.hosts[0] if pb.hosts else None)]
+    ra, rb = dry_run_argvs([(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])], python=python,
+                           timeout_s=timeout_s, hosts=hosts, sglang=pa.sglang)
+    for r in (ra, rb):
+        if r.setup_error:  # nothing was resolved: comparing would claim "the same" falsely
+            err = r.error or {}
+            raise EnvironmentMissing(f"SGLang could not resolve this profile: {err.get('type')}: "
+                                     f"{str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}",
+                                     where=r.source, fix="see `ddtctl dry-run` on it; or drop --resolved")
+    keys = sorted(set(ra.resolved) | set(rb.resolved))
+    given = {a.lstrip("-").replace("-", "_") for a in [*argv_a, *argv_b] if a.startswith("--")}
+    changed = [asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k))) for k in keys
+               if ra.resolved.get(k) != rb.resolved.get(k) and (k not in RANDOM_WHEN_UNSET or k in given)]
+    return {
+        "a": {"accepted": ra.accepted, "error": ra.error, "overrides": ra.overrides},
+        "b": {"accepted": rb.accepted, "error": rb.error, "overrides": rb.overrides},
+        "verdict_changed": ra.accepted != rb.accepted,
+        "changed": changed,
+    }

@@ -1,0 +1,312 @@
+"""`ddtctl migrate`: rewrite a profile written for an older SGLang release to a newer one.
+
+Renamed flags under `server:` get their new name; flags the target release no longer has are reported (with the
+replacement SGLang named, when it named one). Edits are line-based (the key token on its line, and the `sglang:`
+value), so comments, order, quoting and layout survive; the YAML is never re-serialised.
+
+Library API: migrate_profile(path, to_version, *, from_version=None, write=False) -> MigrationResult
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtctl.errors import ProfileError, UsageError
+from ddtctl.schema.catalog import Catalog
+
+_KEY_TOKEN = r"[A-Za-z0-9_.-]+"
+
+
+@dataclass
+class KeyEdit:
+    line: int
+    old_key: str
+    new_key: str
+    reason: str  # e.g. "renamed in sglang 0.5.20 (sglang 0.5.19 declares ... a deprecated alias of ...)"
+    old_value: Any = None
+    new_value: Any = None  # set when the value had to change too (switch -> valued flag)
+
+
+@dataclass
+class KeyIssue:
+    line: int | None
+    key: str
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class MigrationResult:
+    source: str
+    from_version: str
+    to_version: str
+    edits: list[KeyEdit] = field(default_factory=list)
+    removed: list[KeyIssue] = field(default_factory=list)  # flags the target lacks: need a manual decision
+    warnings: list[KeyIssue] = field(default_factory=list)  # migrated, but look at it (value, deprecation)
+    original: str = ""
+    text: str = ""
+    written: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.text != self.original
+
+    @property
+    def complete(self) -> bool:
+        """Nothing left for a person to decide."""
+        return not self.removed
+
+    def unified_diff(self) -> str:
+        return "".join(difflib.unified_diff(self.original.splitlines(True), self.text.splitlines(True),
+                                            f"a/{self.source}", f"b/{self.source}"))
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "from": self.from_version,
+            "to": self.to_version,
+            "changed": self.changed,
+            "written": self.written,
+            "complete": self.complete,
+            "edits": [asdict(e) for e in self.edits],
+            "removed": [asdict(r) for r in self.removed],
+            "warnings": [asdict(w) for w in self.warnings],
+        }
+
+
+# -- line editing ----------------------------------------------------------------------------------------------------
+def _canon(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-").lower()
+
+
+def _restyle(new_name: str, old_key: str) -> str:
+    """Keep the user's spelling style: underscores if they wrote underscores, a leading `--` if they wrote one."""
+    out = new_name.replace("-", "_") if ("_" in old_key and "-" not in old_key.lstrip("-")) else new_name
+    return ("--" + out) if old_key.startswith("--") else out
+
+
+def _split_comment(rest: str) -> tuple[str, str]:
+    quote = None
+    for i, ch in enumerate(rest):
+        if ch in "\"'" and quote is None:
+            quote = ch
+        elif ch == quote:
+            quote = None
+        elif ch == "#" and quote is None and (i == 0 or rest[i - 1] in " \t"):
+            return rest[:i], rest[i:]
+    return rest, ""
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_./@+-]*", text) and text.lower() not in (
+            "true", "false", "yes", "no", "null", "on", "off", "y", "n"):
+        return text
+    return json.dumps(text)
+
+
+def _find_key(line: str, canon: str) -> re.Match | None:
+    """The key token on `line` whose canonical form is `canon` (block `key:` or inside a flow `{...}`)."""
+    pattern = re.compile(r"(?P<pre>^\s*|[{,]\s*)(?P<q>[\"']?)(?P<key>--?" + _KEY_TOKEN + r"|" + _KEY_TOKEN +
+                         r")(?P=q)(?P<colon>\s*:)")
+    for m in pattern.finditer(line):
+        if _canon(m.group("key")) == canon:
+            return m
+    return None
+
+
+def _rename_on_line(line: str, canon: str, new_name: str, new_value: Any = None) -> tuple[str, str] | None:
+    """`line` with the key `canon` renamed (and, for block style, its value replaced); None if not found."""
+    m = _find_key(line, canon)
+    if m is None:
+        return None
+    old_key = m.group("key")
+    new_key = _restyle(new_name, old_key)
+    start, end = m.span("key")
+    out = line[:start] + new_key + line[end:]
+    if new_value is not None:
+        colon_end = m.end("colon") + (len(new_key) - len(old_key))
+        body, comment = _split_comment(out[colon_end:])
+        if not re.fullmatch(r"\s*\S[^,{}\[\]]*", body) or "{" in out[:colon_end]:
+            return None  # flow style or complex value: leave it to a person
+        lead = body[: len(body) - len(body.lstrip())] or " "
+        trail = body[len(body.rstrip()):]
+        out = out[:colon_end] + lead + _yaml_scalar(new_value) + trail + comment
+    return out, old_key
+
+
+def _set_sglang_line(lines: list[str], line_no: int | None, version: str) -> bool:
+    if line_no is None:
+        return False
+    i = line_no - 1
+    m = re.match(r"^(?P<head>sglang\s*:\s*)(?P<rest>.*)$", lines[i])
+    if m is None:
+        return False
+    body, comment = _split_comment(m.group("rest"))
+    value = body.strip()
+    quote = value[0] if value[:1] in ("'", '"') else '"'
+    pad = body[len(body.rstrip()):] if comment else ""
+    lines[i] = f"{m.group('head')}{quote}{version}{quote}{pad}{comment}"
+    return True
+
+
+def _replacement_value(replacement: str | None, target) -> tuple[str, Any] | None:
+    """`--flag=value` naming a live flag of the target -> (flag name, value)."""
+    if not replacement:
+        return None
+    m = re.fullmatch(r"--(" + _KEY_TOKEN + r")=(\S+)", replacement.strip())
+    if m is None:
+        return None
+    spec = target.get_option(m.group(1))
+    if spec is None or spec.deprecated:
+        return None
+    value = m.group(2)
+    if spec.choices is not None and value not in [str(c) for c in spec.choices]:
+        return None
+    return spec.name, value
+
+
+# -- the migration ---------------------------------------------------------------------------------------------------
+def migrate_text(text: str, source: str, to_version: str, *, from_version: str | None = None) -> MigrationResult:
+    from ddtctl.diffflags import diff_versions
+    from ddtctl.profile import parse_profile_text
+    from ddtctl.schema.catalog import load_catalog
+
+    doc = parse_profile_text(text, source)
+    data = doc.data
+    declared = data.get("sglang")
+    src_version = from_version or (str(declared) if declared is not None else None)
+    if not src_version:
+        raise UsageError("the profile has no `sglang:` release to migrate from", where=source,
+                         fix="add `sglang: \"0.5.12\"` (the release it was written for) or pass --from")
+    source_cat, target = load_catalog(src_version), load_catalog(to_version)
+    result = MigrationResult(source, source_cat.version, target.version, original=text, text=text)
+    server = data.get("server") or {}
+    if not isinstance(server, dict):
+        raise ProfileError("`server:` must be a mapping of SGLang flags", where=f"{source}:{doc.lines.get('server')}")
+    diff = diff_versions(source_cat.version, target.version) if source_cat.version != target.version else None
+    try:
+        from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
+
+        ours = {s.name for s in DDTREE_FLAG_SPECS}
+    except ImportError:  # pragma: no cover
+        ours = set()
+
+    lines = text.split("\n")
+    present = set(server)
+    for key, value in server.items():
+        line_no = doc.lines.get(f"server.{key}")
+        if key in ours:
+            continue  # ddtctl's payload flags are in no release catalog; the overlay carries them
+        spec = source_cat.get(key)
+        if spec is None:
+            close = source_cat.suggest(key)
+            result.warnings.append(KeyIssue(line_no, key, f"not a flag of sglang {source_cat.version}; left as is",
+                                            f"did you mean {close[0]!r}?" if close else None))
+            continue
+        now = target.get_option(key)
+        if now is not None and not (now.deprecated and now.alias_of):
+            if now.deprecated:
+                result.warnings.append(KeyIssue(line_no, key, f"deprecated in sglang {target.version}",
+                                                f"use {now.replacement}" if now.replacement else None))
+            continue
+        new_name, reason, new_value = None, "", None
+        if now is not None:  # still parses, as a deprecated alias: move to the live flag before it disappears
+            new_name = now.alias_of
+            reason = f"sglang {target.version} keeps --{key} only as a deprecated alias of --{new_name}"
+        else:
+            rename = diff.rename_of(spec.name) if diff else None
+            if rename is not None:
+                new_name = rename.new
+                how = {"declared": "", "dest": " (same dest)", "similar": " (inferred)"}[rename.how]
+                reason = f"renamed{how}: {'; '.join(rename.evidence)}"
+                if rename.how == "similar":
+                    result.warnings.append(KeyIssue(line_no, key, f"rename to {new_name} inferred from similarity, "
+                                                                  "not declared by SGLang", "check it"))
+            else:
+                gone = diff.removed_entry(spec.name) if diff else None
+                hint = gone.hint if gone else None
+                repl = None
+                for version in _span_versions(source_cat.version, target.version):
+                    s = load_catalog(version).get_option(key)
+                    if s is not None and s.replacement:
+                        repl = _replacement_value(s.replacement, target) or repl
+                if repl is not None and Catalog.is_boolean_switch(spec) and value is True:
+                    new_name, new_value = repl
+                    reason = f"removed in sglang {target.version}; sglang said: use --{repl[0]}={repl[1]}"
+                else:
+                    fix = hint or "delete the line, or find its replacement in `ddtctl diff-flags`"
+                    if Catalog.is_boolean_switch(spec) and value is False:
+                        fix = "it is set to false (the default): delete the line"
+                    result.removed.append(KeyIssue(line_no, key, f"sglang {target.version} has no --{spec.name}",
+                                                   fix))
+                    continue
+        new_canon = _canon(new_name)
+        if new_canon in present and new_canon != key:
+            result.removed.append(KeyIssue(line_no, key, f"--{new_name} (its new name) is also set",
+                                           f"keep one of `{key}` and `{new_name}`"))
+            continue
+        if line_no is None:
+            continue
+        edited = _rename_on_line(lines[line_no - 1], key, new_name, new_value)
+        if edited is None:
+            result.removed.append(KeyIssue(line_no, key, f"could not rewrite this line automatically "
+                                                         f"(rename to {new_name})", "edit it by hand"))
+            continue
+        lines[line_no - 1], old_key = edited
+        present.add(new_canon)
+        result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value,
+                                    new_value))
+        _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
+
+    if result.edits or source_cat.version != target.version:
+        if not _set_sglang_line(lines, doc.lines.get("sglang"), target.version):
+            result.warnings.append(KeyIssue(None, "sglang", f"no `sglang:` line to update to {target.version}",
+                                            f"add `sglang: \"{target.version}\"`"))
+    result.text = "\n".join(lines)
+    return result
+
+
+def _span_versions(a: str, b: str) -> list[str]:
+    from ddtctl.diffflags import version_key
+    from ddtctl.schema.catalog import available_versions
+
+    lo, hi = sorted((version_key(a), version_key(b)))
+    return [v for v in available_versions() if lo <= version_key(v) <= hi]
+
+
+def _check_value(result: MigrationResult, target, new_name: str, value: Any, line: int, key: str) -> None:
+    spec = target.get(new_name)
+    if spec is None or spec.choices is None or value is None:
+        return
+    values = value if isinstance(value, list) else [value]
+    allowed = [str(c) for c in spec.choices]
+    bad = [v for v in values if str(v) not in allowed]
+    if bad:
+        result.warnings.append(KeyIssue(line, key, f"value {bad[0]!r} is not a choice of --{new_name} in sglang "
+                                                    f"{target.version}", f"one of: {', '.join(allowed)}"))
+
+
+def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None,
+                    write: bool = False) -> MigrationResult:
+    from ddtctl.profile import read_profile_document
+
+    doc = read_profile_document(path)  # size, encoding and I/O errors as one-line ProfileErrors
+    result = migrate_text(doc.text, str(path), to_version, from_version=from_version)
+    if write and result.changed:
+        p = Path(path)
+        tmp = p.with_name(f".{p.name}.ddtctl-migrate")
+        tmp.write_text(result.text, encoding="utf-8")
+        os.replace(tmp, p)
+        result.written = True
+    return result
