@@ -11,6 +11,7 @@ from ddtctl.cli._app import app, settings
 from ddtctl.cli import validate as _validate  # noqa: E402,F401
 from ddtctl.cli import envcmd as _envcmd  # noqa: E402,F401
 from ddtctl.cli import dryrun as _dryrun  # noqa: E402,F401
+from ddtctl.cli import diffflags as _diffflags  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> None:
