@@ -1,0 +1,343 @@
+"""`ddtctl overlay build`: pristine SGLang files + payload patches + added modules -> a staged payload and a view.
+
+The build directory (default ~/.cache/ddtctl/overlay/<name>-<sglang>/) holds:
+    payload/   what gets installed or shipped: ddtree-manifest.json (every file with its sha256, the pristine base
+               hash of each patched file, the payload id), files/<path in site-packages>, installer.py, smoke.py
+    view/      the target's site-packages as seen with the payload applied (real directories only along the payload's
+               paths, symlinks to the untouched originals elsewhere); dry-runs put it first on sys.path, so the
+               managed environment's site-packages is never modified
+    build.json what this build was made from (source fingerprint, SGLang root, interpreter, payload id)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtctl.errors import EnvironmentMissing, OverlayError
+from ddtctl.overlay import installer
+from ddtctl.overlay.payload import (
+    FORMAT,
+    SourceManifest,
+    load_source_manifest,
+    payload_id,
+    sha256_bytes,
+    sha256_file,
+)
+from ddtctl.overlay.udiff import PatchError, apply_patch
+
+TOOLS = ("installer.py", "smoke.py")
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Target:
+    """The SGLang install a payload is built for / verified in / installed into."""
+
+    sglang_root: Path  # the site-packages directory holding sglang/
+    python: Path  # its interpreter
+    sglang_version: str | None = None
+
+
+@dataclass
+class BuildResult:
+    name: str
+    version: str
+    sglang: str
+    payload_id: str
+    build_dir: Path
+    payload_dir: Path
+    view_dir: Path
+    sglang_root: Path
+    python: Path
+    files: list[dict[str, Any]] = field(default_factory=list)
+    reused: bool = False
+    skipped_optional: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("build_dir", "payload_dir", "view_dir", "sglang_root", "python"):
+            d[k] = str(d[k])
+        return d
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DDTCTL_CACHE_DIR") or "~/.cache/ddtctl").expanduser() / "overlay"
+
+
+def default_build_dir(m: SourceManifest) -> Path:
+    return cache_root() / f"{m.name}-{m.sglang}"
+
+
+def _guess_python(sglang_root: Path) -> Path | None:
+    # <prefix>/lib/pythonX.Y/site-packages -> <prefix>/bin/python
+    parts = sglang_root.resolve().parts
+    if len(parts) >= 3 and parts[-1] == "site-packages" and parts[-2].startswith("python"):
+        for name in ("python", parts[-2]):
+            cand = Path(*parts[:-3]) / "bin" / name
+            if cand.exists():
+                return cand
+    return None
+
+
+def _site_of(python: Path) -> Path:
+    code = "import importlib.util,os;s=importlib.util.find_spec('sglang');print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')"
+    try:
+        out = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot run {python}: {exc}") from None
+    root = out.stdout.strip()
+    if out.returncode != 0 or not root:
+        raise EnvironmentMissing(f"{python} has no sglang installed", fix="run `ddtctl env create` or pass --sglang-root")
+    return Path(root)
+
+
+def managed_python(version: str) -> Path:
+    try:
+        from ddtctl import envs  # the dry-run helper's module
+    except ImportError:
+        envs = None
+    if envs is not None:
+        env = envs.managed_env(version)
+        if getattr(env, "exists", False):
+            return Path(env.python)
+        raise EnvironmentMissing(
+            f"the managed SGLang {version} environment does not exist ({getattr(env, 'root', '?')})",
+            fix="create it (`make test` / `ddtctl env create`) or pass --sglang-root and --python",
+        )
+    raise EnvironmentMissing("no managed SGLang environment support in this ddtctl", fix="pass --sglang-root")
+
+
+def sglang_version_at(root: Path) -> str | None:
+    return installer.sglang_version_at(str(root))
+
+
+def resolve_target(sglang: str, sglang_root: str | Path | None = None, python: str | Path | None = None) -> Target:
+    if sglang_root is not None:
+        root = Path(sglang_root).expanduser()
+        if not (root / "sglang").is_dir():
+            raise OverlayError(f"{root} has no sglang/ package", fix="pass the site-packages directory that holds sglang/")
+        py = Path(python) if python else (_guess_python(root) or Path(sys.executable))
+    else:
+        py = Path(python) if python else managed_python(sglang)
+        root = _site_of(py)
+    return Target(sglang_root=root.resolve(), python=py, sglang_version=sglang_version_at(root))
+
+
+def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str) -> str:
+    if have == result:
+        how = "it already holds this payload's patched version (the payload is installed there; build from a pristine SGLang or uninstall first)"
+    else:
+        how = f"it is not the pristine file of sglang {sglang} (a different release, or locally modified)"
+    return f"{rel}: sha256 {have[:16]}... differs from the pristine base {base[:16]}...: {how}"
+
+
+def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any], list[str]]:
+    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional sources)."""
+    if target.sglang_version and target.sglang_version != m.sglang:
+        raise OverlayError(
+            f"{target.sglang_root} has sglang {target.sglang_version}; payload {m.name} is for sglang {m.sglang}",
+            fix="build against the pinned release (the managed env) or a matching --sglang-root",
+        )
+    files_dir = out / "files"
+    entries: list[dict[str, Any]] = []
+    for p in m.patched:
+        base_path = target.sglang_root / p.path
+        if not base_path.is_file():
+            raise OverlayError(f"{p.path} does not exist in {target.sglang_root}", fix="is this an SGLang install?")
+        base = base_path.read_bytes()
+        have = sha256_bytes(base)
+        if have != p.base_sha256:
+            raise OverlayError(_describe_mismatch(p.path, have, p.base_sha256, p.result_sha256, m.sglang))
+        patch_file = m.root / p.patch
+        try:
+            patch_text = patch_file.read_text(encoding="utf-8")
+            result = apply_patch(base.decode("utf-8"), patch_text, label=p.path).encode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OverlayError(f"cannot read {p.patch}: {exc}", where=str(m.path)) from None
+        except PatchError as exc:
+            raise OverlayError(f"patch does not apply: {exc}", where=str(patch_file)) from None
+        got = sha256_bytes(result)
+        if got != p.result_sha256:
+            raise OverlayError(
+                f"{p.path}: the patched result has sha256 {got[:16]}..., the manifest expects {p.result_sha256[:16]}...",
+                where=str(m.path), fix="regenerate the patch (ddtctl overlay import) or fix result_sha256",
+            )
+        dst = files_dir / p.path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(result)
+        entries.append({"path": p.path, "kind": "patched", "sha256": got, "base_sha256": p.base_sha256,
+                        "patch": p.patch})
+    skipped = [a.source for a in m.added if a.optional and not m.source_path(a).exists()]
+    for rel, src, a in m.expand_added():
+        data = src.read_bytes()
+        sha = sha256_bytes(data)
+        if a.sha256 and not a.tree and sha != a.sha256:
+            raise OverlayError(
+                f"added file {a.source} has sha256 {sha[:16]}..., the manifest pins {a.sha256[:16]}...",
+                where=str(m.path), fix="run `ddtctl overlay manifest --update` after an intended change",
+            )
+        if (target.sglang_root / rel).exists():
+            raise OverlayError(f"added file {rel} already exists in {target.sglang_root} (it would replace an SGLang file)",
+                               fix="list it under `patched` instead")
+        dst = files_dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+        shutil.copystat(src, dst)
+        entries.append({"path": rel, "kind": "added", "sha256": sha, "source": a.source})
+    for tool in TOOLS:
+        shutil.copy2(_HERE / tool, out / tool)
+    built = {
+        "format": FORMAT,
+        "name": m.name,
+        "version": m.version,
+        "sglang": m.sglang,
+        "summary": m.summary,
+        "payload_id": payload_id(m.name, m.version, m.sglang, entries),
+        "files": entries,
+        "tools": {t: sha256_file(out / t) for t in TOOLS},
+        "smoke": m.smoke,
+    }
+    (out / installer.MANIFEST_NAME).write_text(json.dumps(built, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return built, skipped
+
+
+def byte_compile(python: Path, pairs: list[tuple[Path, Path]]) -> None:
+    """Compile each source to its cfile with the target interpreter; OverlayError naming the first failure."""
+    if not pairs:
+        return
+    code = (
+        "import json,py_compile,sys\n"
+        "for src,dst in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        py_compile.compile(src, cfile=dst, doraise=True)\n"
+        "    except py_compile.PyCompileError as e:\n"
+        "        print(e.msg.strip().splitlines()[-1] + ' in ' + src); sys.exit(1)\n"
+    )
+    payload = json.dumps([[str(s), str(d)] for s, d in pairs])
+    try:
+        out = subprocess.run([str(python), "-I", "-c", code], input=payload, capture_output=True, text=True,
+                             timeout=300)
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
+    if out.returncode != 0:
+        msg = (out.stdout.strip() or out.stderr.strip().splitlines()[-1:] or ["failed"])[-1]
+        raise OverlayError(f"byte-compiling with {python} failed: {msg}")
+
+
+def _build_info_path(build_dir: Path) -> Path:
+    return build_dir / "build.json"
+
+
+def read_build(build_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(_build_info_path(build_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def build(
+    payload_dir: str | Path | None = None,
+    *,
+    sglang_root: str | Path | None = None,
+    python: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    reuse: bool = False,
+) -> BuildResult:
+    m = load_source_manifest(payload_dir)
+    target = resolve_target(m.sglang, sglang_root, python)
+    build_dir = Path(out_dir).expanduser() if out_dir else default_build_dir(m)
+    fingerprint = m.fingerprint()
+    if reuse:
+        info = read_build(build_dir)
+        if (
+            info
+            and info.get("fingerprint") == fingerprint
+            and info.get("sglang_root") == str(target.sglang_root)
+            and info.get("python") == str(target.python)
+            and all(
+                (target.sglang_root / p.path).is_file() and sha256_file(target.sglang_root / p.path) == p.base_sha256
+                for p in m.patched
+            )
+            and (build_dir / "view").is_dir()
+        ):
+            return _result(m, target, build_dir, info, reused=True)
+
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{build_dir.name}.", dir=build_dir.parent))
+    try:
+        built, skipped = stage(m, target, tmp / "payload")
+        installer.build_view(str(target.sglang_root), str(tmp / "payload"), str(tmp / "view"))
+        pairs = []
+        for e in built["files"]:
+            if e["path"].endswith(".py"):
+                src = tmp / "view" / e["path"]
+                pairs.append((src, tmp / "view" / installer.pyc_paths(e["path"])[0]))
+        # The interpreter's own cache tag decides the .pyc names; ask it rather than assuming ours.
+        byte_compile(target.python, _retag(target.python, pairs))
+        info = {
+            "payload_id": built["payload_id"],
+            "fingerprint": fingerprint,
+            "sglang_root": str(target.sglang_root),
+            "python": str(target.python),
+            "sglang_version": target.sglang_version,
+            "payload_source": str(m.root),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "skipped_optional": skipped,
+        }
+        _build_info_path(tmp).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        _swap_in(tmp, build_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _result(m, target, build_dir, info, reused=False)
+
+
+def _retag(python: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
+    if Path(python).resolve() == Path(sys.executable).resolve():
+        return pairs
+    try:
+        tag = subprocess.run([str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
+    ours = sys.implementation.cache_tag
+    if not tag or tag == ours:
+        return pairs
+    return [(s, d.with_name(d.name.replace(f".{ours}.", f".{tag}."))) for s, d in pairs]
+
+
+def _swap_in(tmp: Path, build_dir: Path) -> None:
+    old = None
+    if build_dir.exists():
+        old = build_dir.with_name(f".{build_dir.name}.old-{os.getpid()}")
+        os.replace(build_dir, old)
+    os.replace(tmp, build_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _result(m: SourceManifest, target: Target, build_dir: Path, info: dict, *, reused: bool) -> BuildResult:
+    built = json.loads((build_dir / "payload" / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+    return BuildResult(
+        name=m.name,
+        version=m.version,
+        sglang=m.sglang,
+        payload_id=built["payload_id"],
+        build_dir=build_dir,
+        payload_dir=build_dir / "payload",
+        view_dir=build_dir / "view",
+        sglang_root=target.sglang_root,
+        python=target.python,
+        files=[{k: e.get(k) for k in ("path", "kind", "sha256", "base_sha256")} for e in built["files"]],
+        reused=reused,
+        skipped_optional=list(info.get("skipped_optional") or []),
+    )

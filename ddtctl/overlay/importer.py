@@ -1,0 +1,211 @@
+"""`ddtctl overlay import DIR` and `ddtctl overlay manifest`: payload sources from hand-patched SGLang files.
+
+The common workflow today: someone edits `spec_info.py`, `server_args.py`, `dflash_worker.py` and adds a
+`ddtree_utils.py`, in a directory that mirrors the sglang package tree. `import` finds each file's pristine
+counterpart in the pinned release (checked against the release's own RECORD hashes), stores a unified diff with the
+base and result hashes, copies new files as added files, and writes a manifest that `overlay build` builds, verifies
+and ships exactly like the bundled payload.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtctl.errors import OverlayError
+from ddtctl.overlay.build import resolve_target
+from ddtctl.overlay.payload import (
+    FORMAT,
+    MANIFEST,
+    AddedFile,
+    PatchedFile,
+    SourceManifest,
+    load_source_manifest,
+    patch_name,
+    sha256_bytes,
+)
+from ddtctl.overlay.udiff import PatchError, apply_patch, make_patch
+
+DEFAULT_SMOKE = [
+    {"id": "registered", "what": "SpeculativeAlgorithm.from_string('DDTREE') resolves"},
+    {"id": "flags", "what": "the DDTREE flags parse with their types and defaults"},
+    {"id": "resolve", "what": "a DDTREE argv resolves through ServerArgs.resolve_once()"},
+]
+_SKIP_DIRS = {"__pycache__", ".git"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".orig", ".rej", ".swp")
+
+
+@dataclass
+class ImportResult:
+    payload_dir: Path
+    patched: list[dict[str, Any]] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"payload_dir": str(self.payload_dir), "patched": self.patched, "added": self.added,
+                "unchanged": self.unchanged}
+
+
+def record_hashes(sglang_root: Path, version: str) -> dict[str, str]:
+    """path -> sha256 hex from the release's dist-info RECORD ({} when there is none)."""
+    record = sglang_root / f"sglang-{version}.dist-info" / "RECORD"
+    try:
+        text = record.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out = {}
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            digest = row[1][len("sha256="):]
+            digest += "=" * (-len(digest) % 4)
+            out[row[0]] = base64.urlsafe_b64decode(digest).hex()
+    return out
+
+
+def _mirror_prefix(src: Path) -> str:
+    if (src / "sglang").is_dir():
+        return ""
+    if (src / "srt").is_dir() or (src / "__init__.py").is_file() and (src / "version.py").is_file():
+        return "sglang/"
+    raise OverlayError(
+        f"{src} does not mirror the sglang package tree",
+        fix="lay the files out as in site-packages (sglang/srt/...) or as in the sglang package (srt/...)",
+    )
+
+
+def patched_entry(rel: str, base: bytes, new: bytes) -> tuple[PatchedFile, str]:
+    try:
+        old_text, new_text = base.decode("utf-8"), new.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OverlayError(f"{rel} is not UTF-8 text; binary patches are not supported") from None
+    patch = make_patch(old_text, new_text, rel)
+    try:
+        if apply_patch(old_text, patch, label=rel).encode("utf-8") != new:
+            raise PatchError("round trip differs")
+    except PatchError as exc:  # pragma: no cover - make_patch/apply_patch disagree
+        raise OverlayError(f"{rel}: cannot express the change as an exact patch ({exc})") from None
+    return PatchedFile(rel, patch_name(rel), sha256_bytes(base), sha256_bytes(new)), patch
+
+
+def import_dir(
+    src: str | Path,
+    *,
+    out: str | Path,
+    sglang: str = "0.5.23",
+    sglang_root: str | Path | None = None,
+    python: str | Path | None = None,
+    name: str = "ddtree-sglang-imported",
+    version: str = "0.0.1",
+    force: bool = False,
+) -> ImportResult:
+    src = Path(src).expanduser()
+    if not src.is_dir():
+        raise OverlayError(f"{src} is not a directory")
+    out = Path(out).expanduser()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
+    target = resolve_target(sglang, sglang_root, python)
+    if target.sglang_version and target.sglang_version != sglang:
+        raise OverlayError(f"{target.sglang_root} has sglang {target.sglang_version}, not {sglang}")
+    record = record_hashes(target.sglang_root, sglang)
+    prefix = _mirror_prefix(src)
+    if out.exists() and force:
+        shutil.rmtree(out)
+    (out / "patches").mkdir(parents=True)
+    result = ImportResult(payload_dir=out)
+    m = SourceManifest(root=out, name=name, version=version, sglang=sglang,
+                       summary=f"imported from {src} by `ddtctl overlay import`", smoke=list(DEFAULT_SMOKE))
+    for f in sorted(src.rglob("*")):
+        rel_parts = f.relative_to(src).parts
+        if f.is_dir() or any(p in _SKIP_DIRS for p in rel_parts) or f.name.endswith(_SKIP_SUFFIXES):
+            continue
+        if f.is_symlink():
+            raise OverlayError(f"{f} is a symlink; import real files only")
+        rel = prefix + "/".join(rel_parts)
+        new = f.read_bytes()
+        pristine_path = target.sglang_root / rel
+        if pristine_path.is_file():
+            base = pristine_path.read_bytes()
+            base_sha = sha256_bytes(base)
+            if record and rel in record and record[rel] != base_sha:
+                raise OverlayError(
+                    f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file (its sha256 differs "
+                    "from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
+            if base == new:
+                result.unchanged.append(rel)
+                continue
+            entry, patch = patched_entry(rel, base, new)
+            (out / entry.patch).write_text(patch, encoding="utf-8")
+            m.patched.append(entry)
+            result.patched.append({"path": rel, "base_sha256": entry.base_sha256, "result_sha256": entry.result_sha256,
+                                   "lines_changed": sum(1 for ln in patch.splitlines()
+                                                        if ln[:1] in "+-" and not ln.startswith(("+++", "---")))})
+        else:
+            dst = out / "files" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+            m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
+            result.added.append(rel)
+    if not m.patched and not m.added:
+        shutil.rmtree(out)
+        raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
+    m.write()
+    return result
+
+
+@dataclass
+class ManifestReport:
+    path: Path
+    stale: list[str] = field(default_factory=list)  # entries whose recorded hash differs from the sources
+    updated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": str(self.path), "stale": self.stale, "updated": self.updated}
+
+
+def check_manifest(payload_dir: str | Path | None = None, *, sglang_root: str | Path | None = None,
+                   python: str | Path | None = None, update: bool = False) -> ManifestReport:
+    """Compare the manifest's pinned hashes with the sources (and, for patches, with base + patch); optionally
+    rewrite them. Added files pulled from ddtctl (`ddtctl:...`) are hashed at build time and never pinned."""
+    m = load_source_manifest(payload_dir)
+    report = ManifestReport(path=m.path)
+    for a in m.added:
+        if a.tree or a.source.startswith("ddtctl:"):
+            continue
+        src = m.source_path(a)
+        have = sha256_bytes(src.read_bytes()) if src.is_file() else None
+        if have != a.sha256:
+            report.stale.append(a.path)
+            a.sha256 = have
+    if m.patched:
+        target = None
+        for p in m.patched:
+            if target is None:
+                target = resolve_target(m.sglang, sglang_root, python)
+            base = (target.sglang_root / p.path).read_bytes()
+            record = record_hashes(target.sglang_root, m.sglang)
+            if record.get(p.path) not in (None, sha256_bytes(base)):
+                raise OverlayError(f"{p.path} in {target.sglang_root} is not the pristine sglang {m.sglang} file "
+                                   "(its sha256 differs from the release's RECORD)")
+            try:
+                result = apply_patch(base.decode("utf-8"), (m.root / p.patch).read_text(encoding="utf-8"),
+                                     label=p.path).encode("utf-8")
+            except PatchError as exc:
+                raise OverlayError(str(exc), where=str(m.root / p.patch)) from None
+            base_sha, result_sha = sha256_bytes(base), sha256_bytes(result)
+            if (base_sha, result_sha) != (p.base_sha256, p.result_sha256):
+                report.stale.append(p.path)
+                p.base_sha256, p.result_sha256 = base_sha, result_sha
+    if update and report.stale:
+        m.write()
+        report.updated = True
+    return report
+
+
+__all__ = ["import_dir", "check_manifest", "record_hashes", "ImportResult", "ManifestReport", "FORMAT", "MANIFEST"]

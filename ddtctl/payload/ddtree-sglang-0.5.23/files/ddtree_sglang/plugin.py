@@ -1,0 +1,47 @@
+"""Entry point of the DDTREE payload: group `sglang.srt.plugins`, name `ddtree` (see the payload's dist-info).
+
+SGLang's launcher, engine, scheduler, detokenizer and DP controller call `sglang.srt.plugins.load_plugins()`, which
+calls `register()` once per process. (Set SGLANG_PLUGINS to a list that includes `ddtree` if you restrict plugins.)
+"""
+
+from __future__ import annotations
+
+from ddtree_sglang import ALGORITHM
+
+_launch_gate_registered = False
+
+
+def _launch_gate(*args, **kwargs):
+    """BEFORE hook on Engine._launch_subprocesses: refuse to start a DDTREE server while there is no worker."""
+    from ddtree_sglang.algo import LAUNCH_REFUSAL, DdtreeLaunchRefused
+
+    for value in list(args) + list(kwargs.values()):
+        algo = getattr(value, "speculative_algorithm", None)
+        if isinstance(algo, str) and algo.upper() == ALGORITHM:
+            # Resolve first (the launcher's own next step; idempotent) so a rule violation is reported as such.
+            resolve_once = getattr(value, "resolve_once", None)
+            if callable(resolve_once):
+                resolve_once()
+            raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+    return None
+
+
+def register() -> None:
+    """Register DDTREE, its resolution hook and the launch gate. Idempotent."""
+    global _launch_gate_registered
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import get_spec
+
+    from ddtree_sglang.algo import DdtreeSpecAlgo, worker_factory
+    from ddtree_sglang.resolution import install_hooks
+
+    if get_spec(ALGORITHM) is None:
+        SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=False, spec_class=DdtreeSpecAlgo)(worker_factory)
+    install_hooks()
+    if not _launch_gate_registered:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(
+            "sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _launch_gate, HookType.BEFORE
+        )
+        _launch_gate_registered = True
