@@ -284,6 +284,12 @@ class Worker:
         import sglang.srt.server_args as server_args_mod
         from sglang.srt.arg_groups import overrides, pipeline  # noqa: F401
 
+        # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points of
+        # group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op otherwise.
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+
         # Import every hook module now, so the probe stubs can be bound into them once.
         import importlib
         import pkgutil
