@@ -28,76 +28,10 @@ def validate(
 
     Exit codes: 0 all valid, 1 any invalid, 2 usage or I/O error.
     """
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.errors import UsageError
-    from ddtctl.validate import validate_argv, validate_paths
+    from ddtctl.cli.validate_report import run_validate
 
-    if argv:
-        if not paths:
-            raise UsageError("--argv needs the SGLang arguments after `--`",
-                             fix="ddtctl validate --argv -- --model-path /m --tp-size 8")
-        results = [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG)]
-    else:
-        if not paths:
-            raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
-        results = validate_paths(paths, gpu=gpu)
-        if fix:
-            results = _apply_fixes(results, gpu)
-    if output == OutputFormat.json:
-        print_json([r.as_json() for r in results])
-    else:
-        _print_results(results, quiet=quiet)
-    if any(r.error for r in results):
-        raise typer.Exit(2)
-    raise typer.Exit(0 if all(r.valid for r in results) else 1)
-
-
-def _apply_fixes(results, gpu):
-    from pathlib import Path
-
-    from ddtctl.fix import apply_fixes
-    from ddtctl.validate import validate_path
-
-    out = []
-    for result in results:
-        if result.error or result.valid or result.profile is None:
-            out.append(result)
-            continue
-        path = Path(result.source)
-        text = path.read_text(encoding="utf-8")
-        from ddtctl.profile import parse_profile_text
-
-        doc = parse_profile_text(text, result.source)
-        fixed = apply_fixes(text, result.findings, doc.lines)
-        if fixed.changed:
-            tmp = path.with_name(f".{path.name}.ddtctl-fix")
-            tmp.write_text(fixed.text, encoding="utf-8")
-            tmp.replace(path)
-            typer.echo(f"{result.source}: fixed {', '.join(sorted(set(fixed.applied)))}", err=True)
-            result = validate_path(path, gpu=gpu)
-        out.append(result)
-    return out
-
-
-def _print_results(results, *, quiet: bool) -> None:
-    console = stdout_console()
-    valid = sum(1 for r in results if r.valid and not r.error)
-    for r in results:
-        if r.error:
-            console.print(f"[bold red]✗[/] {r.source}: [red]{_esc(r.error)}[/]")
-            continue
-        if r.valid and quiet:
-            continue
-        mark = "[green]✓[/]" if r.valid else "[bold red]✗[/]"
-        console.print(f"{mark} {r.source}" + ("" if r.valid else ": [red]invalid[/]"))
-        for f in r.findings:
-            where = f"{r.source}:{f.line}" if f.line else r.source
-            style = _STYLE[f.severity]
-            console.print(f"  [{style}]{f.severity:<7}[/] [bold]{f.rule}[/] {_esc(where)}: {_esc(f.message)}")
-            if f.fix:
-                console.print(f"          [dim]fix:[/] {_esc(f.fix)}")
-    if len(results) > 1:
-        console.print(f"{valid}/{len(results)} valid")
+    raise typer.Exit(run_validate(paths or [], argv=argv, gpu=gpu, sglang=sglang, fix=fix, output=output.value,
+                                  quiet=quiet))
 
 
 def _esc(text: str) -> str:
