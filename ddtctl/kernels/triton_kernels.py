@@ -1,0 +1,482 @@
+"""DDTree Triton kernels: fused top-K + log-sum-exp, on-GPU best-first build, compile, follow.
+
+All launches have shapes fixed by (batch, L, V, B) and read their data-dependent loop bounds on the device, so a
+whole preparation step can be captured in a CUDA graph: no host synchronisation, no allocation after `DDTreePlan`.
+
+Top-K (two launches):
+  pass 1, grid (rows, splits): one read of the logits; per split an online (max, sum-exp), and the maximum of every
+         group of GS consecutive logits (written to a small scratch, ~1/64 of the logits).
+  pass 2, grid (rows,): log-sum-exp from the partials; t = K-th largest group maximum (at least K logits are >= t, so
+         every top-K logit lies in a group whose maximum is >= t); exact K-th largest logit by bisection over the
+         order-preserving integer keys of those groups' logits only; ties split by token id with a second bisection;
+         the K survivors are compacted, sorted (bitonic, 64-bit keys value|~id) and written as lp = x - lse.
+Build, grid (batch,): the best-first heap with one frontier entry per node (the node's next child rank). The pop
+  order key is (score desc, rank tuple asc); the rank-tuple order of two frontier entries equals (insertion point in
+  the current tree's preorder asc, depth desc), so each node carries its preorder index and subtree size and one
+  64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit for bit.
+Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive arrays.
+Follow, grid (batch,): greedy / sample-then-walk acceptance from posterior tokens.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # CPU: run the kernels in Triton's interpreter (read when the kernels are defined)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ddtctl.kernels.reference import check_budget  # noqa: E402
+
+INT64_MIN_PAD = tl.constexpr(-9223372036854775807)
+
+@triton.jit
+def _skey(x):
+    """fp32 -> int32 whose signed order is the float order (x must not be NaN; -0.0 canonicalised before)."""
+    b = x.to(tl.int32, bitcast=True)
+    return tl.where(b >= 0, b, b ^ 0x7FFFFFFF)
+
+
+@triton.jit
+def _from_skey(k):
+    b = tl.where(k >= 0, k, k ^ 0x7FFFFFFF)
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _ukey(x):
+    """fp32 -> int64 in [0, 2^32), float order."""
+    return _skey(x).to(tl.int64) + 2147483648
+
+
+@triton.jit
+def _load_f32(ptr, mask):
+    x = tl.load(ptr, mask=mask, other=float("-inf")).to(tl.float32)
+    return tl.where(x == 0.0, 0.0, x)
+
+
+@triton.jit
+def _topk_pass1(
+    X, GMAX, PM, PL,
+    V, n_tiles, tiles_per_split, S, stride_row, G_STRIDE,
+    GS: tl.constexpr, NG: tl.constexpr,
+):
+    row = tl.program_id(0)
+    s = tl.program_id(1)
+    t0 = s * tiles_per_split
+    t1 = tl.minimum(t0 + tiles_per_split, n_tiles)
+    g = tl.arange(0, NG)
+    offs2 = g[:, None] * GS + tl.arange(0, GS)[None, :]
+    m = tl.max(tl.full([NG], float("-inf"), tl.float32), axis=0)
+    acc = tl.sum(tl.zeros([NG], tl.float32), axis=0)
+    xrow = X + row.to(tl.int64) * stride_row
+    for t in range(t0, t1):
+        offs = t * (NG * GS) + offs2
+        x = _load_f32(xrow + offs, offs < V)
+        gm = tl.max(x, axis=1)
+        gidx = t * NG + g
+        tl.store(GMAX + row.to(tl.int64) * G_STRIDE + gidx, gm, mask=gidx * GS < V)
+        m_new = tl.maximum(m, tl.max(gm, axis=0))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        acc = acc * tl.exp(m - shift) + tl.sum(tl.sum(tl.exp(x - shift), axis=1), axis=0)
+        m = m_new
+    tl.store(PM + row * S + s, m)
+    tl.store(PL + row * S + s, acc)
+
+
+@triton.jit
+def _topk_pass2(
+    X, GMAX, PM, PL, SCR_G, SCR_K, LP_OUT, ID_OUT,
+    V, n_groups, S, K, stride_row, G_STRIDE,
+    GS: tl.constexpr, G_PAD: tl.constexpr, S_PAD: tl.constexpr, K_PAD: tl.constexpr, Q: tl.constexpr,
+):
+    row = tl.program_id(0)
+    row64 = row.to(tl.int64)
+    xrow = X + row64 * stride_row
+    # ---- log-sum-exp from the split partials
+    so = tl.arange(0, S_PAD)
+    pm = tl.load(PM + row * S + so, mask=so < S, other=float("-inf"))
+    pl = tl.load(PL + row * S + so, mask=so < S, other=0.0)
+    mx = tl.max(pm, axis=0)
+    mshift = tl.where(mx == float("-inf"), 0.0, mx)
+    lse = mshift + tl.log(tl.sum(pl * tl.exp(pm - mshift), axis=0))
+    # ---- t = K-th largest group maximum (0 when there are fewer than K groups: then every group is kept)
+    go = tl.arange(0, G_PAD)
+    gv = go < n_groups
+    gu = _ukey(_load_f32(GMAX + row64 * G_STRIDE + go, gv))
+    hi = tl.max(tl.where(gv, gu, 0), axis=0)
+    row_max_u = hi
+    lo = hi * 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ok = tl.sum((gv & (gu >= mid)).to(tl.int32), axis=0) >= K
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    t = lo
+    sel = gv & (gu >= t)
+    n_sel = tl.sum(sel.to(tl.int32), axis=0)
+    pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+    tl.store(SCR_G + row64 * G_PAD + pos, go, mask=sel)
+    tl.debug_barrier()
+    # ---- exact K-th largest logit key among the selected groups' logits
+    e = tl.arange(0, Q * GS)
+    eq = e // GS
+    ej = e % GS
+    lo = t
+    hi = row_max_u
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        cnt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
+        for q0 in range(0, n_sel, Q):
+            qv = (q0 + eq) < n_sel
+            gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
+            offs = gid * GS + ej
+            em = qv & (offs < V)
+            u = _ukey(_load_f32(xrow + offs, em))
+            cnt += tl.sum((em & (u >= mid)).to(tl.int32), axis=0)
+        ok = cnt >= K
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    thr = lo
+    # ---- ties at the threshold: keep the lowest token ids
+    n_gt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
+    n_eq = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
+    for q0 in range(0, n_sel, Q):
+        qv = (q0 + eq) < n_sel
+        gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
+        offs = gid * GS + ej
+        em = qv & (offs < V)
+        u = _ukey(_load_f32(xrow + offs, em))
+        n_gt += tl.sum((em & (u > thr)).to(tl.int32), axis=0)
+        n_eq += tl.sum((em & (u == thr)).to(tl.int32), axis=0)
+    need = K - n_gt
+    split = n_eq > need
+    jlo = tl.where(split, 0, V)
+    jhi = tl.where(split, V - 1, V)
+    while jlo < jhi:
+        mid = (jlo + jhi) // 2
+        cnt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
+        for q0 in range(0, n_sel, Q):
+            qv = (q0 + eq) < n_sel
+            gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
+            offs = gid * GS + ej
+            em = qv & (offs < V)
+            u = _ukey(_load_f32(xrow + offs, em))
+            cnt += tl.sum((em & (u == thr) & (offs <= mid)).to(tl.int32), axis=0)
+        ok = cnt >= need
+        jhi = tl.where(ok, mid, jhi)
+        jlo = tl.where(ok, jlo, mid + 1)
+    jthr = jlo
+    # ---- compact the K survivors, sort them, write lp and ids
+    base = n_gt * 0
+    for q0 in range(0, n_sel, Q):
+        qv = (q0 + eq) < n_sel
+        gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
+        offs = gid * GS + ej
+        em = qv & (offs < V)
+        x = _load_f32(xrow + offs, em)
+        u = _ukey(x)
+        take = em & ((u > thr) | ((u == thr) & (offs <= jthr)))
+        tpos = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        key = (_skey(x).to(tl.int64) << 32) | (2147483647 - offs).to(tl.int64)
+        tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
+        base += tl.sum(take.to(tl.int32), axis=0)
+    tl.debug_barrier()
+    ko = tl.arange(0, K_PAD)
+    keys = tl.load(SCR_K + row64 * K_PAD + ko, mask=ko < K, other=INT64_MIN_PAD)
+    keys = tl.sort(keys, descending=True)
+    xv = _from_skey((keys >> 32).to(tl.int32))
+    ids = 2147483647 - (keys & 0xFFFFFFFF).to(tl.int32)
+    tl.store(LP_OUT + row64 * K + ko, xv - lse, mask=ko < K)
+    tl.store(ID_OUT + row64 * K + ko, ids, mask=ko < K)
+
+
+@triton.jit
+def _build_kernel(
+    LP, IDS, TOK_OUT, DEP_OUT, PAR_OUT, SCORE_OUT,
+    L, K, B,
+    F: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    lpb = LP + req * L * K
+    n = tl.arange(0, F)
+    zi = tl.zeros([F], tl.int32)
+    root = n == 0
+    pre = zi
+    size = tl.where(root, 1, 0)
+    depth = zi
+    parent = zi - 1
+    flat = zi
+    crank = zi
+    nscore = tl.zeros([F], tl.float32)
+    lp00 = tl.load(lpb)
+    lp01 = tl.load(lpb + 1, mask=K > 1, other=float("-inf"))
+    cscore = tl.where(root, lp00, float("-inf"))
+    nlp = tl.where(root, lp01, float("-inf"))
+    cvalid = root
+    for i in range(1, B + 1):
+        ins = pre + size
+        low = ((2047 - ins) << 16) | (depth << 11) | n
+        key = tl.where(cvalid, (_skey(cscore).to(tl.int64) << 32) | low.to(tl.int64), INT64_MIN_PAD)
+        kmax = tl.max(key, axis=0)
+        is_p = key == kmax
+        dp = ((kmax >> 11) & 31).to(tl.int32)
+        insp = (2047 - ((kmax >> 16) & 2047)).to(tl.int32)
+        score_new = _from_skey((kmax >> 32).to(tl.int32))
+        d_new = dp + 1
+        lp_child = tl.load(lpb + d_new * K, mask=d_new < L, other=float("-inf"))
+        lp_child1 = tl.load(lpb + d_new * K + 1, mask=(d_new < L) & (K > 1), other=float("-inf"))
+        r = tl.sum(tl.where(is_p, crank, 0), axis=0)
+        alive = n < i
+        anc = alive & (pre < insp) & (insp <= pre + size) & (depth <= dp)
+        size = size + anc.to(tl.int32)
+        pre = tl.where(alive & (pre >= insp), pre + 1, pre)
+        # the popped entry's parent moves on to its next child rank
+        r1 = crank + 1
+        cscore = tl.where(is_p, nscore + nlp, cscore)
+        cvalid = tl.where(is_p, r1 < K, cvalid)
+        nlp_next = tl.load(lpb + depth * K + r1 + 1, mask=is_p & (r1 + 1 < K), other=float("-inf"))
+        nlp = tl.where(is_p, nlp_next, nlp)
+        crank = tl.where(is_p, r1, crank)
+        # the new node i
+        newn = n == i
+        pre = tl.where(newn, insp, pre)
+        size = tl.where(newn, 1, size)
+        depth = tl.where(newn, d_new, depth)
+        parent = tl.where(newn, (kmax & 2047).to(tl.int32), parent)
+        flat = tl.where(newn, (d_new - 1) * K + r, flat)
+        nscore = tl.where(newn, score_new, nscore)
+        crank = tl.where(newn, 0, crank)
+        cscore = tl.where(newn, score_new + lp_child, cscore)
+        nlp = tl.where(newn, lp_child1, nlp)
+        cvalid = tl.where(newn, d_new < L, cvalid)
+    node = (n >= 1) & (n <= B)
+    tok = tl.load(IDS + req * L * K + flat, mask=node, other=0)
+    tl.store(TOK_OUT + req * B + n - 1, tok, mask=node)
+    tl.store(DEP_OUT + req * B + n - 1, depth, mask=node)
+    tl.store(SCORE_OUT + req * B + n - 1, nscore, mask=node)
+    tl.store(PAR_OUT + req * (B + 1) + n, parent, mask=n <= B)
+
+
+@triton.jit
+def _compile_kernel(
+    PAR, TOK, DEP, ROOT, START,
+    IDS_OUT, POS_OUT, VIS_OUT, PACK_OUT, RIDX_OUT, RNEXT_OUT, RSIB_OUT,
+    B, L, W,
+    BR: tl.constexpr, WT: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    rb = tl.program_id(1)
+    n1 = B + 1
+    rows = rb * BR + tl.arange(0, BR)
+    rv = rows < n1
+    parb = PAR + req * n1
+    # input ids, positions, retrive_index
+    tok = tl.load(TOK + req * B + rows - 1, mask=rv & (rows >= 1), other=0)
+    root_tok = tl.load(ROOT + req)
+    dep = tl.load(DEP + req * B + rows - 1, mask=rv & (rows >= 1), other=0)
+    start = tl.load(START + req)
+    tl.store(IDS_OUT + req * n1 + rows, tl.where(rows == 0, root_tok, tok), mask=rv)
+    tl.store(POS_OUT + req * n1 + rows, start + dep, mask=rv)
+    tl.store(RIDX_OUT + req * n1 + rows, req * n1 + rows, mask=rv)
+    my_par = tl.load(parb + rows, mask=rv, other=-2)
+    # visibility by walking up the parents, column tiles of 32*WT
+    w = tl.arange(0, WT)
+    j = tl.arange(0, 32)
+    rows3 = rows[:, None, None]
+    big = 1 << 30
+    first_child = tl.full([BR], big, tl.int32)
+    next_sib = tl.full([BR], big, tl.int32)
+    for c0 in range(0, n1, 32 * WT):
+        cols3 = c0 + w[None, :, None] * 32 + j[None, None, :]
+        cv3 = cols3 < n1
+        vis = (rows3 < 0) & (cols3 < 0)
+        cur = tl.where(rv, rows, -1)
+        for s in range(0, L + 1):
+            vis = vis | (cur[:, None, None] == cols3)
+            cur = tl.where(cur > 0, tl.load(parb + cur, mask=cur > 0, other=-1), -1)
+        out_m = rv[:, None, None] & cv3
+        tl.store(VIS_OUT + req * n1 * n1 + rows3 * n1 + cols3, vis.to(tl.int8), mask=out_m)
+        bits = tl.sum(vis.to(tl.int32) << j[None, None, :], axis=2)
+        wcol = c0 // 32 + w
+        tl.store(PACK_OUT + req * n1 * W + rows[:, None] * W + wcol[None, :], bits,
+                 mask=rv[:, None] & (wcol[None, :] < W))
+        pc3 = tl.load(parb + cols3, mask=cv3, other=-2)
+        fc = tl.where(cv3 & (pc3 == rows3), cols3, big)
+        first_child = tl.minimum(first_child, tl.min(tl.min(fc, axis=2), axis=1))
+        ns = tl.where(cv3 & (pc3 == my_par[:, None, None]) & (cols3 > rows3), cols3, big)
+        next_sib = tl.minimum(next_sib, tl.min(tl.min(ns, axis=2), axis=1))
+    tl.store(RNEXT_OUT + req * n1 + rows, tl.where(first_child == big, -1, first_child), mask=rv)
+    tl.store(RSIB_OUT + req * n1 + rows, tl.where(next_sib == big, -1, next_sib), mask=rv)
+
+
+@triton.jit
+def _follow_kernel(
+    IDS, PAR, POST, ACC_OUT, ALEN_OUT, BONUS_OUT,
+    B, L,
+    F: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    n1 = B + 1
+    n = tl.arange(0, F)
+    nv = n < n1
+    par = tl.load(PAR + req * n1 + n, mask=nv, other=-2)
+    tok = tl.load(IDS + req * n1 + n, mask=nv, other=-1)
+    cur = tl.sum(tl.zeros([F], tl.int32), axis=0)
+    alen = cur
+    alive = cur == 0
+    tl.store(ACC_OUT + req * (L + 1), cur)
+    for s in range(1, L + 1):
+        tgt = tl.load(POST + req * n1 + cur)
+        m = nv & (par == cur) & (tok == tgt) & alive
+        nxt = tl.min(tl.where(m, n, F), axis=0)
+        found = nxt < F
+        tl.store(ACC_OUT + req * (L + 1) + s, tl.where(found, nxt, -1))
+        cur = tl.where(found, nxt, cur)
+        alen += found.to(tl.int32)
+        alive = alive & found
+    tl.store(ALEN_OUT + req, alen)
+    tl.store(BONUS_OUT + req, tl.load(POST + req * n1 + cur))
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Host side: one plan per (batch, L, V, B, dtype) holds every buffer, so each step launches kernels only.
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class DDTreePlan:
+    """Fixed-shape buffers and launch parameters for one (batch, L, V, B, logits dtype)."""
+
+    def __init__(
+        self,
+        batch: int,
+        depth: int,
+        vocab: int,
+        budget: int,
+        device="cuda",
+        *,
+        group_size: int = 64,
+        groups_per_tile: int = 32,
+        groups_per_chunk: int = 64,
+        splits: int | None = None,
+        build_warps: int | None = None,
+        topk_warps: int = 8,
+        k: int | None = None,
+    ):
+        self.batch, self.depth, self.vocab, self.budget = batch, depth, vocab, budget
+        self.K = check_budget(depth, vocab, budget) if k is None else int(k)
+        self.device = torch.device(device)
+        dev = self.device
+        rows = batch * depth
+        self.rows = rows
+        self.gs, self.ng, self.q = group_size, groups_per_tile, groups_per_chunk
+        self.n_groups = _cdiv(vocab, group_size)
+        self.g_pad = _next_pow2(self.n_groups)
+        self.n_tiles = _cdiv(vocab, group_size * groups_per_tile)
+        if splits is None:
+            sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
+            splits = max(1, min(self.n_tiles, _cdiv(4 * sms, rows)))
+        self.tiles_per_split = _cdiv(self.n_tiles, max(1, min(splits, self.n_tiles)))
+        self.splits = _cdiv(self.n_tiles, self.tiles_per_split)
+        self.k_pad = _next_pow2(self.K)
+        self.f = _next_pow2(budget + 1)
+        self.build_warps = build_warps or max(1, min(8, self.f // 256))
+        self.topk_warps = topk_warps
+        self.words = _cdiv(budget + 1, 32)
+        self.wt = 2
+        self.br = 16
+        f32, i32, i64 = torch.float32, torch.int32, torch.int64
+        self.gmax = torch.empty(rows, self.n_groups, dtype=f32, device=dev)
+        self.pm = torch.empty(rows, self.splits, dtype=f32, device=dev)
+        self.pl = torch.empty(rows, self.splits, dtype=f32, device=dev)
+        self.scr_g = torch.empty(rows, self.g_pad, dtype=i32, device=dev)
+        self.scr_k = torch.empty(rows, self.k_pad, dtype=i64, device=dev)
+        self.lp = torch.empty(batch, depth, self.K, dtype=f32, device=dev)
+        self.ids = torch.empty(batch, depth, self.K, dtype=i32, device=dev)
+        self.tokens = torch.empty(batch, budget, dtype=i32, device=dev)
+        self.depths = torch.empty(batch, budget, dtype=i32, device=dev)
+        self.parents = torch.empty(batch, budget + 1, dtype=i32, device=dev)
+        self.scores = torch.empty(batch, budget, dtype=f32, device=dev)
+        n1 = budget + 1
+        self.input_ids = torch.empty(batch, n1, dtype=i64, device=dev)
+        self.positions = torch.empty(batch, n1, dtype=i64, device=dev)
+        self.visibility = torch.empty(batch, n1, n1, dtype=torch.bool, device=dev)
+        self.packed = torch.empty(batch, n1, self.words, dtype=i32, device=dev)
+        self.retrive_index = torch.empty(batch, n1, dtype=i64, device=dev)
+        self.retrive_next_token = torch.empty(batch, n1, dtype=i64, device=dev)
+        self.retrive_next_sibling = torch.empty(batch, n1, dtype=i64, device=dev)
+        self.accepted = torch.empty(batch, depth + 1, dtype=i32, device=dev)
+        self.accept_length = torch.empty(batch, dtype=i32, device=dev)
+        self.bonus = torch.empty(batch, dtype=i64, device=dev)
+
+    # --- launches -------------------------------------------------------------------------------------------------
+    def topk(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """lp [batch, L, K] fp32 (sorted desc) and ids [batch, L, K] int32 from logits [batch, L, V] (fp32/bf16/fp16)."""
+        if tuple(logits.shape) != (self.batch, self.depth, self.vocab):
+            raise ValueError(f"logits shape {tuple(logits.shape)} != {(self.batch, self.depth, self.vocab)}")
+        if logits.stride(-1) != 1 or logits.stride(1) != self.vocab or logits.stride(0) != self.depth * self.vocab:
+            raise ValueError("logits must be contiguous")
+        _topk_pass1[(self.rows, self.splits)](
+            logits, self.gmax, self.pm, self.pl,
+            self.vocab, self.n_tiles, self.tiles_per_split, self.splits, self.vocab, self.n_groups,
+            GS=self.gs, NG=self.ng, num_warps=4,
+        )
+        _topk_pass2[(self.rows,)](
+            logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.lp, self.ids,
+            self.vocab, self.n_groups, self.splits, self.K, self.vocab, self.n_groups,
+            GS=self.gs, G_PAD=self.g_pad, S_PAD=_next_pow2(self.splits), K_PAD=self.k_pad, Q=self.q,
+            num_warps=self.topk_warps,
+        )
+        return self.lp, self.ids
+
+    def build(self, lp: torch.Tensor | None = None, ids: torch.Tensor | None = None):
+        """Tree from top-K (default: this plan's last `topk`). Returns (tokens, depths, parents, scores)."""
+        lp = self.lp if lp is None else lp
+        ids = self.ids if ids is None else ids
+        if lp.shape[-1] != self.K or ids.shape[-1] != self.K:
+            raise ValueError(f"top-K width {lp.shape[-1]} != K={self.K}")
+        lp = lp.contiguous()
+        ids = ids.to(torch.int32).contiguous()
+        _build_kernel[(self.batch,)](
+            lp, ids, self.tokens, self.depths, self.parents, self.scores,
+            self.depth, self.K, self.budget,
+            F=self.f, num_warps=self.build_warps,
+        )
+        return self.tokens, self.depths, self.parents, self.scores
+
+    def compile(self, root_tokens: torch.Tensor, starts: torch.Tensor):
+        """Verify inputs: input_ids, positions, visibility, packed mask, retrive arrays (all [batch, B+1, ...])."""
+        n1 = self.budget + 1
+        _compile_kernel[(self.batch, _cdiv(n1, self.br))](
+            self.parents, self.tokens, self.depths, root_tokens, starts,
+            self.input_ids, self.positions, self.visibility.view(torch.int8), self.packed,
+            self.retrive_index, self.retrive_next_token, self.retrive_next_sibling,
+            self.budget, self.depth, self.words,
+            BR=self.br, WT=self.wt, num_warps=4,
+        )
+        return self.input_ids, self.positions, self.visibility, self.packed
+
+    def follow(self, posterior: torch.Tensor):
+        """Accepted node indices [batch, L+1] (-1 padded), accept length [batch], bonus token [batch]."""
+        _follow_kernel[(self.batch,)](
+            self.input_ids, self.parents, posterior, self.accepted, self.accept_length, self.bonus,
+            self.budget, self.depth,
+            F=self.f, num_warps=1 if self.f <= 256 else 4,
+        )
+        return self.accepted, self.accept_length, self.bonus
+
+    def prepare(self, logits: torch.Tensor, root_tokens: torch.Tensor, starts: torch.Tensor):
+        self.topk(logits)
+        self.build()
+        return self.compile(root_tokens, starts)
