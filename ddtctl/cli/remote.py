@@ -1,0 +1,320 @@
+"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only inside
+the commands, through ddtctl.deploy)."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from ddtctl.cli._app import OutputFormat, app
+
+_INVENTORY = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY or ./hosts.yaml)")
+_TRUST = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)")
+_FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
+
+_STYLE = {"ok": "green", "error": "red", "warn": "yellow", "info": "", "log": "dim"}
+
+
+def _printer(fmt: OutputFormat):
+    """Events go to stderr as they happen (stdout stays clean for --format json)."""
+    from rich.markup import escape
+
+    from ddtctl.cli._app import stderr_console
+
+    console = stderr_console()
+    t0 = time.monotonic()
+
+    def on_event(ev) -> None:
+        style = _STYLE.get(ev.level, "")
+        host = f"[{ev.host}] " if ev.host else ""
+        if ev.level == "log":
+            console.print(f"[dim]        {escape(host)}| {escape(ev.message)}[/dim]")
+            return
+        mark = {"ok": "✓", "error": "✗", "warn": "!"}.get(ev.level, "·")
+        text = f"{time.monotonic() - t0:6.2f}s {mark} {ev.stage:<9} {escape(host)}{escape(ev.message)}"
+        console.print(f"[{style}]{text}[/{style}]" if style else text)
+
+    return on_event
+
+
+def _resolve(host: str, inventory: str | None):
+    from ddtctl.deploy import host_by_name
+
+    return host_by_name(host, inventory)
+
+
+@app.command()
+def deploy(
+    host: str = typer.Argument(None, help="Inventory host (default: the profile's host/hosts)"),
+    profile: str = typer.Option(None, "--profile", "-p", help="Profile to deploy (default: the host's profile)"),
+    algo: str = typer.Option(None, "--algo", help="Override server.speculative-algorithm (e.g. DDTREE)"),
+    payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
+    inventory: str = _INVENTORY,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Stop after printing the plan (nothing changes)"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation"),
+    restart: bool = typer.Option(False, "--restart", help="Restart even if the release is unchanged"),
+    trust_new_host: bool = _TRUST,
+    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)"),
+    skip_dry_run: bool = typer.Option(False, "--skip-remote-dry-run",
+                                      help="Do not run SGLang's resolver on the host before launching"),
+    health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"),
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
+
+    Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files, sha256-verified),
+    install, launch, health, record. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
+    """
+    from ddtctl.deploy import DeployOptions, deploy as run_deploy, spec_from_profile
+    from ddtctl.errors import UsageError
+    from ddtctl.remote.inventory import load_inventory, resolve_host
+
+    inv = load_inventory(inventory)
+    if profile is None:
+        if host is None:
+            raise UsageError("nothing to deploy", fix="ddtctl deploy HOST --profile PROFILE")
+        h = resolve_host(host, inv)
+        if not h.profile:
+            raise UsageError(f"host {host} has no default profile", where=str(inv.path or "inventory"),
+                             fix="pass --profile or set `profile:` for the host")
+        profile = h.profile
+        if inv.path and not profile.startswith("/"):
+            from pathlib import Path
+
+            cand = inv.path.parent / profile
+            profile = str(cand) if cand.exists() else profile
+    spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)
+    hosts = [resolve_host(n, inv) for n in spec.host_names]
+
+    def confirm(plan) -> bool:
+        if yes:
+            return True
+        import sys
+
+        if not sys.stdin.isatty():
+            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
+        return typer.confirm("Apply this plan?", default=False)
+
+    opts = DeployOptions(dry_run=dry_run, restart=restart, trust_new_host=trust_new_host, lock_wait_s=lock_wait,
+                         remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout, confirm=confirm,
+                         on_event=_printer(fmt))
+    result = run_deploy(spec, hosts, opts)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(result.to_json())
+    else:
+        from ddtctl.cli._app import stdout_console
+
+        con = stdout_console()
+        rel = ", ".join(f"{h}: {r}" for h, r in result.release.items())
+        line = {
+            "deployed": f"deployed {spec.name} -> {rel} in {result.elapsed_s:.1f}s",
+            "unchanged": f"unchanged: {rel} already serving {spec.name} ({result.elapsed_s:.1f}s)",
+            "planned": "plan only (--dry-run): nothing changed",
+            "aborted": "aborted: nothing changed",
+        }.get(result.status)
+        if line:
+            con.print(f"[green]{line}[/green]")
+        else:
+            back = ", ".join(f"{h}: {r or 'none (stopped, payload removed)'}" for h, r in result.rolled_back_to.items())
+            con.print(f"[red]{result.status}: {result.error}[/red]" + (f"\nrolled back to {back}" if back else ""))
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def facts(
+    host: str = typer.Argument(..., help="Inventory host"),
+    model: list[str] = typer.Option(None, "--model", help="Model dir on the host whose config.json to fetch and cache"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """GPUs, CUDA, python, SGLang, disk, ports, our server, and model configs of HOST."""
+    from ddtctl.deploy import host_facts
+
+    h = _resolve(host, inventory)
+    models = list(model or [])
+    if not models and h.profile:
+        try:
+            from ddtctl.profile import load_profile
+
+            p = load_profile(h.profile).profile
+            models = [p.model.path] + ([str(p.server["speculative-draft-model-path"])]
+                                       if "speculative-draft-model-path" in p.server else [])
+        except Exception:
+            models = []
+    f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(f.to_json())
+        return
+    from rich.markup import escape
+
+    from ddtctl.cli._app import stdout_console
+
+    con = stdout_console()
+    con.print(f"[bold]{escape(h.describe())}[/bold]  hostname {escape(f.hostname)}")
+    if f.gpus:
+        for g in f.gpus:
+            con.print(f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  {g.memory_free_mib}/{g.memory_total_mib} MiB free")
+    else:
+        con.print(f"  GPUs: none ({escape(str(f.gpu_error))})")
+    con.print(f"  driver {f.driver}  CUDA {f.cuda}")
+    con.print(f"  python {f.python_version} ({escape(f.python)})  sglang {f.sglang_version or 'absent'}"
+              f"{' at ' + escape(f.sglang_root) if f.sglang_root else ''}")
+    con.print(f"  disk free {f.disk_free_bytes / 2**30:.1f} GiB in {escape(f.work_dir)}")
+    con.print(f"  ports listening: {', '.join(map(str, f.ports_in_use)) or 'none'}")
+    srv = f.server
+    con.print("  server: " + (f"running release {srv.get('release')} pid {srv.get('pid')} port {srv.get('port')}"
+                              if f.server_running else "not running"))
+    for path, info in f.models.items():
+        arch = (info.get("config") or {}).get("architectures")
+        con.print(f"  model {escape(path)}: " + (f"{arch} (cached in {escape(f.cached_configs.get(path, ''))})"
+                                                 if "config" in info else escape(info.get("error", ""))))
+
+
+@app.command()
+def status(
+    host: str = typer.Argument(..., help="Inventory host"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy."""
+    from ddtctl.deploy import host_status
+    from ddtctl.errors import ExitCode
+
+    st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
+    healthy = bool(st.server and st.server.get("running") and st.health == 200)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(dict(st.to_json(), healthy=healthy))
+    else:
+        from ddtctl.cli._app import stdout_console
+
+        con = stdout_console()
+        srv = st.server or {}
+        con.print(f"host {st.host}: current release {st.current or 'none'}"
+                  + (f" (previous {st.previous})" if st.previous else ""))
+        if srv.get("running"):
+            info = st.server_info or {}
+            con.print(f"  server pid {srv.get('pid')} port {srv.get('port')} release {srv.get('release')}: "
+                      f"/health {st.health}" + (f", algorithm {info.get('speculative_algorithm')}, tp "
+                                                f"{info.get('tp_size')}" if info else ""))
+        else:
+            con.print("  server: not running")
+        inst = st.installed_payload or {}
+        con.print(f"  payload installed: {inst.get('hash', '')[:12] or 'none'}"
+                  + (f" (from {inst.get('release')})" if inst else ""))
+    raise typer.Exit(ExitCode.OK if healthy else ExitCode.DEPLOY)
+
+
+@app.command()
+def releases(
+    host: str = typer.Argument(..., help="Inventory host"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """Releases recorded on HOST (newest last): id, status, profile, payload and profile hashes."""
+    from ddtctl.deploy import _release_summary, host_status
+
+    st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
+    rows = [_release_summary(r) for r in st.releases]
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json({"current": st.current, "releases": rows})
+        return
+    from rich.table import Table
+
+    from ddtctl.cli._app import stdout_console
+
+    table = Table(box=None, pad_edge=False)
+    for col in ("", "release", "status", "created", "profile", "algorithm", "payload", "profile sha256"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row("*" if r["id"] == st.current else "", r["id"], str(r["status"]), str(r["created"]),
+                      str(r["profile"]), str(r["algorithm"] or "-"), (r["payload_hash"] or "-")[:12],
+                      (r["profile_sha256"] or "")[:12])
+    stdout_console().print(table)
+
+
+@app.command()
+def logs(
+    host: str = typer.Argument(..., help="Inventory host"),
+    lines: int = typer.Option(100, "--lines", "-n", help="Lines from the end"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming new lines (Ctrl-C to stop)"),
+    release: str = typer.Option(None, "--release", help="Log of this release (default: the running server's)"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+) -> None:
+    """The server log on HOST."""
+    import sys
+
+    from ddtctl.deploy import host_logs
+
+    def out(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    try:
+        host_logs(_resolve(host, inventory), lines=lines, release=release, follow=follow, on_text=out,
+                  trust_new_host=trust_new_host)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def stop(
+    host: str = typer.Argument(..., help="Inventory host"),
+    grace: float = typer.Option(20.0, "--grace", help="Seconds between SIGTERM and SIGKILL"),
+    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for a running deploy's lock"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """Stop the server ddtctl started on HOST (SIGTERM to its process group, then SIGKILL)."""
+    from ddtctl.deploy import stop_server
+
+    r = stop_server(_resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(r.to_json())
+        return
+    from ddtctl.cli._app import stdout_console
+
+    stdout_console().print(f"stopped release {r.release}" + (" (SIGKILL after the grace period)" if r.forced else "")
+                           if r.was_running else "no server of ours was running")
+
+
+@app.command()
+def rollback(
+    host: str = typer.Argument(..., help="Inventory host"),
+    release: str = typer.Argument(None, help="Release id (default: the previous healthy one)"),
+    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for a running deploy's lock"),
+    health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the release's)"),
+    inventory: str = _INVENTORY,
+    trust_new_host: bool = _TRUST,
+    fmt: OutputFormat = _FORMAT,
+) -> None:
+    """Reinstall an earlier release's payload and restart its server; wait until healthy."""
+    from ddtctl.deploy import rollback as run_rollback
+    from ddtctl.errors import ExitCode
+
+    r = run_rollback(_resolve(host, inventory), release, lock_wait_s=lock_wait, health_timeout_s=health_timeout,
+                     on_event=_printer(fmt), trust_new_host=trust_new_host)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(r.to_json())
+    else:
+        from ddtctl.cli._app import stdout_console
+
+        stdout_console().print(f"rolled back {r.from_release} -> {r.to_release}: {r.health.message}")
+    raise typer.Exit(ExitCode.OK if r.ok else ExitCode.DEPLOY)

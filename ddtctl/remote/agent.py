@@ -1,0 +1,658 @@
+"""ddtctl's remote agent: stdlib only, python >= 3.8, shipped to the host and run there by the host's python.
+
+    python agent.py OP BASE64_JSON_PARAMS
+
+Every operation prints exactly one final JSON line `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`
+on stdout (the `lock` operation prints status lines first and then holds the lock until its stdin closes).
+Parameters never pass through a shell: they arrive as base64 JSON and processes are started from argv lists.
+
+Layout under the work dir W:
+    store/<sha256>              content-addressed payload files (verified after upload)
+    incoming/                   uploads in flight (never read before verification)
+    releases/<id>/release.json  what a release is: argv, env, port, payload manifest, hashes
+    releases/<id>/payload/...   the release's payload tree (hard links into store/)
+    state.json                  current release, history, installed payload
+    run/server.json             pid, start time and release of the server we launched
+    logs/<id>.log               server output per release
+    lock, lock.json             the deploy lock (flock) and who holds it
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+W = ""  # the work dir (absolute), set by main()
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+class AgentError(Exception):
+    pass
+
+
+def _p(*parts: str) -> str:
+    return os.path.join(W, *parts)
+
+
+def _safe_rel(rel: str) -> str:
+    """Refuse manifest paths that escape their root."""
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel:
+        raise AgentError("unsafe path in manifest: %r" % rel)
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise AgentError("unsafe path in manifest: %r" % rel)
+    return rel
+
+
+def _safe_id(rid: str) -> str:
+    if not rid or not all(c.isalnum() or c in "-_." for c in rid) or rid.startswith("."):
+        raise AgentError("bad release id %r" % rid)
+    return rid
+
+
+def _read_json(path: str, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+def _write_json(path: str, data) -> None:
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _state() -> dict:
+    return _read_json(_p("state.json"), {"current": None, "history": [], "installed_payload": None})
+
+
+def _save_state(state: dict) -> None:
+    _write_json(_p("state.json"), state)
+
+
+def _release(rid: str) -> dict:
+    rel = _read_json(_p("releases", _safe_id(rid), "release.json"))
+    if rel is None:
+        raise AgentError("no release %s on this host" % rid)
+    return rel
+
+
+def _proc_starttime(pid: int):
+    """(start time in clock ticks, state letter) of a live process, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rest = data[data.rindex(")") + 2:].split()
+    return int(rest[19]), rest[0]
+
+
+def _alive(info) -> bool:
+    if not info:
+        return False
+    st = _proc_starttime(int(info["pid"]))
+    return bool(st) and st[0] == info.get("starttime") and st[1] not in ("Z", "X")
+
+
+def _server_info():
+    info = _read_json(_p("run", "server.json"))
+    if info and not _alive(info):
+        return dict(info, running=False)
+    return dict(info, running=True) if info else None
+
+
+def _require_lock(params: dict) -> None:
+    """Mutating operations run only under the deploy lock held by the caller."""
+    held = _read_json(_p("lock.json"))
+    token = params.get("lock_token")
+    if not token or not held or held.get("token") != token or not _proc_starttime(int(held.get("pid", 0))):
+        raise AgentError("the deploy lock is not held by this caller; refusing to change the host")
+
+
+# ----------------------------------------------------------------------------------------------- operations
+def op_hello(params: dict):
+    return {"work_dir": W, "python": sys.executable, "version": list(sys.version_info[:3]), "pid": os.getpid()}
+
+
+def op_facts(params: dict):
+    import importlib.util
+    import platform
+
+    facts: dict = {
+        "hostname": socket.gethostname(),
+        "work_dir": W,
+        "python": {"executable": sys.executable, "version": platform.python_version()},
+        "kernel": platform.release(),
+    }
+    # sglang: version and the site-packages dir that holds it (without importing it)
+    sg = {"version": None, "root": None}
+    try:
+        spec = importlib.util.find_spec("sglang")
+        if spec and spec.submodule_search_locations:
+            sg["root"] = os.path.dirname(list(spec.submodule_search_locations)[0])
+        try:
+            from importlib.metadata import version
+
+            sg["version"] = version("sglang")
+        except Exception:
+            pass
+    except Exception as err:  # a broken install is a fact too
+        sg["error"] = str(err)
+    facts["sglang"] = sg
+    # GPUs through nvidia-smi
+    smi = params.get("nvidia_smi") or "nvidia-smi"
+    gpus, cuda, driver, smi_error = [], None, None, None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index,name,memory.total,memory.free,driver_version,compute_cap",
+             "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
+        if out.returncode != 0:
+            smi_error = (out.stderr or out.stdout).strip()[:300] or "nvidia-smi exited %d" % out.returncode
+        for line in out.stdout.splitlines():
+            cols = [c.strip() for c in line.split(",")]
+            if len(cols) < 6:
+                continue
+            cap = cols[5]
+            try:
+                major, minor = (int(x) for x in cap.split("."))
+            except ValueError:
+                major, minor = None, None
+            gpus.append({"index": int(cols[0]), "name": cols[1], "memory_total_mib": _num(cols[2]),
+                         "memory_free_mib": _num(cols[3]), "compute_capability": [major, minor]})
+            driver = cols[4]
+        head = subprocess.run([smi], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
+                              universal_newlines=True)
+        for token in head.stdout.split("CUDA Version:")[1:2]:
+            cuda = token.split()[0].strip("|")
+    except FileNotFoundError:
+        smi_error = "%s not found" % smi
+    except subprocess.TimeoutExpired:
+        smi_error = "%s timed out" % smi
+    facts.update(gpus=gpus, cuda=cuda, driver=driver, gpu_error=smi_error)
+    # disk
+    os.makedirs(W, exist_ok=True)
+    du = shutil.disk_usage(W)
+    facts["disk_free_bytes"] = du.free
+    facts["ports_in_use"] = sorted(_listening_ports())
+    srv = _server_info()
+    facts["server"] = srv
+    facts["current_release"] = _state().get("current")
+    # model configs (cached by the caller for validation and dry-run)
+    models = {}
+    for path in params.get("model_paths") or []:
+        cfg = os.path.join(os.path.expanduser(path), "config.json")
+        try:
+            with open(cfg) as f:
+                models[path] = {"config": json.load(f)}
+        except FileNotFoundError:
+            models[path] = {"error": "no config.json at %s" % cfg}
+        except (OSError, ValueError) as err:
+            models[path] = {"error": "%s: %s" % (cfg, err)}
+    facts["models"] = models
+    return facts
+
+
+def _num(text: str):
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _listening_ports():
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if len(cols) > 3 and cols[3] == "0A":  # LISTEN
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        except FileNotFoundError:
+            pass
+    return ports
+
+
+def op_missing(params: dict):
+    """Which of these sha256 objects the store lacks."""
+    os.makedirs(_p("store"), exist_ok=True)
+    os.makedirs(_p("incoming"), exist_ok=True)
+    return {"missing": [h for h in params["hashes"] if not os.path.isfile(_p("store", h))],
+            "incoming": _p("incoming")}
+
+
+def op_commit(params: dict):
+    """Verify uploaded files (sha256, recomputed here) and move them into the store. Bad uploads are deleted."""
+    good, bad = [], []
+    for name, want in params["files"].items():
+        if "/" in name or name.startswith("."):
+            raise AgentError("bad upload name %r" % name)
+        src = _p("incoming", name)
+        try:
+            got = _sha256(src)
+        except FileNotFoundError:
+            bad.append({"name": name, "reason": "missing"})
+            continue
+        if got != want:
+            os.unlink(src)
+            bad.append({"name": name, "reason": "sha256 %s != %s" % (got[:12], want[:12])})
+            continue
+        os.chmod(src, 0o444)
+        os.replace(src, _p("store", want))
+        good.append(want)
+    return {"stored": good, "bad": bad}
+
+
+def op_materialize(params: dict):
+    """Create releases/<id>/ from the store: payload tree (hard links) + release.json. Atomic (tmp dir + rename)."""
+    _require_lock(params)
+    rel = params["release"]
+    rid = _safe_id(rel["id"])
+    final = _p("releases", rid)
+    if os.path.isdir(final):
+        return {"id": rid, "existed": True}
+    tmp = _p("releases", ".tmp-" + rid)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for section in ("payload", "tools"):
+        for rel_path, entry in (rel.get(section) or {}).get("files", {}).items():
+            dst = os.path.join(tmp, section, _safe_rel(rel_path))
+            src = _p("store", entry["sha256"])
+            if not os.path.isfile(src):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise AgentError("object %s for %s is not in the store" % (entry["sha256"][:12], rel_path))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+            if entry.get("mode"):
+                pass  # store objects are read-only; modes apply to the installed copies
+    rel = dict(rel, created=time.time(), status="new")
+    _write_json(os.path.join(tmp, "release.json"), rel)
+    os.replace(tmp, final)
+    return {"id": rid, "existed": False}
+
+
+def op_state(params: dict):
+    state = _state()
+    releases = []
+    root = _p("releases")
+    if os.path.isdir(root):
+        for rid in sorted(os.listdir(root)):
+            if rid.startswith("."):
+                continue
+            rel = _read_json(os.path.join(root, rid, "release.json"))
+            if rel:
+                rel.pop("payload", None)
+                rel.pop("tools", None)
+                releases.append(rel)
+    return {"state": state, "releases": releases, "server": _server_info()}
+
+
+def op_set_status(params: dict):
+    """Record a release's outcome and (optionally) make it current."""
+    _require_lock(params)
+    rid = _safe_id(params["id"])
+    path = _p("releases", rid, "release.json")
+    rel = _read_json(path)
+    if rel is None:
+        raise AgentError("no release %s" % rid)
+    rel["status"] = params["status"]
+    rel.setdefault("events", []).append({"time": time.time(), "status": params["status"],
+                                         "note": params.get("note")})
+    _write_json(path, rel)
+    state = _state()
+    if params.get("make_current"):
+        if state.get("current") and state["current"] != rid:
+            state["previous"] = state["current"]
+        state["current"] = rid
+        state.setdefault("history", []).append({"id": rid, "time": time.time(), "status": params["status"]})
+    _save_state(state)
+    return {"state": state}
+
+
+def _run_installer(action: str, rel: dict, params: dict):
+    rid = rel["id"]
+    installer = _p("releases", rid, "tools", "installer.py")
+    if not os.path.isfile(installer):
+        raise AgentError("release %s has no installer.py" % rid)
+    argv = [sys.executable, installer, action, "--sglang-root", params["sglang_root"], "--state-dir",
+            _p("overlay-state")]
+    if action != "uninstall":
+        argv += ["--payload", _p("releases", rid, "payload")]
+    out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=params.get("timeout_s", 300))
+    return {"argv": argv, "rc": out.returncode, "output": out.stdout[-4000:]}
+
+
+def op_install(params: dict):
+    """Install the release's payload into sglang (the overlay installer, atomic with backups). No-op if installed."""
+    _require_lock(params)
+    rel = _release(params["id"])
+    state = _state()
+    want = rel.get("payload_hash")
+    have = state.get("installed_payload")
+    if want == (have or {}).get("hash") and not params.get("force"):
+        return {"changed": False, "installed": have}
+    steps = []
+    if have and have.get("release") and (not want or params.get("uninstall_first")):
+        old = _read_json(_p("releases", have["release"], "release.json"))
+        if old:
+            res = _run_installer("uninstall", old, params)
+            steps.append(res)
+            if res["rc"] != 0:
+                raise AgentError("overlay uninstall failed (rc %d): %s" % (res["rc"], res["output"][-800:]))
+        state["installed_payload"] = None
+        _save_state(state)
+    if want:
+        res = _run_installer("install", rel, params)
+        steps.append(res)
+        if res["rc"] != 0:
+            raise AgentError("overlay install failed (rc %d): %s" % (res["rc"], res["output"][-800:]))
+        state["installed_payload"] = {"hash": want, "release": rel["id"], "time": time.time()}
+        _save_state(state)
+    return {"changed": True, "steps": steps, "installed": state["installed_payload"]}
+
+
+def op_uninstall(params: dict):
+    """Remove the installed payload (restores SGLang's pristine files)."""
+    _require_lock(params)
+    state = _state()
+    have = state.get("installed_payload")
+    if not have:
+        return {"changed": False}
+    old = _read_json(_p("releases", have["release"], "release.json"))
+    if old is None:
+        raise AgentError("the release %s that installed the payload is gone" % have["release"])
+    res = _run_installer("uninstall", old, params)
+    if res["rc"] != 0:
+        raise AgentError("overlay uninstall failed (rc %d): %s" % (res["rc"], res["output"][-800:]))
+    state["installed_payload"] = None
+    _save_state(state)
+    return {"changed": True, "steps": [res]}
+
+
+def op_start(params: dict):
+    """Start the release's server detached (new session, pid file, log file). Refuses if ours is running."""
+    _require_lock(params)
+    rel = _release(params["id"])
+    cur = _server_info()
+    if cur and cur.get("running"):
+        raise AgentError("a server (pid %s, release %s) is already running; stop it first"
+                         % (cur["pid"], cur.get("release")))
+    argv = list(rel["launch_argv"])
+    env = dict(os.environ)
+    env.setdefault("TRITON_CACHE_DIR", _p("triton-cache"))
+    env.update(rel.get("env") or {})
+    env["DDTCTL_RELEASE"] = rel["id"]
+    env["DDTCTL_WORK_DIR"] = W
+    os.makedirs(_p("logs"), exist_ok=True)
+    os.makedirs(_p("run"), exist_ok=True)
+    os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
+    log_path = _p("logs", rel["id"] + ".log")
+    log = open(log_path, "ab")
+    log.write(("\n==== ddtctl: starting release %s at %s ====\n"
+               % (rel["id"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))).encode())
+    log.flush()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=_p("releases", rel["id"]), env=env, start_new_session=True, close_fds=True)
+    except OSError as err:
+        raise AgentError("cannot start %s: %s" % (argv[0], err.strerror or err))
+    finally:
+        log.close()
+    st = _proc_starttime(proc.pid)
+    info = {"pid": proc.pid, "pgid": proc.pid, "starttime": st[0] if st else None, "release": rel["id"],
+            "port": rel.get("port"), "log": log_path, "started": time.time(), "argv": argv}
+    _write_json(_p("run", "server.json"), info)
+    try:
+        os.unlink(_p("logs", "server.log"))
+    except FileNotFoundError:
+        pass
+    os.symlink(log_path, _p("logs", "server.log"))
+    return info
+
+
+def op_stop(params: dict):
+    """Stop our server: SIGTERM to its process group, SIGKILL after the grace period."""
+    _require_lock(params)
+    info = _read_json(_p("run", "server.json"))
+    if not info or not _alive(info):
+        if info:
+            os.replace(_p("run", "server.json"), _p("run", "server.last.json"))
+        return {"was_running": False}
+    grace = float(params.get("grace_s", 20))
+    forced = False
+    _killpg(info, signal.SIGTERM)
+    deadline = time.time() + grace
+    while time.time() < deadline and _alive(info):
+        time.sleep(0.05)
+    if _alive(info):
+        forced = True
+        _killpg(info, signal.SIGKILL)
+        deadline = time.time() + 10
+        while time.time() < deadline and _alive(info):
+            time.sleep(0.05)
+    if _alive(info):
+        raise AgentError("server pid %d did not exit after SIGKILL" % info["pid"])
+    os.replace(_p("run", "server.json"), _p("run", "server.last.json"))
+    return {"was_running": True, "pid": info["pid"], "release": info.get("release"), "forced": forced}
+
+
+def _killpg(info, sig) -> None:
+    try:
+        os.killpg(int(info.get("pgid") or info["pid"]), sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(int(info["pid"]), sig)
+
+
+def _http_get(url: str, timeout: float):
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read(1 << 20)
+    except urllib.error.HTTPError as err:
+        return err.code, b""
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        return None, str(reason).encode()
+
+
+def op_probe(params: dict):
+    """One health poll: is our process alive, /health, then /get_server_info, and the new log bytes."""
+    info = _read_json(_p("run", "server.json"))
+    alive = _alive(info)
+    out = {"running": alive, "pid": (info or {}).get("pid"), "release": (info or {}).get("release"),
+           "health": None, "health_error": None, "server_info": None}
+    if alive:
+        base = "http://%s:%d" % (params.get("host") or "127.0.0.1", int(params["port"]))
+        code, body = _http_get(base + "/health", float(params.get("http_timeout_s", 3)))
+        out["health"] = code
+        if code is None:
+            out["health_error"] = body.decode(errors="replace")[:200]
+        if code == 200 and params.get("server_info", True):
+            code2, body2 = _http_get(base + "/get_server_info", float(params.get("http_timeout_s", 3)) * 3)
+            if code2 == 200:
+                try:
+                    out["server_info"] = json.loads(body2.decode())
+                except ValueError:
+                    out["server_info"] = {"_unparsable": body2[:200].decode(errors="replace")}
+            else:
+                out["health_error"] = "/get_server_info returned %s" % code2
+    out.update(_log_read(params))
+    return out
+
+
+def _log_read(params: dict):
+    rid = params.get("log_release")
+    path = _p("logs", _safe_id(rid) + ".log") if rid else _p("logs", "server.log")
+    offset = params.get("log_offset")
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return {"log": "", "log_offset": 0, "log_path": path}
+    with open(path, "rb") as f:
+        if offset is None:  # tail: the last N lines
+            n = int(params.get("lines", 40))
+            f.seek(max(0, size - 65536))
+            data = f.read()
+            text = b"\n".join(data.splitlines()[-n:]).decode(errors="replace") if n else ""
+            return {"log": text, "log_offset": size, "log_path": path}
+        offset = min(int(offset), size)
+        f.seek(offset)
+        data = f.read(1 << 20)
+        return {"log": data.decode(errors="replace"), "log_offset": offset + len(data), "log_path": path}
+
+
+def op_logs(params: dict):
+    return _log_read(params)
+
+
+def op_gc(params: dict):
+    """Drop failed/old releases beyond `keep` and store objects no release references."""
+    _require_lock(params)
+    keep = int(params.get("keep", 5))
+    state = _state()
+    protected = {state.get("current"), state.get("previous"), (state.get("installed_payload") or {}).get("release")}
+    root = _p("releases")
+    rids = sorted(r for r in os.listdir(root) if not r.startswith(".")) if os.path.isdir(root) else []
+    removed = []
+    for rid in rids[:-keep] if keep else rids:
+        if rid not in protected:
+            shutil.rmtree(os.path.join(root, rid), ignore_errors=True)
+            removed.append(rid)
+    for junk in os.listdir(root) if os.path.isdir(root) else []:
+        if junk.startswith(".tmp-"):
+            shutil.rmtree(os.path.join(root, junk), ignore_errors=True)
+    used = set()
+    for rid in os.listdir(root) if os.path.isdir(root) else []:
+        rel = _read_json(os.path.join(root, rid, "release.json")) or {}
+        for section in ("payload", "tools"):
+            used.update(e["sha256"] for e in (rel.get(section) or {}).get("files", {}).values())
+    dropped = 0
+    if os.path.isdir(_p("store")):
+        for h in os.listdir(_p("store")):
+            if h not in used:
+                os.unlink(_p("store", h))
+                dropped += 1
+    shutil.rmtree(_p("incoming"), ignore_errors=True)
+    return {"removed_releases": removed, "dropped_objects": dropped}
+
+
+def op_lock(params: dict):
+    """Take the deploy lock and hold it until stdin closes (the deploy ends or its connection drops)."""
+    os.makedirs(W, exist_ok=True)
+    fd = os.open(_p("lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    wait_s = float(params.get("wait_s", 0))
+    deadline = time.time() + wait_s
+    announced = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = _read_json(_p("lock.json"), {})
+            if time.time() >= deadline:
+                _emit({"ok": False, "error": "locked", "held_by": holder})
+                return None
+            if not announced:
+                _emit({"ok": True, "waiting": True, "held_by": holder})
+                announced = True
+            time.sleep(0.1)
+    info = {"token": params["token"], "holder": params.get("holder"), "pid": os.getpid(), "since": time.time()}
+    _write_json(_p("lock.json"), info)
+    _emit({"ok": True, "locked": True, "lock": info})
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        try:
+            if (_read_json(_p("lock.json")) or {}).get("token") == params["token"]:
+                os.unlink(_p("lock.json"))
+        except OSError:
+            pass
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+
+
+def op_batch(params: dict):
+    """Several operations in one SSH round trip; stops at the first failure (later ones do not run)."""
+    results = []
+    for name, sub in params["ops"]:
+        if name in ("lock", "batch") or name not in OPS:
+            raise AgentError("operation %r cannot be batched" % name)
+        sub = dict(sub)
+        if params.get("lock_token") and "lock_token" not in sub:
+            sub["lock_token"] = params["lock_token"]
+        try:
+            results.append(OPS[name](sub))
+        except AgentError as err:
+            raise AgentError("%s: %s" % (name, err))
+    return results
+
+
+def _emit(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
+
+
+def main(argv) -> int:
+    global W
+    if len(argv) != 3 or argv[1] not in OPS:
+        sys.stderr.write("usage: agent.py {%s} BASE64_JSON\n" % ",".join(sorted(OPS)))
+        return 2
+    try:
+        params = json.loads(base64.b64decode(argv[2]).decode())
+        W = os.path.abspath(os.path.expanduser(params.pop("work_dir")))
+        os.makedirs(W, exist_ok=True)
+        result = OPS[argv[1]](params)
+        if argv[1] != "lock":
+            _emit({"ok": True, "result": result, "work_dir": W})
+    except AgentError as err:
+        _emit({"ok": False, "error": str(err), "work_dir": W})
+    except Exception as err:  # report, never a bare traceback only
+        import traceback
+
+        _emit({"ok": False, "error": "%s: %s" % (type(err).__name__, err), "traceback": traceback.format_exc(),
+               "work_dir": W})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,334 @@
+"""SSH transport on paramiko: verified host keys, key/agent auth only, timeouts on connect and every command.
+
+Every remote command is an argv list joined with shlex.quote; nothing user-supplied is ever interpolated into a
+shell string unquoted. Dropped connections become RemoteError; read-only commands may be retried once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shlex
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import paramiko
+
+from ddtctl.errors import RemoteError
+from ddtctl.remote.inventory import Host
+
+AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
+AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
+
+
+class HostKeyError(RemoteError):
+    """The host's key is unknown or does not match known_hosts."""
+
+
+class ConnectionLost(RemoteError):
+    """The SSH connection dropped while a command or transfer was in flight."""
+
+
+class LockHeld(RemoteError):
+    """Another deploy holds the host's deploy lock."""
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def quote_argv(argv: list[str]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+@dataclass
+class CommandResult:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, host: Host, known_hosts: Path, trust_new: bool):
+        self.host = host
+        self.known_hosts = known_hosts
+        self.trust_new = trust_new
+        self.trusted: str | None = None
+
+    def missing_host_key(self, client, hostname, key):
+        fp = fingerprint(key)
+        name = self.host.known_hosts_key
+        if not self.trust_new:
+            port = f"-p {self.host.port} " if self.host.port != 22 else ""
+            raise HostKeyError(
+                f"unknown host key for {name}: {key.get_name()} {fp}; refusing to connect",
+                where=self.host.name,
+                fix=(f"check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
+                     f"`ssh-keyscan {port}{self.host.address} >> {self.known_hosts}`"),
+            )
+        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(name, key.get_name(), key)
+        self.trusted = f"{key.get_name()} {fp}"
+
+
+class Connection:
+    """One SSH connection to a host; use as a context manager."""
+
+    def __init__(self, host: Host, *, trust_new_host: bool = False, log: Callable[[str], None] | None = None):
+        self.host = host
+        self.trust_new_host = trust_new_host
+        self.log = log or (lambda msg: None)
+        self.client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self.work_dir: str | None = None
+        self.agent_path: str | None = None
+        self.trusted_key: str | None = None
+
+    # -------------------------------------------------------------------------------------------- connect
+    def open(self) -> "Connection":
+        h = self.host
+        known = Path(os.path.expanduser(h.known_hosts))
+        client = paramiko.SSHClient()
+        if known.exists():
+            try:
+                client.load_host_keys(str(known))
+            except (OSError, paramiko.SSHException) as err:
+                raise RemoteError(f"cannot read known_hosts: {err}", where=str(known)) from None
+        policy = _Policy(h, known, self.trust_new_host)
+        client.set_missing_host_key_policy(policy)
+        try:
+            client.connect(
+                h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None,
+                timeout=h.connect_timeout_s, banner_timeout=h.connect_timeout_s, auth_timeout=h.connect_timeout_s,
+                channel_timeout=h.connect_timeout_s, allow_agent=True, look_for_keys=not h.key_files,
+            )
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as err:
+            client.close()
+            raise HostKeyError(
+                f"HOST KEY MISMATCH for {h.known_hosts_key}: got {err.key.get_name()} {fingerprint(err.key)}, "
+                f"known_hosts has {fingerprint(err.expected_key)}; refusing to connect (possible man-in-the-middle)",
+                where=h.name,
+                fix=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{h.known_hosts_key}' -f {known}",
+            ) from None
+        except paramiko.AuthenticationException as err:
+            client.close()
+            keys = ", ".join(h.key_files) or "ssh-agent / default keys"
+            raise RemoteError(f"authentication failed for {h.user}@{h.address}:{h.port} ({err})", where=h.name,
+                              fix=f"check the key ({keys}) is in the host's authorized_keys") from None
+        except (socket.timeout, TimeoutError) as err:
+            client.close()
+            raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
+                              where=h.name, fix="check the address/port and that sshd is reachable") from None
+        except (OSError, paramiko.SSHException, EOFError) as err:
+            client.close()
+            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {err}", where=h.name) from None
+        self.client = client
+        self.trusted_key = policy.trusted
+        transport = client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(15)
+        return self
+
+    def __enter__(self) -> "Connection":
+        if self.client is None:
+            self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:
+                pass
+            self._sftp = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    @property
+    def alive(self) -> bool:
+        t = self.client.get_transport() if self.client else None
+        return bool(t and t.is_active())
+
+    def _transport(self) -> paramiko.Transport:
+        t = self.client.get_transport() if self.client else None
+        if t is None or not t.is_active():
+            raise ConnectionLost(f"connection to {self.host.address}:{self.host.port} is closed", where=self.host.name)
+        return t
+
+    # -------------------------------------------------------------------------------------------- commands
+    def run(self, argv: list[str], *, timeout: float | None = None, stdin: bytes | None = None,
+            retry: bool = False, on_stdout: Callable[[str], None] | None = None) -> CommandResult:
+        """Run argv on the host (quoted, no shell interpretation of arguments). `retry`: reconnect once if the
+        connection dropped (only for commands that are safe to repeat)."""
+        try:
+            return self._run(argv, timeout=timeout, stdin=stdin, on_stdout=on_stdout)
+        except ConnectionLost:
+            if not retry:
+                raise
+            self.log(f"connection to {self.host.name} dropped; reconnecting once")
+            self.close()
+            self.open()
+            return self._run(argv, timeout=timeout, stdin=stdin, on_stdout=on_stdout)
+
+    def _run(self, argv, *, timeout, stdin, on_stdout) -> CommandResult:
+        timeout = self.host.command_timeout_s if timeout is None else timeout
+        cmd = quote_argv(argv)
+        label = " ".join(str(a) for a in argv[:3])[:80]
+        try:
+            chan = self._transport().open_session(timeout=self.host.connect_timeout_s)
+            chan.settimeout(0.05)
+            chan.exec_command(cmd)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            pending = b""
+            eof = False
+            deadline = time.monotonic() + timeout
+            while True:
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                if not eof:
+                    try:
+                        data = chan.recv(65536)
+                    except socket.timeout:
+                        data = None
+                    if data:
+                        out += data
+                        if on_stdout:
+                            pending += data
+                            *lines, pending = pending.split(b"\n")
+                            for line in lines:
+                                on_stdout(line.decode(errors="replace"))
+                        continue
+                    if data == b"":
+                        eof = True
+                if eof:
+                    if chan.status_event.wait(0.05):
+                        while chan.recv_stderr_ready():
+                            err += chan.recv_stderr(65536)
+                        break
+                if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
+                    raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
+                if time.monotonic() > deadline:
+                    chan.close()
+                    raise RemoteError(f"`{label}` timed out after {timeout:g}s", where=self.host.name,
+                                      fix="raise command_timeout_s for this host in the inventory")
+            rc = chan.recv_exit_status()
+            chan.close()
+            return CommandResult(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
+        except RemoteError:
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectionLost(f"connection lost while running `{label}`: {e or type(e).__name__}",
+                                 where=self.host.name) from None
+
+    def open_channel(self, argv: list[str]) -> paramiko.Channel:
+        """A long-running command whose stdin we keep open (used by the deploy lock and `logs -f`)."""
+        try:
+            chan = self._transport().open_session(timeout=self.host.connect_timeout_s)
+            chan.exec_command(quote_argv(argv))
+            return chan
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectionLost(f"connection lost: {e}", where=self.host.name) from None
+
+    # -------------------------------------------------------------------------------------------- sftp / agent
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = self.client.open_sftp()  # type: ignore[union-attr]
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise ConnectionLost(f"cannot open SFTP: {e}", where=self.host.name) from None
+            self._sftp.get_channel().settimeout(self.host.command_timeout_s)
+        return self._sftp
+
+    def _remote_work_dir(self) -> str:
+        """The work dir as the remote side sees it: relative paths (and ~/...) are relative to the login dir, which
+        is where sshd starts every command."""
+        wd = self.host.work_dir.rstrip("/") or "/"
+        if wd == "~":
+            return "."
+        if wd.startswith("~/"):
+            return wd[2:] or "."
+        return wd
+
+    def ensure_agent(self) -> str:
+        """The agent's path on the host (installed on first use by `agent()`; costs no round trip here)."""
+        if not self.agent_path:
+            self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
+        return self.agent_path
+
+    def install_agent(self) -> None:
+        path = self.ensure_agent()
+        script = 'mkdir -p "$1" && cat > "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"'
+        res = self._run(["sh", "-c", script, "sh", path.rsplit("/", 1)[0], path], timeout=None, stdin=AGENT_SOURCE,
+                        on_stdout=None)
+        if res.rc != 0:
+            raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
+                              where=self.host.name, fix="set work_dir to a writable directory in the inventory")
+
+    def agent(self, op: str, params: dict[str, Any] | None = None, *, timeout: float | None = None,
+              retry: bool = False) -> Any:
+        """Run one agent operation and return its result (RemoteError with the agent's message on failure).
+        The agent is installed on first use (python answers exit status 2 for a missing script)."""
+        argv = self.agent_argv(op, params)
+        res = self.run(argv, timeout=timeout, retry=retry)
+        if res.rc == 2 and not res.stdout and ("can't open file" in res.stderr or "No such file" in res.stderr):
+            self.install_agent()
+            res = self.run(argv, timeout=timeout, retry=retry)
+        self.work_dir = reply_work_dir(res) or self.work_dir
+        return parse_agent_reply(res, op, self.host.name)
+
+    def agent_argv(self, op: str, params: dict[str, Any] | None = None) -> list[str]:
+        path = self.ensure_agent()
+        payload = dict(params or {}, work_dir=self._remote_work_dir())
+        blob = base64.b64encode(json.dumps(payload).encode()).decode()
+        return [self.host.python, path, op, blob]
+
+
+def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        detail = (res.stderr or res.stdout).strip().splitlines()
+        hint = detail[-1] if detail else f"exit status {res.rc}"
+        raise RemoteError(f"remote agent `{op}` failed: {hint}", where=where,
+                          fix="check the host's python (inventory `python:`) runs: python3 >= 3.8")
+    reply = json.loads(lines[-1])
+    if not reply.get("ok"):
+        raise RemoteError(f"{op}: {reply.get('error')}", where=where)
+    return reply.get("result")
+
+
+def reply_work_dir(res: CommandResult) -> str | None:
+    for ln in reversed(res.stdout.splitlines()):
+        if ln.startswith("{"):
+            return json.loads(ln).get("work_dir")
+    return None
+
+
+def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    parts = path.strip("/").split("/")
+    cur = ""
+    for part in parts:
+        cur += "/" + part
+        try:
+            sftp.stat(cur)
+        except FileNotFoundError:
+            sftp.mkdir(cur)

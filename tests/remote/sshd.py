@@ -1,0 +1,136 @@
+"""A real OpenSSH sshd on 127.0.0.1 for tests and the deploy benchmark.
+
+Generated host and client keys, a throwaway authorized_keys and its own sshd_config in a temp dir; random free port.
+Runs as the current user (root in CI containers, hence `StrictModes no` and `PermitRootLogin prohibit-password`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/usr/bin/sshd")
+
+
+def find_sshd() -> str | None:
+    for cand in SSHD_CANDIDATES:
+        if os.access(cand, os.X_OK):
+            return cand
+    return shutil.which("sshd")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path, kind: str = "ed25519") -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "ddtctl-test", "-f", str(path)], check=True)
+
+
+@dataclass
+class Sshd:
+    root: Path
+    port: int
+    user: str
+    client_key: Path
+    host_pubkey: str  # "ssh-ed25519 AAAA..."
+    proc: subprocess.Popen
+
+    @property
+    def known_hosts_line(self) -> str:
+        return f"[127.0.0.1]:{self.port} {self.host_pubkey}\n"
+
+    def write_known_hosts(self, path: Path) -> Path:
+        path.write_text(self.known_hosts_line)
+        return path
+
+    def session_pids(self) -> list[int]:
+        """PIDs of the per-connection sshd processes (children of the listener)."""
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if ppid == self.proc.pid:
+                pids.append(int(d))
+        return pids
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_sshd(root: Path) -> Sshd:
+    sshd = find_sshd()
+    if not sshd:
+        raise RuntimeError("sshd not found; install openssh-server (make system-deps)")
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    _keygen(root / "host_ed25519")
+    _keygen(root / "client_ed25519")
+    (root / "authorized_keys").write_text((root / "client_ed25519.pub").read_text())
+    os.chmod(root / "authorized_keys", 0o600)
+    user = getpass.getuser()
+    # sshd refuses to start without its privilege-separation dir when run as root
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    sftp = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                             "/usr/lib/ssh/sftp-server") if os.path.exists(p)), "internal-sftp")
+    last_err = ""
+    for _attempt in range(5):
+        port = _free_port()
+        (root / "sshd_config").write_text(
+            f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {root}/host_ed25519
+PidFile {root}/sshd.pid
+AuthorizedKeysFile {root}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+AllowTcpForwarding no
+X11Forwarding no
+PrintMotd no
+MaxStartups 64:30:128
+MaxSessions 64
+LogLevel VERBOSE
+Subsystem sftp {sftp}
+"""
+        )
+        log = open(root / "sshd.log", "ab")
+        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                    if s.recv(4).startswith(b"SSH-"):
+                        pub = (root / "host_ed25519.pub").read_text().split()
+                        return Sshd(root, port, user, root / "client_ed25519", f"{pub[0]} {pub[1]}", proc)
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        last_err = (root / "sshd.log").read_text()[-2000:]
+    raise RuntimeError(f"sshd did not start: {last_err}")

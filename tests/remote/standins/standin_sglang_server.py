@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""STAND-IN for `python -m sglang.launch_server` (no GPU here, so no real SGLang server can run).
+
+Takes the same argv, serves GET /health and GET /get_server_info (the parsed argv, dest-keyed like SGLang's
+server_args) on --host/--port. Knobs (environment, set through the profile's `env:`):
+    STANDIN_HEALTH=fail        /health always answers 503 (a server that never becomes healthy)
+    STANDIN_READY_AFTER_S=1.5  /health answers 503 until that many seconds after start
+    STANDIN_EXIT=3             exit with that status right after start (a server that crashes)
+    STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM (stop must escalate to SIGKILL)
+Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
+"""
+import json
+import os
+import signal
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def parse(argv):
+    args, i = {}, 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--"):
+            i += 1
+            continue
+        key, _, inline = a[2:].partition("=")
+        dest = key.replace("-", "_")
+        if inline:
+            args[dest] = coerce(inline)
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            args[dest] = coerce(argv[i + 1])
+            i += 2
+        else:
+            args[dest] = True
+            i += 1
+    return args
+
+
+def coerce(v):
+    for t in (int, float):
+        try:
+            return t(v)
+        except ValueError:
+            pass
+    return v
+
+
+def main():
+    argv = sys.argv[1:]
+    args = parse(argv)
+    started = time.time()
+    print(f"[standin] pid {os.getpid()} argv {json.dumps(argv)}", flush=True)
+    print(f"[standin] cwd {os.getcwd()} release {os.environ.get('DDTCTL_RELEASE')}", flush=True)
+    if os.environ.get("STANDIN_EXIT"):
+        print("[standin] crashing on purpose (STANDIN_EXIT)", flush=True)
+        sys.exit(int(os.environ["STANDIN_EXIT"]))
+    if os.environ.get("STANDIN_IGNORE_SIGTERM"):
+        signal.signal(signal.SIGTERM, lambda *a: print("[standin] ignoring SIGTERM", flush=True))
+    else:
+        signal.signal(signal.SIGTERM, lambda *a: (print("[standin] SIGTERM, exiting", flush=True), os._exit(0)))
+    if int(args.get("node_rank", 0) or 0) != 0:
+        print(f"[standin] node rank {args['node_rank']} of {args.get('nnodes')}: no HTTP server", flush=True)
+        while True:
+            time.sleep(1)
+    ready_after = float(os.environ.get("STANDIN_READY_AFTER_S", "0"))
+    fail = os.environ.get("STANDIN_HEALTH") == "fail"
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *a):
+            print("[standin] " + fmt % a, flush=True)
+
+        def _send(self, code, body=b""):
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            healthy = not fail and time.time() - started >= ready_after
+            if self.path == "/health":
+                self._send(200 if healthy else 503)
+            elif self.path in ("/get_server_info", "/server_info"):
+                if not healthy:
+                    return self._send(503)
+                info = dict(args, version="0.5.23", launch_command=argv, standin=True, pid=os.getpid(),
+                            env={k: v for k, v in os.environ.items() if k.startswith(("STANDIN_", "DDTCTL_", "CUDA_", "NCCL_", "TRITON_"))})
+                self._send(200, json.dumps(info).encode())
+            else:
+                self._send(404)
+
+    srv = ThreadingHTTPServer((str(args.get("host", "127.0.0.1")), int(args.get("port", 30000))), Handler)
+    print(f"[standin] serving on {srv.server_address}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
