@@ -219,7 +219,7 @@ def _managed_python(version: str) -> Path | None:
     if envs is not None:
         try:
             env = envs.managed_env(version)
-            if env.exists and Path(env.python).exists():
+            if env.ready and Path(env.python).exists():
                 return Path(env.python)
         except Exception:  # noqa: BLE001 - fall back to the documented location
             pass
