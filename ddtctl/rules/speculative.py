@@ -94,15 +94,23 @@ def spec_flags_without_algorithm(ctx: Context):
                       fix="set speculative-algorithm, or remove the speculative flags")
 
 
-@rule("DDT806", "mixed chunked prefill is not supported by this speculative algorithm",
+# speculative/spec_info.py SpeculativeAlgorithm.supports_mixed_chunk; custom (plugin) algorithms say no.
+MIXED_CHUNK_OK = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
+MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM")  # their resolution hooks switch it off with a warning
+
+
+@rule("DDT806", "mixed chunked prefill is supported by this speculative algorithm",
       reads=("enable_mixed_chunk",), applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
-      reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args")
+      reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py")
 def mixed_chunk(ctx: Context):
-    """EAGLE-family and NGRAM turn mixed chunked prefill off silently; the DFLASH family rejects it."""
-    if ctx.algorithm in DFLASH_FAMILY or ctx.algorithm in ("DSPARK", "UNO"):
-        return Hit(f"--enable-mixed-chunk is not supported with {ctx.algorithm}",
+    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE and NGRAM turn it off with a
+    warning; other algorithms (UNO, FROZEN_KV_MTP, and plugin algorithms such as DDTREE) fail `check_server_args`."""
+    if ctx.algorithm in MIXED_CHUNK_OK:
+        return None
+    if ctx.algorithm in MIXED_CHUNK_TURNED_OFF:
+        return Hit(f"--enable-mixed-chunk is turned off by SGLang for {ctx.algorithm}", severity=INFO,
                    fix="remove enable-mixed-chunk", edits={"enable_mixed_chunk": None})
-    return Hit(f"--enable-mixed-chunk is turned off by SGLang for {ctx.algorithm}", severity=INFO,
+    return Hit(f"--enable-mixed-chunk is not supported with {ctx.algorithm}",
                fix="remove enable-mixed-chunk", edits={"enable_mixed_chunk": None})
 
 
@@ -213,10 +221,11 @@ def dflash_block_unknown(ctx: Context):
 @rule("DDT301", "EAGLE steps, topk and draft tokens are set together",
       reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
       applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.get("speculative_adaptive"),
-      reference=f"{SPEC_HOOK} _handle_eagle_family (assert)")
+      reference=f"{SPEC_HOOK} _handle_eagle_family (assert / TypeError)")
 def eagle_params(ctx: Context):
     """When `--speculative-num-steps` is unset SGLang chooses steps/topk/draft tokens itself and *asserts* that
-    topk and draft tokens are unset too (a bare AssertionError at launch)."""
+    topk and draft tokens are unset too (a bare AssertionError). When steps are set, topk must be set too: SGLang
+    compares it with numbers and fails with a TypeError on None."""
     if not ctx.is_set("speculative_num_steps"):
         given = [d for d in ("speculative_eagle_topk", "speculative_num_draft_tokens") if ctx.is_set(d)]
         if given:
@@ -225,6 +234,11 @@ def eagle_params(ctx: Context):
                        "an AssertionError", about=given[0],
                        fix="set speculative-num-steps too (e.g. 3), or remove " + ", ".join(
                            d.replace("_", "-") for d in given))
+    elif not ctx.is_set("speculative_eagle_topk"):
+        return Hit("--speculative-num-steps set without --speculative-eagle-topk: SGLang fails with a TypeError "
+                   "(topk stays None)", about="speculative_num_steps",
+                   fix="set speculative-eagle-topk (1 for a chain) and speculative-num-draft-tokens",
+                   edits={"speculative_eagle_topk": 1})
 
 
 @rule("DDT302", "STANDALONE does not support DP attention", reads=("enable_dp_attention",),
@@ -261,19 +275,36 @@ def rejection_sampling(ctx: Context):
 _PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
+# Architectures whose attention is MLA: on SM100 SGLang auto-selects trtllm_mla with page size 64.
+MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM",
+                     "KimiK2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM")
+
+
+def effective_attention(ctx: Context) -> tuple[str | None, int]:
+    """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection."""
+    backend = ctx.get("attention_backend")
+    page = ctx.get("page_size") or 1
+    if backend is None and ctx.model is not None and ctx.model.architecture in MLA_ARCHITECTURES and \
+            ctx.gpu is not None and ctx.gpu.sm in (100, 103):
+        return "trtllm_mla", ctx.get("page_size") or 64
+    return backend, page
+
+
 @rule("DDT304", "EAGLE topk > 1 with paged KV needs a tree-capable backend",
       reads=("speculative_eagle_topk", "page_size", "attention_backend"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and (ctx.given.get("speculative_eagle_topk") or 1) > 1
-      and (ctx.get("page_size") or 1) > 1 and ctx.is_set("attention_backend"),
-      reference=f"{SPEC_HOOK} _handle_eagle_family")
+      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and (ctx.given.get("speculative_eagle_topk") or 1) > 1,
+      reference=f"{SPEC_HOOK} _handle_eagle_family; overrides.py (MLA backend auto-selection)")
 def eagle_topk_paged(ctx: Context):
     """topk > 1 with page_size > 1 needs the two-pass cascade draft decode, implemented only by flashinfer, fa3 and
-    triton."""
-    backend = ctx.get("attention_backend")
-    if backend not in _PAGE_TREE_BACKENDS:
-        return Hit(f"--speculative-eagle-topk > 1 with --page-size > 1 is only supported on "
-                   f"{'/'.join(_PAGE_TREE_BACKENDS)}, got attention backend {backend!r}", about="attention_backend",
-                   fix="set page-size: 1, or attention-backend: fa3")
+    triton. SGLang's own choices count too: a DeepSeek-style MLA model on SM100 gets trtllm_mla with page size 64."""
+    backend, page = effective_attention(ctx)
+    if backend is not None and page > 1 and backend not in _PAGE_TREE_BACKENDS:
+        chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
+        return Hit(f"--speculative-eagle-topk > 1 with page size {page} is only supported on "
+                   f"{'/'.join(_PAGE_TREE_BACKENDS)}, got attention backend {backend!r}{chosen}",
+                   about="speculative_eagle_topk",
+                   fix="set speculative-eagle-topk: 1, or page-size: 1 with a tree-capable attention-backend",
+                   edits={"speculative_eagle_topk": 1} if not ctx.is_set("attention_backend") else {})
 
 
 @rule("DDT305", "trtllm_mha supports only topk 1", reads=("attention_backend", "speculative_eagle_topk"),

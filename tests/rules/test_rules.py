@@ -44,8 +44,12 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT803": (NGRAM + ["--speculative-use-block-verification"], DFLASH + ["--speculative-use-block-verification"], None),
     "DDT804": (DFLASH + ["--disaggregation-mode", "decode", "--disaggregation-decode-enable-radix-cache"],
                EAGLE3 + ["--disaggregation-mode", "decode", "--disaggregation-decode-enable-radix-cache"], None),
-    "DDT805": (DENSE + ["--speculative-num-steps", "3"], EAGLE3 + ["--speculative-num-steps", "3"], None),
-    "DDT806": (DFLASH + ["--enable-mixed-chunk"], DFLASH, None),
+    "DDT805": (DENSE + ["--speculative-num-steps", "3"], EAGLE3 + ["--speculative-num-steps", "3",
+                                                                  "--speculative-eagle-topk", "1"], None),
+    "DDT806": (DDTREE + ["--enable-mixed-chunk"], DFLASH + ["--enable-mixed-chunk"], None),
+    "DDT607": (DENSE + ["--enable-torch-compile", "--disable-cuda-graph-padding"], DENSE + ["--enable-torch-compile"],
+               None),
+    "DDT608": (DENSE + ["--served-model-name", "qwen:8b"], DENSE + ["--served-model-name", "qwen-8b"], None),
     "DDT201": (DENSE + ["--speculative-algorithm", "DFLASH"], DFLASH, None),
     "DDT202": (DFLASH + ["--speculative-dflash-block-size", "0"], DFLASH + ["--speculative-dflash-block-size", "16"], None),
     "DDT203": (DFLASH + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "8"],
@@ -60,7 +64,7 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                         M["qwen3-8b-dflash-noblock"]],
                DENSE + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
                         M["qwen3-8b-dflash-noblock"], "--speculative-dflash-block-size", "16"], None),
-    "DDT301": (EAGLE3 + ["--speculative-eagle-topk", "4"],
+    "DDT301": (EAGLE3 + ["--speculative-num-steps", "3"],
                EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
                          "--speculative-num-draft-tokens", "8"], None),
     "DDT302": (DENSE + ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", M["qwen3-8b"],
@@ -117,7 +121,7 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT605": (DENSE + ["--pp-size", "2"], DENSE + ["--pp-size", "2", "--disable-overlap-schedule"], None),
     "DDT606": (DENSE + ["--chunked-prefill-size", "1000", "--page-size", "64"],
                DENSE + ["--chunked-prefill-size", "1024", "--page-size", "64"], None),
-    "DDT701": (DENSE + ["--attention-backend", "fa3"], DENSE + ["--attention-backend", "triton"], "B200"),
+    "DDT701": (DENSE + ["--attention-backend", "fa3"], DENSE + ["--attention-backend", "trtllm_mha"], "B200"),
     "DDT101": (DENSE + ["--speculative-algorithm", "DDTREE", "--disable-overlap-schedule"], DDTREE, None),
     "DDT102": (DDTREE + ["--speculative-dflash-block-size", "0"], DDTREE + ["--speculative-dflash-block-size", "16"], None),
     "DDT103": (DDTREE + ["--speculative-dflash-block-size", "16", "--speculative-num-draft-tokens", "8"],
@@ -199,6 +203,13 @@ def test_removed_flag_points_at_its_replacement():
     result = validate_argv(HYBRID + ["--mamba-scheduler-strategy", "extra_buffer"])
     finding = next(f for f in result.findings if f.rule == "DDT001")
     assert "mamba-radix-cache-strategy" in finding.message
+
+
+def test_auto_selected_mla_backend_counts_for_eagle_tree():
+    argv = ["--model-path", M["deepseek-v3-nextn"], "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
+    assert "DDT304" in _rules_of(argv, "B200")  # SGLang picks trtllm_mla + page 64 there
+    assert "DDT304" not in _rules_of(argv, "H200")
 
 
 def test_gpu_generation_changes_the_verdict():
