@@ -99,7 +99,9 @@ class Context:
 
 
 FACT_MODEL, FACT_DRAFT, FACT_GPU = "model", "draft", "gpu"
+FACT_MODEL_CONFIG = "model-config"  # head counts and sizes: only config.json has them, not model.architecture
 FACT_HELP = {
+    FACT_MODEL_CONFIG: "model config.json not readable here (head counts unknown; `ddtctl facts HOST` caches it)",
     FACT_MODEL: "model facts unknown (make model.path/config.json readable here or set model.architecture)",
     FACT_DRAFT: "draft model facts unknown (the draft's config.json is not readable here)",
     FACT_GPU: "GPU unknown (set hardware.gpu or pass --gpu)",
@@ -147,6 +149,8 @@ def rule(id: str, title: str, *, severity: str = ERROR, reads: tuple[str, ...] =
 def _fact_available(ctx: Context, fact: str) -> bool:
     if fact == FACT_MODEL:
         return ctx.model is not None and ctx.model.known
+    if fact == FACT_MODEL_CONFIG:
+        return ctx.model is not None and ctx.model.known and ctx.model.source != "profile"
     if fact == FACT_DRAFT:
         return ctx.draft is not None and ctx.draft.known
     if fact == FACT_GPU:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
+from ddtctl.rules.engine import FACT_GPU, FACT_MODEL_CONFIG, Context, Hit, rule
 
 VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
 
@@ -21,7 +21,7 @@ def world_size(ctx: Context):
                    fix=f"set tp-size so that tp x pp fits {ctx.gpu_count} GPUs")
 
 
-@rule("DDT602", "tensor parallel size divides the attention heads", reads=("tp_size",), needs=(FACT_MODEL,),
+@rule("DDT602", "tensor parallel size divides the attention heads", reads=("tp_size",), needs=(FACT_MODEL_CONFIG,),
       applies=lambda ctx: (ctx.get("tp_size", 1) or 1) > 1, reference="runtime: model load asserts head divisibility",
       sglang_enforces=False)
 def heads_divisible(ctx: Context):
