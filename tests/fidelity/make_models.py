@@ -140,6 +140,7 @@ MODELS = {
     "qwen3.6-27b": qwen3_5_vl(moe=False),
     "qwen3.6-35b-a3b": qwen3_5_vl(moe=True),
     "qwen3.6-27b-dflash-b16": dflash(5120, 64, 16, vocab=248320, mask=248077),
+    "qwen3.6-35b-a3b-dflash-b16": dflash(2048, 40, 16, vocab=248320, mask=248077),
     "deepseek-v3-nextn": deepseek_v3_nextn(),
 }
 
