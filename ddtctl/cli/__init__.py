@@ -16,6 +16,7 @@ def load_app():
     from ddtctl.cli import dryrun as _dryrun  # noqa: F401
     from ddtctl.cli import diffflags as _diffflags  # noqa: F401
     from ddtctl.cli import remote as _remote  # noqa: F401
+    from ddtctl.cli import overlay as _overlay  # noqa: F401
     from ddtctl.cli import kernels as _kernels  # noqa: F401
 
     return app

@@ -43,6 +43,8 @@ def dry_run(
     sys_path: list[str] = typer.Option(None, "--sys-path", help="Directory put first on the resolver's sys.path "
                                                                 "(e.g. an overlay staging tree); repeatable"),
     all_overrides: bool = typer.Option(False, "--all-overrides", help="Also list defaults SGLang filled in"),
+    overlay: str = typer.Option("auto", "--overlay", help="DDTREE payload: auto (built and used when DDTREE is "
+                                                         "asked for), none, or a payload directory"),
 ) -> None:
     """Run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on each profile.
 
@@ -57,11 +59,17 @@ def dry_run(
             raise UsageError("--argv needs SGLang arguments", fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
         if gpu is None and "--device" not in items:
             raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation", fix="pass --gpu H200 (or sm90, B200, ...)")
+        from ddtctl.overlay.dryrun_support import overlay_sys_path
+
+        sys_path = list(sys_path or ()) + overlay_sys_path(overlay, argvs=[items], python=python)
         results = dryrun.dry_run_argvs([("argv", items, gpu)], python=python, extra_sys_path=sys_path or (),
                                        timeout_s=timeout)
     else:
         if not items:
             raise UsageError("no profiles given", fix="ddtctl dry-run PROFILE... (or --argv -- ARGS...)")
+        from ddtctl.overlay.dryrun_support import overlay_sys_path
+
+        sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
         results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
                                           timeout_s=timeout)
     if fmt == OutputFormat.json:

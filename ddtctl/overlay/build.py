@@ -29,6 +29,7 @@ from ddtctl.overlay.payload import (
     SourceManifest,
     load_source_manifest,
     payload_id,
+    rewrite_imports,
     sha256_bytes,
     sha256_file,
 )
@@ -179,8 +180,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
     skipped = [a.source for a in m.added if a.optional and not m.source_path(a).exists()]
     for rel, src, a in m.expand_added():
         data = src.read_bytes()
-        sha = sha256_bytes(data)
-        if a.sha256 and not a.tree and sha != a.sha256:
+        if a.sha256 and not a.tree and sha256_bytes(data) != a.sha256:
             raise OverlayError(
                 f"added file {a.source} has sha256 {sha[:16]}..., the manifest pins {a.sha256[:16]}...",
                 where=str(m.path), fix="run `ddtctl overlay manifest --update` after an intended change",
@@ -188,11 +188,13 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         if (target.sglang_root / rel).exists():
             raise OverlayError(f"added file {rel} already exists in {target.sglang_root} (it would replace an SGLang file)",
                                fix="list it under `patched` instead")
+        if a.rewrite and rel.endswith(".py"):
+            data = rewrite_imports(data.decode("utf-8"), a.rewrite).encode("utf-8")
         dst = files_dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(data)
         shutil.copystat(src, dst)
-        entries.append({"path": rel, "kind": "added", "sha256": sha, "source": a.source})
+        entries.append({"path": rel, "kind": "added", "sha256": sha256_bytes(data), "source": a.source})
     for tool in TOOLS:
         shutil.copy2(_HERE / tool, out / tool)
     built = {

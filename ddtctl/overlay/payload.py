@@ -14,12 +14,15 @@ A payload source directory holds `manifest.json`:
 `source` is relative to the payload directory, or `ddtctl:<path>` for a file (or, with "tree": true, a package
 directory) of the ddtctl package itself, copied at build time: that is how the payload ships the one copy of the DDTREE
 rules and the kernels. `sha256` of an added file is optional; when present, build refuses a source that differs.
+`rewrite` ({"ddtctl.kernels": "ddtree_sglang.kernels"}) renames absolute imports in the copied .py files, for ddtctl
+modules that live under another package name inside SGLang's environment (ddtctl itself is not installed there).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,6 +35,13 @@ PAYLOADS_DIR = Path(__file__).resolve().parent.parent / "payload"
 DEFAULT_PAYLOAD = "ddtree-sglang-0.5.23"
 DDTCTL_ROOT = Path(__file__).resolve().parent.parent
 _TREE_SKIP = {"__pycache__"}
+
+
+def rewrite_imports(text: str, rewrite: dict[str, str]) -> str:
+    """Rename dotted module prefixes (whole dotted names only): ddtctl.kernels.x -> ddtree_sglang.kernels.x."""
+    for old, new in rewrite.items():
+        text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w])", new, text)
+    return text
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -68,6 +78,7 @@ class AddedFile:
     sha256: str | None = None
     tree: bool = False
     optional: bool = False
+    rewrite: dict[str, str] = field(default_factory=dict)  # module prefix -> its name inside the payload (.py only)
 
 
 @dataclass
@@ -94,6 +105,8 @@ class SourceManifest:
                 d["tree"] = True
             if a.optional:
                 d["optional"] = True
+            if a.rewrite:
+                d["rewrite"] = dict(a.rewrite)
             return d
 
         return {
@@ -173,7 +186,7 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
             patched=[PatchedFile(check_rel(p["path"], str(path)), p["patch"], p["base_sha256"], p["result_sha256"])
                      for p in data.get("patched", [])],
             added=[AddedFile(check_rel(a["path"], str(path)), a["source"], a.get("sha256"), bool(a.get("tree")),
-                             bool(a.get("optional"))) for a in data.get("added", [])],
+                             bool(a.get("optional")), dict(a.get("rewrite") or {})) for a in data.get("added", [])],
             smoke=list(data.get("smoke", [])),
         )
     except (KeyError, TypeError) as exc:

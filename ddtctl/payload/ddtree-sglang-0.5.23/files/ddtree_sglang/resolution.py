@@ -115,6 +115,8 @@ def declare_ddtree(server_args: Any) -> None:
         speculative_ddtree_budget=resolved["budget"],
         speculative_ddtree_topk_cap=resolved["topk_cap"],
         speculative_ddtree_verify_width=resolved["verify_width"],
+        speculative_ddtree_shadow_linear=resolved["shadow_linear"],
+        speculative_ddtree_allow_hybrid_unsafe=resolved["allow_hybrid_unsafe"],
     )
 
 

@@ -1,0 +1,75 @@
+"""Which payload view a dry-run puts first on the resolver's sys.path (`ddtctl dry-run --overlay auto|none|PATH`).
+
+auto  the bundled DDTREE payload, built (or reused) against the resolver's SGLang, when something asks for DDTREE
+none  plain SGLang
+PATH  a payload source (manifest.json), a built payload (ddtree-manifest.json) or a build directory (payload/ + view/)
+The managed environment's site-packages is never modified: the view shadows only the files the payload touches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ddtctl.errors import UsageError
+
+ALGORITHM = "DDTREE"
+
+
+def argv_uses_ddtree(argv: Sequence[str]) -> bool:
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--speculative-algorithm" and i + 1 < len(args) and str(args[i + 1]).upper() == ALGORITHM:
+            return True
+        if a.startswith("--speculative-algorithm=") and a.split("=", 1)[1].upper() == ALGORITHM:
+            return True
+    return False
+
+
+def profiles_use_ddtree(paths: Sequence[str]) -> bool:
+    from ddtctl.profile import discover_profiles, load_profile
+
+    for path in discover_profiles(list(paths)):
+        server = load_profile(path).profile.server or {}
+        for key in ("speculative-algorithm", "speculative_algorithm"):
+            if str(server.get(key) or "").upper() == ALGORITHM:
+                return True
+    return False
+
+
+def view_for(spec: str | Path, *, python: str | Path | None = None) -> Path:
+    """The view directory for an explicit --overlay PATH."""
+    from ddtctl.overlay import installer
+    from ddtctl.overlay.build import build, cache_root, resolve_target
+
+    p = Path(spec).expanduser()
+    if (p / "view").is_dir() and (p / "payload" / installer.MANIFEST_NAME).is_file():
+        return p / "view"
+    if (p / "manifest.json").is_file():
+        return build(p, python=python, reuse=True).view_dir
+    if (p / installer.MANIFEST_NAME).is_file():
+        import hashlib
+        import json
+
+        built = json.loads((p / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+        target = resolve_target(built["sglang"], None, python)
+        out = cache_root() / "views" / hashlib.sha256(f"{p.resolve()}|{target.sglang_root}".encode()).hexdigest()[:16]
+        installer.build_view(str(target.sglang_root), str(p), str(out))
+        return out
+    raise UsageError(f"--overlay {spec}: not a payload (no manifest.json or ddtree-manifest.json there)",
+                     fix="pass auto, none, a payload source directory or a built payload")
+
+
+def overlay_sys_path(mode: str | None, *, argvs: Iterable[Sequence[str]] | None = None,
+                     profiles: Sequence[str] | None = None, python: str | Path | None = None) -> list[str]:
+    mode = (mode or "auto").strip()
+    if mode == "none":
+        return []
+    if mode == "auto":
+        needed = any(argv_uses_ddtree(a) for a in (argvs or [])) or bool(profiles and profiles_use_ddtree(profiles))
+        if not needed:
+            return []
+        from ddtctl.overlay.build import build
+
+        return [str(build(None, python=python, reuse=True).view_dir)]
+    return [str(view_for(mode, python=python))]

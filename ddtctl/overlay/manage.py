@@ -1,0 +1,166 @@
+"""Install, uninstall, status and verify: plain functions returning result objects (the CLI only prints them).
+
+install / uninstall / status run installer.py with the *target* interpreter (it byte-compiles what it installs with
+that interpreter, exactly as it does on a remote host); verify runs smoke.py with the target interpreter, the payload
+view first on sys.path (or against the installed payload with installed=True).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtctl.errors import EnvironmentMissing, OverlayError
+from ddtctl.overlay import installer
+from ddtctl.overlay.build import BuildResult, Target, build, cache_root, resolve_target
+from ddtctl.overlay.payload import load_source_manifest
+
+_HERE = Path(__file__).resolve().parent
+
+
+def default_state_dir(sglang_root: Path) -> Path:
+    key = hashlib.sha256(str(Path(sglang_root).resolve()).encode()).hexdigest()[:16]
+    return cache_root() / "state" / key
+
+
+def _run_json(cmd: list[str], *, timeout: float, what: str) -> tuple[int, dict[str, Any], str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise OverlayError(f"{what} did not finish within {timeout:.0f}s") from None
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot run {cmd[0]}: {exc}") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OverlayError(f"{what} failed (exit {proc.returncode}): {tail}")
+    return proc.returncode, json.loads(lines[-1]), proc.stderr
+
+
+def run_installer(command: str, target: Target, *, payload_dir: Path | None = None, state_dir: Path | None = None,
+                  timeout: float = 600.0) -> dict[str, Any]:
+    script = (payload_dir / "installer.py") if payload_dir and (payload_dir / "installer.py").is_file() \
+        else _HERE / "installer.py"
+    cmd = [str(target.python), "-I", str(script), command, "--sglang-root", str(target.sglang_root),
+           "--state-dir", str(state_dir or default_state_dir(target.sglang_root))]
+    if payload_dir is not None:
+        cmd += ["--payload", str(payload_dir)]
+    rc, out, _ = _run_json(cmd, timeout=timeout, what=f"installer {command}")
+    if not out.get("ok"):
+        raise OverlayError(out.get("error") or f"installer {command} failed (exit {rc})",
+                           where=str(target.sglang_root))
+    return out
+
+
+@dataclass
+class InstallResult:
+    action: str  # installed | replaced | uninstalled | none
+    sglang_root: Path
+    state_dir: Path
+    python: Path
+    payload_id: str | None = None
+    recovered: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "sglang_root": str(self.sglang_root), "state_dir": str(self.state_dir),
+                "python": str(self.python), "payload_id": self.payload_id, "recovered": self.recovered,
+                "details": self.details}
+
+
+def _staged_payload(payload: str | Path | None, target: Target) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """A built payload directory: the given one (with ddtree-manifest.json), or a fresh build of a payload source
+    (default: the bundled payload) against the target's own pristine files."""
+    if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
+        return Path(payload), None
+    tmp = tempfile.TemporaryDirectory(prefix="ddtctl-overlay-")
+    result = build(payload, sglang_root=target.sglang_root, python=target.python, out_dir=Path(tmp.name) / "build")
+    return result.payload_dir, tmp
+
+
+def _payload_sglang(payload: str | Path | None) -> str:
+    if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
+        return str(json.loads((Path(payload) / installer.MANIFEST_NAME).read_text(encoding="utf-8"))["sglang"])
+    return load_source_manifest(payload).sglang
+
+
+def install(sglang_root: str | Path, *, payload: str | Path | None = None, python: str | Path | None = None,
+            state_dir: str | Path | None = None) -> InstallResult:
+    target = resolve_target(_payload_sglang(payload), sglang_root, python)
+    state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
+    staged, tmp = _staged_payload(payload, target)
+    try:
+        out = run_installer("install", target, payload_dir=staged, state_dir=state)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return InstallResult(out.get("action", "?"), target.sglang_root, state, target.python, out.get("payload_id"),
+                         out.get("recovered"), out)
+
+
+def uninstall(sglang_root: str | Path, *, python: str | Path | None = None,
+              state_dir: str | Path | None = None, sglang: str = "0.5.23") -> InstallResult:
+    target = resolve_target(sglang, sglang_root, python)
+    state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
+    out = run_installer("uninstall", target, state_dir=state)
+    return InstallResult(out.get("action", "?"), target.sglang_root, state, target.python, out.get("payload_id"),
+                         out.get("recovered"), out)
+
+
+def status(sglang_root: str | Path, *, python: str | Path | None = None, state_dir: str | Path | None = None,
+           sglang: str = "0.5.23") -> dict[str, Any]:
+    target = resolve_target(sglang, sglang_root, python)
+    state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
+    out = run_installer("status", target, state_dir=state)
+    out["state_dir"] = str(state)
+    return out
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    python: Path
+    payload_id: str | None
+    view: Path | None
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    versions: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "python": str(self.python), "payload_id": self.payload_id,
+                "view": str(self.view) if self.view else None, "checks": self.checks, "versions": self.versions,
+                "error": self.error}
+
+
+def verify(payload: str | Path | None = None, *, sglang_root: str | Path | None = None,
+           python: str | Path | None = None, installed: bool = False, checks: list[str] | None = None,
+           timeout: float = 600.0) -> VerifyResult:
+    """Run the payload's smoke checks in the target interpreter. Builds (or reuses) the payload first unless
+    `installed`, which checks what is installed in the target's site-packages instead."""
+    view: Path | None = None
+    build_result: BuildResult | None = None
+    if installed:
+        m = load_source_manifest(payload)
+        target = resolve_target(m.sglang, sglang_root, python)
+        wanted = checks or [c["id"] for c in m.smoke]
+        smoke = _HERE / "smoke.py"
+        pid = None
+    else:
+        build_result = build(payload, sglang_root=sglang_root, python=python, reuse=True)
+        target = Target(build_result.sglang_root, build_result.python)
+        built = json.loads((build_result.payload_dir / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+        wanted = checks or [c["id"] for c in built.get("smoke", [])]
+        view = build_result.view_dir
+        smoke = build_result.payload_dir / "smoke.py"
+        pid = build_result.payload_id
+    cmd = [str(target.python), str(smoke), "--checks", ",".join(wanted)]
+    if view is not None:
+        cmd += ["--view", str(view)]
+    _, out, stderr = _run_json(cmd, timeout=timeout, what="smoke checks")
+    return VerifyResult(bool(out.get("ok")), target.python, pid, view, out.get("checks", []),
+                        out.get("versions", {}), out.get("error"))
