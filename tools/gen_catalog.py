@@ -12,6 +12,23 @@ server_args import needs):
         ddtctl/schema/catalogs/sglang-0.5.23.json          # exit 1 if the committed file is stale
 
 Without --python it dumps the sglang importable in the current interpreter.
+
+How the shipped catalogs were made (one CPU venv; older releases layered on top with `pip install --target`):
+    python3.11 -m venv /work/tmp-catvenv-0.5.23 && V=/work/tmp-catvenv-0.5.23/bin
+    $V/pip install torch==2.13.0                      # CPU build first, so nothing pulls a CUDA torch
+    $V/pip install --no-deps sglang==0.5.23
+    $V/pip install numpy orjson psutil pybase64 requests triton packaging pillow starlette msgspec pydantic \
+        pyzmq tqdm ipython aiohttp transformers==5.19.0 dill apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 \
+        compressed-tensors==0.18.0 gguf openai==2.8.0 partial_json_parser einops torch==2.13.0
+    $V/pip install --no-deps torchvision==0.28.0      # CUDA wheel; argparse_dump declares its two ops on CPU torch
+    # 0.5.12 / 0.5.19: their own transformers/tokenizers/xgrammar pins, first on sys.path
+    $V/pip install --no-deps --target /work/tmp-catvenv-0.5.12/site sglang==0.5.12 transformers==5.6.0 \
+        tokenizers==0.22.2 xgrammar==0.2.0 "huggingface-hub>=1.5.0,<2.0"
+    $V/pip install --no-deps --target /work/tmp-catvenv-0.5.19/site sglang==0.5.19 transformers==5.12.1 \
+        tokenizers==0.22.2 xgrammar==0.2.1 "huggingface-hub>=1.5.0,<2.0"
+    python tools/gen_catalog.py --python $V/python --out ddtctl/schema/catalogs/sglang-0.5.23.json
+    python tools/gen_catalog.py --python $V/python --pythonpath /work/tmp-catvenv-0.5.12/site \
+        --out ddtctl/schema/catalogs/sglang-0.5.12.json          # likewise 0.5.19
 The dump itself lives in ddtctl/schema/argparse_dump.py (stdlib only, run as a script in the target interpreter).
 """
 

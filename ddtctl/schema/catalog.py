@@ -48,7 +48,8 @@ class FlagSpec:
     @property
     def option(self) -> str:
         """The primary option as written on a command line, e.g. "--tp-size"."""
-        return self.option_strings[0] if not self.option_strings[0].startswith("--") else f"--{self.name}"
+        has_long = any(o.startswith("--") for o in self.option_strings)
+        return f"--{self.name}" if has_long else self.option_strings[0]
 
     @property
     def takes_value(self) -> bool:
