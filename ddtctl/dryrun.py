@@ -273,7 +273,7 @@ def dry_run_profiles(
     """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`)."""
     from ddtctl.profile import discover_profiles, load_profile
     from ddtctl.render import render_argv
-    from ddtctl.schema.catalog import load_catalog
+    from ddtctl.schema.extensions import extended_catalog
 
     items: list[tuple[str, list[str], Any]] = []
     hosts: list[str | None] = []
@@ -282,7 +282,7 @@ def dry_run_profiles(
         loaded = load_profile(path)
         prof = loaded.profile
         versions.add(prof.sglang)
-        argv = render_argv(prof, load_catalog(prof.sglang))
+        argv = render_argv(prof, extended_catalog(prof.sglang))  # the release's flags + the DDTREE payload's
         chosen = gpu or (prof.hardware.gpu if prof.hardware else None)
         if chosen is None:
             raise UsageError(

@@ -19,12 +19,19 @@ _SUMMARY = (
     ("disable_radix_cache", "radix cache"),
     ("mamba_radix_cache_strategy", "mamba strategy"),
     ("max_running_requests", "max running"),
+    # DDTREE (resolved by the overlay payload)
+    ("speculative_ddtree_budget", "budget"),
+    ("speculative_ddtree_topk_cap", "topk cap"),
+    ("speculative_ddtree_shadow_linear", "shadow linear"),
+    ("speculative_ddtree_verify_width", "verify width"),
 )
 
 
 def _fmt_value(key: str, value) -> str:
     if key in ("disable_overlap_schedule", "disable_radix_cache"):
         return "off" if value else "on"
+    if key == "speculative_ddtree_shadow_linear":
+        return "on" if value else "off"
     return "-" if value is None else str(value)
 
 
