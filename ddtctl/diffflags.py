@@ -460,8 +460,11 @@ def _mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict, lis
 
 
 def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str | None = None,
-                  python: str | os.PathLike[str] | None = None, timeout_s: float = 120.0) -> ProfileDiff:
-    """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution."""
+                  python: str | os.PathLike[str] | None = None, timeout_s: float = 120.0,
+                  extra_sys_path: Sequence[str | os.PathLike[str]] = ()) -> ProfileDiff:
+    """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution.
+
+    extra_sys_path goes first on the resolver's sys.path (the DDTREE overlay view, for DDTREE profiles)."""
     from ddtctl.profile import load_profile
     from ddtctl.render import render_argv
     from ddtctl.schema.extensions import extended_catalog
@@ -492,11 +495,12 @@ def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str 
     result = ProfileDiff(la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed,
                          context)
     if resolved:
-        result.resolved = _resolved_diff(la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s)
+        result.resolved = _resolved_diff(la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s,
+                                         extra_sys_path=extra_sys_path)
     return result
 
 
-def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s) -> dict:
+def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_path=()) -> dict:
     try:
         from ddtctl.dryrun import dry_run_argvs
     except ImportError:  # pragma: no cover - the dry-run module ships with ddtctl
@@ -515,7 +519,7 @@ def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s) -> dict:
         gpus.append(chosen)
     hosts = [pa.host or (pa.hosts[0] if pa.hosts else None), pb.host or (pb.hosts[0] if pb.hosts else None)]
     ra, rb = dry_run_argvs([(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])], python=python,
-                           timeout_s=timeout_s, hosts=hosts, sglang=pa.sglang)
+                           timeout_s=timeout_s, hosts=hosts, sglang=pa.sglang, extra_sys_path=extra_sys_path)
     for r in (ra, rb):
         if r.setup_error:  # nothing was resolved: comparing would claim "the same" falsely
             err = r.error or {}

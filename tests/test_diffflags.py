@@ -260,3 +260,25 @@ def test_profiles_resolved_by_sglang(tmp_path):
     assert changed["page_size"] == (1, 16)
     assert "random_seed" not in changed  # drawn at random when unset: not a difference
     assert not res["verdict_changed"]
+
+
+@pytest.mark.sglang
+def test_cli_resolved_seed_dflash_vs_ddtree_through_the_overlay(tmp_path):
+    """The seed pair: DFLASH baseline vs DDTREE, resolved by SGLang 0.5.23 with the DDTREE payload (--overlay auto)."""
+    _managed_python()
+    fixtures = REPO / "tests" / "overlay" / "fixtures" / "models"
+    paths = []
+    for name in ("qwen36-27b-dflash", "qwen36-27b-ddtree"):
+        text = (REPO / "profiles" / f"{name}.yaml").read_text()
+        text = text.replace("/root/models/Qwen3.6-27B-DFlash", str(fixtures / "qwen36-27b-dflash"))
+        text = text.replace("/root/models/Qwen3.6-27B", str(fixtures / "qwen36-27b"))
+        paths.append(tmp_path / f"{name}.yaml")
+        paths[-1].write_text(text)
+    run = ddtctl("diff-flags", *paths, "--resolved", "--format", "json", timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    res = json.loads(run.stdout)["resolved"]
+    assert res["a"]["accepted"] and res["b"]["accepted"], res
+    changed = {c["key"]: (c["a"], c["b"]) for c in res["changed"]}
+    assert changed["speculative_algorithm"] == ("DFLASH", "DDTREE")
+    assert changed["speculative_ddtree_verify_width"] == (None, 65)  # budget 64 + the root
+    assert changed["disable_overlap_schedule"] == (False, True)

@@ -136,6 +136,8 @@ def diff_flags(
     resolved: bool = typer.Option(False, "--resolved", help="With two profiles: also compare after SGLang's own "
                                   "resolution (dry-run in the managed env)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="With --resolved: GPU to declare (default: each profile's)."),
+    overlay: str = typer.Option("auto", "--overlay", help="With --resolved: DDTREE payload: auto (built and used when "
+                                "a profile asks for DDTREE), none, or a payload directory."),
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
     brief: bool = typer.Option(False, "--brief", help="Text output: list at most 20 added flags."),
 ) -> None:
@@ -160,7 +162,13 @@ def diff_flags(
             raise UsageError(f"expected two profiles, got {len(profiles)}", fix="ddtctl diff-flags A.yaml B.yaml")
         from ddtctl.diffflags import diff_profiles
 
-        pd = diff_profiles(profiles[0], profiles[1], resolved=resolved, gpu=gpu, python=python)
+        sys_path: list[str] = []
+        if resolved:
+            from ddtctl.overlay.dryrun_support import overlay_sys_path
+
+            sys_path = overlay_sys_path(overlay, profiles=list(profiles), python=python)
+        pd = diff_profiles(profiles[0], profiles[1], resolved=resolved, gpu=gpu, python=python,
+                           extra_sys_path=sys_path)
         if output == OutputFormat.json:
             print_json(pd.to_json())
         else:
