@@ -39,6 +39,7 @@ class KeyIssue:
     key: str
     message: str
     fix: str | None = None
+    blocking: bool = False  # the migrated profile will not parse in the target release until this is fixed
 
 
 @dataclass
@@ -60,11 +61,11 @@ class MigrationResult:
     @property
     def complete(self) -> bool:
         """Nothing left for a person to decide."""
-        return not self.removed
+        return not self.removed and not any(w.blocking for w in self.warnings)
 
     def unified_diff(self) -> str:
         return "".join(difflib.unified_diff(self.original.splitlines(True), self.text.splitlines(True),
-                                            f"a/{self.source}", f"b/{self.source}"))
+                                            self.source, f"{self.source} (sglang {self.to_version})"))
 
     def to_json(self) -> dict:
         return {
@@ -294,7 +295,8 @@ def _check_value(result: MigrationResult, target, new_name: str, value: Any, lin
     bad = [v for v in values if str(v) not in allowed]
     if bad:
         result.warnings.append(KeyIssue(line, key, f"value {bad[0]!r} is not a choice of --{new_name} in sglang "
-                                                    f"{target.version}", f"one of: {', '.join(allowed)}"))
+                                                    f"{target.version}", f"one of: {', '.join(allowed)}",
+                                            blocking=True))
 
 
 def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None,

@@ -89,6 +89,15 @@ def test_value_outside_the_new_choices_is_flagged():
     assert [(e.old_key, e.new_key) for e in r.edits] == [("prefill-cp-mode", "cp-strategy")]
     assert "'in-seq-split' is not a choice of --cp-strategy" in r.warnings[0].message
     assert "zigzag" in r.warnings[0].fix
+    assert r.warnings[0].blocking and not r.complete  # sglang 0.5.23 would reject the value
+
+
+def test_downgrade_renames_back_and_flags_values_the_old_release_lacks():
+    text = 'sglang: "0.5.23"\nname: x\nmodel: {path: /m}\nserver:\n  mamba-radix-cache-strategy: extra_buffer_lazy\n'
+    r = migrate_text(text, "d.yaml", "0.5.12")
+    assert [(e.old_key, e.new_key) for e in r.edits] == [("mamba-radix-cache-strategy", "mamba-scheduler-strategy")]
+    assert "'extra_buffer_lazy' is not a choice of --mamba-scheduler-strategy in sglang 0.5.12" in r.warnings[0].message
+    assert not r.complete
 
 
 def test_current_profile_has_nothing_to_do():

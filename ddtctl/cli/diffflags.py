@@ -240,7 +240,8 @@ def migrate(
         for w in result.warnings:
             where = f"line {w.line}: " if w.line else ""
             fix = f" [dim]({_esc(w.fix)})[/]" if w.fix else ""
-            con.print(f"  [magenta]{where}{_esc(w.key)}: {_esc(w.message)}[/]{fix}")
+            style = "red" if w.blocking else "magenta"
+            con.print(f"  [{style}]{where}{_esc(w.key)}: {_esc(w.message)}[/]{fix}")
         if not result.changed:
             con.print("  [green]nothing to change[/]")
         elif write:
