@@ -83,7 +83,7 @@ def _type_info(type_fn: Any) -> tuple[str | None, str | None]:
     module = getattr(type_fn, "__module__", None) or ""
     if name == "loads" and module != "json":
         name = f"{module}.loads"
-    mapped = _TYPE_BY_NAME.get(name)
+    mapped = _TYPE_BY_NAME.get(name) or ("json" if name.endswith(".loads") else None)  # orjson.loads & co
     qual = name if not module or module == "builtins" else f"{module.rsplit('.', 1)[-1]}.{name}"
     if mapped is None:
         return "str", qual
