@@ -436,7 +436,8 @@ def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
         spec = catalog.get(opt)
         key = spec.option if spec is not None else opt
         if spec is not None and Catalog.is_boolean_switch(spec) and not eq:
-            out[key] = True
+            negated = spec.action == "boolean_optional" and opt.lstrip("-").replace("_", "-") == f"no-{spec.name}"
+            out[key] = not negated
             continue
         if eq:
             values = [inline]

@@ -113,6 +113,9 @@ def test_argv_mapping_folds_aliases_and_switches():
     m = argv_to_mapping(["--model-path", "/m", "--tensor-parallel-size", "8", "--enable-dp-lm-head",
                          "--page-size=16"], cat)
     assert m == {"--model-path": "/m", "--tp-size": "8", "--enable-dp-lm-head": True, "--page-size": "16"}
+    optional = next(s for s in cat.flags if s.action == "boolean_optional")  # --x / --no-x
+    assert argv_to_mapping([f"--no-{optional.name}"], cat) == {f"--{optional.name}": False}
+    assert argv_to_mapping([f"--{optional.name}"], cat) == {f"--{optional.name}": True}
 
 
 # -- CLI -------------------------------------------------------------------------------------------------------------
