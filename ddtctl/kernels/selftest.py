@@ -61,6 +61,20 @@ def _kernels_module(interpret: bool):
     return tk
 
 
+def poison(plan) -> None:
+    """Fill every output buffer with garbage, so that an element a kernel fails to write cannot match."""
+    import torch
+
+    for name, value in vars(plan).items():
+        if isinstance(value, torch.Tensor):
+            if value.dtype == torch.bool:
+                value.copy_(torch.rand(value.shape, device=value.device) < 0.5)
+            elif value.dtype.is_floating_point:
+                value.fill_(float("nan"))
+            else:
+                value.fill_(-77)
+
+
 def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=False, prefix_len=7):
     """Run one case through every kernel and compare with the reference. Returns a list of Checks."""
     import torch
@@ -80,6 +94,7 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
     if vocab < 4096:  # small vocabularies: small groups, so the group prefilter is exercised too
         kw = dict(group_size=8, groups_per_tile=4, groups_per_chunk=4)
     plan = tk.DDTreePlan(batch, depth, vocab, budget, device, **kw)
+    poison(plan)
     xd = x.to(device)
     lp, ids = plan.topk(xd)
     lp_h, ids_h = lp.cpu().numpy(), ids.cpu().numpy().astype(np.int64)
@@ -128,12 +143,14 @@ def selftest(device: str = "cpu", *, quick: bool = False) -> SelftestResult:
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}", fix="use --device cpu or --device cuda")
     t0 = time.perf_counter()
-    tk = _kernels_module(interpret=(device == "cpu"))
-    import torch
-    import triton
-
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise EnvironmentMissing("the kernels need torch", fix="pip install -e '.[kernels]'") from None
     if device == "cuda" and not torch.cuda.is_available():
         raise EnvironmentMissing("no CUDA device is visible to torch", fix="run on a GPU host, or use --device cpu")
+    tk = _kernels_module(interpret=(device == "cpu"))
+    import triton
     result = SelftestResult(device=device, ok=False, versions={"torch": torch.__version__,
                                                                "triton": triton.__version__})
     if device == "cpu":

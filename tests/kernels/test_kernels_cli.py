@@ -1,0 +1,86 @@
+"""`ddtctl kernels tree` and `ddtctl kernels selftest` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from ddtctl.kernels import reference as R
+
+
+def ddtctl(*args, timeout=120):
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-m", "ddtctl", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def logits_file(tmp_path, shape=(4, 40), seed=0):
+    path = tmp_path / "draft.npy"
+    np.save(path, (np.random.default_rng(seed).standard_normal(shape) * 3).astype(np.float32))
+    return path
+
+
+def test_tree_json_matches_reference(tmp_path):
+    path = logits_file(tmp_path)
+    run = ddtctl("kernels", "tree", "--logits", path, "--budget", 9, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    ref = R.build_from_logits(np.load(path), 9)
+    assert [n["token"] for n in data["nodes"]] == ref.tokens.tolist()
+    assert [n["parent"] for n in data["nodes"]] == ref.parents[1:].tolist()
+    assert [n["depth"] for n in data["nodes"]] == ref.depths.tolist()
+    assert data["expected_accept_length"] == __import__("pytest").approx(ref.expected_accept_length())
+    assert data["expected_accept_length"] >= data["chain_expected_accept_length"] - 1e-9
+    assert (data["depth"], data["vocab"], data["budget"], data["k"]) == (4, 40, 9, 9)
+
+
+def test_tree_text_draws_every_node(tmp_path):
+    path = logits_file(tmp_path)
+    run = ddtctl("kernels", "tree", "--logits", path, "--budget", 6)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("root")
+    assert len(lines) == 7 and all(("├── #" in ln or "└── #" in ln) for ln in lines[1:])
+
+
+def test_tree_bad_inputs_are_one_line_errors(tmp_path):
+    missing = ddtctl("kernels", "tree", "--logits", tmp_path / "nope.npy", "--budget", 4)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no such file" in missing.stderr
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((2, 3, 4), dtype=np.float32))
+    run = ddtctl("kernels", "tree", "--logits", bad, "--budget", 4)
+    assert run.returncode == 2 and "expected [L, V]" in run.stderr and "Traceback" not in run.stderr
+    nan = tmp_path / "nan.npy"
+    np.save(nan, np.full((2, 5), np.nan, dtype=np.float32))
+    assert "NaN" in ddtctl("kernels", "tree", "--logits", nan, "--budget", 2).stderr
+    path = logits_file(tmp_path, shape=(2, 3))
+    run = ddtctl("kernels", "tree", "--logits", path, "--budget", 13)
+    assert run.returncode == 2 and "--budget 13" in run.stderr
+
+
+def test_selftest_cpu_passes_and_reports_json():
+    run = ddtctl("kernels", "selftest", "--device", "cpu", "--quick", "--format", "json", timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads(run.stdout)
+    assert data["ok"] is True and data["device"] == "cpu" and len(data["checks"]) == 4
+    assert all(c["ok"] for c in data["checks"])
+
+
+def test_kernels_cli_module_imports_no_torch():
+    code = "import sys, ddtctl.cli.kernels; print('torch' in sys.modules, 'triton' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.stdout.split() == ["False", "False"], run.stdout + run.stderr
+
+
+def test_selftest_cuda_without_gpu_is_a_clear_error():
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    run = ddtctl("kernels", "selftest", "--device", "cuda")
+    assert run.returncode == 2 and "no CUDA device" in run.stderr and "Traceback" not in run.stderr
