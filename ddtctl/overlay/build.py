@@ -182,7 +182,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         data = src.read_bytes()
         if a.sha256 and not a.tree and sha256_bytes(data) != a.sha256:
             raise OverlayError(
-                f"added file {a.source} has sha256 {sha[:16]}..., the manifest pins {a.sha256[:16]}...",
+                f"added file {a.source} has sha256 {sha256_bytes(data)[:16]}..., the manifest pins {a.sha256[:16]}...",
                 where=str(m.path), fix="run `ddtctl overlay manifest --update` after an intended change",
             )
         if (target.sglang_root / rel).exists():
@@ -231,7 +231,7 @@ def byte_compile(python: Path, pairs: list[tuple[Path, Path]]) -> None:
     except OSError as exc:
         raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
     if out.returncode != 0:
-        msg = (out.stdout.strip() or out.stderr.strip().splitlines()[-1:] or ["failed"])[-1]
+        msg = ((out.stdout.strip() or out.stderr.strip()).splitlines() or ["failed"])[-1]
         raise OverlayError(f"byte-compiling with {python} failed: {msg}")
 
 
