@@ -89,14 +89,31 @@ def _topk_pass1(
 
 
 @triton.jit
+def _chunk(xrow, sel_groups, q0, n_sel, V, GS: tl.constexpr, QG: tl.constexpr, SHIFT: tl.constexpr):
+    """Logits of selected groups q0 .. q0+QG-1 (flattened): (shifted keys, valid, token ids, fp32 values)."""
+    e = tl.arange(0, QG * GS)
+    eq = e // GS
+    qv = (q0 + eq) < n_sel
+    gid = tl.load(sel_groups + q0 + eq, mask=qv, other=0)
+    offs = gid * GS + e % GS
+    em = qv & (offs < V)
+    x = _load_f32(xrow + offs, em)
+    return _ukey(x) >> SHIFT, em, offs, x
+
+
+@triton.jit
 def _topk_pass2(
     X, GMAX, PM, PL, SCR_G, SCR_K, LP_OUT, ID_OUT,
     V, n_groups, S, K, stride_row, G_STRIDE,
     GS: tl.constexpr, G_PAD: tl.constexpr, S_PAD: tl.constexpr, K_PAD: tl.constexpr, Q: tl.constexpr,
+    SHIFT: tl.constexpr,
 ):
+    # SHIFT: low bits of the order keys that are constant for the input dtype (16 for bf16, 13 for fp16, 0 for
+    # fp32); bisection runs on key >> SHIFT, which orders and separates that dtype's values exactly.
     row = tl.program_id(0)
     row64 = row.to(tl.int64)
     xrow = X + row64 * stride_row
+    sel_groups = SCR_G + row64 * G_PAD
     # ---- log-sum-exp from the split partials
     so = tl.arange(0, S_PAD)
     pm = tl.load(PM + row * S + so, mask=so < S, other=float("-inf"))
@@ -104,53 +121,43 @@ def _topk_pass2(
     mx = tl.max(pm, axis=0)
     mshift = tl.where(mx == float("-inf"), 0.0, mx)
     lse = mshift + tl.log(tl.sum(pl * tl.exp(pm - mshift), axis=0))
-    # ---- t = K-th largest group maximum (0 when there are fewer than K groups: then every group is kept)
+    # ---- t = K-th largest group maximum (every group is kept when there are fewer than K groups)
     go = tl.arange(0, G_PAD)
     gv = go < n_groups
-    gu = _ukey(_load_f32(GMAX + row64 * G_STRIDE + go, gv))
+    gu = _ukey(_load_f32(GMAX + row64 * G_STRIDE + go, gv)) >> SHIFT
     hi = tl.max(tl.where(gv, gu, 0), axis=0)
-    row_max_u = hi
-    lo = hi * 0
+    row_max = hi
+    lo = tl.min(tl.where(gv, gu, hi), axis=0)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         ok = tl.sum((gv & (gu >= mid)).to(tl.int32), axis=0) >= K
         lo = tl.where(ok, mid, lo)
         hi = tl.where(ok, hi, mid - 1)
-    t = lo
+    t = tl.where(n_groups >= K, lo, 0)
     sel = gv & (gu >= t)
     n_sel = tl.sum(sel.to(tl.int32), axis=0)
     pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
-    tl.store(SCR_G + row64 * G_PAD + pos, go, mask=sel)
+    tl.store(sel_groups + pos, go, mask=sel)
     tl.debug_barrier()
-    # ---- exact K-th largest logit key among the selected groups' logits
-    e = tl.arange(0, Q * GS)
-    eq = e // GS
-    ej = e % GS
+    # ---- exact K-th largest key among the selected groups' logits (first chunk stays in registers)
+    u0, em0, offs0, x0 = _chunk(xrow, sel_groups, 0, n_sel, V, GS, Q, SHIFT)
     lo = t
-    hi = row_max_u
+    hi = row_max
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        cnt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
-        for q0 in range(0, n_sel, Q):
-            qv = (q0 + eq) < n_sel
-            gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
-            offs = gid * GS + ej
-            em = qv & (offs < V)
-            u = _ukey(_load_f32(xrow + offs, em))
+        cnt = tl.sum((em0 & (u0 >= mid)).to(tl.int32), axis=0)
+        for q0 in range(Q, n_sel, Q):
+            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
             cnt += tl.sum((em & (u >= mid)).to(tl.int32), axis=0)
         ok = cnt >= K
         lo = tl.where(ok, mid, lo)
         hi = tl.where(ok, hi, mid - 1)
     thr = lo
     # ---- ties at the threshold: keep the lowest token ids
-    n_gt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
-    n_eq = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
-    for q0 in range(0, n_sel, Q):
-        qv = (q0 + eq) < n_sel
-        gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
-        offs = gid * GS + ej
-        em = qv & (offs < V)
-        u = _ukey(_load_f32(xrow + offs, em))
+    n_gt = tl.sum((em0 & (u0 > thr)).to(tl.int32), axis=0)
+    n_eq = tl.sum((em0 & (u0 == thr)).to(tl.int32), axis=0)
+    for q0 in range(Q, n_sel, Q):
+        u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
         n_gt += tl.sum((em & (u > thr)).to(tl.int32), axis=0)
         n_eq += tl.sum((em & (u == thr)).to(tl.int32), axis=0)
     need = K - n_gt
@@ -159,27 +166,22 @@ def _topk_pass2(
     jhi = tl.where(split, V - 1, V)
     while jlo < jhi:
         mid = (jlo + jhi) // 2
-        cnt = tl.sum(tl.zeros([Q * GS], tl.int32), axis=0)
-        for q0 in range(0, n_sel, Q):
-            qv = (q0 + eq) < n_sel
-            gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
-            offs = gid * GS + ej
-            em = qv & (offs < V)
-            u = _ukey(_load_f32(xrow + offs, em))
+        cnt = tl.sum((em0 & (u0 == thr) & (offs0 <= mid)).to(tl.int32), axis=0)
+        for q0 in range(Q, n_sel, Q):
+            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
             cnt += tl.sum((em & (u == thr) & (offs <= mid)).to(tl.int32), axis=0)
         ok = cnt >= need
         jhi = tl.where(ok, mid, jhi)
         jlo = tl.where(ok, jlo, mid + 1)
     jthr = jlo
     # ---- compact the K survivors, sort them, write lp and ids
-    base = n_gt * 0
-    for q0 in range(0, n_sel, Q):
-        qv = (q0 + eq) < n_sel
-        gid = tl.load(SCR_G + row64 * G_PAD + q0 + eq, mask=qv, other=0)
-        offs = gid * GS + ej
-        em = qv & (offs < V)
-        x = _load_f32(xrow + offs, em)
-        u = _ukey(x)
+    take = em0 & ((u0 > thr) | ((u0 == thr) & (offs0 <= jthr)))
+    tpos = tl.cumsum(take.to(tl.int32), axis=0) - 1
+    key = (_skey(x0).to(tl.int64) << 32) | (2147483647 - offs0).to(tl.int64)
+    tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
+    base = tl.sum(take.to(tl.int32), axis=0)
+    for q0 in range(Q, n_sel, Q):
+        u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
         take = em & ((u > thr) | ((u == thr) & (offs <= jthr)))
         tpos = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
         key = (_skey(x).to(tl.int64) << 32) | (2147483647 - offs).to(tl.int64)
@@ -355,6 +357,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_KEY_SHIFT = {torch.bfloat16: 16, torch.float16: 13}
+
+
 class DDTreePlan:
     """Fixed-shape buffers and launch parameters for one (batch, L, V, B, logits dtype)."""
 
@@ -436,7 +441,7 @@ class DDTreePlan:
             logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.lp, self.ids,
             self.vocab, self.n_groups, self.splits, self.K, self.vocab, self.n_groups,
             GS=self.gs, G_PAD=self.g_pad, S_PAD=_next_pow2(self.splits), K_PAD=self.k_pad, Q=self.q,
-            num_warps=self.topk_warps,
+            SHIFT=_KEY_SHIFT.get(logits.dtype, 0), num_warps=self.topk_warps,
         )
         return self.lp, self.ids
 
