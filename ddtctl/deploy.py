@@ -226,16 +226,15 @@ def spec_from_profile(path: str, *, host: str | None = None, algo: str | None = 
 
 
 def default_payload_dir(sglang: str) -> str:
-    """The built DDTREE payload for this SGLang release (from the overlay builder)."""
-    try:
-        from ddtctl.overlay import build as overlay_build  # type: ignore[attr-defined]
-    except ImportError:
-        overlay_build = None
-    if overlay_build is not None and hasattr(overlay_build, "build_payload"):
-        res = overlay_build.build_payload(sglang)
-        return str(getattr(res, "path", res))
-    raise UsageError(f"DDTREE needs the DDTREE payload for sglang {sglang}, and none is built",
-                     fix="build it with `ddtctl overlay build` and pass --payload DIR")
+    """The built DDTREE payload for this SGLang release (ddtctl.overlay.build against the local managed env's
+    pristine SGLang files, whose hashes the installer checks again on the host)."""
+    from ddtctl.overlay.build import build
+
+    res = build(None, reuse=True)
+    if res.sglang != sglang:
+        raise UsageError(f"the DDTREE payload is for sglang {res.sglang}, the profile targets {sglang}",
+                         fix="pass --payload DIR built for that release")
+    return str(res.payload_dir)
 
 
 # ----------------------------------------------------------------------------------------------- preflight
@@ -809,8 +808,12 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
         hashes = sorted({e.sha256 for m in manifests for e in m.files.values()})
 
         def _survey(t: Target):
-            st, miss = conns[t.name].agent("batch", {"ops": [("state", {}), ("missing", {"hashes": hashes})]},
-                                           retry=True)
+            c = conns[t.name]
+            st, miss = c.agent("batch", {"ops": [("state", {}), ("missing", {"hashes": hashes})],
+                                         "lock_token": getattr(c, "lock_token", None)}, retry=True)
+            if miss.get("salvaged"):
+                emit("ship", f"kept {miss['salvaged']} complete upload(s) of an interrupted deploy (sha256 verified)",
+                     t.name)
             return st, set(miss["missing"]), miss["incoming"]
 
         surveys = _parallel(_survey, targets)

@@ -240,11 +240,28 @@ def _listening_ports():
 
 
 def op_missing(params: dict):
-    """Which of these sha256 objects the store lacks."""
+    """Which of these sha256 objects the store lacks. Under the lock, complete uploads an interrupted deploy left in
+    incoming/ are verified (sha256 recomputed) and kept, so a re-run resumes; partial ones are deleted."""
     os.makedirs(_p("store"), exist_ok=True)
     os.makedirs(_p("incoming"), exist_ok=True)
+    salvaged = 0
+    try:
+        _require_lock(params)
+        locked = True
+    except AgentError:
+        locked = False
+    if locked:
+        for name in os.listdir(_p("incoming")):
+            want = name.split(".", 1)[0]
+            src = _p("incoming", name)
+            if len(want) == 64 and not os.path.exists(_p("store", want)) and _sha256(src) == want:
+                os.chmod(src, 0o444)
+                os.replace(src, _p("store", want))
+                salvaged += 1
+            else:
+                os.unlink(src)
     return {"missing": [h for h in params["hashes"] if not os.path.isfile(_p("store", h))],
-            "incoming": _p("incoming")}
+            "incoming": _p("incoming"), "salvaged": salvaged}
 
 
 def op_commit(params: dict):

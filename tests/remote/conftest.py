@@ -185,6 +185,12 @@ def write_inventory(path: Path, sshd: Sshd, root: Path, known_hosts: Path, sglan
         "ssh_config": str(root / "no-ssh-config"),
         "hosts": {h: {"work_dir": str(root / f"work-{h}"), **(extra or {})} for h in hosts},
     }
+    # every host but the first gets its own SGLang root (separate machines in real life)
+    for h in hosts[1:]:
+        own = root / f"site-packages-{h}"
+        if not own.exists():
+            _write_sglang_root(own)
+        doc["hosts"][h]["sglang_root"] = str(own)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 

@@ -32,7 +32,7 @@ def test_first_deploy_then_idempotent_then_changed(lab):
     pid1 = st.server["pid"]
 
     r2 = _deploy(lab, prof)
-    assert r2.status == "unchanged"
+    assert r2.status == "unchanged", r2.plan.to_json()
     assert r2.plan.hosts[0].files_to_ship == [] and not r2.shipped
     st2 = host_status(lab.host())
     assert st2.server["pid"] == pid1 and st2.current == rid1
@@ -47,3 +47,177 @@ def test_first_deploy_then_idempotent_then_changed(lab):
     assert st3.server["pid"] != pid1
     assert st3.server_info["speculative_ddtree_budget"] == 48
     assert st3.previous == rid1
+
+
+def test_restart_flag_restarts_an_unchanged_release(lab):
+    prof = lab.profile()
+    r1 = _deploy(lab, prof)
+    pid1 = host_status(lab.host()).server["pid"]
+    r2 = _deploy(lab, prof, restart=True)
+    assert r2.status == "deployed" and r2.shipped["lo"].files_sent == 0
+    st = host_status(lab.host())
+    assert st.server["pid"] != pid1 and st.current == r2.release["lo"] != r1.release["lo"]
+
+
+def test_failed_health_rolls_back_to_previous_release(lab, tmp_path):
+    from conftest import build_lab_payload
+
+    r1 = _deploy(lab, lab.profile())
+    assert r1.status == "deployed"
+    spec_info = lab.sglang_root / "sglang/srt/speculative/spec_info.py"
+    v1_text = spec_info.read_text()
+    # a new payload AND a server that never becomes healthy
+    build_lab_payload(lab.payload, version="2")
+    bad = lab.profile("bad", env={"STANDIN_HEALTH": "fail"}, health_timeout_s=10)
+    spec = spec_from_profile(str(bad), payload_dir=str(lab.payload))
+    r2 = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5,
+                                                   health_timeout_s=2))
+    assert r2.status == "rolled_back" and r2.exit_code == 5
+    assert "not healthy after 2s" in r2.error
+    assert r2.rolled_back_to == {"lo": r1.release["lo"]}
+    assert any(e.stage == "log" and "[standin]" in e.message for e in r2.events)  # the log tail was shown
+    st = host_status(lab.host())
+    assert st.current == r1.release["lo"] and st.health == 200
+    assert st.server["release"] == r1.release["lo"]
+    assert spec_info.read_text() == v1_text  # payload v1 reinstalled
+    statuses = {r["id"]: r["status"] for r in st.releases}
+    assert statuses[r1.release["lo"]] == "ok"
+    assert "failed" in statuses.values()
+
+
+def test_failed_first_deploy_leaves_host_as_it_was(lab):
+    from conftest import SPEC_INFO
+
+    prof = lab.profile(env={"STANDIN_EXIT": "3"})  # the server crashes at start
+    r = _deploy(lab, prof)
+    assert r.status == "failed" and "exited" in r.error
+    assert r.rolled_back_to == {"lo": None}
+    st = host_status(lab.host())
+    assert st.current is None and not (st.server or {}).get("running")
+    assert st.installed_payload is None
+    assert (lab.sglang_root / "sglang/srt/speculative/spec_info.py").read_text() == SPEC_INFO  # pristine again
+    assert not (lab.sglang_root / "ddtree_sglang").exists()
+
+
+def test_connection_killed_mid_ship_keeps_the_old_release(lab):
+    from conftest import build_lab_payload
+    from ddtctl.remote.transport import ConnectionLost
+
+    r1 = _deploy(lab, lab.profile())
+    pid1 = host_status(lab.host()).server["pid"]
+    build_lab_payload(lab.payload, version="2", extra_files=40)
+    killed = []
+
+    def kill_after_5(host, done, total):
+        if done == 5 and not killed:
+            import os
+            import signal
+
+            for pid in lab.sshd.session_pids():
+                os.kill(pid, signal.SIGKILL)
+            killed.append(total)
+
+    with pytest.raises(ConnectionLost):
+        _deploy(lab, lab.profile(), on_ship_progress=kill_after_5)
+    assert killed, "the kill hook never ran"
+    st = host_status(lab.host())
+    assert st.current == r1.release["lo"] and st.server["pid"] == pid1 and st.health == 200
+    assert "# payload 1" in (lab.sglang_root / "sglang/srt/speculative/spec_info.py").read_text()
+    assert [r["id"] for r in st.releases] == [r1.release["lo"]]  # no half release
+    # the lock died with the connection, and the next deploy resumes: verified objects are not sent again
+    r3 = _deploy(lab, lab.profile())
+    assert r3.status == "deployed", r3.error
+    assert 0 < r3.shipped["lo"].files_sent < killed[0]
+    assert "# payload 2" in (lab.sglang_root / "sglang/srt/speculative/spec_info.py").read_text()
+
+
+def test_concurrent_deploys_one_refuses_one_waits(lab):
+    import threading
+
+    from ddtctl.remote.transport import LockHeld
+
+    prof_slow = lab.profile("slow", env={"STANDIN_READY_AFTER_S": "2"})
+    locked = threading.Event()
+    out = {}
+
+    def on_event(ev):
+        if ev.stage == "lock" and "taken" in ev.message:
+            locked.set()
+
+    def first():
+        out["a"] = _deploy(lab, prof_slow, on_event=on_event)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert locked.wait(30)
+    with pytest.raises(LockHeld, match="another deploy holds the lock") as exc:
+        _deploy(lab, lab.profile("other", server={"speculative-ddtree-budget": 40}))
+    assert "deploy slow" in exc.value.message
+    waited = []
+    r_c = _deploy(lab, lab.profile("other", server={"speculative-ddtree-budget": 40}), lock_wait_s=60,
+                  on_event=lambda ev: waited.append(ev) if ev.stage == "lock" and "waiting" in ev.message else None)
+    t.join(60)
+    assert out["a"].status == "deployed"
+    assert waited and r_c.status == "deployed", r_c.error
+    st = host_status(lab.host())
+    assert st.current == r_c.release["lo"] and st.server_info["speculative_ddtree_budget"] == 40
+
+
+def test_stop_logs_status_rollback(lab):
+    from ddtctl.deploy import host_logs, rollback, stop_server
+
+    r1 = _deploy(lab, lab.profile())
+    r2 = _deploy(lab, lab.profile(server={"speculative-ddtree-budget": 48}))
+    logs = host_logs(lab.host(), lines=50)
+    assert "[standin] serving on" in logs.text and r2.release["lo"] in logs.text
+    stopped = stop_server(lab.host(), grace_s=5)
+    assert stopped.was_running and stopped.release == r2.release["lo"] and not stopped.forced
+    st = host_status(lab.host())
+    assert not (st.server or {}).get("running") and st.health is None
+    assert stop_server(lab.host()).was_running is False
+    rb = rollback(lab.host(), health_timeout_s=20)
+    assert rb.ok and rb.to_release == r1.release["lo"] and rb.from_release == r2.release["lo"]
+    st = host_status(lab.host())
+    assert st.current == r1.release["lo"] and st.server_info["speculative_ddtree_budget"] == 32
+
+
+def test_stop_escalates_to_sigkill(lab):
+    from ddtctl.deploy import stop_server
+
+    _deploy(lab, lab.profile(env={"STANDIN_IGNORE_SIGTERM": "1"}))
+    res = stop_server(lab.host(), grace_s=0.5)
+    assert res.was_running and res.forced
+    assert not host_status(lab.host()).server
+
+
+def test_shell_metacharacters_are_inert(lab, tmp_path):
+    m1, m2, m3 = (tmp_path / f"pwned{i}" for i in range(3))
+    nasty = f"$(touch {m1}); touch {m2} `touch {m3}` | & > <'\""
+    prof = lab.profile(server={"served-model-name": nasty}, env={"NASTY": nasty, "CUDA_VISIBLE_DEVICES": "0"})
+    r = _deploy(lab, prof)
+    assert r.status == "deployed", r.error
+    info = host_status(lab.host()).server_info
+    assert info["served_model_name"] == nasty  # reached the server byte for byte
+    assert info["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert not m1.exists() and not m2.exists() and not m3.exists()
+
+
+def test_multinode_deploy_two_hosts(lab):
+    from ddtctl.deploy import host_status as hs
+
+    prof = lab.profile("mn", hosts=["lo", "lo2"], server={"tp-size": 2})
+    spec = spec_from_profile(str(prof), payload_dir=str(lab.payload))
+    assert spec.host_names == ["lo", "lo2"]
+    r = deploy(spec, [lab.host("lo"), lab.host("lo2")],
+               DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5))
+    assert r.status == "deployed", r.error
+    info = r.health.server_info
+    assert (info["nnodes"], info["node_rank"], info["dist_init_addr"]) == (2, 0, "127.0.0.1:50000")
+    s2 = hs(lab.host("lo2"))
+    assert s2.server["running"] and s2.current == r.release["lo2"]
+    rel2 = next(x for x in s2.releases if x["id"] == s2.current)
+    assert rel2["argv"][-6:] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:50000"]
+    # rank 1 was started before rank 0
+    t0 = json.loads((lab.work("lo") / "run" / "server.json").read_text())["started"]
+    t1 = json.loads((lab.work("lo2") / "run" / "server.json").read_text())["started"]
+    assert t1 < t0

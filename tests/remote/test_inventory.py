@@ -1,0 +1,132 @@
+"""Inventory + ~/.ssh/config, multi-node rendering, plan/identity helpers, and the agent's path safety (no SSH)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddtctl.deploy import DeploySpec, argv_to_flags, expected_identity, mask_env
+from ddtctl.errors import UsageError
+from ddtctl.remote.inventory import load_inventory, resolve_host
+
+AGENT = Path(__file__).resolve().parents[2] / "ddtctl" / "remote" / "agent.py"
+
+
+def _inv(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "hosts.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_inventory_defaults_and_ssh_config(tmp_path):
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu1\n  HostName 10.1.2.3\n  User ubuntu\n  Port 2222\n  IdentityFile ~/.ssh/gpu_key\n")
+    inv = load_inventory(_inv(tmp_path, f"""
+ssh_config: {cfg}
+defaults: {{python: /opt/venv/bin/python, work_dir: /srv/ddtctl}}
+hosts:
+  ct200: {{address: gpu1, profile: p.yaml, env: {{CUDA_VISIBLE_DEVICES: "0,1"}}}}
+  plain: {{address: 10.9.9.9, user: root, port: 22, launcher: python -m sglang.launch_server}}
+"""))
+    h = inv.get("ct200")
+    assert (h.address, h.user, h.port) == ("10.1.2.3", "ubuntu", 2222)
+    assert h.key_files == (str(Path("~/.ssh/gpu_key").expanduser()),)
+    assert h.python == "/opt/venv/bin/python" and h.work_dir == "/srv/ddtctl"
+    assert h.known_hosts_key == "[10.1.2.3]:2222" and h.env == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    p = inv.get("plain")
+    assert p.known_hosts_key == "10.9.9.9"
+    assert p.launcher_argv() == ["/opt/venv/bin/python", "-m", "sglang.launch_server"]
+    # an ssh-config alias that is not in the inventory still resolves
+    alias = resolve_host("gpu1", inv, ssh_config=str(cfg))
+    assert (alias.address, alias.port) == ("10.1.2.3", 2222)
+
+
+def test_inventory_refuses_passwords_and_unknown_keys(tmp_path):
+    with pytest.raises(UsageError, match="passwords are not accepted"):
+        load_inventory(_inv(tmp_path, "hosts:\n  a: {address: x, password: hunter2}\n"))
+    with pytest.raises(UsageError, match="did you mean 'work_dir'"):
+        load_inventory(_inv(tmp_path, "hosts:\n  a: {address: x, workdir: /tmp}\n"))
+    inv = load_inventory(_inv(tmp_path, "hosts:\n  ct200: {address: x}\n"))
+    with pytest.raises(UsageError, match="did you mean ct200"):
+        inv.get("ct20")
+    with pytest.raises(UsageError, match="inventory file not found"):
+        load_inventory(tmp_path / "missing.yaml")
+
+
+def _spec(argv):
+    return DeploySpec(name="p", source="p.yaml", profile_hash="0", sglang="0.5.23", gpu="H200", gpu_count=8,
+                      server_argv=argv, env={"NCCL_P2P_LEVEL": "SYS"}, health_timeout_s=60, launcher=None,
+                      host_names=["a", "b"], model_paths=["/m"])
+
+
+def test_multinode_rendering_per_host(tmp_path):
+    inv = load_inventory(_inv(tmp_path, """
+hosts:
+  a: {address: 10.0.0.1, python: /py, dist_init_port: 5000}
+  b: {address: 10.0.0.2, python: /py2, env: {NCCL_SOCKET_IFNAME: eth0}}
+"""))
+    spec = _spec(["--model-path", "/m", "--tp-size", "16", "--port", "30001"])
+    t0, t1 = spec.targets([inv.get("a"), inv.get("b")])
+    assert t0.argv[-6:] == ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"]
+    assert t1.argv[-6:] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000"]
+    assert t1.launch_argv[:3] == ["/py2", "-m", "sglang.launch_server"]
+    assert t1.env == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_P2P_LEVEL": "SYS"} and t0.port == 30001
+    with pytest.raises(UsageError, match="deploy renders it per host"):
+        _spec(["--model-path", "/m", "--nnodes", "2"]).targets([inv.get("a"), inv.get("b")])
+    single = _spec(["--model-path", "/m"]).targets([inv.get("a")])[0]
+    assert "--nnodes" not in single.argv and single.port == 30000
+
+
+def test_identity_and_masking():
+    argv = ["--model-path", "/m", "--speculative-algorithm", "DDTREE", "--tp-size", "8",
+            "--speculative-ddtree-budget", "64", "--enable-x"]
+    assert argv_to_flags(argv)["enable-x"] is True
+    ident = expected_identity(argv, {"tp_size": 8, "speculative_algorithm": "DDTREE"})
+    assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 8, "speculative_ddtree_budget": "64"}
+    assert mask_env({"HF_TOKEN": "x", "NCCL_P2P_LEVEL": "SYS"}) == {"HF_TOKEN": "***", "NCCL_P2P_LEVEL": "SYS"}
+
+
+@pytest.fixture
+def agent(tmp_path):
+    spec = importlib.util.spec_from_file_location("ddtctl_agent_under_test", AGENT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.W = str(tmp_path / "w")
+    return mod
+
+
+@pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\b", ""])
+def test_agent_refuses_paths_escaping_the_release(agent, bad):
+    with pytest.raises(agent.AgentError, match="unsafe path"):
+        agent._safe_rel(bad)
+
+
+def test_agent_materialize_refuses_escape_and_needs_lock(agent, tmp_path):
+    rel = {"id": "r1", "payload": {"files": {"../../evil": {"sha256": "0" * 64}}}}
+    with pytest.raises(agent.AgentError, match="lock is not held"):
+        agent.op_materialize({"release": rel})
+    Path(agent.W).mkdir(parents=True)
+    (Path(agent.W) / "lock.json").write_text(json.dumps({"token": "t", "pid": __import__("os").getpid()}))
+    with pytest.raises(agent.AgentError, match="unsafe path"):
+        agent.op_materialize({"release": rel, "lock_token": "t"})
+    assert not (tmp_path / "evil").exists()
+    with pytest.raises(agent.AgentError, match="bad release id"):
+        agent.op_materialize({"release": {"id": "../x"}, "lock_token": "t"})
+
+
+def test_agent_commit_verifies_sha256(agent):
+    import hashlib
+
+    agent.op_missing({"hashes": []})
+    inc = Path(agent.W) / "incoming"
+    good, bad = b"good", b"tampered"
+    (inc / "a.1").write_bytes(good)
+    (inc / "b.1").write_bytes(bad)
+    res = agent.op_commit({"files": {"a.1": hashlib.sha256(good).hexdigest(), "b.1": hashlib.sha256(b"x").hexdigest()}})
+    assert res["stored"] == [hashlib.sha256(good).hexdigest()]
+    assert res["bad"][0]["name"] == "b.1" and not (inc / "b.1").exists()
+    assert (Path(agent.W) / "store" / hashlib.sha256(good).hexdigest()).read_bytes() == good
