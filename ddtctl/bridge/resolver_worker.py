@@ -571,6 +571,9 @@ def main() -> int:
         op = request.get("op", "resolve")
         if op == "ping":
             send({"id": request.get("id"), "pong": True})
+        elif op == "info":
+            send({"id": request.get("id"), "sys_path": sys.path, "versions": worker.versions,
+                  "sglang_file": getattr(sys.modules.get("sglang"), "__file__", None)})
         elif op == "exit":
             break
         elif op == "resolve":
