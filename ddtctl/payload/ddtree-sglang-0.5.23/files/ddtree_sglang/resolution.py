@@ -128,7 +128,10 @@ def handle_speculative_decoding(server_args: Any, previous) -> None:
     previous(server_args)
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
 
-    _handle_dflash(server_args)
+    try:
+        _handle_dflash(server_args)
+    except ValueError as exc:  # the DFLASH family's own checks; say why DFLASH is named for a DDTREE launch
+        raise ValueError(f"{ALGORITHM} (drafts with the DFLASH drafter): {exc}") from exc
     declare_ddtree(server_args)
 
 
