@@ -59,7 +59,7 @@ def _load_f32(ptr, mask):
     return tl.where(x == 0.0, 0.0, x)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tiles", "tiles_per_split", "S", "G_STRIDE"])
 def _topk_pass1(
     X, GMAX, PM, PL,
     V, n_tiles, tiles_per_split, S, stride_row, G_STRIDE,
@@ -101,7 +101,7 @@ def _chunk(xrow, sel_groups, q0, n_sel, V, GS: tl.constexpr, QG: tl.constexpr, S
     return _ukey(x) >> SHIFT, em, offs, x
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["V", "n_groups", "S", "K", "stride_row", "G_STRIDE"])
 def _topk_pass2(
     X, GMAX, PM, PL, SCR_G, SCR_K, LP_OUT, ID_OUT,
     V, n_groups, S, K, stride_row, G_STRIDE,
@@ -197,7 +197,7 @@ def _topk_pass2(
     tl.store(ID_OUT + row64 * K + ko, ids, mask=ko < K)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "K", "B"])
 def _build_kernel(
     LP, IDS, TOK_OUT, DEP_OUT, PAR_OUT, SCORE_OUT,
     L, K, B,
@@ -264,7 +264,7 @@ def _build_kernel(
     tl.store(PAR_OUT + req * (B + 1) + n, parent, mask=n <= B)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "L", "W"])
 def _compile_kernel(
     PAR, TOK, DEP, ROOT, START,
     IDS_OUT, POS_OUT, VIS_OUT, PACK_OUT, RIDX_OUT, RNEXT_OUT, RSIB_OUT,
@@ -316,7 +316,7 @@ def _compile_kernel(
     tl.store(RSIB_OUT + req * n1 + rows, tl.where(next_sib == big, -1, next_sib), mask=rv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "L"])
 def _follow_kernel(
     IDS, PAR, POST, ACC_OUT, ALEN_OUT, BONUS_OUT,
     B, L,
@@ -357,6 +357,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+MAX_SPLITS = 64  # one compiled pass 2 for every split count
 _KEY_SHIFT = {torch.bfloat16: 16, torch.float16: 13}
 
 
@@ -392,6 +393,7 @@ class DDTreePlan:
         if splits is None:
             sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
             splits = max(1, min(self.n_tiles, _cdiv(4 * sms, rows)))
+        splits = min(splits, MAX_SPLITS)
         self.tiles_per_split = _cdiv(self.n_tiles, max(1, min(splits, self.n_tiles)))
         self.splits = _cdiv(self.n_tiles, self.tiles_per_split)
         self.k_pad = _next_pow2(self.K)
@@ -440,7 +442,7 @@ class DDTreePlan:
         _topk_pass2[(self.rows,)](
             logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.lp, self.ids,
             self.vocab, self.n_groups, self.splits, self.K, self.vocab, self.n_groups,
-            GS=self.gs, G_PAD=self.g_pad, S_PAD=_next_pow2(self.splits), K_PAD=self.k_pad, Q=self.q,
+            GS=self.gs, G_PAD=self.g_pad, S_PAD=MAX_SPLITS, K_PAD=self.k_pad, Q=self.q,
             SHIFT=_KEY_SHIFT.get(logits.dtype, 0), num_warps=self.topk_warps,
         )
         return self.lp, self.ids
