@@ -688,7 +688,8 @@ def _last_json(text: str) -> dict:
 # ----------------------------------------------------------------------------------------------- deploy
 @dataclass
 class DeployOptions:
-    dry_run: bool = False
+    dry_run: bool = False  # stop after the plan (read-only: no lock, nothing shipped)
+    check_only: bool = False  # also ship into the store and run SGLang's resolver on the host; install/launch nothing
     restart: bool = False
     trust_new_host: bool = False
     lock_wait_s: float = 0.0
@@ -705,7 +706,7 @@ class DeployOptions:
 
 @dataclass
 class DeployResult:
-    status: str  # planned | unchanged | deployed | aborted | rejected | rolled_back | failed
+    status: str  # planned | checked | unchanged | deployed | aborted | rejected | rolled_back | failed
     spec_name: str
     release: dict[str, str] = field(default_factory=dict)  # host -> release id now serving (or attempted)
     facts: dict[str, HostFacts] = field(default_factory=dict)
@@ -721,7 +722,7 @@ class DeployResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("planned", "unchanged", "deployed", "aborted")
+        return self.status in ("planned", "checked", "unchanged", "deployed", "aborted")
 
     @property
     def exit_code(self) -> int:
@@ -825,12 +826,12 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
         if opts.dry_run:
             result.status = "planned"
             return result
-        if plan.unchanged:
+        if plan.unchanged and not opts.check_only:
             result.status = "unchanged"
             result.release = {hp.host: hp.release_id for hp in plan.hosts}
             emit("plan", "nothing to do: 0 files to ship, server left running", None, "ok")
             return result
-        if opts.confirm is not None and not opts.confirm(plan):
+        if opts.confirm is not None and not opts.check_only and not opts.confirm(plan):
             result.status = "aborted"
             emit("plan", "aborted: nothing was changed", None, "warn")
             return result
@@ -867,6 +868,10 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                 emit("dry-run", result.error, rank0.name, "error")
                 return result
             emit("dry-run", f"accepted ({len(dr.overrides)} value(s) resolved by SGLang)", rank0.name, "ok")
+        if opts.check_only:
+            result.status = "checked"
+            emit("plan", "check only: preflight passed; nothing installed or restarted", None, "ok")
+            return result
         # 5. launch: stop old, install payload, start (other ranks first, rank 0 last)
         for t, hp in zip(targets, plan.hosts):
             c = conns[t.name]
