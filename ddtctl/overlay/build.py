@@ -186,8 +186,9 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
                 where=str(m.path), fix="run `ddtctl overlay manifest --update` after an intended change",
             )
         if (target.sglang_root / rel).exists():
-            raise OverlayError(f"added file {rel} already exists in {target.sglang_root} (it would replace an SGLang file)",
-                               fix="list it under `patched` instead")
+            raise OverlayError(f"added file {rel} already exists in {target.sglang_root}; refusing to overwrite a "
+                               "file the payload does not own",
+                               fix="list it under `patched` if it is SGLang's, or remove the stray file")
         if a.rewrite and rel.endswith(".py"):
             data = rewrite_imports(data.decode("utf-8"), a.rewrite).encode("utf-8")
         dst = files_dir / rel
