@@ -52,6 +52,8 @@ def deploy(
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
     inventory: str = _INVENTORY,
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after printing the plan (nothing changes)"),
+    check: bool = typer.Option(False, "--check", help="Preflight in full (ship to the host's store, SGLang's resolver "
+                                                      "on the host), then stop: nothing installed or restarted"),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation"),
     restart: bool = typer.Option(False, "--restart", help="Restart even if the release is unchanged"),
     trust_new_host: bool = _TRUST,
@@ -96,7 +98,7 @@ def deploy(
             raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
         return typer.confirm("Apply this plan?", default=False)
 
-    opts = DeployOptions(dry_run=dry_run, restart=restart, trust_new_host=trust_new_host, lock_wait_s=lock_wait,
+    opts = DeployOptions(dry_run=dry_run, check_only=check, restart=restart, trust_new_host=trust_new_host, lock_wait_s=lock_wait,
                          remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout, confirm=confirm,
                          on_event=_printer(fmt))
     result = run_deploy(spec, hosts, opts)
@@ -113,6 +115,7 @@ def deploy(
             "deployed": f"deployed {spec.name} -> {rel} in {result.elapsed_s:.1f}s",
             "unchanged": f"unchanged: {rel} already serving {spec.name} ({result.elapsed_s:.1f}s)",
             "planned": "plan only (--dry-run): nothing changed",
+            "checked": "check passed (--check): nothing installed or restarted",
             "aborted": "aborted: nothing changed",
         }.get(result.status)
         if line:
@@ -236,7 +239,7 @@ def releases(
 
     table = Table(box=None, pad_edge=False)
     for col in ("", "release", "status", "created", "profile", "algorithm", "payload", "profile sha256"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("release", "status"), min_width=len(col))
     for r in rows:
         table.add_row("*" if r["id"] == st.current else "", r["id"], str(r["status"]), str(r["created"]),
                       str(r["profile"]), str(r["algorithm"] or "-"), (r["payload_hash"] or "-")[:12],
