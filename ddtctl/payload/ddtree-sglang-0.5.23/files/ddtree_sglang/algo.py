@@ -42,9 +42,34 @@ class DdtreeSpecAlgo(CustomSpecAlgo):
         widths = [w for w in (cfg.speculative_num_draft_tokens, cfg.speculative_ddtree_verify_width) if w]
         return max(widths) if widths else None
 
+    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
+        """TARGET_VERIFY width for graph capture and buffers. The drafter keeps DFLASH's block (its graphs serve the
+        draft pass). The target answers one more than any DDTREE verify width: sglang 0.5.23 captures DFLASH-family
+        verify graphs without a custom mask on the triton backend, so a tree verify must never replay one; a
+        capture width that no verify has makes the graph runner run every DDTREE verify eagerly (worker.py checks)."""
+        if is_draft_worker:
+            return num_draft_tokens
+        from sglang.srt.runtime_context import get_spec
+
+        width = getattr(get_spec(), "speculative_ddtree_verify_width", None) or 0
+        return max(int(num_draft_tokens or 0), int(width)) + 1
+
     def create_worker(self, server_args):
-        raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+        if not worker_enabled():
+            raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+        return super().create_worker(server_args)
+
+
+def worker_enabled() -> bool:
+    """Whether this payload's DDTREE worker (worker.py) may serve: set DDTREE_WORKER=1 while it is being proven."""
+    import os
+
+    return os.environ.get("DDTREE_WORKER", "0") == "1"
 
 
 def worker_factory(server_args):
-    raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+    if not worker_enabled():
+        raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+    from ddtree_sglang.worker import DDTreeWorker
+
+    return DDTreeWorker

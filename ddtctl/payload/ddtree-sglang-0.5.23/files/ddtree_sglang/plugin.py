@@ -13,7 +13,10 @@ _launch_gate_registered = False
 
 def _launch_gate(*args, **kwargs):
     """BEFORE hook on Engine._launch_subprocesses: refuse to start a DDTREE server while there is no worker."""
-    from ddtree_sglang.algo import LAUNCH_REFUSAL, DdtreeLaunchRefused
+    from ddtree_sglang.algo import LAUNCH_REFUSAL, DdtreeLaunchRefused, worker_enabled
+
+    if worker_enabled():
+        return None
 
     for value in list(args) + list(kwargs.values()):
         algo = getattr(value, "speculative_algorithm", None)
@@ -23,6 +26,17 @@ def _launch_gate(*args, **kwargs):
             if callable(resolve_once):
                 resolve_once()
             raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
+    return None
+
+
+def _server_info(result, controller, state, *args, **kwargs):
+    """AFTER hook on the scheduler's speculative internal state: DDTREE's metrics in /get_server_info."""
+    algo = getattr(getattr(controller, "scheduler", None), "spec_algorithm", None)
+    if str(getattr(algo, "name", "")).upper() != ALGORITHM or not isinstance(state, dict):
+        return None
+    from ddtree_sglang.metrics import live_metrics
+
+    state["ddtree"] = live_metrics()
     return None
 
 
@@ -43,5 +57,9 @@ def register() -> None:
 
         HookRegistry.register(
             "sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _launch_gate, HookType.BEFORE
+        )
+        HookRegistry.register(
+            "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+            "._add_speculative", _server_info, HookType.AFTER
         )
         _launch_gate_registered = True

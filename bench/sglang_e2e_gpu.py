@@ -1,0 +1,463 @@
+#!/usr/bin/env python3
+"""DDTREE on a real SGLang 0.5.23 server, end to end, in one GPU call (the lent H200; see notes/sglang-e2e-h200.md).
+
+Run from the repo root on the GPU machine (python3 = the image's torch 2.11 / triton 3.6):
+
+    python3 bench/sglang_e2e_gpu.py --wheels .carry/whl --flashinfer-include .carry/flashinfer_include.tar.gz
+
+Phases (each with its own time limit; a table is printed whatever happens, logs and JSON go to $OUT):
+  setup    install the carried cp312 wheels (sglang 0.5.23 + pure-python deps) into a target dir, unpack flashinfer's
+           headers for SGLang's nvcc JIT, test-only stand-ins for sgl_kernel/flashinfer/cutlass (tests/gpu_standins)
+  overlay  `python3 -m ddtctl overlay install --sglang-root <target>` (the installer deploy ships), then the
+           payload's files are checked in place
+  models   tiny dummy-weight Qwen3 target (4 layers) + DFlash draft (1 layer, block 16) as config.json only
+  wave 1   plain greedy servers (CUDA graphs off and on): reference outputs; they become the oracle for the
+           test-only drafter override (tests/gpu_standins/oracle_drafter.py)
+  wave 2   DFLASH and DDTREE (budgets 1/7/15/32/64), CUDA graphs off and on, with the oracle drafter (same drafter
+           for DFLASH and DDTREE), plus DDTREE with the real (random) drafter; every output must equal the plain
+           greedy output token for token; accepted lengths from the server's own meta_info and DDTREE's metrics
+           from /get_server_info.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = Path(os.environ.get("OUT") or "/tmp/ddtree-e2e-out")
+WORK = Path(os.environ.get("DDTREE_E2E_WORK", "/tmp/ddtree-e2e"))
+LOGS = WORK / "logs"
+T0 = time.monotonic()
+
+VOCAB = 151936
+MASK_ID = 151669
+
+
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
+
+
+def run(cmd, *, env=None, timeout=300, cwd=None) -> subprocess.CompletedProcess:
+    log("$ " + " ".join(str(c) for c in cmd))
+    p = subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        log(f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+# ------------------------------------------------------------------------------------------------------- setup
+def setup(args) -> tuple[Path, dict]:
+    site = WORK / "site"
+    fi = WORK / "flashinfer_pkg"
+    if not (site / "sglang").is_dir():
+        wheels = sorted(str(p) for p in Path(args.wheels).glob("*.whl"))
+        p = run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                 "--no-cache-dir", "--target", site, *wheels], timeout=240)
+        if p.returncode != 0:
+            raise RuntimeError("wheel install failed")
+    if not (fi / "flashinfer" / "data" / "include").is_dir():
+        fi.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(args.flashinfer_include) as tf:
+            tf.extractall(fi)
+        for sub in ("data/csrc", "data/cutlass/include", "data/cutlass/tools/util/include", "data/spdlog/include"):
+            (fi / "flashinfer" / sub).mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "gpu_standins"), str(site), str(REPO)])
+    env["DDTREE_GPU_STANDINS"] = "1"
+    env["DDTREE_STANDIN_FLASHINFER_DIR"] = str(fi / "flashinfer")
+    env["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    return site, env
+
+
+def overlay_install(site: Path, env: dict) -> dict:
+    """Install the DDTREE payload with ddtctl's own overlay command (what deploy runs remotely)."""
+    p = run([sys.executable, "-m", "ddtctl", "overlay", "install", "--sglang-root", site, "--python",
+             sys.executable, "--format", "json"], env=env, timeout=240, cwd=REPO)
+    out = {"rc": p.returncode, "stdout_tail": p.stdout[-2000:], "stderr_tail": p.stderr[-2000:]}
+    if p.returncode != 0:
+        raise RuntimeError(f"ddtctl overlay install failed: {p.stderr[-500:]}")
+    for rel in ("ddtree_sglang/worker.py", "ddtree_sglang/tree_prep.py", "ddtree_sglang/kernels/triton_kernels.py"):
+        if not (site / rel).is_file():
+            raise RuntimeError(f"overlay install did not place {rel}")
+    return out
+
+
+def make_models() -> tuple[Path, Path]:
+    target, draft = WORK / "models" / "tiny-qwen3", WORK / "models" / "tiny-dflash"
+    common = {
+        "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "intermediate_size": 512, "vocab_size": VOCAB, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "bos_token_id": 151643,
+        "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "rope_scaling": None, "use_cache": True, "model_type": "qwen3",
+    }
+    target.mkdir(parents=True, exist_ok=True)
+    draft.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(json.dumps({
+        **common, "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4, "tie_word_embeddings": True}))
+    (draft / "config.json").write_text(json.dumps({
+        **common, "architectures": ["DFlashDraftModel"], "num_hidden_layers": 1, "tie_word_embeddings": False,
+        "block_size": 16, "num_target_layers": 4,
+        "dflash_config": {"mask_token_id": MASK_ID, "target_layer_ids": [0, 1, 2]}}))
+    return target, draft
+
+
+# ------------------------------------------------------------------------------------------------------- servers
+@dataclass
+class Server:
+    name: str
+    algo: str  # plain | DFLASH | DDTREE
+    graphs: bool
+    budget: int | None = None
+    oracle: bool = False
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    argv: list[str] = field(default_factory=list)
+    status: str = "not run"
+    startup_s: float | None = None
+    outputs: list | None = None
+    accept_lengths: list | None = None
+    verify_cts: list | None = None
+    server_info: dict | None = None
+    error: str | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return LOGS / f"{self.name}.log"
+
+
+def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(target), "--load-format", "dummy",
+            "--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+            "--grammar-backend", "none", "--disable-radix-cache", "--mem-fraction-static", "0.05",
+            "--max-total-tokens", "16384", "--port", str(s.port), "--random-seed", "0", "--log-level", "info"]
+    argv += ["--cuda-graph-max-bs-decode", "4"] if s.graphs else ["--disable-cuda-graph"]
+    if s.algo != "plain":
+        argv += ["--speculative-algorithm", s.algo, "--speculative-draft-model-path", str(draft),
+                 "--max-running-requests", "8"]
+    if s.algo == "DDTREE":
+        argv += ["--speculative-ddtree-budget", str(s.budget), "--disable-overlap-schedule"]
+    return argv
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        raw = r.read()
+        return r.status, (json.loads(raw) if raw else None)
+
+
+def start(s: Server, target: Path, draft: Path, env: dict, oracle_path: Path) -> None:
+    s.argv = server_argv(s, target, draft)
+    e = dict(env)
+    if s.algo == "DDTREE":
+        e["DDTREE_WORKER"] = "1"
+        e["DDTREE_LOG_INTERVAL"] = "20"
+    if s.oracle:
+        e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
+        e["DDTREE_TEST_ORACLE"] = str(oracle_path)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    f = open(s.log_path, "w")
+    s.proc = subprocess.Popen(s.argv, env=e, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, cwd=WORK)
+    s.status = "starting"
+    s._t_start = time.monotonic()  # type: ignore[attr-defined]
+
+
+def wait_healthy(s: Server, deadline: float) -> bool:
+    base = f"http://127.0.0.1:{s.port}"
+    while time.monotonic() < deadline:
+        if s.proc.poll() is not None:
+            s.status, s.error = "died", f"exit {s.proc.returncode}: " + tail(s.log_path, 6)
+            return False
+        try:
+            code, _ = http("GET", base + "/health", timeout=3)
+            if code == 200:
+                _, info = http("GET", base + "/get_server_info", timeout=10)
+                s.server_info = info
+                s.startup_s = time.monotonic() - s._t_start  # type: ignore[attr-defined]
+                s.status = "healthy"
+                return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(1.0)
+    s.status, s.error = "timeout", "not healthy in time: " + tail(s.log_path, 4)
+    return False
+
+
+def stop(s: Server) -> None:
+    if s.proc is None or s.proc.poll() is not None:
+        return
+    try:
+        os.killpg(s.proc.pid, signal.SIGTERM)
+        s.proc.wait(timeout=15)
+    except Exception:
+        try:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+        except Exception:
+            pass
+
+
+def tail(path: Path, n: int) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    keep = [ln for ln in lines if "Error" in ln or "error" in ln or "Traceback" in ln or "Refused" in ln]
+    return " | ".join((keep or lines)[-n:])[-1200:]
+
+
+def prompts() -> list[tuple[list[int], int]]:
+    rng = random.Random(1234)
+    out = []
+    for i, (length, new) in enumerate([(23, 48), (40, 48), (17, 48), (61, 7)]):
+        out.append(([rng.randrange(1000, 150000) for _ in range(length)], new))
+    return out
+
+
+def generate_all(s: Server, reqs) -> None:
+    base = f"http://127.0.0.1:{s.port}"
+
+    def one(item):
+        ids, new = item
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0}}
+        _, r = http("POST", base + "/generate", body, timeout=120)
+        return r
+
+    with ThreadPoolExecutor(len(reqs)) as ex:  # concurrent: the scheduler batches them (batch > 1)
+        results = list(ex.map(one, reqs))
+    s.outputs = [r.get("output_ids") for r in results]
+    s.accept_lengths = [r.get("meta_info", {}).get("spec_accept_length") for r in results]
+    s.verify_cts = [r.get("meta_info", {}).get("spec_verify_ct") for r in results]
+    try:
+        _, s.server_info = http("GET", base + "/get_server_info", timeout=10)
+    except Exception:
+        pass
+
+
+def run_wave(servers: list[Server], target, draft, env, oracle_path, reqs, budget_s: float) -> None:
+    deadline = time.monotonic() + budget_s
+    for s in servers:
+        start(s, target, draft, env, oracle_path)
+    log(f"started {', '.join(s.name for s in servers)}")
+
+    def life(s: Server):
+        try:
+            if wait_healthy(s, deadline - 20):
+                log(f"{s.name} healthy after {s.startup_s:.1f}s")
+                generate_all(s, reqs)
+                s.status = "done"
+        except Exception as exc:  # noqa: BLE001
+            s.status, s.error = "error", f"{type(exc).__name__}: {exc} | " + tail(s.log_path, 4)
+        finally:
+            stop(s)
+
+    threads = [threading.Thread(target=life, args=(s,)) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, deadline - time.monotonic() + 30))
+    for s in servers:
+        stop(s)
+
+
+# ------------------------------------------------------------------------------------------------------- report
+def ddtree_metrics(info: dict | None) -> dict | None:
+    if not info:
+        return None
+    for st in info.get("internal_states") or []:
+        if isinstance(st, dict) and st.get("ddtree"):
+            m = st["ddtree"]
+            return m[0] if isinstance(m, list) and m else m
+    return None
+
+
+def metrics_from_log(path: Path) -> dict | None:
+    """The last `DDTREE metrics: k=v ...` line the worker logged (when /get_server_info did not carry them)."""
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if "DDTREE metrics:" in ln]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    out: dict = {"source": "log"}
+    for kv in lines[-1].split("DDTREE metrics:", 1)[1].split():
+        k, _, v = kv.partition("=")
+        try:
+            out[k] = float(v) if "." in v else int(v)
+        except ValueError:
+            out[k] = v
+    if "max_accepted" in out:
+        out["max_accepted_drafts"] = out["max_accepted"]
+    if "prep_ms" in out:
+        out["mean_prep_ms"] = out["prep_ms"]
+    return out
+
+
+def served(info: dict | None) -> dict:
+    if not info:
+        return {}
+    keys = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_ddtree_budget",
+            "speculative_ddtree_topk_cap", "speculative_ddtree_verify_width", "disable_cuda_graph",
+            "disable_overlap_schedule", "attention_backend")
+    return {k: info.get(k) for k in keys if k in info}
+
+
+def report(servers: list[Server], reference: list | None, meta: dict) -> int:
+    rows = []
+    ok_all = True
+    for s in servers:
+        match = None
+        if s.outputs is not None and reference is not None:
+            match = all(a == b for a, b in zip(s.outputs, reference)) and len(s.outputs) == len(reference)
+        acc = [a for a in (s.accept_lengths or []) if a is not None]
+        mean_acc = sum(acc) / len(acc) if acc else None
+        m = ddtree_metrics(s.server_info) or metrics_from_log(s.log_path)
+        ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
+        ok_all &= ok
+        rows.append({
+            "server": s.name, "algo": s.algo, "graphs": s.graphs, "budget": s.budget, "oracle": s.oracle,
+            "status": s.status, "startup_s": s.startup_s, "match_plain": match, "mean_accept_len": mean_acc,
+            "ddtree_metrics": m, "served": served(s.server_info), "error": s.error, "argv": s.argv,
+            "verify_cts": s.verify_cts, "accept_lengths": s.accept_lengths,
+        })
+    result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
+    hdr = f"{'server':<22} {'algo':<7} {'graphs':<6} {'B':>3} {'drafter':<7} {'status':<8} {'start_s':>7} " \
+          f"{'==plain':<7} {'acc_len':>7} {'max_acc':>7} {'width':>5} {'prep_ms':>7}"
+    lines = [hdr, "-" * len(hdr)]
+    for r in rows:
+        m = r["ddtree_metrics"] or {}
+        start_s = f"{r['startup_s']:.0f}" if r["startup_s"] else "-"
+        acc_s = f"{r['mean_accept_len']:.2f}" if r["mean_accept_len"] else "-"
+        prep_s = f"{m['mean_prep_ms']:.3f}" if "mean_prep_ms" in m else "-"
+        drafter = "oracle" if r["oracle"] else "random"
+        lines.append(
+            f"{r['server']:<22} {r['algo']:<7} {str(r['graphs']):<6} {r['budget'] or '-':>3} {drafter:<7} "
+            f"{r['status']:<8} {start_s:>7} {str(r['match_plain']):<7} {acc_s:>7} "
+            f"{m.get('max_accepted_drafts', '-'):>7} {m.get('verify_width', '-'):>5} {prep_s:>7}")
+        if r["error"]:
+            lines.append(f"    ! {r['error'][:400]}")
+    table = "\n".join(lines)
+    (OUT / "e2e_table.txt").write_text(table + "\n")
+    print("\n" + table, flush=True)
+    print(f"\nRESULT: {'PASS' if ok_all else 'FAIL'}", flush=True)
+    return 0 if ok_all else 1
+
+
+def pack_logs() -> None:
+    try:
+        OUT.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(OUT / "server_logs.tar.gz", "w:gz") as tf:
+            if LOGS.is_dir():
+                tf.add(LOGS, arcname="logs")
+    except Exception as exc:  # noqa: BLE001
+        log(f"could not pack logs: {exc}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
+    ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
+    ap.add_argument("--budgets", default="1,7,15,32,64")
+    ap.add_argument("--graphs", default="off,on")
+    ap.add_argument("--wave1-s", type=float, default=150)
+    ap.add_argument("--wave2-s", type=float, default=300)
+    ap.add_argument("--chunks", default="2,99", help="wave 2 in chunks of these sizes (the first warms JIT caches)")
+    ap.add_argument("--only", default="", help="comma-separated server names (debugging)")
+    args = ap.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv}
+    servers: list[Server] = []
+    reference = None
+    try:
+        try:
+            meta["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                                timeout=20).stdout.strip()
+        except Exception as exc:  # noqa: BLE001
+            meta["nvidia_smi"] = str(exc)
+        import torch  # the machine's torch
+
+        meta["torch"] = torch.__version__
+        site, env = setup(args)
+        meta["overlay"] = overlay_install(site, env)
+        log("overlay installed")
+        target, draft = make_models()
+        reqs = prompts()
+        graphs = [g == "on" for g in args.graphs.split(",") if g]
+        budgets = [int(b) for b in args.budgets.split(",") if b]
+        port = [31000]
+
+        def mk(name, algo, g, budget=None, oracle=False):
+            port[0] += 1
+            return Server(name, algo, g, budget, oracle, port[0])
+
+        wave1 = [mk(f"plain-g{int(g)}", "plain", g) for g in graphs]
+        wave2 = []
+        for g in graphs:
+            wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
+            for b in budgets:
+                wave2.append(mk(f"ddtree-b{b}-g{int(g)}", "DDTREE", g, b, oracle=True))
+        wave2.append(mk("ddtree-b15-g0-random", "DDTREE", False, 15, oracle=False))
+        wave2.append(mk("dflash-g0-random", "DFLASH", False, oracle=False))
+        if args.only:
+            keep = set(args.only.split(","))
+            wave1 = [s for s in wave1 if s.name in keep or s.name == "plain-g0"]
+            wave2 = [s for s in wave2 if s.name in keep]
+        servers = wave1 + wave2
+        oracle_path = WORK / "oracle.json"
+        run_wave(wave1, target, draft, env, oracle_path, reqs, args.wave1_s)
+        ref_server = next((s for s in wave1 if s.outputs is not None), None)
+        if ref_server is None:
+            raise RuntimeError("no plain server produced reference outputs")
+        reference = ref_server.outputs
+        seqs = {",".join(map(str, ids)): ids + out for (ids, _), out in zip(reqs, reference)}
+        oracle_path.write_text(json.dumps({"sequences": seqs}))
+        wave2_end = time.monotonic() + args.wave2_s
+        # warm-up chunk first: DFLASH and one DDTREE with graphs off (JIT/Triton caches), then the rest at once
+        first = [s for s in wave2 if s.name in ("dflash-g0", "ddtree-b7-g0")]
+        rest = [s for s in wave2 if s not in first]
+        sizes = [int(x) for x in args.chunks.split(",") if x]
+        chunks, i = [first] if first else [], 0
+        for size in sizes[1:] or [len(rest)]:
+            if i < len(rest):
+                chunks.append(rest[i: i + size])
+                i += size
+        if i < len(rest):
+            chunks.append(rest[i:])
+        for chunk in chunks:
+            if time.monotonic() > wave2_end - 45:
+                for s in chunk:
+                    s.status, s.error = "skipped", "no time left in wave 2"
+                continue
+            run_wave(chunk, target, draft, env, oracle_path, reqs, wave2_end - time.monotonic())
+    except Exception as exc:  # noqa: BLE001
+        meta["error"] = f"{type(exc).__name__}: {exc}"
+        log(f"ERROR {meta['error']}")
+    finally:
+        for s in servers:
+            stop(s)
+        pack_logs()
+    return report(servers, reference, meta)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

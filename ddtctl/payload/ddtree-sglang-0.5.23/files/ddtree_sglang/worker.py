@@ -1,0 +1,474 @@
+"""The DDTREE decoding worker for sglang 0.5.23 (design: ddtctl notes/ddtree-worker-design.md).
+
+Built on SGLang's DFLASH spec-v2 worker: the same drafter and draft pass, then a draft tree (budget B) built from the
+draft logits, one target verify pass of width B + 1 with an ancestor-only custom mask, SGLang's tree walk to accept,
+and a commit that compacts the accepted nodes' KV into chain order and hands their hidden states to the drafter.
+Runs with the non-overlap scheduler (rule DDT110).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+from typing import Optional
+
+import torch
+
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+from sglang.srt.configs.hybrid_arch import mambaish_config
+from sglang.srt.lora.layers import unwrap_lora_layer
+from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import (
+    CaptureHiddenMode,
+    ForwardBatch,
+    ForwardMode,
+    enable_num_token_non_padded,
+)
+from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
+from sglang.srt.speculative.dflash_worker_v2 import (
+    DFlashWorkerV2,
+    _resolve_dflash_embedding_module,
+)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_utils import draft_tp_context
+
+from ddtree_sglang import tree_prep
+from ddtree_sglang.metrics import DdtreeMetrics, register
+
+logger = logging.getLogger(__name__)
+
+
+class DdtreeWorkerRefused(RuntimeError):
+    """The DDTREE worker cannot run this configuration correctly; it says why instead of decoding wrongly."""
+
+
+def _spec_value(server_args, name, default=None):
+    spec = get_spec()
+    value = getattr(spec, name, None)
+    if value is None:
+        value = getattr(server_args, name, None)
+    return default if value is None else value
+
+
+class _WidthView:
+    """get_spec() as DFLASH's prepare_for_decode reads it, with a draft-token count that reserves our width."""
+
+    def __init__(self, spec, tokens: int):
+        self._spec = spec
+        self.speculative_num_draft_tokens = tokens
+
+    def __getattr__(self, name):
+        return getattr(self._spec, name)
+
+
+class DDTreeDraftInput(DFlashDraftInputV2):
+    """DFLASH's draft-side state; decode reservations cover the verify width (2 * max(block, B + 1) slots)."""
+
+    reserve_tokens: int = 0  # class-level, set by the worker (one DDTREE configuration per process)
+
+    def prepare_for_decode(self, batch):
+        import sglang.srt.speculative.dflash_info_v2 as info_v2
+
+        block = int(get_spec().speculative_num_draft_tokens)
+        # DFLASH reserves 2 * tokens past the committed length (non-overlap: committed is exact); the verify window
+        # needs max(block, B + 1).
+        tokens = tree_prep.decode_reserve_tokens(block, int(type(self).reserve_tokens or 0))
+        if tokens == block:
+            return super().prepare_for_decode(batch)
+        original = info_v2.get_spec
+        info_v2.get_spec = lambda: _WidthView(original(), tokens)
+        try:
+            return super().prepare_for_decode(batch)
+        finally:
+            info_v2.get_spec = original
+
+
+def _make_input(bonus_tokens: torch.Tensor, new_seq_lens: torch.Tensor) -> DDTreeDraftInput:
+    bs = int(new_seq_lens.numel())
+    device = bonus_tokens.device
+    return DDTreeDraftInput(
+        topk_p=torch.empty((bs, 0), device=device, dtype=torch.float32),
+        topk_index=torch.empty((bs, 0), device=device, dtype=torch.int64),
+        bonus_tokens=bonus_tokens.to(dtype=torch.int64),
+        new_seq_lens=new_seq_lens.to(dtype=torch.int64),
+        hidden_states=torch.empty((bs, 0), device=device, dtype=torch.float16),
+    )
+
+
+def _load_test_hook():
+    spec = os.environ.get("DDTREE_TEST_DRAFT_HOOK")
+    if not spec:
+        return None
+    module, _, func = spec.partition(":")
+    hook = getattr(importlib.import_module(module), func or "override")
+    logger.warning("DDTREE: test-only draft hook %s is active (draft logits are replaced)", spec)
+    return hook
+
+
+class DDTreeWorker(DFlashWorkerV2):
+    """DDTREE: DFLASH's draft pass -> draft tree -> one tree verify pass of width B + 1 -> accept -> commit."""
+
+    def __init__(self, server_args, gpu_id, nccl_port, target_worker):
+        super().__init__(server_args, gpu_id, nccl_port, target_worker)
+        block = int(self.block_size)
+        self.depth = block - 1
+        if self.depth < 1:
+            raise DdtreeWorkerRefused(f"DDTREE needs a drafter block size >= 2, got {block}.")
+        budget = int(_spec_value(server_args, "speculative_ddtree_budget", self.depth))
+        cap = _spec_value(server_args, "speculative_ddtree_topk_cap", None)
+        self.shadow_linear = bool(_spec_value(server_args, "speculative_ddtree_shadow_linear", False))
+        self.allow_hybrid_unsafe = bool(_spec_value(server_args, "speculative_ddtree_allow_hybrid_unsafe", False))
+        self.vocab_size = int(self.model_runner.model_config.vocab_size)
+        self.is_hybrid = mambaish_config(self.model_runner.model_config) is not None
+        self.chain_only = False
+        if self.is_hybrid:
+            if self.shadow_linear:
+                # Recurrent layers may only ever see the chain they commit: verify the top-1 path only.
+                self.chain_only = True
+                budget, cap = self.depth, 1
+                logger.warning(
+                    "DDTREE on a hybrid target with --speculative-ddtree-shadow-linear: the recurrent layers see only "
+                    "the top-1 chain (budget %d, top-K 1), which keeps their state exact.", budget)
+            elif self.allow_hybrid_unsafe:
+                logger.warning(
+                    "DDTREE on a hybrid target with --speculative-ddtree-allow-hybrid-unsafe: sibling branches share "
+                    "recurrent state during verification; outputs may differ from the target's greedy decoding.")
+            else:
+                raise DdtreeWorkerRefused(
+                    "DDTREE on a hybrid (Mamba/GDN) target needs --speculative-ddtree-shadow-linear (or "
+                    "--speculative-ddtree-allow-hybrid-unsafe): tree verification is not state-exact on recurrent "
+                    "layers [DDT112].")
+        if self.use_compact_draft_cache:
+            raise DdtreeWorkerRefused("DDTREE does not support --speculative-draft-window-size yet; remove it.")
+        if self.selector is not None or self.lilicorr is not None or self._is_domino:
+            raise DdtreeWorkerRefused(
+                "DDTREE needs a plain DFlash drafter (draft logits per position); selector/Domino/LiLiCorr drafters "
+                "are not supported.")
+        if int(get_parallel().tp_group.world_size) > 1 or get_parallel().attn_dp_enabled:
+            raise DdtreeWorkerRefused("DDTREE currently runs with --tp-size 1 and without dp attention.")
+        self.budget = int(budget)
+        self.topk_cap = None if cap is None else int(cap)
+        self.verify_width = self.budget + 1
+        self.window = max(block, self.verify_width)
+        DDTreeDraftInput.reserve_tokens = self.verify_width
+        prep_mode = os.environ.get("DDTREE_PREP", "triton" if torch.cuda.is_available() else "reference")
+        self.accept_mode = os.environ.get("DDTREE_ACCEPT", "sglang")
+        if self.accept_mode not in ("sglang", "torch"):
+            raise DdtreeWorkerRefused(f"DDTREE_ACCEPT must be sglang or torch, got {self.accept_mode!r}")
+        self.preparer = tree_prep.TreePreparer(
+            depth=self.depth, vocab=self.vocab_size, budget=self.budget, topk_cap=self.topk_cap,
+            mode=prep_mode, device=self.device,
+        )
+        self.metrics = DdtreeMetrics(
+            budget=self.budget, verify_width=self.verify_width, prep_mode=prep_mode,
+            accept_mode=self.accept_mode, interval=int(os.environ.get("DDTREE_LOG_INTERVAL", "50")),
+        )
+        register(self.metrics)
+        self._metrics_sync = os.environ.get("DDTREE_METRICS_SYNC") == "1"
+        self._test_hook = _load_test_hook()
+        if get_parallel().tp_rank == 0:
+            logger.info(
+                "DDTREE worker ready: block_size=%d depth=%d budget=%d topk=%d verify_width=%d prep=%s accept=%s",
+                block, self.depth, self.budget, self.preparer.k, self.verify_width, prep_mode, self.accept_mode)
+
+    # DFLASH folds its greedy head into the draft graph; DDTREE needs the hidden states (draft logits).
+    def _maybe_build_draft_sampler(self):
+        return None
+
+    def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
+        return _make_input(bonus_tokens, seq_lens)
+
+    def _make_next_draft_input_decode(self, *, bonus_tokens, new_seq_lens):
+        return _make_input(bonus_tokens, new_seq_lens)
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            return super().forward_batch_generation(
+                batch, on_publish=on_publish, grammar_barrier=grammar_barrier, pp_proxy_tensors=pp_proxy_tensors)
+        if batch.spec_info is None:
+            raise RuntimeError("DDTREE decode without draft state")
+        if batch.return_logprob:
+            raise DdtreeWorkerRefused("DDTREE does not return logprobs yet; send requests without return_logprob.")
+        if batch.has_grammar:
+            raise DdtreeWorkerRefused("DDTREE does not support constrained decoding [DDT109].")
+        return self._ddtree_decode(batch, on_publish)
+
+    # -- draft pass (DFLASH's, returning logits) --------------------------------------------------------------------
+    def _draft_logits(self, batch, draft_input, prefix_lens, kv_loc_plan, window_2d):
+        bs = len(batch.seq_lens)
+        block = int(self.block_size)
+        device = self.device
+        target_model = self.target_worker.model_runner.model
+        embed_module = unwrap_lora_layer(_resolve_dflash_embedding_module(self.draft_model, target_model))
+        lm_head = unwrap_lora_layer(getattr(target_model, "lm_head", None))
+        weight = getattr(lm_head, "weight", None)
+        if weight is None or weight.dim() != 2 or weight.shape[0] < self.vocab_size:
+            raise DdtreeWorkerRefused("DDTREE needs a dense target lm_head weight (quantized heads unsupported).")
+
+        self._ensure_draft_block_buffers(bs)
+        block_ids = self._draft_block_ids_buf[:bs]
+        positions_2d = self._draft_block_positions_buf[:bs]
+        block_ids.fill_(int(self._mask_token_id))
+        block_ids[:, 0].copy_(draft_input.bonus_tokens)
+        torch.add(prefix_lens.unsqueeze(1), self._block_pos_offsets, out=positions_2d)
+        if self._full_embed_gpu is not None:
+            noise_embedding = torch.nn.functional.embedding(block_ids, self._full_embed_gpu)
+        else:
+            noise_embedding = embed_module(block_ids)
+        if self._noise_embed_scale != 1.0:
+            noise_embedding = noise_embedding * self._noise_embed_scale
+        input_embeds = noise_embedding.view(-1, noise_embedding.shape[-1])
+        positions = positions_2d.reshape(-1)
+
+        seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
+        if batch.seq_lens_cpu is not None:
+            seq_lens_cpu.copy_(batch.seq_lens_cpu)
+            seq_lens_cpu.add_(block)
+            draft_seq_lens_sum = int(seq_lens_cpu.sum())
+        elif draft_input.nxt_kv_lens_cpu is not None:
+            seq_lens_cpu.copy_(draft_input.nxt_kv_lens_cpu)
+            draft_seq_lens_sum = int(draft_input.nxt_kv_lens_sum)
+        else:
+            for i, req in enumerate(batch.reqs):
+                seq_lens_cpu[i] = req.kv.kv_allocated_len
+            draft_seq_lens_sum = int(seq_lens_cpu.sum())
+
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            out_cache_loc=window_2d[:, :block].reshape(-1),
+            seq_lens_sum=draft_seq_lens_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            positions=positions,
+            input_embeds=input_embeds,
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self._draft_block_spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+            num_token_non_padded=(
+                torch.full((), bs * block, dtype=torch.int32, device=device)
+                if enable_num_token_non_padded() else None
+            ),
+            global_num_token_non_padded_cpu=bs * block,
+            can_run_decode_cuda_graph=batch.can_run_decode_cuda_graph,
+        )
+        kv_loc_plan.bind(forward_batch, self.draft_model_runner.kv_index_translator, cols=slice(0, block))
+        with torch.inference_mode(), draft_tp_context(self.draft_parallel_layout):
+            draft_out = self.draft_model_runner.forward(forward_batch)
+        hidden = draft_out.logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
+        hidden = hidden[: bs * block].view(bs, block, -1)[:, 1:, :]
+        w = weight[: self.vocab_size]
+        logits = torch.matmul(hidden.to(w.dtype), w.t()).float()  # [bs, L, V]
+        if self._test_hook is not None:
+            logits = self._test_hook(reqs=batch.reqs, prefix_lens=prefix_lens, root_tokens=block_ids[:, 0],
+                                     logits=logits)
+        return logits
+
+    # -- accept -------------------------------------------------------------------------------------------------
+    def _posterior(self, logits: torch.Tensor, sampling_info, bs: int, n: int) -> torch.Tensor:
+        """Target token at every node: argmax for greedy requests, a sample (temperature/top-k/top-p) otherwise."""
+        greedy = torch.argmax(logits, dim=-1).view(bs, n)
+        if sampling_info is None or sampling_info.is_all_greedy:
+            return greedy
+        temps = sampling_info.temperatures.view(bs, 1).repeat_interleave(n, 0)
+        top_ks = sampling_info.top_ks.view(bs).repeat_interleave(n, 0)
+        top_ps = sampling_info.top_ps.view(bs).repeat_interleave(n, 0)
+        x = logits.float() / temps.clamp(min=1e-6)
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        probs = torch.softmax(sorted_x, dim=-1)
+        ranks = torch.arange(x.shape[-1], device=x.device)[None, :]
+        keep = ranks < top_ks.clamp(min=1)[:, None]
+        cum = torch.cumsum(probs, dim=-1)
+        keep &= (cum - probs) < top_ps[:, None]
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        pick = torch.multinomial(probs / probs.sum(-1, keepdim=True), 1)
+        sampled = torch.gather(order, 1, pick).view(bs, n)
+        is_greedy = (sampling_info.top_ks.view(bs) <= 1)[:, None]
+        return torch.where(is_greedy, greedy, sampled)
+
+    def _accept(self, vi: tree_prep.VerifyInputs, predict: torch.Tensor) -> tree_prep.Accepted:
+        bs, n = vi.input_ids.shape
+        if self.accept_mode == "torch":
+            return tree_prep.follow_greedy(vi.input_ids, vi.parents, predict, self.depth)
+        from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
+
+        dev = predict.device
+        predicts = torch.full((bs * n,), -1, dtype=torch.int32, device=dev)
+        accept_index = torch.full((bs, self.depth + 1), -1, dtype=torch.int32, device=dev)
+        accept_num = torch.zeros((bs,), dtype=torch.int32, device=dev)
+        # SGLang's own greedy tree walk over the left-child / right-sibling arrays (positional: its argument names
+        # are predicts, accept_index, accept_token_num, candidates, retrieve_index, retrieve_next_token,
+        # retrieve_next_sibling, target_predict).
+        verify_tree_greedy_triton(
+            predicts,
+            accept_index,
+            accept_num,
+            vi.input_ids.to(torch.int64).contiguous(),
+            vi.retrive_index.to(torch.int64).contiguous(),
+            vi.retrive_next_token.to(torch.int64).contiguous(),
+            vi.retrive_next_sibling.to(torch.int64).contiguous(),
+            predict.to(torch.int64).contiguous(),
+        )
+        acc = tree_prep.accepted_from_sglang(accept_index, accept_num, n)
+        alen = accept_num.to(torch.int64)
+        last = torch.gather(acc, 1, alen[:, None])[:, 0]
+        bonus = torch.gather(predict.to(torch.int64), 1, last[:, None])[:, 0]
+        return tree_prep.Accepted(acc, alen, bonus)
+
+    # -- one decode round ----------------------------------------------------------------------------------------
+    def _ddtree_decode(self, batch, on_publish):
+        draft_input = batch.spec_info
+        bs = len(batch.seq_lens)
+        block = int(self.block_size)
+        n = self.verify_width
+        window = self.window
+        device = self.device
+        prefix_lens = batch.seq_lens
+        runner = self.target_worker.model_runner
+
+        # The iteration's KV window: req_to_token[req, prefix : prefix + window] (reserved by prepare_for_decode).
+        window_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices,
+            req_to_token=runner.req_to_token_pool.req_to_token,
+            start_offset=prefix_lens,
+            end_offset=prefix_lens + window,
+            batch_size=bs,
+            draft_token_num=window,
+            device=device,
+        )
+        window_2d = window_loc.view(bs, window)
+        kv_loc_plan = runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=prefix_lens,
+            seq_lens_cpu=batch.seq_lens_cpu if batch.seq_lens_cpu is not None else draft_input.nxt_kv_lens_cpu,
+            write_virtual=window_loc,
+            read_extent=window,
+        )
+
+        # 1) draft logits from DFLASH's draft pass
+        draft_logits = self._draft_logits(batch, draft_input, prefix_lens, kv_loc_plan, window_2d)
+
+        # 2) tree + verify inputs
+        t0 = time.perf_counter()
+        roots = draft_input.bonus_tokens.view(-1).to(torch.int64)
+        vi = self.preparer.prepare(draft_logits, roots, prefix_lens)
+        if self._metrics_sync:
+            torch.cuda.synchronize()
+        prep_s = time.perf_counter() - t0
+        mask_total = None
+        if batch.seq_lens_cpu is not None:
+            mask_total = int((n * (batch.seq_lens_cpu.to(torch.int64) + n)).sum())
+        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens, mask_total)
+
+        # 3) target verify, width n
+        verify_input = DFlashVerifyInput(
+            draft_token=vi.input_ids.reshape(-1),
+            positions=vi.positions.reshape(-1),
+            draft_token_num=n,
+            custom_mask=custom_mask,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            kv_loc_plan=kv_loc_plan,
+            kv_loc_cols=slice(0, n),
+        )
+        sampling_info = batch.sampling_info
+        seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
+        if seq_lens_cpu_backup is not None:
+            verify_host = seq_lens_cpu_backup + n
+            batch.seq_lens_cpu = verify_host
+            batch.seq_lens_sum = int(verify_host.sum())
+        elif draft_input.nxt_kv_lens_cpu is not None:
+            batch.seq_lens_cpu = draft_input.nxt_kv_lens_cpu
+            batch.seq_lens_sum = int(draft_input.nxt_kv_lens_sum)
+        batch.out_cache_loc = window_2d[:, :n].reshape(-1)
+        verify_forward_batch, graph = verify_input.prepare_for_verify(batch, self.target_worker)
+        batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
+        if graph:
+            # A replayed DFLASH-family verify graph has no custom mask on this backend (algo.py): refuse, never
+            # verify a tree as a chain.
+            raise DdtreeWorkerRefused("DDTREE verify would replay a target CUDA graph captured without a tree mask.")
+        target_out = self.target_worker.forward_batch_generation(
+            batch=None, forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True)
+        logits_output = target_out.logits_output
+        target_predict = None
+        target_lp = self._target_logits_processor
+        if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
+            if self._can_skip_verify_logits(batch, sampling_info):
+                target_predict = target_lp.deferred_argmax(logits_output.next_token_logits).view(bs, n)
+                logits_output.next_token_logits = None
+            else:
+                logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
+        if target_predict is None:
+            if sampling_info is not None:
+                apply_dflash_verify_logits_adjustments(
+                    next_token_logits=logits_output.next_token_logits, sampling_info=sampling_info,
+                    draft_token_num=n)
+            target_predict = self._posterior(logits_output.next_token_logits[: bs * n], sampling_info, bs, n)
+
+        # 4) accept
+        acc = self._accept(vi, target_predict)
+        cm = tree_prep.commit(vi.input_ids, acc, block)
+        commit_lens = cm.commit_lens
+        new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
+        if self._need_mamba_verify_commit:
+            # Recurrent state of the last accepted verify step. Exact in chain-only mode (shadow-linear: node j is
+            # chain position j, DFLASH's own semantics); with allow-hybrid-unsafe the user accepted that it is not.
+            self._update_target_mamba_state_after_verify(
+                batch=batch, seq_lens_pre_verify=prefix_lens.clone(), seq_lens_post_verify=new_seq_lens,
+                commit_lens=commit_lens)
+
+        # 5) commit: target KV of the accepted nodes into chain order, drafter hidden handoff
+        target_slots = kv_loc_plan.write_ids(runner.kv_index_translator, cols=slice(0, n)).view(bs, n)
+        src_local = cm.chain_src[:, : min(block, n)]
+        dst_local = torch.arange(src_local.shape[1], device=device).expand_as(src_local)
+        src_slots = torch.gather(target_slots, 1, src_local)
+        dst_slots = torch.gather(target_slots, 1, dst_local)
+        runner.token_to_kv_pool.move_kv_cache(dst_slots.reshape(-1), src_slots.reshape(-1))
+
+        hidden = logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
+        hidden = hidden[: bs * n].view(bs, n, -1)
+        chain_hidden = torch.gather(hidden, 1, cm.chain_src.clamp(max=n - 1)[:, :, None].expand(bs, block,
+                                                                                                 hidden.shape[-1]))
+        chain_pos = prefix_lens.view(bs, 1).to(torch.int64) + torch.arange(block, device=device)[None, :]
+        draft_loc = self._draft_write_ids(kv_loc_plan).view(bs, window)[:, :block].contiguous()
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=chain_hidden.reshape(-1, chain_hidden.shape[-1]),
+            cache_loc=draft_loc.reshape(-1),
+            cache_loc_2d=draft_loc,
+            positions=chain_pos.reshape(-1),
+            commit_lens=commit_lens,
+        )
+        logits_output.hidden_states = None
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+
+        self.metrics.record(acc.accept_len.tolist(), prep_s)
+        if self.metrics.steps % self.metrics.interval == 0 and get_parallel().tp_rank == 0:
+            logger.info(self.metrics.line())
+
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=cm.out_tokens.reshape(-1),
+            accept_lens=commit_lens,
+            can_run_cuda_graph=target_out.can_run_cuda_graph,
+            next_draft_input=self._make_next_draft_input_decode(bonus_tokens=acc.bonus, new_seq_lens=new_seq_lens),
+            speculative_num_draft_tokens=block,
+            new_seq_lens=new_seq_lens,
+            routed_experts_output=target_out.routed_experts_output,
+            indexer_topk_output=target_out.indexer_topk_output,
+        )
+
+
+def create_worker(server_args):
+    """SpeculativeAlgorithm factory result: the worker class SGLang instantiates (like DFLASH's)."""
+    return DDTreeWorker

@@ -1,0 +1,150 @@
+"""Test-only drafter override: draft logits become a noisy copy of the target's known greedy continuation.
+
+With dummy weights the DFlash drafter is useless (acceptance ~0). The e2e script first decodes every prompt with a
+plain (non-speculative) server and writes `{"sequences": {"<prompt ids, comma-joined>": prompt + greedy output}}` to
+$DDTREE_TEST_ORACLE. At draft depth d for a request whose root token sits at position p, the oracle token is
+full[p + d]; it is placed at rank 0 (p=0.55), 1 (0.25), 2 (0.12) or outside the top 4 (0.08) of the draft logits,
+deterministically from (prompt, position), the other top ranks holding distractor tokens. So:
+  * DFLASH (a chain of top-1 tokens) accepts until the first depth whose oracle token is not rank 0;
+  * DDTREE can accept deeper through rank-1/2 branches when the budget covers them;
+  * both see exactly the same drafter (same function of prompt and position), and the output must stay the
+    target's greedy output whatever the drafter proposes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import torch
+
+_ORACLE: dict | None = None
+RANK_P = (0.55, 0.25, 0.12)  # P(rank 0), P(rank 1), P(rank 2); the rest: not in the top 4
+TOP_VALUES = (12.0, 11.0, 10.0, 9.0)
+
+
+def _oracle() -> dict:
+    global _ORACLE
+    if _ORACLE is None:
+        path = os.environ.get("DDTREE_TEST_ORACLE")
+        if not path or not os.path.exists(path):
+            return {}
+        with open(path, encoding="utf-8") as f:
+            _ORACLE = json.load(f).get("sequences", {})
+    return _ORACLE
+
+
+def _u(key: str, pos: int, salt: str) -> float:
+    h = hashlib.blake2b(f"{key}|{pos}|{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2.0**64
+
+
+def rank_of(key: str, pos: int) -> int:
+    """Rank of the oracle token at absolute position `pos` (0, 1, 2; 4 = not in the top ranks)."""
+    u = _u(key, pos, "rank")
+    acc = 0.0
+    for r, p in enumerate(RANK_P):
+        acc += p
+        if u < acc:
+            return r
+    return 4
+
+
+def draft_rows(key: str, full: list[int], root_pos: int, depth: int, vocab: int) -> list[list[tuple[int, float]]]:
+    """For depths 1..depth: the (token, logit) pairs that form the top of the draft distribution."""
+    rows = []
+    for d in range(1, depth + 1):
+        pos = root_pos + d
+        if pos >= len(full):
+            rows.append([])
+            continue
+        true_tok = int(full[pos])
+        r = rank_of(key, pos)
+        distract = [(true_tok + 1 + int(_u(key, pos, f"d{i}") * (vocab - 2))) % vocab for i in range(4)]
+        distract = [t if t != true_tok else (t + 1) % vocab for t in distract]
+        row = []
+        for slot in range(4):
+            tok = true_tok if slot == r else distract[slot]
+            row.append((tok, TOP_VALUES[slot]))
+        rows.append(row)
+    return rows
+
+
+def override(*, reqs, prefix_lens, root_tokens, logits: torch.Tensor) -> torch.Tensor:
+    """Replace draft logits [bs, L, V] for requests whose prompt is in the oracle (others keep the drafter's)."""
+    oracle = _oracle()
+    if not oracle:
+        return logits
+    bs, depth, vocab = logits.shape
+    out = logits.float() * 0.01  # the real drafter's logits, squashed below the oracle's top ranks
+    prefix = prefix_lens.tolist()
+    for i, req in enumerate(reqs):
+        key = ",".join(str(t) for t in req.origin_input_ids)
+        full = oracle.get(key)
+        if full is None:
+            continue
+        for d, row in enumerate(draft_rows(key, full, int(prefix[i]), depth, vocab)):
+            for tok, val in row:
+                out[i, d, tok] = val
+    return out
+
+
+def install_dflash_patch() -> None:
+    """Apply the same override to DFLASH's greedy draft head (imported lazily when SGLang loads the worker)."""
+    import importlib.abc
+    import sys
+
+    target = "sglang.srt.speculative.dflash_worker_v2"
+
+    def patch(mod):
+        cls = mod.DFlashWorkerV2
+        if getattr(cls, "_oracle_patched", False):
+            return
+        orig_fbg = cls.forward_batch_generation
+        orig_head = cls._greedy_sample_from_vocab_parallel_head
+
+        def forward_batch_generation(self, batch, *args, **kwargs):
+            self._oracle_batch = batch
+            return orig_fbg(self, batch, *args, **kwargs)
+
+        def greedy_head(self, *, hidden_states, lm_head, chunk_size=256):
+            batch = getattr(self, "_oracle_batch", None)
+            if batch is None or batch.forward_mode.is_extend() or type(self).__name__ != "DFlashWorkerV2":
+                return orig_head(self, hidden_states=hidden_states, lm_head=lm_head, chunk_size=chunk_size)
+            bs = len(batch.seq_lens)
+            vocab = int(self.model_runner.model_config.vocab_size)
+            w = lm_head.weight[:vocab]
+            logits = torch.matmul(hidden_states.to(w.dtype), w.t()).float().view(bs, -1, vocab)
+            logits = override(reqs=batch.reqs, prefix_lens=batch.seq_lens, root_tokens=None, logits=logits)
+            return torch.argmax(logits, dim=-1).reshape(-1)
+
+        cls.forward_batch_generation = forward_batch_generation
+        cls._greedy_sample_from_vocab_parallel_head = greedy_head
+        cls._maybe_build_draft_sampler = lambda self: None  # keep the head outside the draft graph (hook sees it)
+        cls._oracle_patched = True
+
+    class _Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target_=None):
+            if fullname != target:
+                return None
+            sys.meta_path.remove(self)
+            import importlib.util
+
+            spec = importlib.util.find_spec(fullname)
+            sys.meta_path.insert(0, self)
+            if spec is None:
+                return None
+            orig_exec = spec.loader.exec_module
+
+            def exec_module(module):
+                orig_exec(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    if target in sys.modules:
+        patch(sys.modules[target])
+    else:
+        sys.meta_path.insert(0, _Hook())
