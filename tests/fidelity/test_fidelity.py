@@ -42,16 +42,6 @@ def test_corpus_shape():
 
 
 @pytest.fixture(scope="module")
-def live():
-    from ddtctl.errors import EnvironmentMissing
-
-    try:
-        return corpus.run_sglang(CASES)
-    except EnvironmentMissing as err:  # make test builds it; a plain pytest run must say how
-        pytest.fail(f"{err.one_line()} — run `make sglang-env`")
-
-
-@pytest.fixture(scope="module")
 def rows(live):
     static = corpus.run_static(CASES)
     return {r.case.id: r for r in corpus.compare(CASES, live, static)}
