@@ -60,6 +60,9 @@ def build_cmd(
         o.print(f"  {f['kind']:8} {escape(f['path'])}  sha256 {f['sha256'][:12]}{base}")
     for s in r.skipped_optional:
         o.print(f"  [yellow]skipped[/yellow] optional {escape(s)} (not present)")
+    for s in r.stale_pins:
+        o.print(f"  [yellow]warning[/yellow] {escape(s)} differs from its pinned sha256 in manifest.json "
+                "(staged as it is; `ddtctl overlay manifest --update` re-pins it)")
     o.print(f"  staged:  {escape(str(r.payload_dir))}")
     o.print(f"  view:    {escape(str(r.view_dir))}  (dry-run puts it first on sys.path)")
     o.print(f"  against: {escape(str(r.sglang_root))} ({escape(str(r.python))})")

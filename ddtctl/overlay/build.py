@@ -62,6 +62,7 @@ class BuildResult:
     files: list[dict[str, Any]] = field(default_factory=list)
     reused: bool = False
     skipped_optional: list[str] = field(default_factory=list)
+    stale_pins: list[str] = field(default_factory=list)  # added files whose manifest sha256 is not the file's
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -142,7 +143,9 @@ def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str)
 
 
 def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any], list[str]]:
-    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional sources)."""
+    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional sources).
+    The built manifest lists `stale_pins`: added files whose pinned sha256 in the source manifest is not the file's
+    (they are staged as they are, hashed in the built manifest; `ddtctl overlay manifest --update` re-pins)."""
     if target.sglang_version and target.sglang_version != m.sglang:
         raise OverlayError(
             f"{target.sglang_root} has sglang {target.sglang_version}; payload {m.name} is for sglang {m.sglang}",
@@ -178,13 +181,11 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         entries.append({"path": p.path, "kind": "patched", "sha256": got, "base_sha256": p.base_sha256,
                         "patch": p.patch})
     skipped = [a.source for a in m.added if a.optional and not m.source_path(a).exists()]
+    stale: list[str] = []
     for rel, src, a in m.expand_added():
         data = src.read_bytes()
         if a.sha256 and not a.tree and sha256_bytes(data) != a.sha256:
-            raise OverlayError(
-                f"added file {a.source} has sha256 {sha256_bytes(data)[:16]}..., the manifest pins {a.sha256[:16]}...",
-                where=str(m.path), fix="run `ddtctl overlay manifest --update` after an intended change",
-            )
+            stale.append(rel)
         if (target.sglang_root / rel).exists():
             raise OverlayError(f"added file {rel} already exists in {target.sglang_root}; refusing to overwrite a "
                                "file the payload does not own",
@@ -208,6 +209,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         "files": entries,
         "tools": {t: sha256_file(out / t) for t in TOOLS},
         "smoke": m.smoke,
+        "stale_pins": stale,
     }
     (out / installer.MANIFEST_NAME).write_text(json.dumps(built, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return built, skipped
@@ -343,4 +345,5 @@ def _result(m: SourceManifest, target: Target, build_dir: Path, info: dict, *, r
         files=[{k: e.get(k) for k in ("path", "kind", "sha256", "base_sha256")} for e in built["files"]],
         reused=reused,
         skipped_optional=list(info.get("skipped_optional") or []),
+        stale_pins=list(built.get("stale_pins") or []),
     )

@@ -93,10 +93,14 @@ def test_refuses_a_patch_whose_result_differs_from_the_manifest(fake_site, fake_
         _build(fake_payload, fake_site, tmp_path)
 
 
-def test_refuses_a_changed_pinned_added_file(fake_site, fake_payload, tmp_path):
+def test_a_changed_pinned_added_file_is_staged_and_reported(fake_site, fake_payload, tmp_path):
     write(fake_payload / "files/fake_ddtree/plugin.py", "def register():\n    return 'changed'\n")
-    with pytest.raises(OverlayError, match="manifest --update"):
-        _build(fake_payload, fake_site, tmp_path)
+    r = _build(fake_payload, fake_site, tmp_path)
+    assert r.stale_pins == ["fake_ddtree/plugin.py"]
+    staged = r.payload_dir / "files/fake_ddtree/plugin.py"
+    assert "changed" in staged.read_text()
+    entry = next(f for f in r.files if f["path"] == "fake_ddtree/plugin.py")
+    assert entry["sha256"] == sha256_file(staged)  # the built manifest pins what is shipped
 
 
 def test_syntax_error_fails_byte_compilation(fake_site, tmp_path):
