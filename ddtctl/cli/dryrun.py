@@ -117,13 +117,15 @@ def _print_text(results, all_overrides: bool) -> None:
             out.print(f"  {escape(err.get('type', ''))} in {escape(str(err.get('hook')))}{escape(where)}:")
             out.print("  " + escape(err.get("message", "")).replace("\n", "\n  "))
             continue
-        shown = r.overrides if all_overrides else r.changed
+        keys = {k for k, _ in _SUMMARY} | {"tp_size", "dp_size", "pp_size"}
+        shown = r.overrides if all_overrides else [o for o in r.overrides if o.get("raw") is not None
+                                                    or o["field"] in keys]
         if shown:
             out.print("  SGLang changed silently:")
             for o in shown:
                 out.print(f"    {escape(o['field'])}: {escape(repr(o['raw']))} -> {escape(repr(o['resolved']))}"
                           f"  [dim]({escape(str(o['hook']))})[/dim]")
-        filled = len(r.overrides) - len(r.changed)
+        filled = len(r.overrides) - len(shown)
         if filled and not all_overrides:
             out.print(f"  [dim]{filled} unset values filled in by SGLang (--all-overrides lists them)[/dim]")
         for w in r.warnings:

@@ -1,0 +1,179 @@
+"""`ddtctl dry-run`: model-config lookup, GPU declaration, exit codes, JSON shape, profiles (CLI end to end)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddtctl import dryrun
+from ddtctl.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "tests" / "fidelity" / "models"
+QWEN = str(MODELS / "qwen3-8b")
+DRAFT = str(MODELS / "qwen3-8b-dflash-b16")
+DDTCTL = [sys.executable, "-m", "ddtctl"]
+
+
+def _run(args, env=None, cwd=REPO):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(DDTCTL + args, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300)
+
+
+# ----------------------------------------------------------------------------------------- no SGLang needed
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "ddtctl"
+
+
+def test_local_model_dir_is_used_as_is(cache):
+    argv, mapping = dryrun.localize_model_paths(["--model-path", QWEN, "--tp-size", "2"], None)
+    assert argv == ["--model-path", QWEN, "--tp-size", "2"] and mapping == {}
+
+
+def test_remote_model_falls_back_to_the_cached_config(cache):
+    remote = "/root/models/Qwen3.6-27B"
+    target = dryrun.model_config_cache_dir("ct200", remote)
+    assert target == cache / "model-configs" / "ct200" / "root__models__Qwen3.6-27B"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    argv, mapping = dryrun.localize_model_paths(["--model-path=" + remote, "--speculative-draft-model-path", DRAFT],
+                                                "ct200")
+    assert argv == ["--model-path=" + str(target), "--speculative-draft-model-path", DRAFT]
+    assert mapping == {str(target): remote}
+    assert dryrun._unmap({"model_path": str(target), "x": [str(target)]}, mapping) == {"model_path": remote,
+                                                                                      "x": [remote]}
+
+
+def test_missing_config_names_both_places(cache):
+    with pytest.raises(dryrun.ModelConfigMissing) as info:
+        dryrun.localize_model_paths(["--model-path", "/nowhere/Model", "--speculative-draft-model-path", DRAFT], "gpu1")
+    msg = str(info.value)
+    assert "/nowhere/Model" in msg and str(cache / "model-configs" / "gpu1" / "nowhere__Model") in msg
+
+
+def test_cache_slug_cannot_escape_its_root(cache):
+    for host, path in (("../../etc", "../../passwd"), ("a/b", "/x/../../y"), (None, "..")):
+        d = dryrun.model_config_cache_dir(host, path).resolve()
+        assert (cache / "model-configs").resolve() in d.parents
+
+
+def test_gpu_declaration():
+    facts, name = dryrun.platform_for("H200")
+    assert facts == {"sm": 90, "capability": [9, 0], "memory_gb": 141, "name": "H200"} and name == "H200"
+    facts, name = dryrun.platform_for("sm100")
+    assert facts["sm"] == 100 and facts["memory_gb"] == 180 and name == "sm100 (as B200)"
+    facts, _ = dryrun.platform_for("RTX PRO 6000 Blackwell")
+    assert facts["capability"] == [12, 0]
+    assert dryrun.platform_for(None) == (None, None)
+    with pytest.raises(UsageError):
+        dryrun.platform_for("H9000")
+
+
+def test_exit_codes():
+    ok = dryrun.DryRunResult("a", True)
+    bad = dryrun.DryRunResult("b", False, {"type": "ValueError", "message": "m", "hook": "h"})
+    broken = dryrun.DryRunResult("c", False, {"type": "ModelConfigMissing", "message": "m", "hook": None},
+                                 setup_error=True)
+    assert dryrun.exit_code([ok]) == 0
+    assert dryrun.exit_code([ok, bad]) == 1
+    assert dryrun.exit_code([ok, bad, broken]) == 2
+
+
+def test_missing_env_is_exit_2_and_says_how_to_create_it(tmp_path):
+    proc = _run(["dry-run", "--argv", "--gpu", "H200", "--", "--model-path", QWEN],
+                env={"XDG_CACHE_HOME": str(tmp_path), "DDTCTL_SGLANG_PYTHON": ""})
+    assert proc.returncode == 2
+    assert "ddtctl env create" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_argv_mode_needs_a_gpu():
+    proc = _run(["dry-run", "--argv", "--", "--model-path", QWEN])
+    assert proc.returncode == 2 and "--gpu" in proc.stderr
+
+
+def test_missing_model_config_is_exit_2_without_starting_sglang(tmp_path):
+    proc = _run(["dry-run", "--argv", "--gpu", "H200", "--", "--model-path", str(tmp_path / "absent")],
+                env={"DDTCTL_SGLANG_PYTHON": "/bin/false"})
+    assert proc.returncode == 2
+    assert "ModelConfigMissing" in proc.stdout and str(tmp_path / "absent") in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------- real SGLang
+def _profile(path: Path, name: str, gpu: str, server: dict, model: str = QWEN, host: str | None = None) -> Path:
+    lines = [f"name: {name}", 'sglang: "0.5.23"', f"hardware: {{gpu: {gpu}, count: 8}}", f"model: {{path: {model}}}"]
+    if host:
+        lines.append(f"host: {host}")
+    lines.append("server:")
+    for key, value in server.items():
+        lines.append(f"  {key}: {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.sglang
+def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
+    """Three profiles, one warm resolver: GPU from hardware.gpu, one rejected -> exit 1, exact JSON shape."""
+    dflash = {"speculative-algorithm": "DFLASH", "speculative-draft-model-path": DRAFT}
+    p1 = _profile(tmp_path / "h200.yaml", "h200", "H200", dflash)
+    p2 = _profile(tmp_path / "b200.yaml", "b200", "B200", dflash)
+    p3 = _profile(tmp_path / "bad.yaml", "bad", "H200", dict(dflash, **{"speculative-draft-window-size": 8}))
+    proc = _run(["dry-run", str(p1), str(p2), str(p3), "--format", "json"])
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [d["source"] for d in data] == [str(p1), str(p2), str(p3)]
+    for d in data:
+        assert set(d) == {"source", "accepted", "error", "resolved", "overrides"}
+        for o in d["overrides"]:
+            assert set(o) == {"field", "raw", "resolved", "hook"}
+    h200, b200, bad = data
+    assert h200["accepted"] and b200["accepted"] and not bad["accepted"]
+    assert h200["error"] is None
+    assert (h200["resolved"]["attention_backend"], b200["resolved"]["attention_backend"]) == ("fa3", "trtllm_mha")
+    assert b200["resolved"]["page_size"] == 64
+    assert bad["error"]["type"] == "ValueError" and bad["error"]["hook"] == "speculative_hook.handle_speculative_decoding"
+    assert bad["error"]["message"].endswith("window_size=8, block_size=16.")
+
+
+@pytest.mark.sglang
+def test_remote_profile_uses_cached_config_and_reports_its_own_path(tmp_path):
+    remote = "/srv/models/Qwen3-8B"  # not on this machine: its config.json is cached as deploy would
+    cached = tmp_path / "xdg" / "ddtctl" / "model-configs" / "gpu-host" / "srv__models__Qwen3-8B"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text((MODELS / "qwen3-8b" / "config.json").read_text())
+    p = _profile(tmp_path / "remote.yaml", "remote", "sm120", {"speculative-algorithm": "DFLASH",
+                                                               "speculative-draft-model-path": DRAFT},
+                 model=remote, host="gpu-host")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "DDTCTL_SGLANG_PYTHON": str(_env_python())}
+    proc = _run(["dry-run", str(p), "--format", "json"], env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(proc.stdout)
+    assert result["resolved"]["model_path"] == remote
+    assert result["resolved"]["attention_backend"] == "flashinfer"  # sm120
+
+
+@pytest.mark.sglang
+def test_argv_text_output_shows_silent_overrides(tmp_path):
+    proc = _run(["dry-run", "--argv", "--gpu", "H200", "--", "--model-path", str(MODELS / "qwen3-next-80b-a3b"),
+                 "--tp-size", "4", "--linear-attn-backend", "flashinfer"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("ACCEPTED argv on H200")
+    assert "SGLang changed silently:" in out
+    assert "disable_overlap_schedule: False -> True  (model_hook.handle_model_specific_adjustments)" in out
+    assert "mamba strategy no_buffer" in out and "overlap off" in out
+
+
+def _env_python() -> Path:
+    from ddtctl import envs
+
+    env = envs.managed_env()
+    if not env.ready:
+        pytest.fail(f"managed SGLang env is {env.status}: run `make sglang-env`")
+    return env.python
