@@ -519,10 +519,14 @@ def cmd_status(state: State, payload_dir: str | None) -> dict:
     return out
 
 
-def build_view(root: str, payload_dir: str, out: str) -> dict:
+def build_view(root: str, payload_dir: str, out: str, state_dir: str | None = None) -> dict:
     """A read-only overlay of `root` with the payload applied, for dry-runs: real directories only along the paths
     the payload touches, symlinks to the original entries everywhere else (never __pycache__, so nothing compiled
-    from a patched file lands in the original tree). Put `out` first on sys.path."""
+    from a patched file lands in the original tree). Put `out` first on sys.path.
+
+    Each patched file of `root` must be the payload's pristine base, or already this payload's result (it is
+    installed there), or, with `state_dir` of an install into `root`, have its saved pristine copy match the base
+    (another payload version is installed)."""
     manifest = load_payload(payload_dir)
     root = os.path.realpath(root)
     files_root = os.path.join(payload_dir, "files")
@@ -530,9 +534,13 @@ def build_view(root: str, payload_dir: str, out: str) -> dict:
         if e["kind"] == "patched":
             base = safe_join(root, e["path"])
             have = sha256_file(base) if os.path.isfile(base) else None
-            if have != e["base_sha256"]:
-                raise Refused(f"{e['path']}: {root} does not hold the pristine base this payload was built for "
-                              f"(sha256 {(have or 'missing')[:12]}..., expected {e['base_sha256'][:12]}...)")
+            if have in (e["base_sha256"], e["sha256"]):
+                continue
+            saved = os.path.join(os.path.abspath(state_dir), "pristine", *e["path"].split("/")) if state_dir else None
+            if saved and os.path.isfile(saved) and sha256_file(saved) == e["base_sha256"]:
+                continue
+            raise Refused(f"{e['path']}: {root} does not hold the pristine base this payload was built for "
+                          f"(sha256 {(have or 'missing')[:12]}..., expected {e['base_sha256'][:12]}...)")
     if os.path.lexists(out):
         shutil.rmtree(out)
     os.makedirs(out)
@@ -578,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "view":
             if not (args.payload and args.out):
                 parser.error("view needs --payload and --out")
-            emit({"ok": True, **build_view(args.sglang_root, args.payload, args.out)})
+            emit({"ok": True, **build_view(args.sglang_root, args.payload, args.out, args.state_dir)})
             return 0
         if not args.state_dir:
             parser.error(f"{args.command} needs --state-dir")

@@ -144,6 +144,25 @@ def test_upgrade_to_another_payload_then_uninstall(tool, fake_site, tmp_path):
     assert snapshot(fake_site) == pristine
 
 
+def test_view_of_a_root_where_the_payload_is_installed(tool, fake_site, staged, tmp_path):
+    """deploy builds a view on the host before every release, also when a payload is installed there already."""
+    state = tmp_path / "state"
+    run(tool, "install", fake_site, state, staged)
+    proc = subprocess.run([sys.executable, "-I", str(tool), "view", "--sglang-root", str(fake_site), "--payload",
+                           str(staged), "--out", str(tmp_path / "v")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+    assert (tmp_path / "v/sglang/srt/a.py").read_bytes() == (staged / "files/sglang/srt/a.py").read_bytes()
+    # another version installed: accepted with the install's state dir (its saved pristine copies match the base)
+    a = fake_site / "sglang/srt/a.py"
+    a_installed = a.read_bytes()
+    a.write_bytes(a_installed + b"# an older payload's version\n")
+    args = [sys.executable, "-I", str(tool), "view", "--sglang-root", str(fake_site), "--payload", str(staged),
+            "--out", str(tmp_path / "v2")]
+    assert subprocess.run(args, capture_output=True, text=True).returncode == 1
+    assert subprocess.run(args + ["--state-dir", str(state)], capture_output=True, text=True).returncode == 0
+    a.write_bytes(a_installed)
+
+
 def test_view_command_refuses_a_non_pristine_root(tool, fake_site, staged, tmp_path):
     b = fake_site / "sglang/srt/sub/b.py"
     b.write_text(b.read_text() + "# x\n")
