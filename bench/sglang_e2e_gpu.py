@@ -127,6 +127,8 @@ class Server:
     budget: int | None = None
     oracle: bool = False
     port: int = 0
+    verify_graph: bool = True
+    extra_env: dict = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     argv: list[str] = field(default_factory=list)
     status: str = "not run"
@@ -145,7 +147,7 @@ class Server:
 def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(target), "--load-format", "dummy",
             "--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-            "--grammar-backend", "none", "--disable-radix-cache", "--mem-fraction-static", "0.05",
+            "--grammar-backend", "none", "--disable-radix-cache", "--mem-fraction-static", "0.03",
             "--max-total-tokens", "16384", "--port", str(s.port), "--random-seed", "0", "--log-level", "info"]
     argv += ["--cuda-graph-max-bs-decode", "4"] if s.graphs else ["--disable-cuda-graph"]
     if s.algo != "plain":
@@ -170,6 +172,8 @@ def start(s: Server, target: Path, draft: Path, env: dict, oracle_path: Path) ->
     if s.algo == "DDTREE":
         e["DDTREE_WORKER"] = "1"
         e["DDTREE_LOG_INTERVAL"] = "20"
+        e["DDTREE_VERIFY_GRAPH"] = "1" if s.verify_graph else "0"
+    e.update(s.extra_env)
     if s.oracle:
         e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
         e["DDTREE_TEST_ORACLE"] = str(oracle_path)
@@ -251,30 +255,56 @@ def generate_all(s: Server, reqs) -> None:
         pass
 
 
-def run_wave(servers: list[Server], target, draft, env, oracle_path, reqs, budget_s: float) -> None:
+def run_all(servers: list[Server], target, draft, env, oracle_path, reqs, budget_s: float) -> list | None:
+    """Start every server at once (startup dominates: imports, JIT). The first plain server's outputs are the
+    reference and become the oracle; servers with the oracle drafter send their requests only after that."""
     deadline = time.monotonic() + budget_s
-    for s in servers:
+    ref_holder: dict = {}
+    oracle_ready = threading.Event()
+    plains = [s for s in servers if s.algo == "plain"]
+    for s in plains:  # the reference first: it gets a head start on the CPUs
         start(s, target, draft, env, oracle_path)
-    log(f"started {', '.join(s.name for s in servers)}")
+    time.sleep(3)
+    for s in servers:
+        if s.proc is None:
+            start(s, target, draft, env, oracle_path)
+    log(f"started {len(servers)} servers: {', '.join(s.name for s in servers)}")
 
     def life(s: Server):
         try:
-            if wait_healthy(s, deadline - 20):
-                log(f"{s.name} healthy after {s.startup_s:.1f}s")
-                generate_all(s, reqs)
-                s.status = "done"
+            if not wait_healthy(s, deadline - 15):
+                return
+            log(f"{s.name} healthy after {s.startup_s:.1f}s")
+            if s.oracle:
+                oracle_ready.wait(timeout=max(0.0, deadline - 10 - time.monotonic()))
+                if not oracle_ready.is_set():
+                    s.status, s.error = "error", "no reference outputs in time (oracle not written)"
+                    return
+            generate_all(s, reqs)
+            s.status = "done"
+            log(f"{s.name} done")
+            if s.algo == "plain" and "ref" not in ref_holder:
+                ref_holder["ref"] = s.outputs
+                seqs = {",".join(map(str, ids)): ids + out for (ids, _), out in zip(reqs, s.outputs)}
+                oracle_path.write_text(json.dumps({"sequences": seqs}))
+                oracle_ready.set()
+                log("oracle written")
         except Exception as exc:  # noqa: BLE001
             s.status, s.error = "error", f"{type(exc).__name__}: {exc} | " + tail(s.log_path, 4)
         finally:
             stop(s)
+            if s.algo == "plain" and s.status != "done" and not any(p.status in ("starting", "healthy", "done")
+                                                                      for p in plains if p is not s):
+                oracle_ready.set()  # no reference is coming: release the waiters
 
-    threads = [threading.Thread(target=life, args=(s,)) for s in servers]
+    threads = [threading.Thread(target=life, args=(s,), daemon=True) for s in servers]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=max(1.0, deadline - time.monotonic() + 30))
+        t.join(timeout=max(1.0, deadline - time.monotonic() + 20))
     for s in servers:
         stop(s)
+    return ref_holder.get("ref")
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -341,7 +371,7 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
     hdr = f"{'server':<22} {'algo':<7} {'graphs':<6} {'B':>3} {'drafter':<7} {'status':<8} {'start_s':>7} " \
-          f"{'==plain':<7} {'acc_len':>7} {'max_acc':>7} {'width':>5} {'prep_ms':>7}"
+          f"{'==plain':<7} {'acc_len':>7} {'max_acc':>7} {'width':>5} {'prep_ms':>7} {'g_steps':>7}"
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
         m = r["ddtree_metrics"] or {}
@@ -352,9 +382,15 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
         lines.append(
             f"{r['server']:<22} {r['algo']:<7} {str(r['graphs']):<6} {r['budget'] or '-':>3} {drafter:<7} "
             f"{r['status']:<8} {start_s:>7} {str(r['match_plain']):<7} {acc_s:>7} "
-            f"{m.get('max_accepted_drafts', '-'):>7} {m.get('verify_width', '-'):>5} {prep_s:>7}")
+            f"{m.get('max_accepted_drafts', '-'):>7} {m.get('verify_width', '-'):>5} {prep_s:>7} "
+            f"{m.get('verify_graph_steps', m.get('graph_steps', '-')):>7}")
         if r["error"]:
             lines.append(f"    ! {r['error'][:400]}")
+    lines.append("")
+    lines.append("served args (/get_server_info):")
+    for r in rows:
+        if r["served"]:
+            lines.append(f"  {r['server']:<26} " + " ".join(f"{k}={v}" for k, v in r["served"].items()))
     table = "\n".join(lines)
     (OUT / "e2e_table.txt").write_text(table + "\n")
     print("\n" + table, flush=True)
@@ -378,9 +414,7 @@ def main() -> int:
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     ap.add_argument("--budgets", default="1,7,15,32,64")
     ap.add_argument("--graphs", default="off,on")
-    ap.add_argument("--wave1-s", type=float, default=150)
-    ap.add_argument("--wave2-s", type=float, default=300)
-    ap.add_argument("--chunks", default="2,99", help="wave 2 in chunks of these sizes (the first warms JIT caches)")
+    ap.add_argument("--budget-s", type=float, default=480, help="time for all servers: start, requests, stop")
     ap.add_argument("--only", default="", help="comma-separated server names (debugging)")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
@@ -398,7 +432,8 @@ def main() -> int:
 
         meta["torch"] = torch.__version__
         site, env = setup(args)
-        meta["overlay"] = overlay_install(site, env)
+        if os.environ.get("DDTREE_E2E_SKIP_OVERLAY") != "1":  # (local dry runs of this script only)
+            meta["overlay"] = overlay_install(site, env)
         log("overlay installed")
         target, draft = make_models()
         reqs = prompts()
@@ -410,45 +445,28 @@ def main() -> int:
             port[0] += 1
             return Server(name, algo, g, budget, oracle, port[0])
 
-        wave1 = [mk(f"plain-g{int(g)}", "plain", g) for g in graphs]
+        wave1 = [mk("plain-g0", "plain", False)]  # the reference (and the oracle's source)
         wave2 = []
         for g in graphs:
             wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
             for b in budgets:
                 wave2.append(mk(f"ddtree-b{b}-g{int(g)}", "DDTREE", g, b, oracle=True))
         wave2.append(mk("ddtree-b15-g0-random", "DDTREE", False, 15, oracle=False))
-        wave2.append(mk("dflash-g0-random", "DFLASH", False, oracle=False))
+        eager = mk("ddtree-b32-g1-eagerverify", "DDTREE", True, 32, oracle=True)
+        eager.verify_graph = False
+        wave2.append(eager)
+        refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
+        refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
+        wave2.append(refprep)
         if args.only:
             keep = set(args.only.split(","))
-            wave1 = [s for s in wave1 if s.name in keep or s.name == "plain-g0"]
+            wave1 = [s for s in wave1 if s.name in keep or s.name == "plain-g0"][:1]
             wave2 = [s for s in wave2 if s.name in keep]
         servers = wave1 + wave2
         oracle_path = WORK / "oracle.json"
-        run_wave(wave1, target, draft, env, oracle_path, reqs, args.wave1_s)
-        ref_server = next((s for s in wave1 if s.outputs is not None), None)
-        if ref_server is None:
+        reference = run_all(servers, target, draft, env, oracle_path, reqs, args.budget_s)
+        if reference is None:
             raise RuntimeError("no plain server produced reference outputs")
-        reference = ref_server.outputs
-        seqs = {",".join(map(str, ids)): ids + out for (ids, _), out in zip(reqs, reference)}
-        oracle_path.write_text(json.dumps({"sequences": seqs}))
-        wave2_end = time.monotonic() + args.wave2_s
-        # warm-up chunk first: DFLASH and one DDTREE with graphs off (JIT/Triton caches), then the rest at once
-        first = [s for s in wave2 if s.name in ("dflash-g0", "ddtree-b7-g0")]
-        rest = [s for s in wave2 if s not in first]
-        sizes = [int(x) for x in args.chunks.split(",") if x]
-        chunks, i = [first] if first else [], 0
-        for size in sizes[1:] or [len(rest)]:
-            if i < len(rest):
-                chunks.append(rest[i: i + size])
-                i += size
-        if i < len(rest):
-            chunks.append(rest[i:])
-        for chunk in chunks:
-            if time.monotonic() > wave2_end - 45:
-                for s in chunk:
-                    s.status, s.error = "skipped", "no time left in wave 2"
-                continue
-            run_wave(chunk, target, draft, env, oracle_path, reqs, wave2_end - time.monotonic())
     except Exception as exc:  # noqa: BLE001
         meta["error"] = f"{type(exc).__name__}: {exc}"
         log(f"ERROR {meta['error']}")

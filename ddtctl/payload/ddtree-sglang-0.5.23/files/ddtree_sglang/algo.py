@@ -44,15 +44,18 @@ class DdtreeSpecAlgo(CustomSpecAlgo):
 
     def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
         """TARGET_VERIFY width for graph capture and buffers. The drafter keeps DFLASH's block (its graphs serve the
-        draft pass). The target answers one more than any DDTREE verify width: sglang 0.5.23 captures DFLASH-family
-        verify graphs without a custom mask on the triton backend, so a tree verify must never replay one; a
-        capture width that no verify has makes the graph runner run every DDTREE verify eagerly (worker.py checks)."""
+        draft pass). The target captures at the verify width B + 1 with the tree mask (graphs.py); with
+        DDTREE_VERIFY_GRAPH=0 it answers a width no verify has, so every tree verify runs eagerly."""
         if is_draft_worker:
             return num_draft_tokens
         from sglang.srt.runtime_context import get_spec
 
-        width = getattr(get_spec(), "speculative_ddtree_verify_width", None) or 0
-        return max(int(num_draft_tokens or 0), int(width)) + 1
+        from ddtree_sglang.graphs import verify_graphs_enabled
+
+        width = int(getattr(get_spec(), "speculative_ddtree_verify_width", None) or 0)
+        if verify_graphs_enabled() and width:
+            return width
+        return max(int(num_draft_tokens or 0), width) + 1
 
     def create_worker(self, server_args):
         if not worker_enabled():

@@ -17,10 +17,12 @@ class DdtreeMetrics:
         self.accepted = 0
         self.max_accepted = 0
         self.prep_s = 0.0
+        self.graph_steps = 0
         self.hist: dict[int, int] = {}
 
-    def record(self, accept_lens: list[int], prep_s: float) -> None:
+    def record(self, accept_lens: list[int], prep_s: float, graph: bool = False) -> None:
         self.steps += 1
+        self.graph_steps += int(bool(graph))
         self.requests += len(accept_lens)
         self.accepted += sum(accept_lens)
         for a in accept_lens:
@@ -44,6 +46,7 @@ class DdtreeMetrics:
             "prep_mode": self.prep_mode,
             "accept_mode": self.accept_mode,
             "mean_prep_ms": 1000.0 * self.prep_s / max(1, self.steps),
+            "verify_graph_steps": self.graph_steps,
         }
 
     def line(self) -> str:
@@ -51,7 +54,8 @@ class DdtreeMetrics:
         return (
             f"DDTREE metrics: steps={s['steps']} mean_accept_len={s['mean_accept_len']:.3f} "
             f"max_accepted={s['max_accepted_drafts']} tree_size={s['tree_size']} verify_width={s['verify_width']} "
-            f"prep_ms={s['mean_prep_ms']:.3f} prep={s['prep_mode']} accept={s['accept_mode']}"
+            f"prep_ms={s['mean_prep_ms']:.3f} graph_steps={s['verify_graph_steps']} prep={s['prep_mode']} "
+            f"accept={s['accept_mode']}"
         )
 
 

@@ -62,4 +62,7 @@ def register() -> None:
             "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
             "._add_speculative", _server_info, HookType.AFTER
         )
+        from ddtree_sglang.graphs import register_hooks
+
+        register_hooks(HookRegistry, HookType)
         _launch_gate_registered = True

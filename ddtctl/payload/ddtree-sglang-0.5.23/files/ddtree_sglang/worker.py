@@ -151,6 +151,18 @@ class DDTreeWorker(DFlashWorkerV2):
                 "are not supported.")
         if int(get_parallel().tp_group.world_size) > 1 or get_parallel().attn_dp_enabled:
             raise DdtreeWorkerRefused("DDTREE currently runs with --tp-size 1 and without dp attention.")
+        backend = getattr(self.model_runner, "attn_backend", None)
+        backend = getattr(backend, "full_attn_backend", None) or backend  # hybrid models wrap the full-attn one
+        if backend is not None and type(backend).__name__ != "TritonAttnBackend":
+            raise DdtreeWorkerRefused(
+                f"DDTREE verifies with a custom tree mask and is proven on --attention-backend triton only "
+                f"(got {type(backend).__name__}).")
+        if getattr(backend, "use_verify_splitkv", False) or getattr(backend, "use_verify_shared_kv", False):
+            raise DdtreeWorkerRefused("DDTREE cannot use the split-KV verify kernels (causal chains only); unset "
+                                      "SGLANG_ENABLE_SPLITKV_VERIFY.")
+        from ddtree_sglang.graphs import verify_graphs_enabled
+
+        self.verify_graphs = verify_graphs_enabled()
         self.budget = int(budget)
         self.topk_cap = None if cap is None else int(cap)
         self.verify_width = self.budget + 1
@@ -324,6 +336,21 @@ class DDTreeWorker(DFlashWorkerV2):
         bonus = torch.gather(predict.to(torch.int64), 1, last[:, None])[:, 0]
         return tree_prep.Accepted(acc, alen, bonus)
 
+    @staticmethod
+    def _move_target_kv(pool, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """KV rows src -> dst in every layer, all sources read before any destination is written (an accepted node
+        can be both a source and another node's destination). The pool's own Triton copy path copies locations in
+        parallel, so the native gather-then-scatter is used."""
+        k_buffer, v_buffer = getattr(pool, "k_buffer", None), getattr(pool, "v_buffer", None)
+        if k_buffer is None or v_buffer is None or getattr(pool, "use_hnd", False):
+            raise DdtreeWorkerRefused(f"DDTREE commits KV into chain order on MHA token pools only "
+                                      f"(got {type(pool).__name__}).")
+        from sglang.srt.mem_cache.memory_pool import move_kv_cache_native
+
+        move_kv_cache_native(k_buffer, v_buffer, dst, src)
+        if getattr(pool, "k_scale_buffer", None) is not None:
+            move_kv_cache_native(pool.k_scale_buffer, pool.v_scale_buffer, dst, src)
+
     # -- one decode round ----------------------------------------------------------------------------------------
     def _ddtree_decode(self, batch, on_publish):
         draft_input = batch.spec_info
@@ -364,10 +391,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._metrics_sync:
             torch.cuda.synchronize()
         prep_s = time.perf_counter() - t0
-        mask_total = None
-        if batch.seq_lens_cpu is not None:
-            mask_total = int((n * (batch.seq_lens_cpu.to(torch.int64) + n)).sum())
-        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens, mask_total)
+        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens)  # sized from the device lengths
 
         # 3) target verify, width n
         verify_input = DFlashVerifyInput(
@@ -391,9 +415,9 @@ class DDTreeWorker(DFlashWorkerV2):
         batch.out_cache_loc = window_2d[:, :n].reshape(-1)
         verify_forward_batch, graph = verify_input.prepare_for_verify(batch, self.target_worker)
         batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
-        if graph:
-            # A replayed DFLASH-family verify graph has no custom mask on this backend (algo.py): refuse, never
-            # verify a tree as a chain.
+        if graph and not self.verify_graphs:
+            # Without graphs.py's hooks a captured DFLASH-family verify graph has no tree mask: never verify a tree
+            # as a chain.
             raise DdtreeWorkerRefused("DDTREE verify would replay a target CUDA graph captured without a tree mask.")
         target_out = self.target_worker.forward_batch_generation(
             batch=None, forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True)
@@ -407,11 +431,11 @@ class DDTreeWorker(DFlashWorkerV2):
             else:
                 logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
         if target_predict is None:
+            verify_logits = logits_output.next_token_logits[: bs * n]  # (graph replays may pad the batch)
             if sampling_info is not None:
                 apply_dflash_verify_logits_adjustments(
-                    next_token_logits=logits_output.next_token_logits, sampling_info=sampling_info,
-                    draft_token_num=n)
-            target_predict = self._posterior(logits_output.next_token_logits[: bs * n], sampling_info, bs, n)
+                    next_token_logits=verify_logits, sampling_info=sampling_info, draft_token_num=n)
+            target_predict = self._posterior(verify_logits, sampling_info, bs, n)
 
         # 4) accept
         acc = self._accept(vi, target_predict)
@@ -431,7 +455,7 @@ class DDTreeWorker(DFlashWorkerV2):
         dst_local = torch.arange(src_local.shape[1], device=device).expand_as(src_local)
         src_slots = torch.gather(target_slots, 1, src_local)
         dst_slots = torch.gather(target_slots, 1, dst_local)
-        runner.token_to_kv_pool.move_kv_cache(dst_slots.reshape(-1), src_slots.reshape(-1))
+        self._move_target_kv(runner.token_to_kv_pool, dst_slots.reshape(-1), src_slots.reshape(-1))
 
         hidden = logits_output.hidden_states
         if hidden is None:
@@ -452,7 +476,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if on_publish is not None:
             on_publish(new_seq_lens)
 
-        self.metrics.record(acc.accept_len.tolist(), prep_s)
+        self.metrics.record(acc.accept_len.tolist(), prep_s, graph=bool(graph))
         if self.metrics.steps % self.metrics.interval == 0 and get_parallel().tp_rank == 0:
             logger.info(self.metrics.line())
 
