@@ -262,19 +262,33 @@ def run_all(servers: list[Server], target, draft, env, oracle_path, reqs, budget
     ref_holder: dict = {}
     oracle_ready = threading.Event()
     plains = [s for s in servers if s.algo == "plain"]
-    for s in plains:  # the reference first: it gets a head start on the CPUs
+    plain_up = threading.Event()
+    for s in plains:  # the reference first, alone: it warms the Triton/JIT caches the others share
         start(s, target, draft, env, oracle_path)
-    time.sleep(3)
-    for s in servers:
-        if s.proc is None:
-            start(s, target, draft, env, oracle_path)
-    log(f"started {len(servers)} servers: {', '.join(s.name for s in servers)}")
+
+    def start_rest():
+        plain_up.wait(timeout=head_start_s)
+        for s in servers:
+            if s.proc is None:
+                start(s, target, draft, env, oracle_path)
+        log(f"started {len(servers)} servers: {', '.join(s.name for s in servers)}")
+
+    head_start_s = min(150.0, budget_s / 3)
+    starter = threading.Thread(target=start_rest, daemon=True)
+    starter.start()
 
     def life(s: Server):
         try:
+            while s.proc is None and time.monotonic() < deadline - 15:
+                time.sleep(0.5)
+            if s.proc is None:
+                s.status, s.error = "not run", "not started in time"
+                return
             if not wait_healthy(s, deadline - 15):
                 return
             log(f"{s.name} healthy after {s.startup_s:.1f}s")
+            if s.algo == "plain":
+                plain_up.set()
             if s.oracle:
                 oracle_ready.wait(timeout=max(0.0, deadline - 10 - time.monotonic()))
                 if not oracle_ready.is_set():
@@ -295,6 +309,7 @@ def run_all(servers: list[Server], target, draft, env, oracle_path, reqs, budget
             stop(s)
             if s.algo == "plain" and s.status != "done" and not any(p.status in ("starting", "healthy", "done")
                                                                       for p in plains if p is not s):
+                plain_up.set()
                 oracle_ready.set()  # no reference is coming: release the waiters
 
     threads = [threading.Thread(target=life, args=(s,), daemon=True) for s in servers]

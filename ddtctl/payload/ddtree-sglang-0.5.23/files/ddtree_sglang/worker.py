@@ -426,7 +426,7 @@ class DDTreeWorker(DFlashWorkerV2):
         target_lp = self._target_logits_processor
         if target_lp is not None and target_lp.is_deferred_shard(logits_output.next_token_logits):
             if self._can_skip_verify_logits(batch, sampling_info):
-                target_predict = target_lp.deferred_argmax(logits_output.next_token_logits).view(bs, n)
+                target_predict = target_lp.deferred_argmax(logits_output.next_token_logits)[: bs * n].view(bs, n)
                 logits_output.next_token_logits = None
             else:
                 logits_output.next_token_logits = target_lp.finish_deferred_gather(logits_output.next_token_logits)
