@@ -191,6 +191,8 @@ def main() -> int:
         row["whole_eager_us"] = bench(whole, reps)
         if stages:
             row["topk_eager_us"] = bench(lambda i: plan.topk(xs[i % nbuf]), reps)
+            row["topk1_eager_us"] = bench(lambda i: plan.topk_pass1(xs[i % nbuf]), reps)
+            row["topk2_eager_us"] = bench(lambda i: plan.topk_pass2(xs[i % nbuf]), reps)
             row["build_eager_us"] = bench(lambda i: plan.build(), reps)
             row["compile_eager_us"] = bench(lambda i: plan.compile(roots, starts), reps)
             row["follow_eager_us"] = bench(lambda i: plan.follow(post), reps)
@@ -201,6 +203,10 @@ def main() -> int:
             if stages:
                 gt = [capture(lambda j=j: plan.topk(xs[j])) for j in range(nbuf)]
                 row["topk_graph_us"] = graph_bench(gt, 2 * reps)
+                gt = [capture(lambda j=j: plan.topk_pass1(xs[j])) for j in range(nbuf)]
+                row["topk1_graph_us"] = graph_bench(gt, 2 * reps)
+                gt = [capture(lambda j=j: plan.topk_pass2(xs[j])) for j in range(nbuf)]
+                row["topk2_graph_us"] = graph_bench(gt, 2 * reps)
                 del gt
                 row["build_graph_us"] = graph_bench([capture(lambda: plan.build())], 2 * reps)
                 row["compile_graph_us"] = graph_bench([capture(lambda: plan.compile(roots, starts))], 2 * reps)
@@ -376,8 +382,8 @@ def main() -> int:
         var = []
         if cuda:
             for b in (1, 64):
-                for kw in ({"build_warps": 1}, {"build_warps": 2}, {"build_warps": 4}, {"topk_warps": 4},
-                           {"topk_warps": 16}, {"groups_per_chunk": 32}):
+                for kw in ({"build_warps": 2}, {"build_warps": 4}, {"topk_warps": 4}, {"topk_warps": 16},
+                           {"groups_per_tile": 64}, {"programs_per_sm": 4}, {"programs_per_sm": 16}):
                     var.append(((248320, b, 64), kw))
         for cfg, kw in var:
             if not time_left(20):
@@ -443,20 +449,24 @@ def render_tables(res) -> str:
                      "logits bytes / that")
     lines += ["", "## Per-step preparation, bf16 logits [batch, L=15, V], times in us (medians; graph = CUDA graph "
               "replay)", "",
-              "| V | batch | B | topK g | build g | compile g | follow g | whole eager | whole graph | floor | "
-              "x floor | torch topK+lse g | D2H | host build | baseline | speedup |",
+              "| V | batch | B | topK g (pass1+pass2) | build g | compile g | follow g | whole eager | whole graph | "
+              "floor | x floor | torch topK+lse g | D2H | host build | baseline | speedup |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["timings"]:
+        r = dict(r, topk_split=f"{fmt(r.get('topk_graph_us'))} ({fmt(r.get('topk1_graph_us'))}+"
+                               f"{fmt(r.get('topk2_graph_us'))})")
         lines.append("| " + " | ".join(fmt(r.get(k)) for k in (
-            "V", "batch", "B", "topk_graph_us", "build_graph_us", "compile_graph_us", "follow_graph_us",
+            "V", "batch", "B", "topk_split", "build_graph_us", "compile_graph_us", "follow_graph_us",
             "whole_eager_us", "whole_graph_us", "floor_us", "whole_graph_over_floor", "torch_topk_graph_us",
             "d2h_us", "host_build_us", "baseline_us", "speedup")) + " |")
     if res["variants"]:
-        lines += ["", "## Variants (V=248320, L=15, B=64)", "", "| batch | variant | topK g | build g | whole graph |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "## Variants (V=248320, L=15, B=64)", "",
+                  "| batch | variant | topK g | pass1 g | pass2 g | build g | compile g | follow g | whole graph |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in res["variants"]:
-            lines.append(f"| {r['batch']} | {r['tag']} | {fmt(r.get('topk_graph_us'))} | "
-                         f"{fmt(r.get('build_graph_us'))} | {fmt(r.get('whole_graph_us'))} |")
+            lines.append(f"| {r['batch']} | {r['tag']} | " + " | ".join(fmt(r.get(k)) for k in (
+                "topk_graph_us", "topk1_graph_us", "topk2_graph_us", "build_graph_us", "compile_graph_us",
+                "follow_graph_us", "whole_graph_us")) + " |")
     if res["exact"]:
         lines += ["", "## Bit-exactness vs the reference (fresh random logits, scale 4)", "",
                   "| V | L | dtype | trees | build exact | compile exact | follow exact | top-K ids equal rows | "

@@ -75,7 +75,7 @@ def poison(plan) -> None:
                 value.fill_(-77)
 
 
-def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=False, prefix_len=7):
+def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=False, prefix_len=7, **plan_kw):
     """Run one case through every kernel and compare with the reference. Returns a list of Checks."""
     import torch
 
@@ -89,11 +89,13 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
         x = torch.randn(batch, depth, vocab, generator=gen) * 4
     x = x.to(dtype)
     name = f"b{batch} L{depth} V{vocab} B{budget} {str(dtype).replace('torch.', '')}{' ties' if ties else ''}"
+    if plan_kw:
+        name += " " + ",".join(f"{k}={v}" for k, v in plan_kw.items())
     checks: list[Check] = []
     kw = {}
     if vocab < 4096:  # small vocabularies: small groups, so the group prefilter is exercised too
         kw = dict(group_size=8, groups_per_tile=4, groups_per_chunk=4)
-    plan = tk.DDTreePlan(batch, depth, vocab, budget, device, **kw)
+    plan = tk.DDTreePlan(batch, depth, vocab, budget, device, **{**kw, **plan_kw})
     poison(plan)
     xd = x.to(device)
     lp, ids = plan.topk(xd)
@@ -156,14 +158,16 @@ def selftest(device: str = "cpu", *, quick: bool = False) -> SelftestResult:
     if device == "cpu":
         cases = [dict(batch=2, depth=3, vocab=300, budget=7, dtype=torch.float32, seed=1),
                  dict(batch=2, depth=4, vocab=257, budget=16, dtype=torch.bfloat16, seed=2),
-                 dict(batch=2, depth=3, vocab=97, budget=20, dtype=torch.float32, seed=3, ties=True)]
+                 dict(batch=2, depth=3, vocab=97, budget=20, dtype=torch.float32, seed=3, ties=True),
+                 dict(batch=2, depth=3, vocab=200, budget=9, dtype=torch.bfloat16, seed=4, cand_cap=1)]
         if quick:
             cases = cases[:1]
     else:
         result.versions["gpu"] = torch.cuda.get_device_name()
         cases = [dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=1),
                  dict(batch=2, depth=15, vocab=151936, budget=64, dtype=torch.float32, seed=2),
-                 dict(batch=2, depth=7, vocab=1000, budget=16, dtype=torch.float32, seed=3, ties=True)]
+                 dict(batch=2, depth=7, vocab=1000, budget=16, dtype=torch.float32, seed=3, ties=True),
+                 dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=4, cand_cap=1)]
         if quick:
             cases = cases[:1]
     for case in cases:

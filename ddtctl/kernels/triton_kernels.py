@@ -7,15 +7,17 @@ Top-K (two launches):
   pass 1, grid (rows, splits): one read of the logits; per split an online (max, sum-exp), and the maximum of every
          group of GS consecutive logits (written to a small scratch, ~1/64 of the logits).
   pass 2, grid (rows,): log-sum-exp from the partials; t = K-th largest group maximum (at least K logits are >= t, so
-         every top-K logit lies in a group whose maximum is >= t); exact K-th largest logit by bisection over the
-         order-preserving integer keys of those groups' logits only; ties split by token id with a second bisection;
-         the K survivors are compacted, sorted (bitonic, 64-bit keys value|~id) and written as lp = x - lse.
+         every top-K logit lies in a group whose maximum is >= t); the logits >= t of those groups (usually ~K) are
+         compacted and sorted (bitonic, 64-bit keys value|~id), the first K written as lp = x - lse. When more than
+         `cap` logits are >= t (heavy ties), the exact K-th largest is found by bisection over the order-preserving
+         integer keys instead, ties split by token id with a second bisection.
 Build, grid (batch,): the best-first heap with one frontier entry per node (the node's next child rank). The pop
   order key is (score desc, rank tuple asc); the rank-tuple order of two frontier entries equals (insertion point in
   the current tree's preorder asc, depth desc), so each node carries its preorder index and subtree size and one
   64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit for bit.
-Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive arrays.
-Follow, grid (batch,): greedy / sample-then-walk acceptance from posterior tokens.
+Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive arrays,
+  all from the build's preorder intervals (no pointer chasing).
+Follow, grid (batch,): greedy / sample-then-walk acceptance from posterior tokens, in registers.
 """
 
 from __future__ import annotations
@@ -103,10 +105,10 @@ def _chunk(xrow, sel_groups, q0, n_sel, V, GS: tl.constexpr, QG: tl.constexpr, S
 
 @triton.jit(do_not_specialize=["V", "n_groups", "S", "K", "stride_row", "G_STRIDE"])
 def _topk_pass2(
-    X, GMAX, PM, PL, SCR_G, SCR_K, LP_OUT, ID_OUT,
+    X, GMAX, PM, PL, SCR_G, SCR_K, SCR_C, LP_OUT, ID_OUT,
     V, n_groups, S, K, stride_row, G_STRIDE,
     GS: tl.constexpr, G_PAD: tl.constexpr, S_PAD: tl.constexpr, K_PAD: tl.constexpr, Q: tl.constexpr,
-    SHIFT: tl.constexpr,
+    SHIFT: tl.constexpr, CAP: tl.constexpr,
 ):
     # SHIFT: low bits of the order keys that are constant for the input dtype (16 for bf16, 13 for fp16, 0 for
     # fp32); bisection runs on key >> SHIFT, which orders and separates that dtype's values exactly.
@@ -139,70 +141,100 @@ def _topk_pass2(
     pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
     tl.store(sel_groups + pos, go, mask=sel)
     tl.debug_barrier()
-    # ---- exact K-th largest key among the selected groups' logits (first chunk stays in registers)
-    u0, em0, offs0, x0 = _chunk(xrow, sel_groups, 0, n_sel, V, GS, Q, SHIFT)
-    lo = t
-    hi = row_max
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        cnt = tl.sum((em0 & (u0 >= mid)).to(tl.int32), axis=0)
-        for q0 in range(Q, n_sel, Q):
-            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
-            cnt += tl.sum((em & (u >= mid)).to(tl.int32), axis=0)
-        ok = cnt >= K
-        lo = tl.where(ok, mid, lo)
-        hi = tl.where(ok, hi, mid - 1)
-    thr = lo
-    # ---- ties at the threshold: keep the lowest token ids
-    n_gt = tl.sum((em0 & (u0 > thr)).to(tl.int32), axis=0)
-    n_eq = tl.sum((em0 & (u0 == thr)).to(tl.int32), axis=0)
-    for q0 in range(Q, n_sel, Q):
+    # ---- fast path: compact every logit >= t of the selected groups (usually ~K of them) and sort them
+    cbase = n_sel * 0
+    co = tl.arange(0, CAP)
+    for q0 in range(0, n_sel, Q):
         u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
-        n_gt += tl.sum((em & (u > thr)).to(tl.int32), axis=0)
-        n_eq += tl.sum((em & (u == thr)).to(tl.int32), axis=0)
-    need = K - n_gt
-    split = n_eq > need
-    jlo = tl.where(split, 0, V)
-    jhi = tl.where(split, V - 1, V)
-    while jlo < jhi:
-        mid = (jlo + jhi) // 2
-        cnt = tl.sum((em0 & (u0 == thr) & (offs0 <= mid)).to(tl.int32), axis=0)
-        for q0 in range(Q, n_sel, Q):
-            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
-            cnt += tl.sum((em & (u == thr) & (offs <= mid)).to(tl.int32), axis=0)
-        ok = cnt >= need
-        jhi = tl.where(ok, mid, jhi)
-        jlo = tl.where(ok, jlo, mid + 1)
-    jthr = jlo
-    # ---- compact the K survivors, sort them, write lp and ids
-    take = em0 & ((u0 > thr) | ((u0 == thr) & (offs0 <= jthr)))
-    tpos = tl.cumsum(take.to(tl.int32), axis=0) - 1
-    key = (_skey(x0).to(tl.int64) << 32) | (2147483647 - offs0).to(tl.int64)
-    tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
-    base = tl.sum(take.to(tl.int32), axis=0)
-    for q0 in range(Q, n_sel, Q):
-        u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
-        take = em & ((u > thr) | ((u == thr) & (offs <= jthr)))
-        tpos = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        cand = em & (u >= t)
+        cpos = cbase + tl.cumsum(cand.to(tl.int32), axis=0) - 1
         key = (_skey(x).to(tl.int64) << 32) | (2147483647 - offs).to(tl.int64)
-        tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
-        base += tl.sum(take.to(tl.int32), axis=0)
+        tl.store(SCR_C + row64 * CAP + cpos, key, mask=cand & (cpos < CAP))
+        cbase += tl.sum(cand.to(tl.int32), axis=0)
     tl.debug_barrier()
-    ko = tl.arange(0, K_PAD)
-    keys = tl.load(SCR_K + row64 * K_PAD + ko, mask=ko < K, other=INT64_MIN_PAD)
-    keys = tl.sort(keys, descending=True)
-    xv = _from_skey((keys >> 32).to(tl.int32))
-    ids = 2147483647 - (keys & 0xFFFFFFFF).to(tl.int32)
-    tl.store(LP_OUT + row64 * K + ko, xv - lse, mask=ko < K)
-    tl.store(ID_OUT + row64 * K + ko, ids, mask=ko < K)
+    if cbase <= CAP:
+        ckeys = tl.load(SCR_C + row64 * CAP + co, mask=co < cbase, other=INT64_MIN_PAD)
+        ckeys = tl.sort(ckeys, descending=True)
+        cxv = _from_skey((ckeys >> 32).to(tl.int32))
+        cids = 2147483647 - (ckeys & 0xFFFFFFFF).to(tl.int32)
+        tl.store(LP_OUT + row64 * K + co, cxv - lse, mask=co < K)
+        tl.store(ID_OUT + row64 * K + co, cids, mask=co < K)
+    else:
+        # ---- fallback (heavy ties): exact K-th largest key by bisection, first chunk kept in registers
+        u0, em0, offs0, x0 = _chunk(xrow, sel_groups, 0, n_sel, V, GS, Q, SHIFT)
+        lo = t
+        hi = row_max
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            cnt = tl.sum((em0 & (u0 >= mid)).to(tl.int32), axis=0)
+            for q0 in range(Q, n_sel, Q):
+                u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
+                cnt += tl.sum((em & (u >= mid)).to(tl.int32), axis=0)
+            ok = cnt >= K
+            lo = tl.where(ok, mid, lo)
+            hi = tl.where(ok, hi, mid - 1)
+        thr = lo
+        # ---- ties at the threshold: keep the lowest token ids
+        n_gt = tl.sum((em0 & (u0 > thr)).to(tl.int32), axis=0)
+        n_eq = tl.sum((em0 & (u0 == thr)).to(tl.int32), axis=0)
+        for q0 in range(Q, n_sel, Q):
+            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
+            n_gt += tl.sum((em & (u > thr)).to(tl.int32), axis=0)
+            n_eq += tl.sum((em & (u == thr)).to(tl.int32), axis=0)
+        need = K - n_gt
+        split = n_eq > need
+        jlo = tl.where(split, 0, V)
+        jhi = tl.where(split, V - 1, V)
+        while jlo < jhi:
+            mid = (jlo + jhi) // 2
+            cnt = tl.sum((em0 & (u0 == thr) & (offs0 <= mid)).to(tl.int32), axis=0)
+            for q0 in range(Q, n_sel, Q):
+                u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
+                cnt += tl.sum((em & (u == thr) & (offs <= mid)).to(tl.int32), axis=0)
+            ok = cnt >= need
+            jhi = tl.where(ok, mid, jhi)
+            jlo = tl.where(ok, jlo, mid + 1)
+        jthr = jlo
+        # ---- compact the K survivors, sort them, write lp and ids
+        take = em0 & ((u0 > thr) | ((u0 == thr) & (offs0 <= jthr)))
+        tpos = tl.cumsum(take.to(tl.int32), axis=0) - 1
+        key = (_skey(x0).to(tl.int64) << 32) | (2147483647 - offs0).to(tl.int64)
+        tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
+        base = tl.sum(take.to(tl.int32), axis=0)
+        for q0 in range(Q, n_sel, Q):
+            u, em, offs, x = _chunk(xrow, sel_groups, q0, n_sel, V, GS, Q, SHIFT)
+            take = em & ((u > thr) | ((u == thr) & (offs <= jthr)))
+            tpos = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
+            key = (_skey(x).to(tl.int64) << 32) | (2147483647 - offs).to(tl.int64)
+            tl.store(SCR_K + row64 * K_PAD + tpos, key, mask=take)
+            base += tl.sum(take.to(tl.int32), axis=0)
+        tl.debug_barrier()
+        ko = tl.arange(0, K_PAD)
+        keys = tl.load(SCR_K + row64 * K_PAD + ko, mask=ko < K, other=INT64_MIN_PAD)
+        keys = tl.sort(keys, descending=True)
+        xv = _from_skey((keys >> 32).to(tl.int32))
+        ids = 2147483647 - (keys & 0xFFFFFFFF).to(tl.int32)
+        tl.store(LP_OUT + row64 * K + ko, xv - lse, mask=ko < K)
+        tl.store(ID_OUT + row64 * K + ko, ids, mask=ko < K)
+
+
+@triton.jit
+def _argmax_payload(k1, a1, b1, c1, k2, a2, b2, c2):
+    """tl.reduce combine: the larger key (keys of live entries are unique) with its three payloads."""
+    take1 = k1 > k2
+    return tl.where(take1, k1, k2), tl.where(take1, a1, a2), tl.where(take1, b1, b2), tl.where(take1, c1, c2)
 
 
 @triton.jit(do_not_specialize=["L", "K", "B"])
 def _build_kernel(
-    LP, IDS, TOK_OUT, DEP_OUT, PAR_OUT, SCORE_OUT,
+    LP, IDS, TOK_OUT, DEP_OUT, PAR_OUT, SCORE_OUT, PRE_OUT, SIZE_OUT,
     L, K, B,
     F: tl.constexpr,
 ):
+    # Lane n holds node n: its preorder index and subtree size in the current tree, depth, parent, score, and its
+    # frontier entry (next child rank crank, candidate score cscore, the log-prob after that nlp, and c0/c1 = the
+    # first two log-probs one level below, which a new child of n needs). One tuple reduction per pop; the loads a pop
+    # issues are merged one iteration later ("pending"), so their latency hides behind the next reduction.
     req = tl.program_id(0).to(tl.int64)
     lpb = LP + req * L * K
     n = tl.arange(0, F)
@@ -215,105 +247,121 @@ def _build_kernel(
     flat = zi
     crank = zi
     nscore = tl.zeros([F], tl.float32)
-    lp00 = tl.load(lpb)
-    lp01 = tl.load(lpb + 1, mask=K > 1, other=float("-inf"))
-    cscore = tl.where(root, lp00, float("-inf"))
-    nlp = tl.where(root, lp01, float("-inf"))
+    ninf = tl.full([F], float("-inf"), tl.float32)
+    cscore = tl.where(root, tl.load(lpb), ninf)
+    nlp = tl.where(root, tl.load(lpb + 1, mask=K > 1, other=float("-inf")), ninf)
+    c0 = tl.where(root, tl.load(lpb + K, mask=L > 1, other=float("-inf")), ninf)
+    c1 = tl.where(root, tl.load(lpb + K + 1, mask=(L > 1) & (K > 1), other=float("-inf")), ninf)
     cvalid = root
+    pend_p = tl.sum(zi, axis=0) - 1
+    pend_c = pend_p
+    pend_nlp = tl.max(ninf, axis=0)
+    pend_c0 = pend_nlp
+    pend_c1 = pend_nlp
     for i in range(1, B + 1):
         ins = pre + size
         low = ((2047 - ins) << 16) | (depth << 11) | n
         key = tl.where(cvalid, (_skey(cscore).to(tl.int64) << 32) | low.to(tl.int64), INT64_MIN_PAD)
-        kmax = tl.max(key, axis=0)
-        is_p = key == kmax
+        kmax, c0p, c1p, rp = tl.reduce((key, c0, c1, crank), 0, _argmax_payload)
+        # merge the loads issued by the previous pop
+        nlp = tl.where(n == pend_p, pend_nlp, nlp)
+        c0 = tl.where(n == pend_c, pend_c0, c0)
+        c1 = tl.where(n == pend_c, pend_c1, c1)
+        p = (kmax & 2047).to(tl.int32)
+        c0p = tl.where(p == pend_c, pend_c0, c0p)
+        c1p = tl.where(p == pend_c, pend_c1, c1p)
+        is_p = n == p
         dp = ((kmax >> 11) & 31).to(tl.int32)
         insp = (2047 - ((kmax >> 16) & 2047)).to(tl.int32)
         score_new = _from_skey((kmax >> 32).to(tl.int32))
         d_new = dp + 1
-        lp_child = tl.load(lpb + d_new * K, mask=d_new < L, other=float("-inf"))
-        lp_child1 = tl.load(lpb + d_new * K + 1, mask=(d_new < L) & (K > 1), other=float("-inf"))
-        r = tl.sum(tl.where(is_p, crank, 0), axis=0)
+        # preorder bookkeeping: the new node goes at insp, as the last node of p's subtree
         alive = n < i
         anc = alive & (pre < insp) & (insp <= pre + size) & (depth <= dp)
         size = size + anc.to(tl.int32)
         pre = tl.where(alive & (pre >= insp), pre + 1, pre)
-        # the popped entry's parent moves on to its next child rank
-        r1 = crank + 1
+        # p's frontier entry moves to its next child rank
         cscore = tl.where(is_p, nscore + nlp, cscore)
-        cvalid = tl.where(is_p, r1 < K, cvalid)
-        nlp_next = tl.load(lpb + depth * K + r1 + 1, mask=is_p & (r1 + 1 < K), other=float("-inf"))
-        nlp = tl.where(is_p, nlp_next, nlp)
-        crank = tl.where(is_p, r1, crank)
+        cvalid = tl.where(is_p, rp + 1 < K, cvalid)
+        crank = tl.where(is_p, crank + 1, crank)
+        pend_p = p
+        pend_nlp = tl.load(lpb + dp * K + rp + 2, mask=rp + 2 < K, other=float("-inf"))
         # the new node i
         newn = n == i
         pre = tl.where(newn, insp, pre)
         size = tl.where(newn, 1, size)
         depth = tl.where(newn, d_new, depth)
-        parent = tl.where(newn, (kmax & 2047).to(tl.int32), parent)
-        flat = tl.where(newn, (d_new - 1) * K + r, flat)
+        parent = tl.where(newn, p, parent)
+        flat = tl.where(newn, dp * K + rp, flat)
         nscore = tl.where(newn, score_new, nscore)
         crank = tl.where(newn, 0, crank)
-        cscore = tl.where(newn, score_new + lp_child, cscore)
-        nlp = tl.where(newn, lp_child1, nlp)
+        cscore = tl.where(newn, score_new + c0p, cscore)
+        nlp = tl.where(newn, c1p, nlp)
         cvalid = tl.where(newn, d_new < L, cvalid)
+        pend_c = i
+        pend_c0 = tl.load(lpb + (d_new + 1) * K, mask=d_new + 1 < L, other=float("-inf"))
+        pend_c1 = tl.load(lpb + (d_new + 1) * K + 1, mask=(d_new + 1 < L) & (K > 1), other=float("-inf"))
     node = (n >= 1) & (n <= B)
     tok = tl.load(IDS + req * L * K + flat, mask=node, other=0)
     tl.store(TOK_OUT + req * B + n - 1, tok, mask=node)
     tl.store(DEP_OUT + req * B + n - 1, depth, mask=node)
     tl.store(SCORE_OUT + req * B + n - 1, nscore, mask=node)
     tl.store(PAR_OUT + req * (B + 1) + n, parent, mask=n <= B)
+    tl.store(PRE_OUT + req * (B + 1) + n, pre, mask=n <= B)
+    tl.store(SIZE_OUT + req * (B + 1) + n, size, mask=n <= B)
 
 
-@triton.jit(do_not_specialize=["B", "L", "W"])
+@triton.jit(do_not_specialize=["B", "W"])
 def _compile_kernel(
-    PAR, TOK, DEP, ROOT, START,
+    PAR, PRE, SIZE, TOK, DEP, ROOT, START,
     IDS_OUT, POS_OUT, VIS_OUT, PACK_OUT, RIDX_OUT, RNEXT_OUT, RSIB_OUT,
-    B, L, W,
+    B, W,
     BR: tl.constexpr, WT: tl.constexpr,
 ):
+    # Node j is an ancestor-or-self of i iff pre[j] <= pre[i] < pre[j] + size[j] (preorder intervals from the build);
+    # the first child of i is the node at pre[i] + 1, the next sibling the node at pre[i] + size[i] if it has i's
+    # parent. No pointer chasing: every load is a vector load.
     req = tl.program_id(0).to(tl.int64)
     rb = tl.program_id(1)
     n1 = B + 1
     rows = rb * BR + tl.arange(0, BR)
     rv = rows < n1
-    parb = PAR + req * n1
-    # input ids, positions, retrive_index
+    base = req * n1
     tok = tl.load(TOK + req * B + rows - 1, mask=rv & (rows >= 1), other=0)
     root_tok = tl.load(ROOT + req)
     dep = tl.load(DEP + req * B + rows - 1, mask=rv & (rows >= 1), other=0)
     start = tl.load(START + req)
-    tl.store(IDS_OUT + req * n1 + rows, tl.where(rows == 0, root_tok, tok), mask=rv)
-    tl.store(POS_OUT + req * n1 + rows, start + dep, mask=rv)
-    tl.store(RIDX_OUT + req * n1 + rows, req * n1 + rows, mask=rv)
-    my_par = tl.load(parb + rows, mask=rv, other=-2)
-    # visibility by walking up the parents, column tiles of 32*WT
+    tl.store(IDS_OUT + base + rows, tl.where(rows == 0, root_tok, tok), mask=rv)
+    tl.store(POS_OUT + base + rows, start + dep, mask=rv)
+    tl.store(RIDX_OUT + base + rows, base + rows, mask=rv)
+    par_r = tl.load(PAR + base + rows, mask=rv, other=-2)[:, None, None]
+    pre_r = tl.load(PRE + base + rows, mask=rv, other=-5)[:, None, None]
+    size_r = tl.load(SIZE + base + rows, mask=rv, other=0)[:, None, None]
     w = tl.arange(0, WT)
     j = tl.arange(0, 32)
     rows3 = rows[:, None, None]
+    rv3 = rv[:, None, None]
     big = 1 << 30
     first_child = tl.full([BR], big, tl.int32)
     next_sib = tl.full([BR], big, tl.int32)
     for c0 in range(0, n1, 32 * WT):
         cols3 = c0 + w[None, :, None] * 32 + j[None, None, :]
         cv3 = cols3 < n1
-        vis = (rows3 < 0) & (cols3 < 0)
-        cur = tl.where(rv, rows, -1)
-        for s in range(0, L + 1):
-            vis = vis | (cur[:, None, None] == cols3)
-            cur = tl.where(cur > 0, tl.load(parb + cur, mask=cur > 0, other=-1), -1)
-        out_m = rv[:, None, None] & cv3
-        tl.store(VIS_OUT + req * n1 * n1 + rows3 * n1 + cols3, vis.to(tl.int8), mask=out_m)
+        pre_c = tl.load(PRE + base + cols3, mask=cv3, other=-(1 << 20))
+        size_c = tl.load(SIZE + base + cols3, mask=cv3, other=0)
+        par_c = tl.load(PAR + base + cols3, mask=cv3, other=-3)
+        vis = rv3 & cv3 & (pre_c <= pre_r) & (pre_r < pre_c + size_c)
+        tl.store(VIS_OUT + base * n1 + rows3 * n1 + cols3, vis.to(tl.int8), mask=rv3 & cv3)
         bits = tl.sum(vis.to(tl.int32) << j[None, None, :], axis=2)
         wcol = c0 // 32 + w
-        tl.store(PACK_OUT + req * n1 * W + rows[:, None] * W + wcol[None, :], bits,
+        tl.store(PACK_OUT + base * W + rows[:, None] * W + wcol[None, :], bits,
                  mask=rv[:, None] & (wcol[None, :] < W))
-        pc3 = tl.load(parb + cols3, mask=cv3, other=-2)
-        fc = tl.where(cv3 & (pc3 == rows3), cols3, big)
+        fc = tl.where(cv3 & (size_r > 1) & (pre_c == pre_r + 1), cols3, big)
         first_child = tl.minimum(first_child, tl.min(tl.min(fc, axis=2), axis=1))
-        ns = tl.where(cv3 & (pc3 == my_par[:, None, None]) & (cols3 > rows3), cols3, big)
+        ns = tl.where(cv3 & (pre_c == pre_r + size_r) & (par_c == par_r), cols3, big)
         next_sib = tl.minimum(next_sib, tl.min(tl.min(ns, axis=2), axis=1))
-    tl.store(RNEXT_OUT + req * n1 + rows, tl.where(first_child == big, -1, first_child), mask=rv)
-    tl.store(RSIB_OUT + req * n1 + rows, tl.where(next_sib == big, -1, next_sib), mask=rv)
+    tl.store(RNEXT_OUT + base + rows, tl.where(first_child == big, -1, first_child), mask=rv)
+    tl.store(RSIB_OUT + base + rows, tl.where(next_sib == big, -1, next_sib), mask=rv)
 
 
 @triton.jit(do_not_specialize=["B", "L"])
@@ -322,25 +370,26 @@ def _follow_kernel(
     B, L,
     F: tl.constexpr,
 ):
+    # A node matches when its token is its parent's posterior (one gather); the walk descends to the lowest-index
+    # matching child of the current node, all in registers.
     req = tl.program_id(0).to(tl.int64)
     n1 = B + 1
     n = tl.arange(0, F)
     nv = n < n1
     par = tl.load(PAR + req * n1 + n, mask=nv, other=-2)
     tok = tl.load(IDS + req * n1 + n, mask=nv, other=-1)
+    post_par = tl.load(POST + req * n1 + par, mask=nv & (par >= 0), other=-1)
+    ok = nv & (n >= 1) & (tok == post_par)
     cur = tl.sum(tl.zeros([F], tl.int32), axis=0)
     alen = cur
-    alive = cur == 0
     tl.store(ACC_OUT + req * (L + 1), cur)
     for s in range(1, L + 1):
-        tgt = tl.load(POST + req * n1 + cur)
-        m = nv & (par == cur) & (tok == tgt) & alive
-        nxt = tl.min(tl.where(m, n, F), axis=0)
+        nxt = tl.min(tl.where(ok & (par == cur), n, F), axis=0)
         found = nxt < F
         tl.store(ACC_OUT + req * (L + 1) + s, tl.where(found, nxt, -1))
         cur = tl.where(found, nxt, cur)
         alen += found.to(tl.int32)
-        alive = alive & found
+        ok = ok & found
     tl.store(ALEN_OUT + req, alen)
     tl.store(BONUS_OUT + req, tl.load(POST + req * n1 + cur))
 
@@ -379,6 +428,8 @@ class DDTreePlan:
         build_warps: int | None = None,
         topk_warps: int = 8,
         k: int | None = None,
+        cand_cap: int | None = None,
+        programs_per_sm: int = 8,
     ):
         self.batch, self.depth, self.vocab, self.budget = batch, depth, vocab, budget
         self.K = check_budget(depth, vocab, budget) if k is None else int(k)
@@ -392,11 +443,13 @@ class DDTreePlan:
         self.n_tiles = _cdiv(vocab, group_size * groups_per_tile)
         if splits is None:
             sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
-            splits = max(1, min(self.n_tiles, _cdiv(4 * sms, rows)))
+            splits = max(1, min(self.n_tiles, _cdiv(programs_per_sm * sms, rows)))
         splits = min(splits, MAX_SPLITS)
         self.tiles_per_split = _cdiv(self.n_tiles, max(1, min(splits, self.n_tiles)))
         self.splits = _cdiv(self.n_tiles, self.tiles_per_split)
         self.k_pad = _next_pow2(self.K)
+        # pass 2 sorts up to `cap` candidates (the logits >= the K-th largest group maximum); more -> bisection
+        self.cap = _next_pow2(cand_cap) if cand_cap else max(256, 4 * self.k_pad if self.k_pad <= 64 else 2 * self.k_pad)
         self.f = _next_pow2(budget + 1)
         self.build_warps = build_warps or max(1, min(8, self.f // 256))
         self.topk_warps = topk_warps
@@ -409,12 +462,15 @@ class DDTreePlan:
         self.pl = torch.empty(rows, self.splits, dtype=f32, device=dev)
         self.scr_g = torch.empty(rows, self.g_pad, dtype=i32, device=dev)
         self.scr_k = torch.empty(rows, self.k_pad, dtype=i64, device=dev)
+        self.scr_c = torch.empty(rows, self.cap, dtype=i64, device=dev)
         self.lp = torch.empty(batch, depth, self.K, dtype=f32, device=dev)
         self.ids = torch.empty(batch, depth, self.K, dtype=i32, device=dev)
         self.tokens = torch.empty(batch, budget, dtype=i32, device=dev)
         self.depths = torch.empty(batch, budget, dtype=i32, device=dev)
         self.parents = torch.empty(batch, budget + 1, dtype=i32, device=dev)
         self.scores = torch.empty(batch, budget, dtype=f32, device=dev)
+        self.pre = torch.empty(batch, budget + 1, dtype=i32, device=dev)  # preorder index of each node
+        self.size = torch.empty(batch, budget + 1, dtype=i32, device=dev)  # subtree size of each node
         n1 = budget + 1
         self.input_ids = torch.empty(batch, n1, dtype=i64, device=dev)
         self.positions = torch.empty(batch, n1, dtype=i64, device=dev)
@@ -434,18 +490,24 @@ class DDTreePlan:
             raise ValueError(f"logits shape {tuple(logits.shape)} != {(self.batch, self.depth, self.vocab)}")
         if logits.stride(-1) != 1 or logits.stride(1) != self.vocab or logits.stride(0) != self.depth * self.vocab:
             raise ValueError("logits must be contiguous")
+        self.topk_pass1(logits)
+        self.topk_pass2(logits)
+        return self.lp, self.ids
+
+    def topk_pass1(self, logits: torch.Tensor) -> None:
         _topk_pass1[(self.rows, self.splits)](
             logits, self.gmax, self.pm, self.pl,
             self.vocab, self.n_tiles, self.tiles_per_split, self.splits, self.vocab, self.n_groups,
             GS=self.gs, NG=self.ng, num_warps=4,
         )
+
+    def topk_pass2(self, logits: torch.Tensor) -> None:
         _topk_pass2[(self.rows,)](
-            logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.lp, self.ids,
+            logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.scr_c, self.lp, self.ids,
             self.vocab, self.n_groups, self.splits, self.K, self.vocab, self.n_groups,
             GS=self.gs, G_PAD=self.g_pad, S_PAD=MAX_SPLITS, K_PAD=self.k_pad, Q=self.q,
-            SHIFT=_KEY_SHIFT.get(logits.dtype, 0), num_warps=self.topk_warps,
+            SHIFT=_KEY_SHIFT.get(logits.dtype, 0), CAP=self.cap, num_warps=self.topk_warps,
         )
-        return self.lp, self.ids
 
     def build(self, lp: torch.Tensor | None = None, ids: torch.Tensor | None = None):
         """Tree from top-K (default: this plan's last `topk`). Returns (tokens, depths, parents, scores)."""
@@ -456,7 +518,7 @@ class DDTreePlan:
         lp = lp.contiguous()
         ids = ids.to(torch.int32).contiguous()
         _build_kernel[(self.batch,)](
-            lp, ids, self.tokens, self.depths, self.parents, self.scores,
+            lp, ids, self.tokens, self.depths, self.parents, self.scores, self.pre, self.size,
             self.depth, self.K, self.budget,
             F=self.f, num_warps=self.build_warps,
         )
@@ -466,10 +528,10 @@ class DDTreePlan:
         """Verify inputs: input_ids, positions, visibility, packed mask, retrive arrays (all [batch, B+1, ...])."""
         n1 = self.budget + 1
         _compile_kernel[(self.batch, _cdiv(n1, self.br))](
-            self.parents, self.tokens, self.depths, root_tokens, starts,
+            self.parents, self.pre, self.size, self.tokens, self.depths, root_tokens, starts,
             self.input_ids, self.positions, self.visibility.view(torch.int8), self.packed,
             self.retrive_index, self.retrive_next_token, self.retrive_next_sibling,
-            self.budget, self.depth, self.words,
+            self.budget, self.words,
             BR=self.br, WT=self.wt, num_warps=4,
         )
         return self.input_ids, self.positions, self.visibility, self.packed

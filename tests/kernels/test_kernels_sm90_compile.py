@@ -30,16 +30,19 @@ SCRIPT = textwrap.dedent("""
         comp(T._topk_pass1, {"X": xt, "GMAX": p, "PM": p, "PL": p, "V": "i32", "n_tiles": "i32",
                              "tiles_per_split": "i32", "S": "i32", "stride_row": "i32", "G_STRIDE": "i32"},
              {"GS": 64, "NG": 32}, 4)
-        comp(T._topk_pass2, {"X": xt, "GMAX": p, "PM": p, "PL": p, "SCR_G": "*i32", "SCR_K": "*i64", "LP_OUT": p,
+        comp(T._topk_pass2, {"X": xt, "GMAX": p, "PM": p, "PL": p, "SCR_G": "*i32", "SCR_K": "*i64", "SCR_C": "*i64",
+                             "LP_OUT": p,
                              "ID_OUT": "*i32", "V": "i32", "n_groups": "i32", "S": "i32", "K": "i32",
                              "stride_row": "i32", "G_STRIDE": "i32"},
-             {"GS": 64, "G_PAD": 4096, "S_PAD": 32, "K_PAD": 64, "Q": 64, "SHIFT": 16 if xt == "*bf16" else 0}, 8)
+             {"GS": 64, "G_PAD": 4096, "S_PAD": 32, "K_PAD": 64, "Q": 64, "SHIFT": 16 if xt == "*bf16" else 0,
+              "CAP": 256}, 8)
     comp(T._build_kernel, {"LP": p, "IDS": "*i32", "TOK_OUT": "*i32", "DEP_OUT": "*i32", "PAR_OUT": "*i32",
-                           "SCORE_OUT": p, "L": "i32", "K": "i32", "B": "i32"}, {"F": 128}, 1)
-    comp(T._compile_kernel, {"PAR": "*i32", "TOK": "*i32", "DEP": "*i32", "ROOT": "*i64", "START": "*i64",
-                             "IDS_OUT": "*i64", "POS_OUT": "*i64", "VIS_OUT": "*i8", "PACK_OUT": "*i32",
-                             "RIDX_OUT": "*i64", "RNEXT_OUT": "*i64", "RSIB_OUT": "*i64", "B": "i32", "L": "i32",
-                             "W": "i32"}, {"BR": 16, "WT": 2}, 4)
+                           "SCORE_OUT": p, "PRE_OUT": "*i32", "SIZE_OUT": "*i32", "L": "i32", "K": "i32",
+                           "B": "i32"}, {"F": 128}, 1)
+    comp(T._compile_kernel, {"PAR": "*i32", "PRE": "*i32", "SIZE": "*i32", "TOK": "*i32", "DEP": "*i32",
+                             "ROOT": "*i64", "START": "*i64", "IDS_OUT": "*i64", "POS_OUT": "*i64", "VIS_OUT": "*i8",
+                             "PACK_OUT": "*i32", "RIDX_OUT": "*i64", "RNEXT_OUT": "*i64", "RSIB_OUT": "*i64",
+                             "B": "i32", "W": "i32"}, {"BR": 16, "WT": 2}, 4)
     comp(T._follow_kernel, {"IDS": "*i64", "PAR": "*i32", "POST": "*i64", "ACC_OUT": "*i32", "ALEN_OUT": "*i32",
                             "BONUS_OUT": "*i64", "B": "i32", "L": "i32"}, {"F": 128}, 1)
 """)

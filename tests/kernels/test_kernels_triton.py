@@ -21,20 +21,22 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.parametrize(
-    "batch,depth,vocab,budget,dtype,ties",
+    "batch,depth,vocab,budget,dtype,ties,cap",
     [
-        (2, 3, 300, 7, torch.float32, False),
-        (2, 4, 257, 16, torch.bfloat16, False),
-        (1, 2, 130, 33, torch.float16, False),
-        (3, 3, 97, 20, torch.float32, True),  # exact ties everywhere, -inf logits
-        (2, 3, 120, 9, torch.bfloat16, True),
-        (1, 1, 50, 1, torch.float32, False),  # B = 1, L = 1
-        (2, 2, 5, 12, torch.float32, False),  # K = V < B
+        (2, 3, 300, 7, torch.float32, False, 1),  # cap 1: pass 2's bisection fallback
+        (2, 3, 120, 16, torch.bfloat16, True, 1),
+        (2, 3, 300, 7, torch.float32, False, None),
+        (2, 4, 257, 16, torch.bfloat16, False, None),
+        (1, 2, 130, 33, torch.float16, False, None),
+        (3, 3, 97, 20, torch.float32, True, None),  # exact ties everywhere, -inf logits
+        (2, 3, 120, 9, torch.bfloat16, True, None),
+        (1, 1, 50, 1, torch.float32, False, None),  # B = 1, L = 1
+        (2, 2, 5, 12, torch.float32, False, None),  # K = V < B
     ],
 )
-def test_kernels_match_reference(tk, batch, depth, vocab, budget, dtype, ties):
+def test_kernels_match_reference(tk, batch, depth, vocab, budget, dtype, ties, cap):
     checks = check_case(tk, batch=batch, depth=depth, vocab=vocab, budget=budget, dtype=dtype, device=DEV, seed=11,
-                        ties=ties)
+                        ties=ties, **({"cand_cap": cap} if cap else {}))
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     assert not failed, failed
     assert len(checks) == 4
