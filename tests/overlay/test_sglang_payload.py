@@ -183,3 +183,22 @@ def test_install_into_a_copy_of_sglang_then_uninstall_exactly(built, managed_pyt
     r = uninstall(site, python=managed_python, state_dir=state)
     assert r.action == "uninstalled"
     assert snapshot(site) == pristine
+
+
+def test_the_managed_env_is_never_modified(built, managed_python):
+    """Build, verify and the dry-runs above used the view: the env's own files (and their bytecode) are pristine."""
+    import importlib.util
+
+    root = built.sglang_root
+    assert not (root / "ddtree_sglang").exists() and not list(root.glob("ddtree_sglang-*.dist-info"))
+    m = json.loads((built.payload_dir / installer.MANIFEST_NAME).read_text())
+    for e in m["files"]:
+        if e["kind"] != "patched":
+            continue
+        src = root / e["path"]
+        assert sha256_file(src) == e["base_sha256"], e["path"]
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+        if pyc.exists():  # any bytecode there was compiled from the pristine source (header: its mtime and size)
+            header, st = pyc.read_bytes()[8:16], src.stat()
+            assert int.from_bytes(header[:4], "little") == int(st.st_mtime) & 0xFFFFFFFF, pyc
+            assert int.from_bytes(header[4:], "little") == st.st_size & 0xFFFFFFFF, pyc
