@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -28,9 +29,10 @@ def default_state_dir(sglang_root: Path) -> Path:
     return cache_root() / "state" / key
 
 
-def _run_json(cmd: list[str], *, timeout: float, what: str) -> tuple[int, dict[str, Any], str]:
+def _run_json(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None
+              ) -> tuple[int, dict[str, Any], str]:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise OverlayError(f"{what} did not finish within {timeout:.0f}s") from None
     except OSError as exc:
@@ -159,8 +161,12 @@ def verify(payload: str | Path | None = None, *, sglang_root: str | Path | None 
         smoke = build_result.payload_dir / "smoke.py"
         pid = build_result.payload_id
     cmd = [str(target.python), str(smoke), "--checks", ",".join(wanted)]
+    env = None
     if view is not None:
         cmd += ["--view", str(view)]
-    _, out, stderr = _run_json(cmd, timeout=timeout, what="smoke checks")
+    else:  # the install checked is the one in --sglang-root, also when that is not the interpreter's own
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(target.sglang_root)] + [p for p in [env.get("PYTHONPATH")] if p])
+    _, out, stderr = _run_json(cmd, timeout=timeout, what="smoke checks", env=env)
     return VerifyResult(bool(out.get("ok")), target.python, pid, view, out.get("checks", []),
                         out.get("versions", {}), out.get("error"))

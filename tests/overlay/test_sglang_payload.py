@@ -173,13 +173,12 @@ def test_install_into_a_copy_of_sglang_then_uninstall_exactly(built, managed_pyt
     assert r.action == "installed" and r.payload_id == built.payload_id
     assert status(site, python=managed_python, state_dir=state)["drift"] == []
     # the installed tree works in the real interpreter without any view: SGLang finds the plugin by entry point
-    env = dict(os.environ, PYTHONPATH=str(site))
-    out = subprocess.run([str(managed_python), str(REPO / "ddtctl/overlay/smoke.py"), "--checks",
-                          "plugin,registered,family,flags,resolve,rules"], capture_output=True, text=True, env=env,
-                         timeout=600)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["ok"], result["checks"]
-    assert result["versions"]["sglang_file"].startswith(str(site))
+    from ddtctl.overlay.manage import verify
+
+    v = verify(None, sglang_root=site, python=managed_python, installed=True,
+               checks=["plugin", "registered", "family", "flags", "resolve", "rules"])
+    assert v.ok, v.checks
+    assert v.versions["sglang_file"].startswith(str(site))
     r = uninstall(site, python=managed_python, state_dir=state)
     assert r.action == "uninstalled"
     assert snapshot(site) == pristine
