@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator
 from ddtctl.errors import RemoteError, UsageError
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
-from ddtctl.remote.payload import Manifest, ShipResult, build_manifest, manifest_from_files, ship
+from ddtctl.remote.payload import (Manifest, ShipResult, build_manifest, list_store, manifest_from_files,
+                                   missing_objects, ship)
 from ddtctl.remote.transport import Connection, ConnectionLost, LockHeld
 
 SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
@@ -806,16 +807,13 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                 emit("lock", "deploy lock taken", t.name)
         manifests = [m for m in (spec.payload, spec.tools) if m is not None]
 
-        hashes = sorted({e.sha256 for m in manifests for e in m.files.values()})
-
         def _survey(t: Target):
             c = conns[t.name]
-            st, miss = c.agent("batch", {"ops": [("state", {}), ("missing", {"hashes": hashes})],
-                                         "lock_token": getattr(c, "lock_token", None)}, retry=True)
-            if miss.get("salvaged"):
-                emit("ship", f"kept {miss['salvaged']} complete upload(s) of an interrupted deploy (sha256 verified)",
-                     t.name)
-            return st, set(miss["missing"]), miss["incoming"]
+            with ThreadPoolExecutor(1) as pool:  # the state (agent) and the store listing (SFTP) overlap
+                fut = pool.submit(c.agent, "state", None, retry=True)
+                listing = list_store(c)
+                st = fut.result()
+            return st, missing_objects(listing, manifests), listing
 
         surveys = _parallel(_survey, targets)
         states = {t.name: s[0] for t, s in zip(targets, surveys)}
@@ -837,19 +835,20 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             return result
         # 4. ship (all hosts in parallel) and materialize the release
         def _ship(pair):
-            t, (st, missing, incoming) = pair
+            t, (st, missing, listing) = pair
             c = conns[t.name]
             hp = next(h for h in plan.hosts if h.host == t.name)
             progress = (lambda what, done, total, _n=t.name: opts.on_ship_progress(_n, done, total)) \
                 if opts.on_ship_progress else None
-            return ship(c, manifests, missing=missing, incoming=incoming, on_progress=progress,
+            return ship(c, manifests, listing=listing, on_progress=progress,
                         then=[("materialize", {"release": _release_record(spec, t, hp)})])
 
         shipped = _parallel(_ship, list(zip(targets, surveys)))
         result.shipped = {t.name: s for t, s in zip(targets, shipped)}
         for t, s in zip(targets, shipped):
             emit("ship", f"{s.files_sent} file(s) sent ({s.bytes_sent} bytes), {s.skipped} skipped (already there, "
-                         f"same sha256), {s.verified} verified on the host", t.name, "ok")
+                         f"same sha256), {s.verified} verified on the host"
+                 + (f", {s.reused} reused from an interrupted deploy" if s.reused else ""), t.name, "ok")
         # 2b. the real dry-run on the (rank 0) host, payload staged, nothing installed yet
         rank0 = targets[0]
         hp0 = plan.hosts[0]

@@ -267,6 +267,7 @@ def op_missing(params: dict):
 def op_commit(params: dict):
     """Verify uploaded files (sha256, recomputed here) and move them into the store. Bad uploads are deleted."""
     good, bad = [], []
+    os.makedirs(_p("store"), exist_ok=True)
     for name, want in params["files"].items():
         if "/" in name or name.startswith("."):
             raise AgentError("bad upload name %r" % name)
@@ -284,6 +285,31 @@ def op_commit(params: dict):
         os.replace(src, _p("store", want))
         good.append(want)
     return {"stored": good, "bad": bad}
+
+
+def op_commit_stream(params: dict):
+    """Verify uploads while they land: stdin carries `NAME SHA256` lines as each upload completes, then `END`.
+    Only after END are the `then` operations run (e.g. materialize); EOF without END (the connection dropped)
+    runs nothing more. Prints the batch-style reply: [commit result, *then results]."""
+    stored, bad = [], []
+    ended = False
+    for raw in sys.stdin:
+        line = raw.strip()
+        if line == "END":
+            ended = True
+            break
+        if not line:
+            continue
+        name, want = line.split(" ", 1)
+        res = op_commit({"files": {name: want}})
+        stored += res["stored"]
+        bad += res["bad"]
+    if not ended:
+        raise AgentError("the upload stream ended early (connection lost?); nothing was activated")
+    results = [{"stored": stored, "bad": bad}]
+    if not bad and params.get("then"):
+        results += op_batch({"ops": params["then"], "lock_token": params.get("lock_token")})
+    return results
 
 
 def op_materialize(params: dict):
@@ -629,7 +655,7 @@ def op_batch(params: dict):
     """Several operations in one SSH round trip; stops at the first failure (later ones do not run)."""
     results = []
     for name, sub in params["ops"]:
-        if name in ("lock", "batch") or name not in OPS:
+        if name in ("lock", "batch", "commit_stream") or name not in OPS:
             raise AgentError("operation %r cannot be batched" % name)
         sub = dict(sub)
         if params.get("lock_token") and "lock_token" not in sub:

@@ -121,29 +121,94 @@ class ShipResult:
     objects_missing: int
     verified: int
     skipped: int
+    reused: int = 0  # complete uploads of an interrupted deploy, reused after verification
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
 
 
-def missing_objects(conn: Connection, manifests: list[Manifest]) -> tuple[set[str], str]:
-    """The sha256 objects the host's store lacks (read-only query)."""
-    hashes = sorted({e.sha256 for m in manifests for e in m.files.values()})
-    res = conn.agent("missing", {"hashes": hashes}, retry=True)
-    return set(res["missing"]), res["incoming"]
+@dataclass
+class StoreListing:
+    """What the host's store holds, read over SFTP (no remote process): verified objects, and complete-looking
+    uploads an interrupted deploy left in incoming/ (reused, then verified like fresh ones)."""
+
+    work_dir: str
+    stored: set[str]
+    leftovers: dict[str, tuple[str, int]]  # sha256 -> (file name in incoming/, size)
+
+    @property
+    def incoming(self) -> str:
+        return f"{self.work_dir}/incoming"
+
+
+def list_store(conn: Connection, work_dir: str | None = None) -> StoreListing:
+    import paramiko
+
+    wd = work_dir or conn.work_dir or conn._remote_work_dir()
+    sftp = conn.sftp()
+    try:
+        try:
+            stored = set(sftp.listdir(f"{wd}/store"))
+        except FileNotFoundError:
+            stored = set()
+        leftovers: dict[str, tuple[str, int]] = {}
+        try:
+            for a in sftp.listdir_attr(f"{wd}/incoming"):
+                sha = a.filename.split(".", 1)[0]
+                if len(sha) == 64 and sha not in stored:
+                    leftovers[sha] = (a.filename, int(a.st_size or 0))
+        except FileNotFoundError:
+            from ddtctl.remote.transport import _sftp_makedirs
+
+            _sftp_makedirs(sftp, f"{wd}/incoming") if wd.startswith("/") else _mkdirs_rel(sftp, f"{wd}/incoming")
+    except (OSError, EOFError, paramiko.SSHException) as err:
+        if isinstance(err, PermissionError):
+            raise RemoteError(f"cannot use the work dir {wd}: {err}", where=conn.host.name,
+                              fix="set work_dir to a writable directory in the inventory") from None
+        raise ConnectionLost(f"connection lost while listing the store: {err}", where=conn.host.name) from None
+    return StoreListing(wd, stored, leftovers)
+
+
+def _mkdirs_rel(sftp, path: str) -> None:
+    cur = ""
+    for part in path.split("/"):
+        cur = f"{cur}/{part}" if cur else part
+        try:
+            sftp.stat(cur)
+        except FileNotFoundError:
+            sftp.mkdir(cur)
+
+
+def missing_objects(listing: StoreListing, manifests: list[Manifest]) -> set[str]:
+    return {e.sha256 for m in manifests for e in m.files.values()} - listing.stored
 
 
 PARALLEL_MIN_BYTES = 8 << 20  # below this, one SFTP channel is faster than opening more
+PARALLEL_MIN_FILES = 64
 
 
-def ship(conn: Connection, manifests: list[Manifest], *, missing: set[str] | None = None, incoming: str | None = None,
+def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing | None = None,
          on_progress: Callable[[str, int, int], None] | None = None, workers: int = 4,
          then: list[tuple[str, dict]] = ()) -> ShipResult:  # type: ignore[assignment]
-    """Upload objects the host lacks over SFTP (parallel channels), then verify them (sha256 computed on the host)
-    and move them into the store. A dropped connection leaves only unverified files in incoming/: the store, the
-    releases and the running server are untouched."""
-    if missing is None or incoming is None:
-        missing, incoming = missing_objects(conn, manifests)
+    """Upload the objects the host lacks over SFTP, then verify them (sha256 recomputed on the host, in the same
+    round trip as `then`) and move them into the store. A dropped connection leaves only unverified files in
+    incoming/: the store, the releases and the running server are untouched; a re-run reuses complete leftovers."""
+    # the host's verifier process starts while the SFTP channel opens and the store is listed
+    argv_params = {"then": list(then), "lock_token": getattr(conn, "lock_token", None)}
+    chan, handshake = conn.open_agent_stream("commit_stream", argv_params)
+    chan.settimeout(conn.host.command_timeout_s)
+    try:
+        if listing is None:
+            with ThreadPoolExecutor(1) as pool:
+                hs = pool.submit(handshake)
+                listing = list_store(conn)
+                hs.result()
+        else:
+            handshake()
+    except BaseException:
+        chan.close()
+        raise
+    missing = missing_objects(listing, manifests)
     sources: dict[str, tuple[Path, int]] = {}
     total_files = 0
     for m in manifests:
@@ -151,63 +216,84 @@ def ship(conn: Connection, manifests: list[Manifest], *, missing: set[str] | Non
             total_files += 1
             if e.sha256 in missing and e.sha256 not in sources:
                 sources[e.sha256] = (local_path(m, rel), e.size)
-    # re-check local content right before sending: what we hash is what we ship
-    todo = sorted(sources.items(), key=lambda kv: -kv[1][1])
     nonce = uuid.uuid4().hex[:8]
-    uploads = {f"{sha}.{nonce}": sha for sha, _ in todo}
+    uploads: dict[str, str] = {}
+    reused = 0
+    todo = []
+    for sha, (path, size) in sorted(sources.items(), key=lambda kv: -kv[1][1]):
+        left = listing.leftovers.get(sha)
+        if left and left[1] == size:
+            uploads[left[0]] = sha  # verified on the host below like any upload
+            reused += 1
+        else:
+            todo.append((sha, (path, size)))
+            uploads[f"{sha}.{nonce}"] = sha
+    incoming = listing.incoming
     sent_bytes = 0
     done = 0
-    if todo:
-        transport = conn.client.get_transport() if conn.client else None
-        if transport is None:
-            raise ConnectionLost("not connected", where=conn.host.name)
+    argv = ["commit_stream"]
+    try:
+        for name, sha in uploads.items():
+            if not name.endswith(f".{nonce}"):
+                chan.sendall(f"{name} {sha}\n".encode())  # reused leftovers: verify right away
+        if todo:
+            n = max(1, min(workers, len(todo)))
+            if sum(size for _, (_, size) in todo) < PARALLEL_MIN_BYTES or len(todo) < PARALLEL_MIN_FILES:
+                n = 1  # one SFTP channel is faster unless there are many files worth of latency to hide
 
-        n = max(1, min(workers, len(todo)))
-        if sum(size for _, (_, size) in todo) < PARALLEL_MIN_BYTES:
-            n = 1
+            def _put(item: tuple[str, tuple[Path, int]]) -> tuple[str, int]:
+                sha, (path, size) = item
+                sftp = conn.sftp() if n == 1 else _thread_sftp(conn)
+                remote = f"{incoming}/{sha}.{nonce}"
+                with open(path, "rb") as src, sftp.open(remote, "wb") as dst:
+                    dst.set_pipelined(True)
+                    while chunk := src.read(1 << 18):
+                        dst.write(chunk)
+                return sha, size
 
-        def _put(item: tuple[str, tuple[Path, int]]) -> int:
-            sha, (path, size) = item
-            sftp = conn.sftp() if n == 1 else _thread_sftp(conn)
-            remote = f"{incoming}/{sha}.{nonce}"
-            with open(path, "rb") as src, sftp.open(remote, "wb") as dst:
-                dst.set_pipelined(True)
-                while chunk := src.read(1 << 18):
-                    dst.write(chunk)
-            return size
+            try:
+                with ThreadPoolExecutor(n) as pool:
+                    for sha, size in pool.map(_put, todo):
+                        chan.sendall(f"{sha}.{nonce} {sha}\n".encode())
+                        sent_bytes += size
+                        done += 1
+                        if on_progress:
+                            on_progress("upload", done, len(todo))
+            finally:
+                _close_thread_sftps(conn)
+        chan.sendall(b"END\n")
+        chan.shutdown_write()
+        out = bytearray()
+        while True:
+            data = chan.recv(65536)
+            if not data:
+                break
+            out += data
+    except RemoteError:
+        chan.close()
+        raise
+    except Exception as err:
+        chan.close()
+        raise ConnectionLost(f"connection lost while shipping ({done}/{len(todo)} files sent): "
+                             f"{err or type(err).__name__}", where=conn.host.name,
+                             fix="re-run the deploy; complete uploads are reused after verification") from None
+    from ddtctl.remote.transport import CommandResult, parse_agent_reply
 
-        try:
-            with ThreadPoolExecutor(n) as pool:
-                for size in pool.map(_put, todo):
-                    sent_bytes += size
-                    done += 1
-                    if on_progress:
-                        on_progress("upload", done, len(todo))
-        except (OSError, EOFError, Exception) as err:
-            if isinstance(err, RemoteError):
-                raise
-            if not conn.alive or isinstance(err, EOFError) or "closed" in str(err).lower() or \
-                    type(err).__name__ in ("SSHException", "socket.timeout"):
-                raise ConnectionLost(f"connection lost while shipping ({done}/{len(todo)} files sent): {err}",
-                                     where=conn.host.name,
-                                     fix="re-run the deploy; files already verified on the host are not sent again") \
-                    from None
-            raise RemoteError(f"upload failed: {err}", where=conn.host.name) from None
-        finally:
-            _close_thread_sftps(conn)
-    verified = 0
-    ops = ([("commit", {"files": uploads})] if uploads else []) + list(then)
-    if ops:
-        results = conn.agent("batch", {"ops": ops, "lock_token": getattr(conn, "lock_token", None)})
-        res = results[0] if uploads else {"bad": [], "stored": []}
-        if res["bad"]:
-            first = res["bad"][0]
-            raise RemoteError(f"{len(res['bad'])} uploaded file(s) failed sha256 verification on the host "
-                              f"(e.g. {first['name'][:12]}: {first['reason']})", where=conn.host.name,
-                              fix="re-run the deploy; corrupted uploads were deleted")
-        verified = len(res["stored"])
+    err_text = chan.recv_stderr(65536).decode(errors="replace") if chan.recv_stderr_ready() else ""
+    rc = chan.recv_exit_status() if chan.status_event.wait(10) else -1
+    chan.close()
+    results = parse_agent_reply(CommandResult(argv, rc, out.decode(errors="replace"), err_text), "ship",
+                                conn.host.name)
+    res = results[0]
+    if res["bad"]:
+        first = res["bad"][0]
+        raise RemoteError(f"{len(res['bad'])} uploaded file(s) failed sha256 verification on the host "
+                          f"(e.g. {first['name'][:12]}: {first['reason']})", where=conn.host.name,
+                          fix="re-run the deploy; corrupted uploads were deleted")
+    verified = len(res["stored"])
     return ShipResult(files_total=total_files, files_sent=len(todo), bytes_sent=sent_bytes,
-                      objects_missing=len(missing), verified=verified, skipped=total_files - len(todo))
+                      objects_missing=len(missing), verified=verified, skipped=total_files - len(todo),
+                      reused=reused)
 
 
 def _thread_sftp(conn: Connection):

@@ -93,6 +93,7 @@ class Connection:
         self.work_dir: str | None = None
         self.agent_path: str | None = None
         self.trusted_key: str | None = None
+        self._agent_seen = False
 
     # -------------------------------------------------------------------------------------------- connect
     def open(self) -> "Connection":
@@ -140,6 +141,10 @@ class Connection:
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(15)
+        try:  # many small messages (agent stdin lines, SFTP requests): no Nagle delay
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, AttributeError):
+            pass
         return self
 
     def __enter__(self) -> "Connection":
@@ -250,7 +255,24 @@ class Connection:
             raise ConnectionLost(f"connection lost: {e}", where=self.host.name) from None
 
     # -------------------------------------------------------------------------------------------- sftp / agent
+    def prefetch_sftp(self) -> None:
+        """Open the SFTP channel in the background (it costs a round trip; overlap it with an agent command)."""
+        import threading
+
+        if self._sftp is None and getattr(self, "_sftp_thread", None) is None:
+            def _open() -> None:
+                try:
+                    self.sftp()
+                except RemoteError:
+                    pass  # sftp() in the caller raises it again
+
+            self._sftp_thread = threading.Thread(target=_open, daemon=True)
+            self._sftp_thread.start()
+
     def sftp(self) -> paramiko.SFTPClient:
+        th = getattr(self, "_sftp_thread", None)
+        if th is not None and th.is_alive() and th is not __import__("threading").current_thread():
+            th.join(self.host.command_timeout_s)
         if self._sftp is None:
             try:
                 self._sftp = self.client.open_sftp()  # type: ignore[union-attr]
@@ -275,6 +297,35 @@ class Connection:
             self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
         return self.agent_path
 
+    def ensure_agent_sftp(self) -> str:
+        """Install the agent through SFTP if it is absent (no remote process; used before streaming commands whose
+        stdin is taken)."""
+        path = self.ensure_agent()
+        if self._agent_seen:
+            return path
+        sftp = self.sftp()
+        try:
+            try:
+                sftp.stat(path)
+            except FileNotFoundError:
+                d = path.rsplit("/", 1)[0]
+                parts = d.split("/")
+                cur = "/" if d.startswith("/") else ""
+                for part in [p for p in parts if p]:
+                    cur = f"{cur}{part}" if cur in ("", "/") else f"{cur}/{part}"
+                    try:
+                        sftp.stat(cur)
+                    except FileNotFoundError:
+                        sftp.mkdir(cur)
+                tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+                with sftp.open(tmp, "wb") as f:
+                    f.write(AGENT_SOURCE)
+                sftp.posix_rename(tmp, path)
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            raise ConnectionLost(f"cannot install the agent over SFTP: {e}", where=self.host.name) from None
+        self._agent_seen = True
+        return path
+
     def install_agent(self) -> None:
         path = self.ensure_agent()
         script = 'mkdir -p "$1" && cat > "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"'
@@ -289,18 +340,68 @@ class Connection:
         """Run one agent operation and return its result (RemoteError with the agent's message on failure).
         The agent is installed on first use (python answers exit status 2 for a missing script)."""
         argv = self.agent_argv(op, params)
-        res = self.run(argv, timeout=timeout, retry=retry)
+        if not self._agent_seen:
+            # first use on this connection: install the agent if absent and run the operation in ONE round trip
+            boot = 'test -f "$1" || { mkdir -p "$2" && cat > "$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"; } || exit 97; ' \
+                   'shift 2; exec "$@"'
+            path = self.ensure_agent()
+            res = self.run(["sh", "-c", boot, "sh", path, path.rsplit("/", 1)[0], *argv], timeout=timeout,
+                           retry=retry, stdin=AGENT_SOURCE)
+            if res.rc == 97:
+                raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
+                                  where=self.host.name, fix="set work_dir to a writable directory in the inventory")
+            self._agent_seen = True
+        else:
+            res = self.run(argv, timeout=timeout, retry=retry)
         if res.rc == 2 and not res.stdout and ("can't open file" in res.stderr or "No such file" in res.stderr):
             self.install_agent()
             res = self.run(argv, timeout=timeout, retry=retry)
         self.work_dir = reply_work_dir(res) or self.work_dir
         return parse_agent_reply(res, op, self.host.name)
 
+    def open_agent_stream(self, op: str, params: dict[str, Any] | None = None):
+        """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call handshake()
+        (possibly in a thread) before writing to the channel; it installs the agent if the host lacks it."""
+        if self._agent_seen:
+            return self.open_channel(self.agent_argv(op, params)), (lambda: None)
+        path = self.ensure_agent()
+        argv = self.agent_argv(op, params)
+        chan = self.open_channel([self.host.python, "-c", AGENT_BOOT, path, str(len(AGENT_SOURCE)), *argv[2:]])
+
+        def handshake() -> None:
+            line = b""
+            while not line.endswith(b"\n"):
+                c = chan.recv(1)
+                if not c:
+                    err = chan.recv_stderr(4096).decode(errors="replace").strip()
+                    raise RemoteError(f"agent start failed: {err[-300:] or 'no answer'}", where=self.host.name)
+                line += c
+            if line.strip() == b"NEED":
+                chan.sendall(AGENT_SOURCE)
+            self._agent_seen = True
+
+        return chan, handshake
+
     def agent_argv(self, op: str, params: dict[str, Any] | None = None) -> list[str]:
         path = self.ensure_agent()
         payload = dict(params or {}, work_dir=self._remote_work_dir())
         blob = base64.b64encode(json.dumps(payload).encode()).decode()
         return [self.host.python, path, op, blob]
+
+
+# Runs the agent, installing it first from stdin when absent: prints HAVE or NEED, reads exactly N bytes on NEED
+# (never more: the rest of stdin belongs to the agent), then runs the agent in the same interpreter.
+AGENT_BOOT = (
+    "import os,sys\n"
+    "a,n=sys.argv[1],int(sys.argv[2])\n"
+    "if os.path.exists(a):\n print('HAVE',flush=True)\n"
+    "else:\n"
+    " print('NEED',flush=True);b=b''\n"
+    " while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c: sys.exit(97)\n  b+=c\n"
+    " os.makedirs(os.path.dirname(a) or '.',exist_ok=True);t=a+'.tmp.%d'%os.getpid()\n"
+    " f=open(t,'wb');f.write(b);f.close();os.replace(t,a)\n"
+    "sys.argv=[a]+sys.argv[3:]\nimport runpy\nrunpy.run_path(a,run_name='__main__')\n"
+)
 
 
 def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:
