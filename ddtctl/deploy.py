@@ -699,6 +699,7 @@ class DeployOptions:
     health_interval_s: float = 0.5
     stop_grace_s: float = 20.0
     health_timeout_s: float | None = None  # override the profile's
+    warmup_timeout_s: float = 900.0
     confirm: Callable[[Plan], bool] | None = None  # None = yes
     on_event: Callable[[Event], None] | None = None
     # test hook: called after each uploaded file (host, done, total)
@@ -867,6 +868,25 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                 emit("dry-run", result.error, rank0.name, "error")
                 return result
             emit("dry-run", f"accepted ({len(dr.overrides)} value(s) resolved by SGLang)", rank0.name, "ok")
+        # 5a. kernel warm-up on the host's GPU, before anything running is touched
+        for t, hp in zip(targets, plan.hosts):
+            wargv = warmup_argv(spec, t)
+            if not wargv or not hp.start:
+                continue
+            emit("warmup", "compiling the payload's kernels: " + " ".join(wargv[1:]), t.name)
+            w = _locked_agent(conns[t.name], "warmup", {"id": hp.release_id, "argv": wargv,
+                                                        "timeout_s": opts.warmup_timeout_s},
+                              timeout=opts.warmup_timeout_s + 30)
+            if w["rc"] != 0:
+                for line in w["tail"].splitlines()[-15:]:
+                    emit("log", line, t.name, "log")
+                _locked_agent(conns[t.name], "set_status", {"id": hp.release_id, "status": "rejected",
+                                                            "note": "warm-up failed"})
+                result.status = "rejected"
+                result.error = f"kernel warm-up failed on {t.name} (exit {w['rc']}; log {w['log']})"
+                emit("warmup", result.error, t.name, "error")
+                return result
+            emit("warmup", f"done in {w['elapsed_s']:.1f}s (Triton cache {w['triton_cache']})", t.name, "ok")
         if opts.check_only:
             result.status = "checked"
             emit("plan", "check only: preflight passed; nothing installed or restarted", None, "ok")
@@ -933,6 +953,19 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
         for c in conns.values():
             c.close()
         result.elapsed_s = time.monotonic() - t0
+
+
+KERNEL_SELFTEST = "files/ddtree_sglang/kernels/selftest.py"
+
+
+def warmup_argv(spec: DeploySpec, t: Target) -> list[str] | None:
+    """The host's `warmup:` command, or (by default) the payload's kernel self-test when the payload has one."""
+    explicit = t.host.warmup_argv()
+    if explicit is not None:
+        return explicit or None
+    if spec.payload is not None and KERNEL_SELFTEST in spec.payload.files:
+        return [t.host.python, "-m", "ddtree_sglang.kernels.selftest", "--device", "cuda"]
+    return None
 
 
 def _release_record(spec: DeploySpec, t: Target, hp: HostPlan) -> dict:

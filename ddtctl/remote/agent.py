@@ -442,6 +442,42 @@ def op_uninstall(params: dict):
     return {"changed": True, "steps": [res]}
 
 
+def _server_env(rel: dict) -> dict:
+    env = dict(os.environ)
+    env.setdefault("TRITON_CACHE_DIR", _p("triton-cache"))
+    env.update(rel.get("env") or {})
+    env["DDTCTL_RELEASE"] = rel["id"]
+    env["DDTCTL_WORK_DIR"] = W
+    return env
+
+
+def op_warmup(params: dict):
+    """Run the release's kernel warm-up (e.g. the payload's Triton self-test on the GPU) before anything changes:
+    same env and TRITON_CACHE_DIR as the server, the release's payload importable from its files/ tree."""
+    _require_lock(params)
+    rel = _release(params["id"])
+    env = _server_env(rel)
+    files = _p("releases", rel["id"], "payload", "files")
+    env["PYTHONPATH"] = files + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
+    os.makedirs(_p("logs"), exist_ok=True)
+    log_path = _p("logs", rel["id"] + ".warmup.log")
+    start = time.time()
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.run(params["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  cwd=_p("releases", rel["id"]), env=env, timeout=float(params.get("timeout_s", 600)))
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = -9
+    except OSError as err:
+        raise AgentError("cannot run the warm-up %s: %s" % (params["argv"][0], err.strerror or err))
+    with open(log_path, "rb") as f:
+        tail = f.read()[-4000:].decode(errors="replace")
+    return {"rc": rc, "elapsed_s": time.time() - start, "log": log_path, "tail": tail,
+            "triton_cache": env["TRITON_CACHE_DIR"]}
+
+
 def op_start(params: dict):
     """Start the release's server detached (new session, pid file, log file). Refuses if ours is running."""
     _require_lock(params)
@@ -451,11 +487,7 @@ def op_start(params: dict):
         raise AgentError("a server (pid %s, release %s) is already running; stop it first"
                          % (cur["pid"], cur.get("release")))
     argv = list(rel["launch_argv"])
-    env = dict(os.environ)
-    env.setdefault("TRITON_CACHE_DIR", _p("triton-cache"))
-    env.update(rel.get("env") or {})
-    env["DDTCTL_RELEASE"] = rel["id"]
-    env["DDTCTL_WORK_DIR"] = W
+    env = _server_env(rel)
     os.makedirs(_p("logs"), exist_ok=True)
     os.makedirs(_p("run"), exist_ok=True)
     os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)

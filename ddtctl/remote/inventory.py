@@ -20,7 +20,7 @@ DEFAULT_LAUNCHER = ("{python}", "-m", "sglang.launch_server")
 
 _HOST_KEYS = {
     "address", "user", "port", "key", "python", "work_dir", "profile", "launcher", "env", "nvidia_smi",
-    "sglang_root", "connect_timeout_s", "command_timeout_s", "known_hosts", "dist_init_port",
+    "sglang_root", "connect_timeout_s", "command_timeout_s", "known_hosts", "dist_init_port", "warmup",
 }
 _FORBIDDEN = {"password", "passphrase", "pass", "secret"}
 
@@ -45,6 +45,8 @@ class Host:
     command_timeout_s: float = 120.0
     known_hosts: str = "~/.ssh/known_hosts"
     dist_init_port: int = 50000
+    # run before the server starts (Triton kernels compiled into the shared cache); None = auto, () = never
+    warmup: tuple[str, ...] | None = None
 
     @property
     def known_hosts_key(self) -> str:
@@ -53,6 +55,11 @@ class Host:
 
     def launcher_argv(self) -> list[str]:
         return [part.replace("{python}", self.python) for part in self.launcher]
+
+    def warmup_argv(self) -> list[str] | None:
+        if self.warmup is None:
+            return None
+        return [part.replace("{python}", self.python) for part in self.warmup]
 
     def describe(self) -> str:
         return f"{self.name} ({self.user}@{self.address}:{self.port})"
@@ -164,6 +171,8 @@ def make_host(name: str, entry: dict[str, Any], *, defaults: dict[str, Any] | No
         command_timeout_s=float(merged.get("command_timeout_s") or 120),
         known_hosts=str(known_hosts),
         dist_init_port=int(merged.get("dist_init_port") or 50000),
+        warmup=None if merged.get("warmup") is None else
+        (() if merged["warmup"] in ([], "", "none") else _launcher(merged["warmup"], here)),
     )
 
 

@@ -221,3 +221,66 @@ def test_multinode_deploy_two_hosts(lab):
     t0 = json.loads((lab.work("lo") / "run" / "server.json").read_text())["started"]
     t1 = json.loads((lab.work("lo2") / "run" / "server.json").read_text())["started"]
     assert t1 < t0
+
+
+def _with_warmup(lab):
+    import sys
+
+    import yaml
+
+    from conftest import STANDINS
+
+    doc = yaml.safe_load(lab.inventory.read_text())
+    doc["hosts"]["lo"]["warmup"] = [sys.executable, str(STANDINS / "standin_kernel_selftest.py")]
+    lab.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_kernel_warmup_runs_before_launch_into_the_servers_triton_cache(lab):
+    _with_warmup(lab)
+    r = _deploy(lab, lab.profile())
+    assert r.status == "deployed", r.error
+    cache = lab.work() / "triton-cache"
+    assert (cache / "standin-kernel.marker").read_text() == r.release["lo"]
+    assert host_status(lab.host()).server_info["env"]["TRITON_CACHE_DIR"] == str(cache)
+    # a failing warm-up stops the deploy before the running server is touched
+    pid = host_status(lab.host()).server["pid"]
+    r2 = _deploy(lab, lab.profile(env={"STANDIN_WARMUP": "fail"}))
+    assert r2.status == "rejected" and "warm-up failed" in r2.error
+    assert any("simulated" in e.message for e in r2.events if e.stage == "log")
+    st = host_status(lab.host())
+    assert st.server["pid"] == pid and st.current == r.release["lo"]
+
+
+def test_logs_follow_streams_new_lines(lab):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from ddtctl.deploy import host_logs
+
+    _deploy(lab, lab.profile())
+    got = []
+
+    def poke():
+        import time
+
+        time.sleep(0.7)
+        try:  # any request shows up in the stand-in's log; this path answers 404
+            urllib.request.urlopen(f"http://127.0.0.1:{lab.port}/poke", timeout=5).read()
+        except urllib.error.HTTPError:
+            pass
+
+    threading.Thread(target=poke).start()
+    host_logs(lab.host(), lines=1, follow=True, on_text=got.append, follow_for_s=2.5)
+    assert len(got) >= 2 and "poke" in "".join(got[1:])
+
+
+def test_facts_cache_model_configs_for_validation(lab):
+    from ddtctl.deploy import host_facts
+    from ddtctl.dryrun import model_config_cache_dir
+
+    f = host_facts(lab.host(), model_paths=[str(lab.models / "target"), "/no/such/model"])
+    assert [g.name for g in f.gpus] == ["NVIDIA H200"] and f.gpus[0].sm == 90 and f.cuda == "13.0"
+    assert "error" in f.models["/no/such/model"]
+    cached = model_config_cache_dir("lo", str(lab.models / "target")) / "config.json"
+    assert json.loads(cached.read_text())["architectures"] == ["Qwen3ForCausalLM"]
