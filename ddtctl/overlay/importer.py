@@ -34,7 +34,7 @@ from ddtctl.overlay.udiff import PatchError, apply_patch, make_patch
 DEFAULT_SMOKE = [
     {"id": "registered", "what": "SpeculativeAlgorithm.from_string('DDTREE') resolves"},
     {"id": "flags", "what": "the DDTREE flags parse with their types and defaults"},
-    {"id": "resolve", "what": "a DDTREE argv resolves through ServerArgs.resolve_once()"},
+    {"id": "resolve_basic", "what": "a DDTREE argv resolves through ServerArgs.resolve_once() and stays DDTREE"},
 ]
 _SKIP_DIRS = {"__pycache__", ".git"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".orig", ".rej", ".swp")

@@ -21,6 +21,7 @@ import time
 import traceback
 
 ALL_CHECKS = ("plugin", "registered", "family", "flags", "resolve", "rules", "launch_refused", "kernels")
+# also available: resolve_basic (for integrations that do not declare DDTREE's resolved values)
 DDTREE_FLAGS = {
     # dest: (option, type, default)
     "speculative_ddtree_budget": ("--speculative-ddtree-budget", int, None),
@@ -122,7 +123,7 @@ def check_plugin(ctx) -> str:
     allowed = os.environ.get("SGLANG_PLUGINS")
     if allowed and "ddtree" not in [x.strip() for x in allowed.split(",")]:
         raise Failed(f"SGLANG_PLUGINS={allowed!r} excludes the ddtree plugin")
-    load_plugins()
+    load_plugins()  # already run at start-up; idempotent
     return f"{eps[0].value} (dist {eps[0].dist.name if eps[0].dist else '?'})"
 
 
@@ -194,6 +195,15 @@ def check_resolve(ctx) -> str:
     if got != want:
         raise Failed(f"resolved {got}, expected {want}")
     return "DDTREE, 16 draft tokens, budget 32, topk cap 8, verify width 33"
+
+
+def check_resolve_basic(ctx) -> str:
+    """Any DDTREE integration (e.g. an imported, hand-patched one): a DDTREE argv is accepted and stays DDTREE."""
+    model, draft = ctx["models"]
+    _, get = _resolve(_argv(model, draft, "--disable-overlap-schedule"))
+    if str(get("speculative_algorithm")).upper() != "DDTREE":
+        raise Failed(f"resolved speculative_algorithm is {get('speculative_algorithm')!r}, not DDTREE")
+    return f"DDTREE, {get('speculative_num_draft_tokens')} draft tokens"
 
 
 def check_rules(ctx) -> str:
@@ -282,7 +292,7 @@ def check_kernels(ctx) -> str:
 
 CHECKS = {
     "plugin": check_plugin, "registered": check_registered, "family": check_family, "flags": check_flags,
-    "resolve": check_resolve, "rules": check_rules, "launch_refused": check_launch_refused, "kernels": check_kernels,
+    "resolve": check_resolve, "resolve_basic": check_resolve_basic, "rules": check_rules, "launch_refused": check_launch_refused, "kernels": check_kernels,
 }
 
 
@@ -312,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
 
         out["versions"] = {"python": sys.version.split()[0], "sglang": getattr(sglang, "__version__", None),
                            "sglang_file": sglang.__file__}
+        # What SGLang's launcher does before anything else (launch_server.py): run the general plugins.
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
         ctx["models"] = _models(args)
     except Exception as exc:
         out.update(ok=False, error=f"{type(exc).__name__}: {exc}")

@@ -30,6 +30,15 @@ SEED = ["--model-path", str(TARGET), "--speculative-algorithm", "DDTREE", "--spe
 MAMBA = ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-full-memory-ratio", "0.5"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _own_overlay_cache(tmp_path_factory):
+    """Builds that default to the overlay cache go to a throwaway one, not the user's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DDTCTL_CACHE_DIR", str(tmp_path_factory.mktemp("overlay-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
 def built(managed_python, tmp_path_factory):
     return build(None, python=managed_python, out_dir=tmp_path_factory.mktemp("overlay") / "build")
@@ -201,3 +210,17 @@ def test_the_managed_env_is_never_modified(built, managed_python):
             header, st = pyc.read_bytes()[8:16], src.stat()
             assert int.from_bytes(header[:4], "little") == int(st.st_mtime) & 0xFFFFFFFF, pyc
             assert int.from_bytes(header[4:], "little") == st.st_size & 0xFFFFFFFF, pyc
+
+
+def test_import_of_hand_patched_files_round_trips(built, managed_python, tmp_path):
+    """A user's hand-patched tree (here: exactly the files the bundled payload installs, laid out as in
+    site-packages) imports into a payload that builds to the same bytes and passes the same smoke checks."""
+    from ddtctl.overlay.importer import import_dir
+    from ddtctl.overlay.manage import verify
+
+    r = import_dir(built.payload_dir / "files", out=tmp_path / "imported", python=managed_python, name="hand")
+    assert {p["path"] for p in r.patched} == {f["path"] for f in built.files if f["kind"] == "patched"}
+    b2 = build(tmp_path / "imported", python=managed_python, out_dir=tmp_path / "b2")
+    assert {(f["path"], f["sha256"]) for f in b2.files} == {(f["path"], f["sha256"]) for f in built.files}
+    v = verify(tmp_path / "imported", python=managed_python, checks=["registered", "flags", "resolve_basic", "rules"])
+    assert v.ok, v.checks
