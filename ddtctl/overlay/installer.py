@@ -610,6 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     except Refused as exc:
         emit({"ok": False, "error": str(exc)})
         return 1
+    except py_compile.PyCompileError as exc:
+        emit({"ok": False, "error": f"byte-compiling the payload failed ({exc.msg.strip().splitlines()[-1]}); "
+                                    "nothing was changed (the transaction was rolled back)"})
+        return 1
+    except OSError as exc:  # e.g. no write permission: the transaction was rolled back before this point
+        emit({"ok": False, "error": f"{type(exc).__name__}: {exc}; nothing was changed (the transaction was "
+                                    "rolled back)"})
+        return 1
 
 
 if __name__ == "__main__":

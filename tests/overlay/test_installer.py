@@ -307,3 +307,32 @@ def test_concurrent_installers_do_not_interleave(tool, fake_site, staged, tmp_pa
     finally:
         _kill9(proc)
     run(tool, "status", fake_site, state)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_root_is_a_clean_refusal(tool, fake_site, staged, tmp_path):
+    before = snapshot(fake_site)
+    (fake_site / "sglang" / "srt").chmod(0o555)
+    try:
+        rc, out = run(tool, "install", fake_site, tmp_path / "state", staged)
+    finally:
+        (fake_site / "sglang" / "srt").chmod(0o755)
+    assert rc == 1 and "PermissionError" in out["error"] and "nothing was changed" in out["error"]
+    assert snapshot(fake_site) == before
+
+
+def test_failure_mid_apply_rolls_back_in_process(tool, fake_site, staged, tmp_path):
+    """An error after some files moved in (here: a byte-compile failure injected into the staged payload) is rolled
+    back by the same process, leaving exactly the old tree."""
+    before = snapshot(fake_site)
+    m = json.loads((staged / installer.MANIFEST_NAME).read_text())
+    bad = staged / "files" / "fake_ddtree" / "plugin.py"
+    bad.write_text("def broken(:\n")
+    for e in m["files"]:
+        if e["path"] == "fake_ddtree/plugin.py":
+            e["sha256"] = installer.sha256_file(str(bad))
+    (staged / installer.MANIFEST_NAME).write_text(json.dumps(m))
+    rc, out = run(tool, "install", fake_site, tmp_path / "state", staged)
+    assert rc == 1 and "byte-compiling the payload failed" in out["error"] and "rolled back" in out["error"]
+    assert snapshot(fake_site) == before
+    assert not (tmp_path / "state" / "journal.json").exists()
