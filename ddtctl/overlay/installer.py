@@ -184,17 +184,23 @@ def _ordered(files: list[dict]) -> list[dict]:
 
 
 def sglang_version_at(root: str) -> str | None:
-    path = os.path.join(root, "sglang", "version.py")
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("__version__"):
-                    return line.split("=", 1)[1].strip().strip("\"'")
-    except OSError:
-        pass
-    for name in os.listdir(root) if os.path.isdir(root) else []:
+    """The sglang release installed in `root`: its dist-info name, else a literal version in sglang/_version.py or
+    sglang/version.py."""
+    import re
+
+    names = os.listdir(root) if os.path.isdir(root) else []
+    for name in sorted(names):
         if name.startswith("sglang-") and name.endswith(".dist-info"):
             return name[len("sglang-"):-len(".dist-info")]
+    for fname in ("_version.py", "version.py"):
+        try:
+            with open(os.path.join(root, "sglang", fname), encoding="utf-8") as f:
+                for line in f:
+                    m = re.match(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([0-9][^"']*)["']""", line)
+                    if m:
+                        return m.group(1)
+        except OSError:
+            continue
     return None
 
 
