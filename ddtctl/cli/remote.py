@@ -16,16 +16,46 @@ _FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
 _STYLE = {"ok": "green", "error": "red", "warn": "yellow", "info": "", "log": "dim"}
 
 
-def _printer(fmt: OutputFormat):
+class _Live:
+    """Stage events printed to stderr as they happen, under a rich spinner naming the stage in progress (the spinner
+    only renders on a terminal; stdout stays clean for --format json)."""
+
+    def __init__(self, fmt: OutputFormat):
+        from ddtctl.cli._app import stderr_console
+
+        self.console = stderr_console()
+        self.on_event = _printer(fmt, self.console, self)
+        self.status = None
+
+    def __enter__(self) -> "_Live":
+        self.status = self.console.status("connecting", spinner="dots")
+        self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.status is not None:
+            self.status.__exit__(*exc)
+
+    def update(self, text: str) -> None:
+        if self.status is not None:
+            self.status.update(text)
+
+    def ship_progress(self, host: str, done: int, total: int) -> None:
+        self.update(f"ship [{host}] {done}/{total} files uploaded")
+
+
+def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
     """Events go to stderr as they happen (stdout stays clean for --format json)."""
     from rich.markup import escape
 
     from ddtctl.cli._app import stderr_console
 
-    console = stderr_console()
+    console = console or stderr_console()
     t0 = time.monotonic()
 
     def on_event(ev) -> None:
+        if live is not None and ev.level != "log":
+            live.update(f"{ev.stage}: {escape(ev.message[:100])}")
         style = _STYLE.get(ev.level, "")
         host = f"[{ev.host}] " if ev.host else ""
         if ev.level == "log":
@@ -92,6 +122,7 @@ def deploy(
     def confirm(plan) -> bool:
         if yes:
             return True
+        live.__exit__(None, None, None)  # no spinner over the prompt
         import sys
 
         if not sys.stdin.isatty():
@@ -99,9 +130,11 @@ def deploy(
         return typer.confirm("Apply this plan?", default=False)
 
     opts = DeployOptions(dry_run=dry_run, check_only=check, restart=restart, trust_new_host=trust_new_host, lock_wait_s=lock_wait,
-                         remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout, confirm=confirm,
-                         on_event=_printer(fmt))
-    result = run_deploy(spec, hosts, opts)
+                         remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout, confirm=confirm)
+    with _Live(fmt) as live:
+        opts.on_event = live.on_event
+        opts.on_ship_progress = live.ship_progress
+        result = run_deploy(spec, hosts, opts)
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ddtctl.errors import OverlayError, RemoteError
+from ddtctl.errors import DdtctlError, OverlayError, RemoteError
 from ddtctl.remote.transport import Connection, ConnectionLost
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
@@ -245,10 +245,15 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
                 sha, (path, size) = item
                 sftp = conn.sftp() if n == 1 else _thread_sftp(conn)
                 remote = f"{incoming}/{sha}.{nonce}"
+                h = hashlib.sha256()
                 with open(path, "rb") as src, sftp.open(remote, "wb") as dst:
                     dst.set_pipelined(True)
                     while chunk := src.read(1 << 18):
+                        h.update(chunk)
                         dst.write(chunk)
+                if h.hexdigest() != sha:  # what was hashed is not what was sent: the local file changed meanwhile
+                    raise OverlayError(f"{path} changed while it was being deployed (sha256 {h.hexdigest()[:12]}, "
+                                       f"planned {sha[:12]})", fix="re-run the deploy once the file is stable")
                 return sha, size
 
             try:
@@ -269,7 +274,7 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
             if not data:
                 break
             out += data
-    except RemoteError:
+    except DdtctlError:
         chan.close()
         raise
     except Exception as err:

@@ -284,3 +284,21 @@ def test_facts_cache_model_configs_for_validation(lab):
     assert "error" in f.models["/no/such/model"]
     cached = model_config_cache_dir("lo", str(lab.models / "target")) / "config.json"
     assert json.loads(cached.read_text())["architectures"] == ["Qwen3ForCausalLM"]
+
+
+def test_a_local_file_changing_mid_ship_is_caught(lab):
+    from conftest import build_lab_payload
+    from ddtctl.errors import OverlayError
+
+    build_lab_payload(lab.payload, version="1", extra_files=10)
+    kernels = sorted((lab.payload / "files/ddtree_sglang/kernels").iterdir())
+
+    def tamper(host, done, total):
+        if done == 1:  # 1 of 13 files sent: at least 9 of these are still to go
+            for k in kernels:
+                k.write_text("# changed behind our back\n" + "y = 2\n" * 200)
+
+    with pytest.raises(OverlayError, match="changed while it was being deployed"):
+        _deploy(lab, lab.profile(), on_ship_progress=tamper)
+    st = host_status(lab.host())
+    assert st.current is None and not st.releases

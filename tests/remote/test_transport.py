@@ -88,3 +88,18 @@ def test_bad_key_is_an_authentication_error(lab, tmp_path):
     host = replace(lab.host(), key_files=(str(tmp_path / "stranger"),))
     with pytest.raises(RemoteError, match="authentication failed"):
         Connection(host).open()
+
+
+def test_dropped_connection_is_retried_only_where_safe(lab):
+    import os
+    import signal
+
+    from ddtctl.remote.transport import ConnectionLost
+
+    with Connection(lab.host()) as conn:
+        assert conn.agent("hello")["work_dir"] == str(lab.work())
+        for pid in lab.sshd.session_pids():
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ConnectionLost):
+            conn.run(["true"])  # not marked safe: a clear error, no silent re-run
+        assert conn.agent("state", retry=True)["state"]["current"] is None  # read-only: reconnected once
