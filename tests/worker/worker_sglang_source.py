@@ -17,37 +17,41 @@ from pathlib import Path
 REL = "sglang/kernels/ops/speculative/spec_tree.py"
 
 
-def _candidates() -> list[Path]:
+def _candidates(rel: str = REL) -> list[Path]:
     out: list[Path] = []
     try:
         from ddtctl.envs import managed_env
 
         env = managed_env("0.5.23")
-        out += sorted(env.root.glob(f"lib/python*/site-packages/{REL}"))
+        out += sorted(env.root.glob(f"lib/python*/site-packages/{rel}"))
     except Exception:  # noqa: BLE001
         pass
     spec = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else None
     if spec and spec.submodule_search_locations:
-        out.append(Path(list(spec.submodule_search_locations)[0]).parent / REL)
+        out.append(Path(list(spec.submodule_search_locations)[0]).parent / rel)
     for extra in (os.environ.get("DDTCTL_SGLANG_SRC"), "/work/sgl23"):
         if extra:
-            out.append(Path(extra) / REL)
+            out.append(Path(extra) / rel)
     return [p for p in out if p.is_file()]
 
 
-def _wheel_source() -> str | None:
+def _wheel_source(rel: str) -> str | None:
     for wheel in sorted(Path(os.environ.get("DDTCTL_WHEELS", "/work/wheels")).glob("sglang-0.5.23-*.whl")):
         with zipfile.ZipFile(wheel) as zf:
-            return zf.read(REL).decode()
+            return zf.read(rel).decode()
     return None
 
 
-def spec_tree_source() -> tuple[str, str] | None:
-    """(source text, where it came from) of sglang 0.5.23's spec_tree.py, or None when no copy is reachable."""
-    for path in _candidates():
+def sglang_source(rel: str) -> tuple[str, str] | None:
+    """(source text, where it came from) of a file of sglang 0.5.23, or None when no copy is reachable."""
+    for path in _candidates(rel):
         return path.read_text(encoding="utf-8"), str(path)
-    text = _wheel_source()
+    text = _wheel_source(rel)
     return (text, "sglang-0.5.23 wheel") if text is not None else None
+
+
+def spec_tree_source() -> tuple[str, str] | None:
+    return sglang_source(REL)
 
 
 def load_functions(source: str, names: list[str], tmpdir: Path, module_name: str):

@@ -57,6 +57,23 @@ class DdtreeSpecAlgo(CustomSpecAlgo):
             return width
         return max(int(num_draft_tokens or 0), width) + 1
 
+    # SpeculativeAlgorithm (the enum) methods that sglang 0.5.23's CustomSpecAlgo lacks but the scheduler calls on
+    # whatever algorithm it runs; DDTREE answers as DFLASH does.
+    def carries_draft_hidden_states(self) -> bool:
+        return False  # EAGLE family only
+
+    def need_topk(self) -> bool:
+        return False  # EAGLE / STANDALONE only
+
+    def get_platform_worker_cls(self):
+        return None  # no out-of-tree platform worker replaces DDTREE's
+
+    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True,
+                          needs_confidence_relay: bool = False):
+        from sglang.srt.managers.overlap_utils import FutureMap
+
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
+
     def create_worker(self, server_args):
         if not worker_enabled():
             raise DdtreeLaunchRefused(LAUNCH_REFUSAL)
