@@ -308,7 +308,7 @@ def preflight_checks(spec: DeploySpec, target: Target, facts: HostFacts, *, remo
     # port
     ours = facts.server_running and (facts.server or {}).get("port") == target.port
     add("port", ours or target.port not in facts.ports_in_use,
-        f"port {target.port} is " + ("ours (will be restarted)" if ours else
+        f"port {target.port} is " + ("used by our server" if ours else
                                      "in use by another process" if target.port in facts.ports_in_use else "free"),
         fix="stop whatever listens there or change server.port")
     # disk
@@ -588,10 +588,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def wait_healthy(conn: Connection, target: Target, release_id: str, *, timeout_s: float, expected: dict[str, Any],
-                 emit: _Events, interval_s: float = 0.5) -> HealthResult:
-    """Poll /health then /get_server_info (from the host itself) until ready or timeout; stream the log meanwhile."""
+                 emit: _Events, interval_s: float = 0.5, log_offset: int = 0) -> HealthResult:
+    """Poll /health then /get_server_info (from the host itself) until ready or timeout; stream the log meanwhile
+    (from log_offset: where this start's output begins)."""
     start = time.monotonic()
-    offset = 0
+    offset = log_offset
     tail: list[str] = []
     last_state = None
     wait = interval_s
@@ -873,7 +874,8 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             wargv = warmup_argv(spec, t)
             if not wargv or not hp.start:
                 continue
-            emit("warmup", "compiling the payload's kernels: " + " ".join(wargv[1:]), t.name)
+            shown = "kernel self-test on the GPU" if wargv[1:2] == ["-c"] else " ".join(wargv)
+            emit("warmup", f"compiling the payload's kernels ({shown})", t.name)
             w = _locked_agent(conns[t.name], "warmup", {"id": hp.release_id, "argv": wargv,
                                                         "timeout_s": opts.warmup_timeout_s},
                               timeout=opts.warmup_timeout_s + 30)
@@ -909,15 +911,17 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                 elif name == "install":
                     emit("install", "payload installed into " + str(result.facts[t.name].sglang_root)
                          if spec.payload else "payload uninstalled", t.name, "ok")
+        offsets = {}
         for t, hp in sorted(zip(targets, plan.hosts), key=lambda th: -th[0].rank):
             if hp.start:
                 r = _locked_agent(conns[t.name], "start", {"id": hp.release_id})
+                offsets[t.name] = r.get("log_offset", 0)
                 emit("launch", f"started release {hp.release_id} (pid {r['pid']}, log {r['log']})", t.name)
         # 6. health (rank 0 serves HTTP; the others must stay alive)
         expected = expected_identity(rank0.argv, result.dry_run.resolved if result.dry_run else None)
         timeout = opts.health_timeout_s or spec.health_timeout_s
         health = wait_healthy(conns[rank0.name], rank0, hp0.release_id, timeout_s=timeout, expected=expected,
-                              emit=emit, interval_s=opts.health_interval_s)
+                              emit=emit, interval_s=opts.health_interval_s, log_offset=offsets.get(rank0.name, 0))
         if health.ok:
             for t in targets[1:]:
                 alive = _wait_alive(conns[t.name], t, emit)
@@ -940,9 +944,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             result.release = {hp.host: hp.release_id for hp in plan.hosts}
             return result
         # failure: show the log, roll back
-        emit("health", health.message, rank0.name, "error")
-        for line in health.log_tail[-15:]:
-            emit("log", line, rank0.name, "log")
+        emit("health", health.message, rank0.name, "error")  # its log was streamed above
         result.error = f"health check failed on {rank0.name}: {health.message}"
         rolled = _rollback_after_failure(spec, targets, plan, conns, states, result, opts, emit)
         result.status = "rolled_back" if rolled else "failed"
@@ -964,8 +966,21 @@ def warmup_argv(spec: DeploySpec, t: Target) -> list[str] | None:
     if explicit is not None:
         return explicit or None
     if spec.payload is not None and KERNEL_SELFTEST in spec.payload.files:
-        return [t.host.python, "-m", "ddtree_sglang.kernels.selftest", "--device", "cuda"]
+        return [t.host.python, "-c", KERNEL_WARMUP]
     return None
+
+
+# The payload's Triton kernels against their exact reference at server sizes on the host's GPU: this compiles them
+# into TRITON_CACHE_DIR (shared with the server) and refuses a GPU/driver on which they are wrong.
+KERNEL_WARMUP = """\
+import sys
+from ddtree_sglang.kernels.selftest import selftest
+r = selftest(device="cuda")
+for c in r.checks:
+    print("ok  " if c.ok else "FAIL", c.name, c.detail)
+print("kernel selftest", "ok" if r.ok else "FAILED", "in %.1fs" % r.seconds)
+sys.exit(0 if r.ok else 1)
+"""
 
 
 def _release_record(spec: DeploySpec, t: Target, hp: HostPlan) -> dict:
@@ -1019,10 +1034,11 @@ def _rollback_after_failure(spec, targets, plan, conns, states, result, opts, em
             emit("rollback", "no previous release: server stopped, payload uninstalled", t.name, "warn")
             _locked_agent(c, "uninstall", {"sglang_root": result.facts[t.name].sglang_root}, timeout=600)
     # restart previous releases (other ranks first)
+    offsets = {}
     for t, hp in sorted(zip(targets, plan.hosts), key=lambda th: -th[0].rank):
         prev = result.rolled_back_to.get(t.name)
         if prev:
-            _locked_agent(conns[t.name], "start", {"id": prev})
+            offsets[t.name] = _locked_agent(conns[t.name], "start", {"id": prev}).get("log_offset", 0)
     rank0, hp0 = targets[0], plan.hosts[0]
     prev0 = result.rolled_back_to.get(rank0.name)
     if prev0:
@@ -1030,7 +1046,7 @@ def _rollback_after_failure(spec, targets, plan, conns, states, result, opts, em
         h = wait_healthy(conns[rank0.name], _target_from_release(rank0.host, rel), prev0,
                          timeout_s=float(rel.get("health_timeout_s") or spec.health_timeout_s),
                          expected=expected_identity(rel.get("argv") or [], None), emit=emit,
-                         interval_s=opts.health_interval_s)
+                         interval_s=opts.health_interval_s, log_offset=offsets.get(rank0.name, 0))
         emit("rollback", f"release {prev0}: {h.message}", rank0.name, "ok" if h.ok else "error")
         ok = h.ok
     return ok and any(result.rolled_back_to.values())
@@ -1185,10 +1201,11 @@ def rollback(host: Host, release: str | None = None, *, lock_wait_s: float = 0.0
             _locked_agent(conn, "install", {"id": release, "sglang_root": facts.sglang_root}, timeout=600)
         else:
             _locked_agent(conn, "uninstall", {"sglang_root": facts.sglang_root}, timeout=600)
-        _locked_agent(conn, "start", {"id": release})
+        started = _locked_agent(conn, "start", {"id": release})
         target = _target_from_release(host, rel)
         h = wait_healthy(conn, target, release, timeout_s=health_timeout_s or float(rel.get("health_timeout_s") or 600),
-                         expected=expected_identity(target.argv, None), emit=emit)
+                         expected=expected_identity(target.argv, None), emit=emit,
+                         log_offset=started.get("log_offset", 0))
         if h.ok:
             _locked_agent(conn, "set_status", {"id": release, "status": "ok", "make_current": True,
                                                "note": f"rollback from {cur}"})

@@ -493,6 +493,7 @@ def op_start(params: dict):
     os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
     log_path = _p("logs", rel["id"] + ".log")
     log = open(log_path, "ab")
+    log_offset = log.tell()
     log.write(("\n==== ddtctl: starting release %s at %s ====\n"
                % (rel["id"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))).encode())
     log.flush()
@@ -505,7 +506,7 @@ def op_start(params: dict):
         log.close()
     st = _proc_starttime(proc.pid)
     info = {"pid": proc.pid, "pgid": proc.pid, "starttime": st[0] if st else None, "release": rel["id"],
-            "port": rel.get("port"), "log": log_path, "started": time.time(), "argv": argv}
+            "port": rel.get("port"), "log": log_path, "log_offset": log_offset, "started": time.time(), "argv": argv}
     _write_json(_p("run", "server.json"), info)
     try:
         os.unlink(_p("logs", "server.log"))

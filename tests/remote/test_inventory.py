@@ -130,3 +130,23 @@ def test_agent_commit_verifies_sha256(agent):
     assert res["stored"] == [hashlib.sha256(good).hexdigest()]
     assert res["bad"][0]["name"] == "b.1" and not (inc / "b.1").exists()
     assert (Path(agent.W) / "store" / hashlib.sha256(good).hexdigest()).read_bytes() == good
+
+
+def test_warmup_default_is_the_payloads_kernel_selftest(tmp_path):
+    from ddtctl.deploy import KERNEL_SELFTEST, warmup_argv
+    from ddtctl.remote.payload import FileEntry, Manifest
+
+    inv = load_inventory(_inv(tmp_path, """
+hosts:
+  auto: {address: a, python: /py}
+  off: {address: b, warmup: none}
+  custom: {address: c, python: /py, warmup: python -m my.warm --fast}
+"""))
+    spec = _spec(["--model-path", "/m"])
+    spec.payload = Manifest(None, {KERNEL_SELFTEST: FileEntry("0" * 64, 1)})
+    auto = warmup_argv(spec, spec.targets([inv.get("auto")])[0])
+    assert auto[:2] == ["/py", "-c"] and 'selftest(device="cuda")' in auto[2]
+    assert warmup_argv(spec, spec.targets([inv.get("off")])[0]) is None
+    assert warmup_argv(spec, spec.targets([inv.get("custom")])[0]) == ["/py", "-m", "my.warm", "--fast"]
+    spec.payload = Manifest(None, {})  # a payload without kernels: nothing to warm
+    assert warmup_argv(spec, spec.targets([inv.get("auto")])[0]) is None
