@@ -139,14 +139,14 @@ def test_warmup_default_is_the_payloads_kernel_selftest(tmp_path):
     inv = load_inventory(_inv(tmp_path, """
 hosts:
   auto: {address: a, python: /py}
-  off: {address: b, warmup: none}
+  nowarm: {address: b, warmup: none}
   custom: {address: c, python: /py, warmup: python -m my.warm --fast}
 """))
     spec = _spec(["--model-path", "/m"])
     spec.payload = Manifest(None, {KERNEL_SELFTEST: FileEntry("0" * 64, 1)})
     auto = warmup_argv(spec, spec.targets([inv.get("auto")])[0])
     assert auto[:2] == ["/py", "-c"] and 'selftest(device="cuda")' in auto[2]
-    assert warmup_argv(spec, spec.targets([inv.get("off")])[0]) is None
+    assert warmup_argv(spec, spec.targets([inv.get("nowarm")])[0]) is None
     assert warmup_argv(spec, spec.targets([inv.get("custom")])[0]) == ["/py", "-m", "my.warm", "--fast"]
     spec.payload = Manifest(None, {})  # a payload without kernels: nothing to warm
     assert warmup_argv(spec, spec.targets([inv.get("auto")])[0]) is None
