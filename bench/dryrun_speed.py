@@ -45,7 +45,9 @@ def _profiles(n: int, out: Path) -> list[tuple[Path, list[str], str]]:
     cases = [c for c in corpus.load_cases() if c.gpu and "--config" not in c.argv_text]
     catalog = load_catalog("0.5.23")
     made = []
-    for i in range(n):
+    i = -1
+    while len(made) < n:
+        i += 1
         case = cases[i % len(cases)]
         argv = case.argv
         model = argv[argv.index("--model-path") + 1]

@@ -233,8 +233,8 @@ class _StepTracker:
             try:
                 return fn_runner(a, b, *args, **kwargs)
             except BaseException:
-                if tracker.failed_step is None:
-                    tracker.failed_step = name
+                # Outer steps see the exception after inner ones: the pipeline step that raised is the last set.
+                tracker.failed_step = name
                 raise
             finally:
                 tracker._attribute(name)
@@ -282,12 +282,16 @@ class Worker:
 
         import sglang
         import sglang.srt.server_args as server_args_mod
+
         from sglang.srt.arg_groups import overrides, pipeline  # noqa: F401
 
         # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points of
         # group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op otherwise.
+        from importlib.metadata import entry_points
+
         from sglang.srt.plugins import load_plugins
 
+        self.plugins = sorted({ep.name for ep in entry_points(group="sglang.srt.plugins")})
         load_plugins()
 
         # Import every hook module now, so the probe stubs can be bound into them once.
@@ -371,6 +375,13 @@ class Worker:
         facts = _platform_facts(request.get("platform"))
         self.probes.facts = dict(facts)
         self.probes.memory_gb = (request.get("platform") or {}).get("memory_gb")
+        # CPU torch reports no CUDA version; a few hooks gate kernels on it (attention_hook: flashinfer GDN prefill
+        # on SM100+ needs CUDA 13). Declare the target's CUDA (default 13.0, what current GPU hosts run).
+        import torch
+
+        saved_cuda = torch.version.cuda
+        if facts:
+            torch.version.cuda = str((request.get("platform") or {}).get("cuda_version") or "13.0")
         warnings: list[str] = []
         handler = _ListHandler(warnings)
         override = self.runtime_context.override_platform(**facts) if facts else None
@@ -417,6 +428,7 @@ class Worker:
             result["resolved"], result["overrides"] = {}, []
             warnings.append(f"ddtctl: could not collect resolved values: {type(exc).__name__}: {exc}")
         result["warnings"] = warnings
+        torch.version.cuda = saved_cuda
         self.probes.facts = {}
         self.probes.memory_gb = None
         self._restore()
@@ -557,7 +569,8 @@ def main() -> int:
         )
         out.close()
         os._exit(3)
-    send({"ready": True, "versions": worker.versions, "import_s": round(worker.import_s, 3), "pid": os.getpid()})
+    send({"ready": True, "versions": worker.versions, "import_s": round(worker.import_s, 3), "pid": os.getpid(),
+          "plugins": getattr(worker, "plugins", [])})
 
     for line in sys.stdin:
         line = line.strip()

@@ -178,9 +178,28 @@ def test_extra_sys_path_can_replace_modules_sglang_imports(python, tmp_path):
     staged = tmp_path / "staging"
     (staged / "partial_json_parser").mkdir(parents=True)
     (staged / "partial_json_parser" / "__init__.py").write_text("STAGED = True\n")
+    # A general plugin found on the staged path is loaded at boot, as SGLang's launcher does.
+    # Its register() wraps a pipeline step through SGLang's plugin API, so a resolve proves it ran.
+    (staged / "ddtctl_probe_plugin.py").write_text(
+        "def register():\n"
+        "    from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook\n"
+        "    @register_resolution_hook('handle_load_balance_method')\n"
+        "    def probe(server_args, previous):\n"
+        "        if '--served-model-name' in (server_args.launch_command or ''):\n"
+        "            raise ValueError('probe plugin ran')\n"
+        "        previous(server_args)\n")
+    dist = staged / "ddtctl_probe_plugin-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ddtctl-probe-plugin\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\nddtctl_probe = ddtctl_probe_plugin:register\n")
     with ResolverClient(python, extra_sys_path=[staged]) as client:
+        assert "ddtctl_probe" in client.info["plugins"]
         msg = client.resolve(["--model-path", QWEN, "--device", "cuda"], platform=H200, timeout_s=60)
         assert msg["accepted"] is True
+        msg = client.resolve(["--model-path", QWEN, "--device", "cuda", "--served-model-name", "x"], platform=H200,
+                             timeout_s=60)
+        assert msg["error"] == {"type": "ValueError", "message": "probe plugin ran",
+                                "hook": "serving_hook.handle_load_balance_method"}
         info = client.request({"op": "info"}, timeout_s=10)
     assert info["sys_path"][0] == str(staged)
     assert info["sglang_file"] and str(staged) not in info["sglang_file"]

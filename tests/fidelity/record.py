@@ -4,6 +4,7 @@ stricter_by_design, note) are kept. Use after adding cases; review the diff befo
 
     .venv/bin/python tests/fidelity/record.py            # show what would change
     .venv/bin/python tests/fidelity/record.py --write    # rewrite cases.yaml
+    .venv/bin/python tests/fidelity/record.py --fresh-check   # every case in its own fresh process vs one warm one
 """
 
 from __future__ import annotations
@@ -33,7 +34,37 @@ def _flow(case: dict) -> str:
     return "- {" + ", ".join(parts) + "}"
 
 
+def fresh_check() -> int:
+    """Full results (verdict, error, resolved values, overrides, warnings) of every case resolved in a fresh
+    interpreter must equal those of the one warm worker: no state leaks between resolves."""
+    from ddtctl.bridge.client import ResolverClient
+    from ddtctl.envs import require_env
+
+    def normal(r):
+        return {"accepted": r.accepted, "error": r.error, "error_at": r.error_at,
+                "resolved": {k: v for k, v in r.resolved.items() if k != "random_seed"},
+                "overrides": [o for o in r.overrides if o["field"] != "random_seed"], "warnings": r.warnings}
+
+    cases = corpus.load_cases()
+    warm = corpus.run_sglang(cases)
+    python = require_env().python
+    bad = []
+    for i, case in enumerate(cases, 1):
+        client = ResolverClient(python)
+        try:
+            fresh = corpus.run_sglang([case], client=client)[case.id]
+        finally:
+            client.close()
+        if normal(fresh) != normal(warm[case.id]):
+            bad.append(case.id)
+        print(f"[{i}/{len(cases)}] {case.id}: {'same' if case.id not in bad else 'DIFFERENT'}", flush=True)
+    print(f"fresh-process check: {len(cases) - len(bad)}/{len(cases)} identical" + (f"; different: {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
 def main() -> int:
+    if "--fresh-check" in sys.argv:
+        return fresh_check()
     write = "--write" in sys.argv
     text = corpus.CASES_FILE.read_text(encoding="utf-8")
     header = text[: text.index(HEADER_END)]
