@@ -194,3 +194,20 @@ def test_metrics_summary_and_log_line():
     assert line.startswith("DDTREE metrics: steps=2 mean_accept_len=3.667 max_accepted=5")
     dmetrics.register(m)
     assert dmetrics.live_metrics()[-1]["steps"] == 2
+
+
+def test_server_info_hook_publishes_ddtree_metrics_only_for_ddtree():
+    from types import SimpleNamespace
+
+    from ddtree_sglang import plugin
+
+    m = dmetrics.DdtreeMetrics(budget=7, verify_width=8, prep_mode="reference", accept_mode="torch", interval=50)
+    m.record([2, 4], 0.001, graph=True)
+    dmetrics.register(m)
+    ddtree = SimpleNamespace(scheduler=SimpleNamespace(spec_algorithm=SimpleNamespace(name="DDTREE")))
+    dflash = SimpleNamespace(scheduler=SimpleNamespace(spec_algorithm=SimpleNamespace(name="DFLASH")))
+    state: dict = {}
+    assert plugin._server_info(None, dflash, state) is None and "ddtree" not in state
+    plugin._server_info(None, ddtree, state)
+    assert state["ddtree"][-1]["verify_width"] == 8 and state["ddtree"][-1]["verify_graph_steps"] == 1
+    assert state["ddtree"][-1]["mean_accept_len"] == pytest.approx(4.0)

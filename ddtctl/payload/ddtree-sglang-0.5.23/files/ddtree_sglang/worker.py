@@ -204,8 +204,6 @@ class DDTreeWorker(DFlashWorkerV2):
                 batch, on_publish=on_publish, grammar_barrier=grammar_barrier, pp_proxy_tensors=pp_proxy_tensors)
         if batch.spec_info is None:
             raise RuntimeError("DDTREE decode without draft state")
-        if batch.return_logprob:
-            raise DdtreeWorkerRefused("DDTREE does not return logprobs yet; send requests without return_logprob.")
         if batch.has_grammar:
             raise DdtreeWorkerRefused("DDTREE does not support constrained decoding [DDT109].")
         return self._ddtree_decode(batch, on_publish)
@@ -442,6 +440,15 @@ class DDTreeWorker(DFlashWorkerV2):
         cm = tree_prep.commit(vi.input_ids, acc, block)
         commit_lens = cm.commit_lens
         new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
+        if batch.return_logprob:
+            # DFLASH's chain layout: logits row (b, j) is the one that produced out token (b, j) -- here the row of
+            # accepted node acc[j] (its prediction is out token j; the last one is the bonus).
+            from sglang.srt.layers.logprob_processor import compute_spec_logprobs
+
+            rows = logits_output.next_token_logits[: bs * n].view(bs, n, -1)
+            chain = torch.gather(rows, 1, cm.chain_src.clamp(max=n - 1)[:, :, None].expand(bs, block, rows.shape[-1]))
+            logits_output.next_token_logits = chain.reshape(bs * block, -1)
+            compute_spec_logprobs(batch, logits_output, cm.out_tokens.reshape(-1), chain_stride=block)
         if self._need_mamba_verify_commit:
             # Recurrent state of the last accepted verify step. Exact in chain-only mode (shadow-linear: node j is
             # chain position j, DFLASH's own semantics); with allow-hybrid-unsafe the user accepted that it is not.
