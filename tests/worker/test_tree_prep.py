@@ -211,3 +211,30 @@ def test_server_info_hook_publishes_ddtree_metrics_only_for_ddtree():
     plugin._server_info(None, ddtree, state)
     assert state["ddtree"][-1]["verify_width"] == 8 and state["ddtree"][-1]["verify_graph_steps"] == 1
     assert state["ddtree"][-1]["mean_accept_len"] == pytest.approx(4.0)
+
+
+def test_graph_hooks_build_the_tree_mask_and_widen_the_mask_buffer_for_ddtree_only(monkeypatch):
+    from types import SimpleNamespace
+
+    from ddtree_sglang import graphs
+
+    original = lambda backend: ("TritonAttnBackend", False)  # noqa: E731  (sglang: triton skips the custom mask)
+    monkeypatch.setattr(graphs, "STATE", {"mask_at_capture": False, "mask_buffer_widened": False})
+    monkeypatch.setenv("DDTREE_VERIFY_GRAPH", "1")
+    monkeypatch.setattr(graphs, "_ddtree_width", lambda: None)  # not a DDTREE server
+    assert graphs.mask_policy(original, object()) == ("TritonAttnBackend", False)
+    target = SimpleNamespace(is_draft_runner=False, num_draft_tokens=16)
+    graphs.widen_triton_backend(None, target, None)
+    assert target.num_draft_tokens == 16 and not graphs.verify_graph_ready()
+
+    monkeypatch.setattr(graphs, "_ddtree_width", lambda: (65, 16))  # DDTREE, budget 64, block 16
+    draft = SimpleNamespace(is_draft_runner=True, num_draft_tokens=16)
+    graphs.widen_triton_backend(None, draft, None)
+    assert draft.num_draft_tokens == 16 and not graphs.verify_graph_ready()
+    assert graphs.mask_policy(original, object()) == ("TritonAttnBackend", True)
+    graphs.widen_triton_backend(None, target, None)
+    assert target.num_draft_tokens == 65 and graphs.verify_graph_ready()
+
+    monkeypatch.setenv("DDTREE_VERIFY_GRAPH", "0")  # eager verify: no graph may be replayed
+    assert not graphs.verify_graph_ready()
+    assert graphs.mask_policy(original, object()) == ("TritonAttnBackend", False)

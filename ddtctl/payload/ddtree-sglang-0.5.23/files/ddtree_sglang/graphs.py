@@ -19,6 +19,15 @@ import os
 from ddtree_sglang import ALGORITHM
 
 
+# Set in the process that captures (the scheduler) when the hooks actually ran for DDTREE; the worker refuses to
+# replay a verify graph unless both did (a capture without the tree mask would verify the tree as a chain).
+STATE = {"mask_at_capture": False, "mask_buffer_widened": False}
+
+
+def verify_graph_ready() -> bool:
+    return verify_graphs_enabled() and STATE["mask_at_capture"] and STATE["mask_buffer_widened"]
+
+
 def verify_graphs_enabled() -> bool:
     return os.environ.get("DDTREE_VERIFY_GRAPH", "1") == "1"
 
@@ -38,6 +47,7 @@ def mask_policy(original, attn_backend, *args, **kwargs):
     """AROUND hook on sglang.srt.speculative.dflash_utils.resolve_dflash_verify_mask_policy."""
     name, build = original(attn_backend, *args, **kwargs)
     if verify_graphs_enabled() and _ddtree_width() is not None:
+        STATE["mask_at_capture"] = True
         return name, True
     return name, build
 
@@ -51,6 +61,7 @@ def widen_triton_backend(result, backend, model_runner, *args, **kwargs):
         return None
     width, block = w
     backend.num_draft_tokens = max(width, block)
+    STATE["mask_buffer_widened"] = True
     return None
 
 

@@ -38,6 +38,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_utils import draft_tp_context
 
 from ddtree_sglang import tree_prep
+from ddtree_sglang.graphs import verify_graph_ready, verify_graphs_enabled
 from ddtree_sglang.metrics import DdtreeMetrics, register
 
 logger = logging.getLogger(__name__)
@@ -160,8 +161,6 @@ class DDTreeWorker(DFlashWorkerV2):
         if getattr(backend, "use_verify_splitkv", False) or getattr(backend, "use_verify_shared_kv", False):
             raise DdtreeWorkerRefused("DDTREE cannot use the split-KV verify kernels (causal chains only); unset "
                                       "SGLANG_ENABLE_SPLITKV_VERIFY.")
-        from ddtree_sglang.graphs import verify_graphs_enabled
-
         self.verify_graphs = verify_graphs_enabled()
         self.budget = int(budget)
         self.topk_cap = None if cap is None else int(cap)
@@ -413,7 +412,7 @@ class DDTreeWorker(DFlashWorkerV2):
         batch.out_cache_loc = window_2d[:, :n].reshape(-1)
         verify_forward_batch, graph = verify_input.prepare_for_verify(batch, self.target_worker)
         batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu_backup, seq_lens_sum_backup
-        if graph and not self.verify_graphs:
+        if graph and not verify_graph_ready():
             # Without graphs.py's hooks a captured DFLASH-family verify graph has no tree mask: never verify a tree
             # as a chain.
             raise DdtreeWorkerRefused("DDTREE verify would replay a target CUDA graph captured without a tree mask.")
