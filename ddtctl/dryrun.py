@@ -195,11 +195,13 @@ def dry_run_argvs(
     hosts: Sequence[str | None] | None = None,
     client: Any = None,
     sglang: str | None = None,
+    envs: Sequence[dict[str, str] | None] | None = None,
 ) -> list[DryRunResult]:
     """Resolve each (source, argv, gpu) through one warm resolver process.
 
     gpu: a GPU name ("H200", "sm90"), a GpuSpec, or None (then no platform is declared and argv is passed as is).
     A crash or hang on one item is reported for that item (setup_error) and the worker is restarted for the rest.
+    `hosts[i]` picks where item i's model configs are looked up; `envs[i]` is its server environment (SGLANG_*).
     `client` lets callers keep one ResolverClient warm across calls (it is not closed here).
     """
     from ddtctl.bridge.client import ResolverClient, WorkerError, WorkerStartError
@@ -232,7 +234,8 @@ def dry_run_argvs(
             for i, run_argv, platform, gpu_name, mapping in prepared:
                 source = items[i][0]
                 try:
-                    msg = client.resolve(run_argv, platform=platform, timeout_s=timeout_s)
+                    msg = client.resolve(run_argv, platform=platform, timeout_s=timeout_s,
+                                         env=(envs[i] if envs else None))
                 except WorkerStartError as err:
                     raise EnvironmentMissing(
                         f"the SGLang resolver did not start: {err.message}",
@@ -277,6 +280,7 @@ def dry_run_profiles(
 
     items: list[tuple[str, list[str], Any]] = []
     hosts: list[str | None] = []
+    server_envs: list[dict[str, str]] = []
     versions: set[str] = set()
     for path in discover_profiles(list(paths)):
         loaded = load_profile(path)
@@ -293,6 +297,7 @@ def dry_run_profiles(
         items.append((loaded.source, argv, chosen))
         host = prof.host or (prof.hosts[0] if prof.hosts else None)
         hosts.append(host)
+        server_envs.append(dict(prof.env or {}))
     if len(versions) > 1 and python is None:
         raise UsageError(
             f"profiles target different SGLang releases ({', '.join(sorted(versions))})",
@@ -300,4 +305,4 @@ def dry_run_profiles(
         )
     sglang = next(iter(versions)) if versions else None
     return dry_run_argvs(items, python=python, extra_sys_path=extra_sys_path, timeout_s=timeout_s, hosts=hosts,
-                         sglang=sglang)
+                         sglang=sglang, envs=server_envs)

@@ -106,10 +106,13 @@ def test_missing_model_config_is_exit_2_without_starting_sglang(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- real SGLang
-def _profile(path: Path, name: str, gpu: str, server: dict, model: str = QWEN, host: str | None = None) -> Path:
+def _profile(path: Path, name: str, gpu: str, server: dict, model: str = QWEN, host: str | None = None,
+             env: dict | None = None) -> Path:
     lines = [f"name: {name}", 'sglang: "0.5.23"', f"hardware: {{gpu: {gpu}, count: 8}}", f"model: {{path: {model}}}"]
     if host:
         lines.append(f"host: {host}")
+    if env:
+        lines.append(f"env: {json.dumps(env)}")
     lines.append("server:")
     for key, value in server.items():
         lines.append(f"  {key}: {json.dumps(value)}")
@@ -124,10 +127,18 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     p1 = _profile(tmp_path / "h200.yaml", "h200", "H200", dflash)
     p2 = _profile(tmp_path / "b200.yaml", "b200", "B200", dflash)
     p3 = _profile(tmp_path / "bad.yaml", "bad", "H200", dict(dflash, **{"speculative-draft-window-size": 8}))
-    proc = _run(["dry-run", str(p1), str(p2), str(p3), "--format", "json"])
+    # The profile's env reaches SGLang's hooks for that profile only (the next one resolves without it).
+    dp = dict(dflash, **{"tp-size": 2, "enable-dp-attention": True, "dp-size": 2, "enable-dp-lm-head": True})
+    p4 = _profile(tmp_path / "env.yaml", "env", "H200", dp, env={"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"})
+    p5 = _profile(tmp_path / "noenv.yaml", "noenv", "H200", dp)
+    proc = _run(["dry-run", str(p1), str(p2), str(p3), str(p4), str(p5), "--format", "json"])
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert [d["source"] for d in data] == [str(p1), str(p2), str(p3)]
+    assert [d["source"] for d in data] == [str(p1), str(p2), str(p3), str(p4), str(p5)]
+    with_env, without_env = data[3], data[4]
+    assert with_env["error"]["message"] == "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"
+    assert without_env["accepted"] is True
+    data = data[:3]
     for d in data:
         assert set(d) == {"source", "accepted", "error", "resolved", "overrides"}
         for o in d["overrides"]:

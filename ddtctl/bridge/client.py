@@ -145,9 +145,12 @@ class ResolverClient:
         self.close()
 
     # -- requests -------------------------------------------------------------------------------------------------
-    def resolve(self, argv: Sequence[str], *, platform: dict | None = None, timeout_s: float = 60.0) -> dict:
-        """Resolve one argv; raises WorkerTimeout / WorkerCrashed (the worker is then dead; call start() again)."""
-        return self.request({"op": "resolve", "argv": [str(a) for a in argv], "platform": platform}, timeout_s)
+    def resolve(self, argv: Sequence[str], *, platform: dict | None = None, timeout_s: float = 60.0,
+                env: dict[str, str] | None = None) -> dict:
+        """Resolve one argv (with the server environment `env` applied for this resolve only); raises
+        WorkerTimeout / WorkerCrashed (the worker is then dead; call start() again)."""
+        return self.request({"op": "resolve", "argv": [str(a) for a in argv], "platform": platform,
+                             "env": dict(env or {})}, timeout_s)
 
     def ping(self, timeout_s: float = 10.0) -> dict:
         return self.request({"op": "ping"}, timeout_s)

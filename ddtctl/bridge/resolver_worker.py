@@ -4,7 +4,8 @@ This file is executed as a script by the interpreter of the managed SGLang envir
 it must not import ddtctl and uses only the standard library plus sglang and torch. It imports sglang once, then
 answers one request per input line:
 
-    request:  {"id": 7, "argv": [...], "platform": {"sm": 90, "capability": [9, 0], "memory_gb": 141} | null}
+    request:  {"id": 7, "argv": [...], "platform": {"sm": 90, "capability": [9, 0], "memory_gb": 141} | null,
+               "env": {"SGLANG_...": "..."} (optional: the server's environment, undone after the resolve)}
     response: {"id": 7, "accepted": bool, "error": {"type", "message", "hook"} | null, "error_at": str | null,
                "resolved": {...}, "overrides": [{"field", "raw", "resolved", "hook"}], "warnings": [...],
                "elapsed_s": float}
@@ -372,6 +373,8 @@ class Worker:
     def resolve(self, request: dict) -> dict:
         t0 = time.perf_counter()
         argv = [str(a) for a in request.get("argv") or []]
+        # The server process's environment from the profile (SGLANG_* switches change verdicts); _restore() undoes it.
+        os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
         facts = _platform_facts(request.get("platform"))
         self.probes.facts = dict(facts)
         self.probes.memory_gb = (request.get("platform") or {}).get("memory_gb")
