@@ -29,13 +29,13 @@ SCRIPT = textwrap.dedent("""
     for xt in ("*bf16", "*fp32"):
         comp(T._topk_pass1, {"X": xt, "GMAX": p, "PM": p, "PL": p, "V": "i32", "n_tiles": "i32",
                              "tiles_per_split": "i32", "S": "i32", "stride_row": "i32", "G_STRIDE": "i32"},
-             {"GS": 64, "NG": 32}, 4)
+             {"GS": 64, "NG": 64}, 4)
         comp(T._topk_pass2, {"X": xt, "GMAX": p, "PM": p, "PL": p, "SCR_G": "*i32", "SCR_K": "*i64", "SCR_C": "*i64",
                              "LP_OUT": p,
                              "ID_OUT": "*i32", "V": "i32", "n_groups": "i32", "S": "i32", "K": "i32",
                              "stride_row": "i32", "G_STRIDE": "i32"},
              {"GS": 64, "G_PAD": 4096, "S_PAD": 32, "K_PAD": 64, "Q": 64, "SHIFT": 16 if xt == "*bf16" else 0,
-              "CAP": 256}, 8)
+              "CAP": 256}, 16)
     comp(T._build_kernel, {"LP": p, "IDS": "*i32", "TOK_OUT": "*i32", "DEP_OUT": "*i32", "PAR_OUT": "*i32",
                            "SCORE_OUT": p, "PRE_OUT": "*i32", "SIZE_OUT": "*i32", "L": "i32", "K": "i32",
                            "B": "i32"}, {"F": 128}, 1)

@@ -45,8 +45,8 @@ def test_kernels_match_reference(tk, batch, depth, vocab, budget, dtype, ties, c
 def test_topk_default_groups_several_splits(tk):
     # the production configuration (groups of 64, tiles of 2048) over several tiles and splits
     gen = torch.Generator().manual_seed(5)
-    x = (torch.randn(1, 2, 5000, generator=gen) * 3).to(torch.bfloat16)
-    plan = tk.DDTreePlan(1, 2, 5000, 40, DEV, splits=2)
+    x = (torch.randn(1, 2, 9000, generator=gen) * 3).to(torch.bfloat16)
+    plan = tk.DDTreePlan(1, 2, 9000, 40, DEV, splits=2)
     assert plan.splits == 2 and plan.n_tiles == 3
     poison(plan)
     lp, ids = plan.topk(x.to(DEV))
