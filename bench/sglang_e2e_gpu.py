@@ -386,7 +386,7 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
     hdr = f"{'server':<22} {'algo':<7} {'graphs':<6} {'B':>3} {'drafter':<7} {'status':<8} {'start_s':>7} " \
-          f"{'==plain':<7} {'acc_len':>7} {'max_acc':>7} {'width':>5} {'prep_ms':>7} {'g_steps':>7}"
+          f"{'==plain':<7} {'acc_len':>7} {'max_acc':>7} {'branch':>6} {'width':>5} {'prep_ms':>7} {'g_steps':>7}"
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
         m = r["ddtree_metrics"] or {}
@@ -397,7 +397,8 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
         lines.append(
             f"{r['server']:<22} {r['algo']:<7} {str(r['graphs']):<6} {r['budget'] or '-':>3} {drafter:<7} "
             f"{r['status']:<8} {start_s:>7} {str(r['match_plain']):<7} {acc_s:>7} "
-            f"{m.get('max_accepted_drafts', '-'):>7} {m.get('verify_width', '-'):>5} {prep_s:>7} "
+            f"{m.get('max_accepted_drafts', '-'):>7} {m.get('accepted_branch_nodes', m.get('branch_nodes', '-')):>6} "
+            f"{m.get('verify_width', '-'):>5} {prep_s:>7} "
             f"{m.get('verify_graph_steps', m.get('graph_steps', '-')):>7}")
         if r["error"]:
             lines.append(f"    ! {r['error'][:400]}")

@@ -132,7 +132,7 @@ def ddtree_decode(model, prompts, news, budget, depth, oracle, sgl_verify, mode=
         prefix.append(n)
         bonus.append(outs[-1][0])
     prep = tp.TreePreparer(depth=depth, vocab=V, budget=budget, topk_cap=None, mode=mode, device="cpu")
-    accepted_hist, deep_branch = [], False
+    accepted_hist, deep_branch, branch_count = [], False, [0]
     while any(len(o) < m for o, m in zip(outs, news)):
         prefix_t = torch.tensor(prefix)
         draft = torch.stack([noisy_oracle_logits(oracle[b], prefix[b], depth, f"r{b}") for b in range(bs)])
@@ -173,6 +173,7 @@ def ddtree_decode(model, prompts, news, budget, depth, oracle, sgl_verify, mode=
                 model.v[li][dst] = model.v[li][src].clone()
             a = int(acc.accept_len[b])
             accepted_hist.append(a)
+            branch_count[0] += int(tp.branch_accepts(acc, vi.retrive_next_token)[b])
             if ref_rows is not None:  # the verify logits on the accepted path are plain decoding's, to 1e-9
                 for node in acc.accepted[b, : a + 1].tolist():
                     pos = int(vi.positions[b, node])
@@ -185,6 +186,7 @@ def ddtree_decode(model, prompts, news, budget, depth, oracle, sgl_verify, mode=
             outs[b].extend(cm.out_tokens[b, : int(cm.commit_lens[b])].tolist())
             prefix[b] += int(cm.commit_lens[b])
             bonus[b] = int(acc.bonus[b])
+    assert deep_branch == (branch_count[0] > 0)  # the worker's metric agrees with the drafter-rank view
     return [o[:m] for o, m in zip(outs, news)], accepted_hist, deep_branch
 
 

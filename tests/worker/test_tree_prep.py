@@ -151,6 +151,8 @@ def test_commit_compacts_the_accepted_path_into_chain_order():
     assert cm.out_tokens[0].tolist() == [11, 12, 13, 99, 0, 0]
     assert cm.commit_lens.tolist() == [4]
     assert cm.chain_src[0].tolist() == [0, 2, 3, 4, 4, 5]  # past the commit: own slot (self-copy)
+    _, first_child, _ = tp.retrive_arrays(parents)
+    assert tp.branch_accepts(acc, first_child).tolist() == [1]  # node 2 is not node 0's first child (1)
     # KV compaction as the worker does it: gather every source first, then scatter (move_kv_cache semantics)
     slots = torch.tensor([[40, 41, 42, 43, 44, 45]])  # req_to_token[prefix + k] for node k
     kv = torch.zeros(64, dtype=torch.int64)

@@ -18,10 +18,12 @@ class DdtreeMetrics:
         self.max_accepted = 0
         self.prep_s = 0.0
         self.graph_steps = 0
+        self.branch_nodes = 0
         self.hist: dict[int, int] = {}
 
-    def record(self, accept_lens: list[int], prep_s: float, graph: bool = False) -> None:
+    def record(self, accept_lens: list[int], prep_s: float, graph: bool = False, branch_nodes: int = 0) -> None:
         self.steps += 1
+        self.branch_nodes += int(branch_nodes)
         self.graph_steps += int(bool(graph))
         self.requests += len(accept_lens)
         self.accepted += sum(accept_lens)
@@ -47,6 +49,7 @@ class DdtreeMetrics:
             "accept_mode": self.accept_mode,
             "mean_prep_ms": 1000.0 * self.prep_s / max(1, self.steps),
             "verify_graph_steps": self.graph_steps,
+            "accepted_branch_nodes": self.branch_nodes,
         }
 
     def line(self) -> str:
@@ -54,7 +57,8 @@ class DdtreeMetrics:
         return (
             f"DDTREE metrics: steps={s['steps']} mean_accept_len={s['mean_accept_len']:.3f} "
             f"max_accepted={s['max_accepted_drafts']} tree_size={s['tree_size']} verify_width={s['verify_width']} "
-            f"prep_ms={s['mean_prep_ms']:.3f} graph_steps={s['verify_graph_steps']} prep={s['prep_mode']} "
+            f"prep_ms={s['mean_prep_ms']:.3f} graph_steps={s['verify_graph_steps']} "
+            f"branch_nodes={s['accepted_branch_nodes']} prep={s['prep_mode']} "
             f"accept={s['accept_mode']}"
         )
 

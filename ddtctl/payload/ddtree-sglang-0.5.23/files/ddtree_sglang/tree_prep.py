@@ -213,6 +213,17 @@ def accepted_from_sglang(accept_index: torch.Tensor, accept_token_num: torch.Ten
                                                                                              dtype=torch.int64))
 
 
+def branch_accepts(acc: Accepted, retrive_next_token: torch.Tensor) -> torch.Tensor:
+    """Per request: accepted nodes that are not their parent's first child (a branch the chain would not have)."""
+    bs, width = acc.accepted.shape
+    j = torch.arange(1, width, device=acc.accepted.device)[None, :]
+    node = acc.accepted[:, 1:]
+    parent = acc.accepted[:, :-1]
+    first = torch.gather(retrive_next_token.to(torch.int64), 1, parent.clamp(min=0))
+    is_branch = (j <= acc.accept_len[:, None]) & (node >= 0) & (node != first)
+    return is_branch.sum(1)
+
+
 @dataclass
 class Commit:
     out_tokens: torch.Tensor  # int64 [bs, block]: accepted draft tokens, then the bonus, then 0

@@ -482,7 +482,8 @@ class DDTreeWorker(DFlashWorkerV2):
         if on_publish is not None:
             on_publish(new_seq_lens)
 
-        self.metrics.record(acc.accept_len.tolist(), prep_s, graph=bool(graph))
+        branches = int(tree_prep.branch_accepts(acc, vi.retrive_next_token).sum())
+        self.metrics.record(acc.accept_len.tolist(), prep_s, graph=bool(graph), branch_nodes=branches)
         if self.metrics.steps % self.metrics.interval == 0 and get_parallel().tp_rank == 0:
             logger.info(self.metrics.line())
 
