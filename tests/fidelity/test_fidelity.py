@@ -8,6 +8,7 @@ error points at the same cause (expect_rules). Known, not yet fixed disagreement
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -39,6 +40,11 @@ def test_corpus_shape():
         if c.stricter_by_design:
             assert c.expected_sglang == "accepted" and c.expect_rules, c.id
     assert set(KNOWN) <= {c.id for c in CASES}, "known_disagreements.yaml names unknown cases"
+    from ddtctl.rules.engine import all_rules
+
+    known_rules = {r.id for r in all_rules()}
+    for c in CASES:  # rule ids exist (DDT0xx are the flag-level findings of ddtctl/flags.py)
+        assert all(r in known_rules or re.fullmatch(r"DDT0\d\d", r) for r in c.expect_rules), (c.id, c.expect_rules)
 
 
 @pytest.fixture(scope="module")
