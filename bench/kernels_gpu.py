@@ -375,28 +375,6 @@ def main() -> int:
                             res["errors"].append(traceback.format_exc()[-1500:])
                         save()
 
-    if "timings" in sections:
-        run_timings(more_cfgs, res["timings"], depth=15 if cuda else 3)
-
-    if "variants" in sections:
-        var = []
-        if cuda:
-            for b in (1, 64):
-                for kw in ({"build_warps": 2}, {"build_warps": 4}, {"topk_warps": 4}, {"topk_warps": 16},
-                           {"groups_per_tile": 64}, {"programs_per_sm": 4}, {"programs_per_sm": 16}):
-                    var.append(((248320, b, 64), kw))
-        for cfg, kw in var:
-            if not time_left(20):
-                res["errors"].append(f"skipped variant {cfg} {kw}: time budget")
-                continue
-            try:
-                row = time_config(*cfg, depth=15, baseline=False, plan_kw=kw, tag=json.dumps(kw), stages=True)
-                res["variants"].append(row)
-            except Exception as err:
-                say(f"variant {cfg} {kw} failed: {type(err).__name__}: {err}")
-                res["errors"].append(traceback.format_exc()[-1500:])
-            save()
-
     # ---------------------------------------------------------------------------------------------------------------
     if "e2e" in sections and time_left(30):
         try:
@@ -420,6 +398,28 @@ def main() -> int:
             say(f"e2e failed: {type(err).__name__}: {err}")
             res["errors"].append(traceback.format_exc()[-2000:])
         save()
+
+    if "timings" in sections:
+        run_timings(more_cfgs, res["timings"], depth=15 if cuda else 3)
+
+    if "variants" in sections:
+        var = []
+        if cuda:
+            for b in (1, 64):
+                for kw in ({"build_warps": 2}, {"build_warps": 4}, {"topk_warps": 4}, {"topk_warps": 16},
+                           {"groups_per_tile": 64}, {"programs_per_sm": 4}, {"programs_per_sm": 16}):
+                    var.append(((248320, b, 64), kw))
+        for cfg, kw in var:
+            if not time_left(20):
+                res["errors"].append(f"skipped variant {cfg} {kw}: time budget")
+                continue
+            try:
+                row = time_config(*cfg, depth=15, baseline=False, plan_kw=kw, tag=json.dumps(kw), stages=True)
+                res["variants"].append(row)
+            except Exception as err:
+                say(f"variant {cfg} {kw} failed: {type(err).__name__}: {err}")
+                res["errors"].append(traceback.format_exc()[-1500:])
+            save()
 
     # ---------------------------------------------------------------------------------------------------------------
     res["seconds"] = elapsed()
