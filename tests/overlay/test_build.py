@@ -14,7 +14,7 @@ from ddtctl.overlay import installer
 from ddtctl.overlay.build import build
 from ddtctl.overlay.payload import load_source_manifest, sha256_file
 
-from conftest import make_payload, snapshot, write
+from overlay_fixtures import make_payload, snapshot, write
 
 
 def _build(payload, site, tmp_path, name="build"):

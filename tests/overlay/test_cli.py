@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import snapshot, write
+from overlay_fixtures import snapshot, write
 
 
 def ddtctl(*args, env_extra=None):

@@ -14,7 +14,7 @@ from ddtctl.errors import OverlayError
 from ddtctl.overlay.build import build
 from ddtctl.overlay.importer import check_manifest, import_dir
 
-from conftest import A_PY, B_PY, write
+from overlay_fixtures import A_PY, B_PY, write
 
 
 def _record(site):

@@ -22,7 +22,7 @@ import pytest
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import build
 
-from conftest import make_payload, snapshot, write
+from overlay_fixtures import make_payload, snapshot, write
 
 INSTALLER = Path(installer.__file__)
 

@@ -17,7 +17,7 @@ from ddtctl.overlay.build import build
 from ddtctl.overlay.importer import check_manifest
 from ddtctl.overlay.payload import default_payload_dir, sha256_file
 
-from conftest import FIXTURES, OVERLAY_DIR, snapshot
+from overlay_fixtures import FIXTURES, OVERLAY_DIR, snapshot
 
 pytestmark = pytest.mark.sglang
 
