@@ -29,6 +29,7 @@ from ddtctl.remote.payload import (Manifest, ShipResult, build_manifest, list_st
 from ddtctl.remote.transport import Connection, ConnectionLost, LockHeld
 
 SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
+SECRET_FLAG = re.compile(r"(api-key|token|secret|password|passwd|credential)", re.I)
 # Served fields that must equal what was resolved (the identity of the launch).
 IDENTITY_FIELDS = ("speculative_algorithm", "tp_size", "pp_size", "dp_size", "nnodes", "node_rank")
 DDTREE_PREFIX = "speculative_ddtree_"
@@ -52,9 +53,15 @@ class _Events:
     def __init__(self, callback: Callable[[Event], None] | None):
         self.callback = callback
         self.items: list[Event] = []
+        self.secrets: set[str] = set()  # values never shown (server log lines included)
+
+    def mask(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def __call__(self, stage: str, message: str, host: str | None = None, level: str = "info") -> None:
-        ev = Event(stage, message, host, level)
+        ev = Event(stage, self.mask(message), host, level)
         self.items.append(ev)
         if self.callback:
             self.callback(ev)
@@ -62,6 +69,45 @@ class _Events:
 
 def mask_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if SECRET_ENV.search(k) else v) for k, v in env.items()}
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """`--api-key X` -> `--api-key ***` (also `--x-token=X`): secrets never reach a terminal or a JSON report."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a.startswith("--") and SECRET_FLAG.search(a):
+            if "=" in a:
+                out[i] = a.split("=", 1)[0] + "=***"
+            elif i + 1 < len(out) and not out[i + 1].startswith("--"):
+                out[i + 1] = "***"
+    return out
+
+
+def secret_values(argv: list[str], env: dict[str, str]) -> set[str]:
+    vals = {v for k, v in env.items() if SECRET_ENV.search(k)}
+    for i, a in enumerate(argv):
+        if a.startswith("--") and SECRET_FLAG.search(a):
+            if "=" in a:
+                vals.add(a.split("=", 1)[1])
+            elif i + 1 < len(argv):
+                vals.add(argv[i + 1])
+    return {v for v in vals if len(v) >= 4}
+
+
+def mask_info(info: dict | None) -> dict | None:
+    if not isinstance(info, dict):
+        return info
+    out = {}
+    for k, v in info.items():
+        if SECRET_FLAG.search(k.replace("_", "-")) and v not in (None, "", False):
+            out[k] = "***"
+        elif k in ("argv", "launch_argv", "launch_command") and isinstance(v, list):
+            out[k] = mask_argv([str(x) for x in v])
+        elif k == "env" and isinstance(v, dict):
+            out[k] = mask_env(v)
+        else:
+            out[k] = v
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- spec
@@ -387,6 +433,9 @@ class HostPlan:
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d["env"] = mask_env(self.env)
+        d["launch_argv"] = mask_argv(self.launch_argv)
+        d["argv_diff"] = [(k, "***" if SECRET_FLAG.search(k) else o, "***" if SECRET_FLAG.search(k) else n)
+                          for k, o, n in self.argv_diff]
         d["unchanged"] = self.unchanged
         return d
 
@@ -407,9 +456,8 @@ def release_fingerprint(spec: DeploySpec, target: Target) -> str:
     data = {
         "launch_argv": target.launch_argv,
         "env": target.env,
-        "payload": spec.payload.digest if spec.payload else None,
-        "installer": spec.tools.files["installer.py"].sha256 if (spec.tools and spec.payload) else None,
-        "port": target.port,
+        "payload": spec.payload.digest if spec.payload else None,  # what runs; the tools (installer, resolver)
+        "port": target.port,                                        # do not change a running release
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -440,6 +488,7 @@ def make_plan_for_host(spec: DeploySpec, target: Target, state: dict, missing: s
     if same and running and server.get("release") == current and not restart:
         release_id, stop, start, reason = current, False, False, "no change: the same release is running"
         install = uninstall = False
+        to_ship, nbytes = [], 0  # newer tools alone are no reason to touch a running release
     elif same and not restart:
         release_id, stop, start, reason = current, running, True, "same release, server not running: start it"
     else:
@@ -560,7 +609,9 @@ class HealthResult:
     log_tail: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return self.__dict__.copy()
+        d = self.__dict__.copy()
+        d["server_info"] = mask_info(self.server_info)
+        return d
 
 
 def expected_identity(argv: list[str], resolved: dict | None) -> dict[str, Any]:
@@ -601,7 +652,7 @@ def wait_healthy(conn: Connection, target: Target, release_id: str, *, timeout_s
                                  "log_release": release_id}, retry=True)
         offset = p["log_offset"]
         for line in p["log"].splitlines():
-            tail.append(line)
+            tail.append(emit.mask(line))
             emit("log", line, target.name, "log")
         tail = tail[-50:]
         elapsed = time.monotonic() - start
@@ -630,7 +681,7 @@ def _wait_alive(conn: Connection, target: Target, emit: _Events) -> HealthResult
     p = conn.agent("probe", {"port": target.port, "server_info": False, "lines": 20}, retry=True)
     if p["running"]:
         return HealthResult(True, f"rank {target.rank} running (pid {p['pid']})", 0.0)
-    return HealthResult(False, f"rank {target.rank} exited", 0.0, log_tail=p["log"].splitlines())
+    return HealthResult(False, f"rank {target.rank} exited", 0.0, log_tail=emit.mask(p["log"]).splitlines())
 
 
 # ----------------------------------------------------------------------------------------------- remote dry-run
@@ -722,6 +773,7 @@ class DeployResult:
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     elapsed_s: float = 0.0
+    secrets: set[str] = field(default_factory=set, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -736,6 +788,13 @@ class DeployResult:
         return ExitCode.INVALID if self.status == "rejected" else ExitCode.DEPLOY
 
     def to_json(self) -> dict:
+        """Secrets (from the profile's argv/env) are masked everywhere in the report, SGLang's answers included."""
+        text = json.dumps(self._json(), default=str)
+        for secret in self.secrets:
+            text = text.replace(json.dumps(secret)[1:-1], "***")
+        return json.loads(text)
+
+    def _json(self) -> dict:
         return {
             "status": self.status, "profile": self.spec_name, "release": self.release, "error": self.error,
             "elapsed_s": round(self.elapsed_s, 3),
@@ -770,6 +829,9 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
     t0 = time.monotonic()
     result = DeployResult(status="failed", spec_name=spec.name, events=emit.items)
     targets = spec.targets(hosts)
+    for t in targets:
+        emit.secrets |= secret_values(t.argv, t.env)
+    result.secrets = emit.secrets
     conns: dict[str, Connection] = {}
     locks: list[RemoteLock] = []
     try:
@@ -1015,7 +1077,8 @@ def _describe_plan(hp: HostPlan) -> str:
     if hp.start:
         parts.append("start server")
     if hp.argv_diff:
-        parts.append("argv: " + ", ".join(f"--{k} {o!r} -> {n!r}" for k, o, n in hp.argv_diff[:8]))
+        parts.append("argv: " + ", ".join(f"--{k} {o!r} -> {n!r}" if not SECRET_FLAG.search(k) else f"--{k} changed"
+                                          for k, o, n in hp.argv_diff[:8]))
     return "; ".join(parts)
 
 
@@ -1072,6 +1135,8 @@ class HostStatus:
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
+        d["server"] = mask_info(self.server)
+        d["server_info"] = mask_info(self.server_info)
         d["releases"] = [_release_summary(r) for r in self.releases]
         return d
 
@@ -1079,7 +1144,8 @@ class HostStatus:
 def _release_summary(r: dict) -> dict:
     return {"id": r["id"], "status": r.get("status"), "created": r.get("created_iso"),
             "profile": (r.get("profile") or {}).get("name"), "profile_sha256": (r.get("profile") or {}).get("sha256"),
-            "payload_hash": r.get("payload_hash"), "algorithm": r.get("algorithm"), "argv": r.get("argv"),
+            "payload_hash": r.get("payload_hash"), "algorithm": r.get("algorithm"),
+            "argv": mask_argv(list(r.get("argv") or [])),
             "port": r.get("port")}
 
 
@@ -1194,6 +1260,7 @@ def rollback(host: Host, release: str | None = None, *, lock_wait_s: float = 0.0
             raise UsageError(f"no release {release} on the host", where=host.name,
                              fix=f"known: {', '.join(sorted(rels)) or 'none'}")
         rel = rels[release]
+        emit.secrets |= secret_values(list(rel.get("argv") or []), dict(rel.get("env") or {}))
         facts = gather_facts(conn, cache=False)
         emit("rollback", f"{cur} -> {release}", host.name)
         _locked_agent(conn, "stop", {"grace_s": stop_grace_s}, timeout=stop_grace_s + 30)

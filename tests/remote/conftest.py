@@ -181,6 +181,7 @@ def write_inventory(path: Path, sshd: Sshd, root: Path, known_hosts: Path, sglan
             "python": sys.executable, "launcher": [sys.executable, str(STANDIN_SERVER)],
             "nvidia_smi": str(smi), "sglang_root": str(sglang_root), "known_hosts": str(known_hosts),
             "connect_timeout_s": 5, "command_timeout_s": 60,
+            "warmup": "none",  # no GPU here: the kernel self-test cannot run (a stand-in covers warm-up)
         },
         "ssh_config": str(root / "no-ssh-config"),
         "hosts": {h: {"work_dir": str(root / f"work-{h}"), **(extra or {})} for h in hosts},

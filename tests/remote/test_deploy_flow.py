@@ -302,3 +302,18 @@ def test_a_local_file_changing_mid_ship_is_caught(lab):
         _deploy(lab, lab.profile(), on_ship_progress=tamper)
     st = host_status(lab.host())
     assert st.current is None and not st.releases
+
+
+def test_secrets_never_reach_events_or_reports(lab):
+    from ddtctl.deploy import host_status as hs
+
+    prof = lab.profile(server={"api-key": "sk-live-0123456789"}, env={"HF_TOKEN": "hf_abcdefghijkl"})
+    r = _deploy(lab, prof)
+    assert r.status == "deployed", r.error
+    report = json.dumps(r.to_json()) + "\n".join(e.message for e in r.events)
+    assert "sk-live-0123456789" not in report and "hf_abcdefghijkl" not in report
+    assert any("--api-key" in e.message and "***" in e.message for e in r.events if e.stage == "log")
+    st = json.dumps(hs(lab.host()).to_json())
+    assert "sk-live-0123456789" not in st and "hf_abcdefghijkl" not in st
+    # the server itself got the real values
+    assert hs(lab.host()).server_info["api_key"] == "sk-live-0123456789"
