@@ -92,6 +92,8 @@ class ResolverClient:
                 encoding="utf-8",
                 errors="replace",
                 bufsize=1,
+                # PR_SET_PDEATHSIG follows the creating *thread*: only tie the worker to the main thread's life.
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         except OSError as exc:
             raise WorkerStartError(f"cannot start the resolver with {self.python}: {exc}") from None
@@ -227,6 +229,22 @@ class ResolverClient:
                 sink.append(line.rstrip("\n"))
         except (OSError, ValueError):
             pass
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL it when ddtctl dies, so an interrupted run leaves no resolver
+    importing sglang in the background."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 def _describe_status(code: int | None) -> str:
