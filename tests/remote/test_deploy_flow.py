@@ -317,3 +317,11 @@ def test_secrets_never_reach_events_or_reports(lab):
     assert "sk-live-0123456789" not in st and "hf_abcdefghijkl" not in st
     # the server itself got the real values
     assert hs(lab.host()).server_info["api_key"] == "sk-live-0123456789"
+
+
+def test_served_args_must_match_what_was_resolved(lab):
+    prof = lab.profile(env={"STANDIN_SERVE": "speculative_algorithm=DFLASH"})  # healthy, but not serving DDTREE
+    r = _deploy(lab, prof)
+    assert r.status == "failed"
+    assert "served args differ" in r.error and "speculative_algorithm: served 'DFLASH', expected 'DDTREE'" in r.error
+    assert not (host_status(lab.host()).server or {}).get("running")

@@ -7,6 +7,7 @@ server_args) on --host/--port. Knobs (environment, set through the profile's `en
     STANDIN_READY_AFTER_S=1.5  /health answers 503 until that many seconds after start
     STANDIN_EXIT=3             exit with that status right after start (a server that crashes)
     STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM (stop must escalate to SIGKILL)
+    STANDIN_SERVE=key=value    report `key` as `value` in /get_server_info (a server that runs something else)
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
@@ -64,6 +65,9 @@ def main():
         print(f"[standin] node rank {args['node_rank']} of {args.get('nnodes')}: no HTTP server", flush=True)
         while True:
             time.sleep(1)
+    if os.environ.get("STANDIN_SERVE"):
+        key, _, value = os.environ["STANDIN_SERVE"].partition("=")
+        args[key] = coerce(value)
     ready_after = float(os.environ.get("STANDIN_READY_AFTER_S", "0"))
     fail = os.environ.get("STANDIN_HEALTH") == "fail"
 
