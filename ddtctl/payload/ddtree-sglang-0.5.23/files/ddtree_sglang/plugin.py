@@ -40,6 +40,18 @@ def _server_info(result, controller, state, *args, **kwargs):
     return None
 
 
+def _engine_importable() -> bool:
+    """The launch gate wraps the engine's entry. Where the engine cannot even be imported (the CPU dry-run env has no
+    HTTP-server packages) no server can start, and registering the hook would only log an import traceback."""
+    import importlib
+
+    try:
+        importlib.import_module("sglang.srt.entrypoints.engine")
+    except Exception:
+        return False
+    return True
+
+
 def register() -> None:
     """Register DDTREE, its resolution hook and the launch gate. Idempotent."""
     global _launch_gate_registered
@@ -55,9 +67,10 @@ def register() -> None:
     if not _launch_gate_registered:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-        HookRegistry.register(
-            "sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _launch_gate, HookType.BEFORE
-        )
+        if _engine_importable():
+            HookRegistry.register(
+                "sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _launch_gate, HookType.BEFORE
+            )
         HookRegistry.register(
             "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
             "._add_speculative", _server_info, HookType.AFTER
