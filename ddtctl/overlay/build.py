@@ -11,6 +11,7 @@ The build directory (default ~/.cache/ddtctl/overlay/<name>-<sglang>/) holds:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -260,6 +261,21 @@ def build(
     m = load_source_manifest(payload_dir)
     target = resolve_target(m.sglang, sglang_root, python)
     build_dir = Path(out_dir).expanduser() if out_dir else default_build_dir(m)
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(build_dir):  # concurrent dry-runs / deploys building the same payload take turns
+        return _build_locked(m, target, build_dir, reuse)
+
+
+@contextlib.contextmanager
+def _build_lock(build_dir: Path):
+    import fcntl
+
+    with open(build_dir.with_name(f".{build_dir.name}.lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: bool) -> BuildResult:
     fingerprint = m.fingerprint()
     if reuse:
         info = read_build(build_dir)
@@ -276,7 +292,6 @@ def build(
         ):
             return _result(m, target, build_dir, info, reused=True)
 
-    build_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{build_dir.name}.", dir=build_dir.parent))
     try:
         built, skipped = stage(m, target, tmp / "payload")

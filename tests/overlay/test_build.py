@@ -147,3 +147,25 @@ def test_rewrite_imports_for_ddtctl_sourced_trees(fake_site, fake_payload, tmp_p
     # a plain copy stays byte-identical to its source
     assert (r.payload_dir / "files/fake_ddtree/core.py").read_bytes() == (repo / "rules/ddtree_core.py").read_bytes()
     assert os.path.getsize(r.payload_dir / "files/fake_ddtree/err.py") > 0
+
+
+def test_concurrent_builds_of_one_payload_take_turns(fake_site, fake_payload, tmp_path):
+    import threading
+
+    results, errors = [], []
+
+    def one():
+        try:
+            results.append(build(fake_payload, sglang_root=fake_site, python=sys.executable,
+                                 out_dir=tmp_path / "shared"))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({r.payload_id for r in results}) == 1
+    assert (tmp_path / "shared" / "view" / "sglang" / "srt" / "a.py").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".shared.") and not p.name.endswith(".lock")]
