@@ -35,8 +35,6 @@ import triton.language as tl  # noqa: E402
 from ddtctl.kernels.reference import check_budget  # noqa: E402
 
 INT64_MIN_PAD = tl.constexpr(-9223372036854775807)
-# below every live pop key (>= skey(-inf) << 32 ~ -9.187e18) with room for B decrements of 1 << 16
-KEY_INVALID = tl.constexpr(-9223372036854775807 + (1 << 50))
 
 @triton.jit
 def _skey(x):
@@ -221,18 +219,10 @@ def _topk_pass2(
 
 
 @triton.jit
-def _argmax_payload(k1, a1, b1, c1, d1, e1, k2, a2, b2, c2, d2, e2):
-    """tl.reduce combine: the larger key (keys of live entries are unique) with its payloads."""
-    t = k1 > k2
-    return (tl.where(t, k1, k2), tl.where(t, a1, a2), tl.where(t, b1, b2), tl.where(t, c1, c2), tl.where(t, d1, d2),
-            tl.where(t, e1, e2))
-
-
-@triton.jit
-def _entry_key(score, ins, depth, node, valid):
-    """Pop-order key of a frontier entry: score, then smaller insertion point, then deeper (see module doc)."""
-    low = ((2047 - ins) << 16) | (depth << 11) | node
-    return tl.where(valid, (_skey(score).to(tl.int64) << 32) | low.to(tl.int64), KEY_INVALID)
+def _argmax_payload(k1, a1, b1, c1, k2, a2, b2, c2):
+    """tl.reduce combine: the larger key (keys of live entries are unique) with its three payloads."""
+    take1 = k1 > k2
+    return tl.where(take1, k1, k2), tl.where(take1, a1, a2), tl.where(take1, b1, b2), tl.where(take1, c1, c2)
 
 
 @triton.jit(do_not_specialize=["L", "K", "B"])
@@ -241,37 +231,38 @@ def _build_kernel(
     L, K, B,
     F: tl.constexpr,
 ):
-    # Lane n holds node n: preorder index pre, end of its preorder interval ins = pre + subtree size, depth, parent,
-    # score, and its frontier entry as a ready 64-bit pop key (next child rank crank, nlp = the log-prob after that
-    # one, c0/c1 = the first two log-probs one level below, which a new child of n needs). One tuple reduction per
-    # pop gives the winner and its payloads; the new keys of the two changed entries are computed as scalars; the
-    # loads a pop issues are merged one iteration later ("pending") so their latency hides behind the next reduction.
-    # Keys only ever decrease by 1 << 16 when an insertion point moves; KEY_INVALID leaves room for that.
+    # Lane n holds node n: its preorder index and subtree size in the current tree, depth, parent, score, and its
+    # frontier entry (next child rank crank, candidate score cscore, the log-prob after that nlp, and c0/c1 = the
+    # first two log-probs one level below, which a new child of n needs). One tuple reduction per pop; the loads a pop
+    # issues are merged one iteration later ("pending"), so their latency hides behind the next reduction.
     req = tl.program_id(0).to(tl.int64)
     lpb = LP + req * L * K
     n = tl.arange(0, F)
     zi = tl.zeros([F], tl.int32)
     root = n == 0
     pre = zi
-    ins = tl.where(root, 1, 0)
+    size = tl.where(root, 1, 0)
     depth = zi
     parent = zi - 1
     flat = zi
     crank = zi
     nscore = tl.zeros([F], tl.float32)
     ninf = tl.full([F], float("-inf"), tl.float32)
-    lp00 = tl.load(lpb)
-    key = _entry_key(tl.where(root, lp00, ninf), ins, depth, n, root)
+    cscore = tl.where(root, tl.load(lpb), ninf)
     nlp = tl.where(root, tl.load(lpb + 1, mask=K > 1, other=float("-inf")), ninf)
     c0 = tl.where(root, tl.load(lpb + K, mask=L > 1, other=float("-inf")), ninf)
     c1 = tl.where(root, tl.load(lpb + K + 1, mask=(L > 1) & (K > 1), other=float("-inf")), ninf)
+    cvalid = root
     pend_p = tl.sum(zi, axis=0) - 1
     pend_c = pend_p
     pend_nlp = tl.max(ninf, axis=0)
     pend_c0 = pend_nlp
     pend_c1 = pend_nlp
     for i in range(1, B + 1):
-        kmax, c0p, c1p, rp, nsp, nlpp = tl.reduce((key, c0, c1, crank, nscore, nlp), 0, _argmax_payload)
+        ins = pre + size
+        low = ((2047 - ins) << 16) | (depth << 11) | n
+        key = tl.where(cvalid, (_skey(cscore).to(tl.int64) << 32) | low.to(tl.int64), INT64_MIN_PAD)
+        kmax, c0p, c1p, rp = tl.reduce((key, c0, c1, crank), 0, _argmax_payload)
         # merge the loads issued by the previous pop
         nlp = tl.where(n == pend_p, pend_nlp, nlp)
         c0 = tl.where(n == pend_c, pend_c0, c0)
@@ -279,37 +270,34 @@ def _build_kernel(
         p = (kmax & 2047).to(tl.int32)
         c0p = tl.where(p == pend_c, pend_c0, c0p)
         c1p = tl.where(p == pend_c, pend_c1, c1p)
-        nlpp = tl.where(p == pend_p, pend_nlp, nlpp)
+        is_p = n == p
         dp = ((kmax >> 11) & 31).to(tl.int32)
         insp = (2047 - ((kmax >> 16) & 2047)).to(tl.int32)
         score_new = _from_skey((kmax >> 32).to(tl.int32))
         d_new = dp + 1
-        # preorder bookkeeping: the new node goes at insp, as the last node of p's subtree; ancestors-or-self of p
-        # grow by one, nodes after insp move by one: either way their insertion point moves right by one
+        # preorder bookkeeping: the new node goes at insp, as the last node of p's subtree
         alive = n < i
-        anc = alive & (pre < insp) & (insp <= ins) & (depth <= dp)
-        moved = alive & (pre >= insp)
-        pre = tl.where(moved, pre + 1, pre)
-        bump = anc | moved
-        ins = tl.where(bump, ins + 1, ins)
-        key = tl.where(bump, key - 65536, key)
-        # p's frontier entry moves to its next child rank (p is its own ancestor: its interval now ends at insp + 1)
-        is_p = n == p
-        key_p = _entry_key(nsp + nlpp, insp + 1, dp, p, rp + 1 < K)
-        key = tl.where(is_p, key_p, key)
+        anc = alive & (pre < insp) & (insp <= pre + size) & (depth <= dp)
+        size = size + anc.to(tl.int32)
+        pre = tl.where(alive & (pre >= insp), pre + 1, pre)
+        # p's frontier entry moves to its next child rank
+        cscore = tl.where(is_p, nscore + nlp, cscore)
+        cvalid = tl.where(is_p, rp + 1 < K, cvalid)
         crank = tl.where(is_p, crank + 1, crank)
         pend_p = p
         pend_nlp = tl.load(lpb + dp * K + rp + 2, mask=rp + 2 < K, other=float("-inf"))
         # the new node i
         newn = n == i
-        key = tl.where(newn, _entry_key(score_new + c0p, insp + 1, d_new, i, d_new < L), key)
         pre = tl.where(newn, insp, pre)
-        ins = tl.where(newn, insp + 1, ins)
+        size = tl.where(newn, 1, size)
         depth = tl.where(newn, d_new, depth)
         parent = tl.where(newn, p, parent)
         flat = tl.where(newn, dp * K + rp, flat)
         nscore = tl.where(newn, score_new, nscore)
+        crank = tl.where(newn, 0, crank)
+        cscore = tl.where(newn, score_new + c0p, cscore)
         nlp = tl.where(newn, c1p, nlp)
+        cvalid = tl.where(newn, d_new < L, cvalid)
         pend_c = i
         pend_c0 = tl.load(lpb + (d_new + 1) * K, mask=d_new + 1 < L, other=float("-inf"))
         pend_c1 = tl.load(lpb + (d_new + 1) * K + 1, mask=(d_new + 1 < L) & (K > 1), other=float("-inf"))
@@ -320,7 +308,7 @@ def _build_kernel(
     tl.store(SCORE_OUT + req * B + n - 1, nscore, mask=node)
     tl.store(PAR_OUT + req * (B + 1) + n, parent, mask=n <= B)
     tl.store(PRE_OUT + req * (B + 1) + n, pre, mask=n <= B)
-    tl.store(SIZE_OUT + req * (B + 1) + n, ins - pre, mask=n <= B)
+    tl.store(SIZE_OUT + req * (B + 1) + n, size, mask=n <= B)
 
 
 @triton.jit(do_not_specialize=["B", "W"])
