@@ -554,6 +554,7 @@ class RemoteLock:
                     if msg.get("locked"):
                         self.chan = chan
                         self.conn.lock_token = self.token  # type: ignore[attr-defined]
+                        self.conn._deploy_lock = self  # type: ignore[attr-defined]
                         return self
                     if msg.get("waiting"):
                         if self.on_wait:
@@ -576,6 +577,19 @@ class RemoteLock:
             chan.close()
             raise
 
+    @property
+    def alive(self) -> bool:
+        return self.chan is not None and not self.chan.closed and self.conn.alive
+
+    def reacquire(self) -> "RemoteLock":
+        """After the connection dropped (which released the lock on the host), take it again — unless another
+        deploy took it meanwhile (LockHeld)."""
+        self.chan = None
+        self.token = uuid.uuid4().hex
+        self.acquire()
+        self.conn.log("deploy lock re-taken after the reconnect")
+        return self
+
     def release(self) -> None:
         if self.chan is not None:
             try:
@@ -594,8 +608,19 @@ class RemoteLock:
 
 
 def _locked_agent(conn: Connection, op: str, params: dict | None = None, **kw) -> Any:
-    token = getattr(conn, "lock_token", None)
-    return conn.agent(op, dict(params or {}, lock_token=token), **kw)
+    """A lock-holding agent operation. These operations are idempotent (stop, install, start of the same release,
+    status, gc, materialize), so after a dropped connection they are re-run once: reconnect, re-take the lock."""
+    for attempt in (0, 1):
+        lock = getattr(conn, "_deploy_lock", None)
+        if attempt and lock is not None and not lock.alive:
+            lock.reacquire()
+        try:
+            return conn.agent(op, dict(params or {}, lock_token=getattr(conn, "lock_token", None)), retry=True, **kw)
+        except RemoteError as err:
+            lost = isinstance(err, ConnectionLost) or "lock is not held" in err.message
+            if attempt or not lost or lock is None:
+                raise
+    raise AssertionError("unreachable")
 
 
 # ----------------------------------------------------------------------------------------------- health
@@ -816,7 +841,8 @@ def _parallel(fn: Callable, items: list) -> list:
 
 
 def connect(host: Host, *, trust_new_host: bool = False, emit: _Events | None = None) -> Connection:
-    conn = Connection(host, trust_new_host=trust_new_host).open()
+    log = (lambda msg: emit("ssh", msg, host.name, "warn")) if emit else None
+    conn = Connection(host, trust_new_host=trust_new_host, log=log).open()
     if conn.trusted_key and emit:
         emit("facts", f"trusted new host key {conn.trusted_key} (saved to {host.known_hosts})", host.name, "warn")
     return conn

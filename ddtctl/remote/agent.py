@@ -484,6 +484,8 @@ def op_start(params: dict):
     rel = _release(params["id"])
     cur = _server_info()
     if cur and cur.get("running"):
+        if cur.get("release") == rel["id"]:  # a repeated start (the caller's connection dropped): already done
+            return dict(cur, already=True, log_offset=cur.get("log_offset", 0))
         raise AgentError("a server (pid %s, release %s) is already running; stop it first"
                          % (cur["pid"], cur.get("release")))
     argv = list(rel["launch_argv"])

@@ -325,3 +325,24 @@ def test_served_args_must_match_what_was_resolved(lab):
     assert r.status == "failed"
     assert "served args differ" in r.error and "speculative_algorithm: served 'DFLASH', expected 'DDTREE'" in r.error
     assert not (host_status(lab.host()).server or {}).get("running")
+
+
+def test_connection_dropped_after_launch_is_resumed_under_a_retaken_lock(lab):
+    import os
+    import signal
+
+    killed = []
+
+    def on_event(ev):
+        if ev.stage == "launch" and ev.message.startswith("started") and not killed:
+            for pid in lab.sshd.session_pids():
+                os.kill(pid, signal.SIGKILL)  # drops our connection (and with it the host's deploy lock)
+            killed.append(ev)
+
+    r = _deploy(lab, lab.profile(), on_event=on_event)
+    assert killed and r.status == "deployed", r.error
+    said = [e.message for e in r.events if e.stage == "ssh"]
+    assert any("reconnecting once" in m for m in said) and any("lock re-taken" in m for m in said)
+    st = host_status(lab.host())
+    assert st.current == r.release["lo"] and st.health == 200
+    assert [x["status"] for x in st.releases] == ["ok"]
