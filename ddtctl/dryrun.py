@@ -9,12 +9,12 @@ Library API (the CLI only parses and prints):
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.paths import model_config_cache_dir, model_configs_root
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -83,24 +83,6 @@ def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
 
 
 # -- model configs --------------------------------------------------------------------------------------------------
-def model_configs_root() -> Path:
-    from ddtctl.envs import cache_root
-
-    return cache_root() / "model-configs"
-
-
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip().strip("/").replace("/", "__"))
-    slug = slug.strip("._") or "_"
-    return slug[:200]
-
-
-def model_config_cache_dir(host: str | None, path: str) -> Path:
-    """Where a copy of a remote model's config.json lives: <cache>/ddtctl/model-configs/<host>/<path-slug>/.
-    `deploy`/`facts` fill it; dry-run reads it. host None means a model on this machine / the hub ("local")."""
-    return model_configs_root() / _slug(host or "local") / _slug(path)
-
-
 def locate_model_config(path: str, host: str | None) -> Path | None:
     """A local directory holding `path`'s config.json: the path itself, or the cached copy for `host`."""
     p = Path(os.path.expanduser(path))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.paths import cache_root
 
 DEFAULT_SGLANG = "0.5.23"
 STAMP_NAME = ".ddtctl-env.json"
@@ -42,11 +43,6 @@ _RECIPES: dict[str, dict] = {
 }
 
 ProgressFn = Callable[[int, int, str], None]
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ddtctl"
 
 
 def supported_versions() -> list[str]:

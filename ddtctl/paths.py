@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -15,17 +14,23 @@ def cache_root() -> Path:
     return Path(base) / "ddtctl"
 
 
-def path_slug(path: str) -> str:
-    """A readable, collision-free directory name for a remote path."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", path.strip("/"))[-80:] or "root"
-    return f"{readable}-{hashlib.sha256(path.encode()).hexdigest()[:10]}"
+def path_slug(text: str) -> str:
+    """A readable directory name for a host or a remote path ("/root/models/Qwen" -> "root__models__Qwen")."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip().strip("/").replace("/", "__"))
+    slug = slug.strip("._") or "_"
+    return slug[:200]
 
 
-def model_config_cache_dir(host: str, remote_path: str) -> Path:
-    """Where `config.json` of a model on `host` is cached for validation and dry-run."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", host):
-        raise UsageError(f"invalid host name {host!r}")
-    return cache_root() / "model-configs" / host / path_slug(remote_path)
+def model_configs_root() -> Path:
+    return cache_root() / "model-configs"
+
+
+def model_config_cache_dir(host: str | None, remote_path: str) -> Path:
+    """Where a copy of a remote model's config.json lives: <cache>/ddtctl/model-configs/<host>/<path-slug>/.
+
+    `deploy`/`facts` fill it; validate and dry-run read it. host None means this machine / the hub ("local").
+    """
+    return model_configs_root() / path_slug(host or "local") / path_slug(remote_path)
 
 
 def safe_join(root: Path, relative: str) -> Path:
