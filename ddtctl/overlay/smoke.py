@@ -218,7 +218,22 @@ def check_rules(ctx) -> str:
 
 
 def check_launch_refused(ctx) -> str:
-    """Engine._launch_subprocesses (every server start goes through it) must refuse DDTREE before spawning."""
+    """With the worker switched off (DDTREE_WORKER=0), Engine._launch_subprocesses (every server start goes through
+    it) must refuse DDTREE before spawning: the off switch never downgrades to another algorithm."""
+    import os
+
+    saved = os.environ.get("DDTREE_WORKER")
+    os.environ["DDTREE_WORKER"] = "0"
+    try:
+        return _launch_refused_when_off(ctx)
+    finally:
+        if saved is None:
+            os.environ.pop("DDTREE_WORKER", None)
+        else:
+            os.environ["DDTREE_WORKER"] = saved
+
+
+def _launch_refused_when_off(ctx) -> str:
     model, draft = ctx["models"]
     from sglang.srt.server_args import prepare_server_args
 

@@ -7,15 +7,14 @@ from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 from ddtree_sglang import ALGORITHM, PAYLOAD_NAME
 
 LAUNCH_REFUSAL = (
-    f"--speculative-algorithm {ALGORITHM}: this {PAYLOAD_NAME} payload teaches SGLang the DDTREE name, flags and "
-    "rules (validation and dry-run work), but it does not contain the DDTREE decoding worker yet, so the server "
-    "refuses to start rather than silently run another algorithm. Serve with --speculative-algorithm DFLASH (same "
-    "drafter) until a payload with the DDTREE worker is installed."
+    f"--speculative-algorithm {ALGORITHM}: the DDTREE worker of this {PAYLOAD_NAME} payload is switched off on this "
+    "host (DDTREE_WORKER=0), so the server refuses to start rather than silently run another algorithm. Unset "
+    "DDTREE_WORKER to serve DDTREE, or serve with --speculative-algorithm DFLASH (same drafter)."
 )
 
 
 class DdtreeLaunchRefused(RuntimeError):
-    """Raised at server start while the payload has no DDTREE worker."""
+    """Raised at server start when the DDTREE worker is switched off (DDTREE_WORKER=0)."""
 
 
 class DdtreeSpecAlgo(CustomSpecAlgo):
@@ -81,10 +80,12 @@ class DdtreeSpecAlgo(CustomSpecAlgo):
 
 
 def worker_enabled() -> bool:
-    """Whether this payload's DDTREE worker (worker.py) may serve: set DDTREE_WORKER=1 while it is being proven."""
+    """Whether this payload's DDTREE worker (worker.py) serves. On by default since it decoded losslessly in a real
+    SGLang 0.5.23 server on an H200 (notes/sglang-e2e-h200.md, run 4); DDTREE_WORKER=0 is the operator's off switch
+    (launch is then refused, never downgraded)."""
     import os
 
-    return os.environ.get("DDTREE_WORKER", "0") == "1"
+    return os.environ.get("DDTREE_WORKER", "1") != "0"
 
 
 def worker_factory(server_args):

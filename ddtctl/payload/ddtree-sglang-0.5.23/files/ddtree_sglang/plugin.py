@@ -12,7 +12,7 @@ _launch_gate_registered = False
 
 
 def _launch_gate(*args, **kwargs):
-    """BEFORE hook on Engine._launch_subprocesses: refuse to start a DDTREE server while there is no worker."""
+    """BEFORE hook on Engine._launch_subprocesses: refuse to start a DDTREE server when the worker is switched off."""
     from ddtree_sglang.algo import LAUNCH_REFUSAL, DdtreeLaunchRefused, worker_enabled
 
     if worker_enabled():
