@@ -33,10 +33,12 @@ _DOCS = {
     "DDT112": ("DDTREE on a hybrid model needs shadow-linear or an explicit acknowledgement",
                "An attention mask cannot isolate sibling branches inside recurrent layers, so verifying a tree "
                "through them is not state-exact.\n\n"
-               "`--speculative-ddtree-shadow-linear`: the tree is verified through the attention layers with the "
-               "ancestor-only mask, while the recurrent (linear-attention) layers are advanced only along the "
-               "accepted path in a shadow chain pass after acceptance; their state is never committed from a "
-               "rejected branch. Output is then identical to chain speculative decoding (state-exact).\n\n"
+               "`--speculative-ddtree-shadow-linear`: the recurrent layers must only ever see the path that is "
+               "committed. The DDTREE worker therefore verifies only the tree's top-1 chain on a hybrid target "
+               "(budget = block size - 1, top-K 1) and commits recurrent state with DFLASH's per-step commit: "
+               "state-exact, output identical to chain speculative decoding, no tree benefit. (A full tree through "
+               "the attention layers with a separate recurrent shadow pass needs parent-indexed conv/SSM state; "
+               "not implemented.)\n\n"
                "`--speculative-ddtree-allow-hybrid-unsafe`: run the tree through the recurrent layers anyway, "
                "accepting that sibling branches contaminate the recurrent state (outputs can differ from the "
                "target's greedy output)."),

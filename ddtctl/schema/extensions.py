@@ -20,8 +20,8 @@ DDTREE_FLAG_SPECS: tuple[FlagSpec, ...] = (
     _flag("speculative-ddtree-topk-cap", "int", "store", None,
           "Cap on candidates per tree depth (K = min(cap, budget, vocab)). Default: the budget."),
     _flag("speculative-ddtree-shadow-linear", None, "store_true", False,
-          "On hybrid (Mamba/GDN) targets, advance recurrent layers along the accepted path only (a shadow chain "
-          "pass), so the tree is state-exact."),
+          "On hybrid (Mamba/GDN) targets, verify only the tree's top-1 chain so recurrent layers never see a "
+          "rejected branch: state-exact, identical to chain speculative decoding."),
     _flag("speculative-ddtree-allow-hybrid-unsafe", None, "store_true", False,
           "Acknowledge that tree verification on recurrent layers is not state-exact and run DDTREE on a hybrid "
           "target anyway."),
