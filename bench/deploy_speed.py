@@ -132,7 +132,7 @@ def main() -> int:
 
 
 def whole_deploy_no_change(tmp: Path, sshd, known: Path, repeat: int) -> list[float]:
-    import conftest as lab  # the test fixtures' builders (stand-in server, tiny models, SGLang root, payload)
+    import labkit as lab  # the SSH suite's builders (stand-in server, tiny models, SGLang root, payload)
 
     from ddtctl.deploy import DeployOptions, deploy, spec_from_profile
     from ddtctl.remote.inventory import load_inventory

@@ -60,7 +60,7 @@ def test_restart_flag_restarts_an_unchanged_release(lab):
 
 
 def test_failed_health_rolls_back_to_previous_release(lab, tmp_path):
-    from conftest import build_lab_payload
+    from labkit import build_lab_payload
 
     r1 = _deploy(lab, lab.profile())
     assert r1.status == "deployed"
@@ -86,7 +86,7 @@ def test_failed_health_rolls_back_to_previous_release(lab, tmp_path):
 
 
 def test_failed_first_deploy_leaves_host_as_it_was(lab):
-    from conftest import SPEC_INFO
+    from labkit import SPEC_INFO
 
     prof = lab.profile(env={"STANDIN_EXIT": "3"})  # the server crashes at start
     r = _deploy(lab, prof)
@@ -100,7 +100,7 @@ def test_failed_first_deploy_leaves_host_as_it_was(lab):
 
 
 def test_connection_killed_mid_ship_keeps_the_old_release(lab):
-    from conftest import build_lab_payload
+    from labkit import build_lab_payload
     from ddtctl.remote.transport import ConnectionLost
 
     r1 = _deploy(lab, lab.profile())
@@ -228,7 +228,7 @@ def _with_warmup(lab):
 
     import yaml
 
-    from conftest import STANDINS
+    from labkit import STANDINS
 
     doc = yaml.safe_load(lab.inventory.read_text())
     doc["hosts"]["lo"]["warmup"] = [sys.executable, str(STANDINS / "standin_kernel_selftest.py")]
@@ -287,7 +287,7 @@ def test_facts_cache_model_configs_for_validation(lab):
 
 
 def test_a_local_file_changing_mid_ship_is_caught(lab):
-    from conftest import build_lab_payload
+    from labkit import build_lab_payload
     from ddtctl.errors import OverlayError
 
     build_lab_payload(lab.payload, version="1", extra_files=10)
