@@ -197,14 +197,22 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
     argv_params = {"then": list(then), "lock_token": getattr(conn, "lock_token", None)}
     chan, handshake = conn.open_agent_stream("commit_stream", argv_params)
     chan.settimeout(conn.host.command_timeout_s)
+    hs_pool = ThreadPoolExecutor(1)
+    hs = hs_pool.submit(handshake)  # uploads start without waiting for the verifier to be up
+    hs_pool.shutdown(wait=False)
+    pending: list[bytes] = []
+
+    def tell(line: str, *, wait: bool = False) -> None:
+        """Queue a line for the verifier; send what is queued once it is up (or wait for it)."""
+        pending.append(line.encode())
+        if wait or hs.done():
+            hs.result()
+            chan.sendall(b"".join(pending))
+            pending.clear()
+
     try:
         if listing is None:
-            with ThreadPoolExecutor(1) as pool:
-                hs = pool.submit(handshake)
-                listing = list_store(conn)
-                hs.result()
-        else:
-            handshake()
+            listing = list_store(conn)
     except BaseException:
         chan.close()
         raise
@@ -232,10 +240,14 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
     sent_bytes = 0
     done = 0
     argv = ["commit_stream"]
+    if not uploads and not then:  # nothing to send or activate: the verifier stops at EOF without END
+        chan.close()
+        return ShipResult(files_total=total_files, files_sent=0, bytes_sent=0, objects_missing=0, verified=0,
+                          skipped=total_files)
     try:
         for name, sha in uploads.items():
             if not name.endswith(f".{nonce}"):
-                chan.sendall(f"{name} {sha}\n".encode())  # reused leftovers: verify right away
+                tell(f"{name} {sha}\n")  # reused leftovers: verified like fresh uploads
         if todo:
             n = max(1, min(workers, len(todo)))
             if sum(size for _, (_, size) in todo) < PARALLEL_MIN_BYTES or len(todo) < PARALLEL_MIN_FILES:
@@ -259,14 +271,14 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
             try:
                 with ThreadPoolExecutor(n) as pool:
                     for sha, size in pool.map(_put, todo):
-                        chan.sendall(f"{sha}.{nonce} {sha}\n".encode())
+                        tell(f"{sha}.{nonce} {sha}\n")
                         sent_bytes += size
                         done += 1
                         if on_progress:
                             on_progress("upload", done, len(todo))
             finally:
                 _close_thread_sftps(conn)
-        chan.sendall(b"END\n")
+        tell("END\n", wait=True)
         chan.shutdown_write()
         out = bytearray()
         while True:
