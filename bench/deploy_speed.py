@@ -114,8 +114,8 @@ def main() -> int:
         redeploy = whole_deploy_no_change(tmp, sshd, known, args.repeat)
 
         print(f"\nddtctl ship vs scp -r over a loopback OpenSSH sshd ({os.cpu_count()} cores), median of {args.repeat}")
-        print(f"| payload | files | MiB | ddtctl first ship (s) | scp -r (s) | first/scp | "
-              f"no-change reship (s) | files/bytes sent on no-change |")
+        print("| payload | files | MiB | ddtctl first ship (s) | scp -r (s) | first/scp | "
+              "no-change reship (s) | files/bytes sent on no-change |")
         print("|---|---|---|---|---|---|---|---|")
         for label, nf, nb, f, sf, a, sa, s in rows:
             print(f"| {label} | {nf} | {nb / 2**20:.2f} | {f:.3f} | {s:.3f} | {f / s:.2f}x | {a:.3f} | "

@@ -1128,7 +1128,7 @@ def _rollback_after_failure(spec, targets, plan, conns, states, result, opts, em
         prev = result.rolled_back_to.get(t.name)
         if prev:
             offsets[t.name] = _locked_agent(conns[t.name], "start", {"id": prev}).get("log_offset", 0)
-    rank0, hp0 = targets[0], plan.hosts[0]
+    rank0 = targets[0]
     prev0 = result.rolled_back_to.get(rank0.name)
     if prev0:
         rel = next((r for r in states[rank0.name]["releases"] if r["id"] == prev0), {})

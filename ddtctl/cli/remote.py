@@ -112,8 +112,6 @@ def deploy(
                              fix="pass --profile or set `profile:` for the host")
         profile = h.profile
         if inv.path and not profile.startswith("/"):
-            from pathlib import Path
-
             cand = inv.path.parent / profile
             profile = str(cand) if cand.exists() else profile
     spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)

@@ -7,7 +7,6 @@ each one's sha256 on the host, and materializing the release tree from the store
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import uuid
@@ -160,23 +159,13 @@ def list_store(conn: Connection, work_dir: str | None = None) -> StoreListing:
         except FileNotFoundError:
             from ddtctl.remote.transport import _sftp_makedirs
 
-            _sftp_makedirs(sftp, f"{wd}/incoming") if wd.startswith("/") else _mkdirs_rel(sftp, f"{wd}/incoming")
+            _sftp_makedirs(sftp, f"{wd}/incoming")
     except (OSError, EOFError, paramiko.SSHException) as err:
         if isinstance(err, PermissionError):
             raise RemoteError(f"cannot use the work dir {wd}: {err}", where=conn.host.name,
                               fix="set work_dir to a writable directory in the inventory") from None
         raise ConnectionLost(f"connection lost while listing the store: {err}", where=conn.host.name) from None
     return StoreListing(wd, stored, leftovers)
-
-
-def _mkdirs_rel(sftp, path: str) -> None:
-    cur = ""
-    for part in path.split("/"):
-        cur = f"{cur}/{part}" if cur else part
-        try:
-            sftp.stat(cur)
-        except FileNotFoundError:
-            sftp.mkdir(cur)
 
 
 def missing_objects(listing: StoreListing, manifests: list[Manifest]) -> set[str]:
@@ -331,7 +320,3 @@ def _close_thread_sftps(conn: Connection) -> None:
             sftp.close()
         except Exception:
             pass
-
-
-def manifest_json(m: Manifest) -> str:
-    return json.dumps(m.to_json(), sort_keys=True)

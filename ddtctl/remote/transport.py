@@ -13,7 +13,6 @@ import os
 import shlex
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -129,7 +128,7 @@ class Connection:
             keys = ", ".join(h.key_files) or "ssh-agent / default keys"
             raise RemoteError(f"authentication failed for {h.user}@{h.address}:{h.port} ({err})", where=h.name,
                               fix=f"check the key ({keys}) is in the host's authorized_keys") from None
-        except (socket.timeout, TimeoutError) as err:
+        except (socket.timeout, TimeoutError):
             client.close()
             raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
                               where=h.name, fix="check the address/port and that sshd is reachable") from None
@@ -255,24 +254,7 @@ class Connection:
             raise ConnectionLost(f"connection lost: {e}", where=self.host.name) from None
 
     # -------------------------------------------------------------------------------------------- sftp / agent
-    def prefetch_sftp(self) -> None:
-        """Open the SFTP channel in the background (it costs a round trip; overlap it with an agent command)."""
-        import threading
-
-        if self._sftp is None and getattr(self, "_sftp_thread", None) is None:
-            def _open() -> None:
-                try:
-                    self.sftp()
-                except RemoteError:
-                    pass  # sftp() in the caller raises it again
-
-            self._sftp_thread = threading.Thread(target=_open, daemon=True)
-            self._sftp_thread.start()
-
     def sftp(self) -> paramiko.SFTPClient:
-        th = getattr(self, "_sftp_thread", None)
-        if th is not None and th.is_alive() and th is not __import__("threading").current_thread():
-            th.join(self.host.command_timeout_s)
         if self._sftp is None:
             try:
                 self._sftp = self.client.open_sftp()  # type: ignore[union-attr]
@@ -296,35 +278,6 @@ class Connection:
         if not self.agent_path:
             self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
         return self.agent_path
-
-    def ensure_agent_sftp(self) -> str:
-        """Install the agent through SFTP if it is absent (no remote process; used before streaming commands whose
-        stdin is taken)."""
-        path = self.ensure_agent()
-        if self._agent_seen:
-            return path
-        sftp = self.sftp()
-        try:
-            try:
-                sftp.stat(path)
-            except FileNotFoundError:
-                d = path.rsplit("/", 1)[0]
-                parts = d.split("/")
-                cur = "/" if d.startswith("/") else ""
-                for part in [p for p in parts if p]:
-                    cur = f"{cur}{part}" if cur in ("", "/") else f"{cur}/{part}"
-                    try:
-                        sftp.stat(cur)
-                    except FileNotFoundError:
-                        sftp.mkdir(cur)
-                tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-                with sftp.open(tmp, "wb") as f:
-                    f.write(AGENT_SOURCE)
-                sftp.posix_rename(tmp, path)
-        except (OSError, EOFError, paramiko.SSHException) as e:
-            raise ConnectionLost(f"cannot install the agent over SFTP: {e}", where=self.host.name) from None
-        self._agent_seen = True
-        return path
 
     def install_agent(self) -> None:
         path = self.ensure_agent()
@@ -425,10 +378,10 @@ def reply_work_dir(res: CommandResult) -> str | None:
 
 
 def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    parts = path.strip("/").split("/")
+    """mkdir -p over SFTP; relative paths are relative to the login dir."""
     cur = ""
-    for part in parts:
-        cur += "/" + part
+    for part in [p for p in path.split("/") if p]:
+        cur = f"{cur}/{part}" if (cur or path.startswith("/")) else part
         try:
             sftp.stat(cur)
         except FileNotFoundError:

@@ -19,7 +19,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sshd import Sshd, find_sshd, start_sshd  # noqa: E402,F401
+from sshd import Sshd, find_sshd, start_sshd  # noqa: E402  (re-exported for conftest and bench)
+
+__all__ = ["Lab", "Sshd", "find_sshd", "start_sshd", "build_lab_payload", "write_inventory", "free_port"]
 
 STANDINS = HERE / "standins"
 STANDIN_SERVER = STANDINS / "standin_sglang_server.py"
