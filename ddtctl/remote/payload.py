@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import stat
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -173,7 +175,28 @@ def missing_objects(listing: StoreListing, manifests: list[Manifest]) -> set[str
 
 
 PARALLEL_MIN_BYTES = 8 << 20  # below this, one SFTP channel is faster than opening more
-PARALLEL_MIN_FILES = 64
+PARALLEL_MIN_FILES = 64  # ... unless there are this many files' worth of round trips to overlap
+RANGE_MIN_BYTES = 16 << 20  # files this big go up as ranges over several channels (paramiko is per-channel bound)
+RANGE_BYTES = 8 << 20
+
+
+def _plan_uploads(todo: list[tuple[str, tuple[Path, int]]], workers: int) -> tuple[list, int]:
+    """Upload jobs (sha, path, size, offset, length), biggest first, and how many SFTP channels to use."""
+    total = sum(size for _, (_, size) in todo)
+    largest = max(size for _, (_, size) in todo)
+    parallel = total >= PARALLEL_MIN_BYTES and (len(todo) >= PARALLEL_MIN_FILES or largest >= RANGE_MIN_BYTES)
+    n = max(1, min(workers, os.cpu_count() or 1)) if parallel else 1
+    jobs = []
+    for sha, (path, size) in todo:
+        k = min(n, size // RANGE_BYTES) if (parallel and size >= RANGE_MIN_BYTES) else 1
+        if k <= 1:
+            jobs.append((sha, path, size, 0, size))
+            continue
+        step = -(-size // k)
+        for i in range(k):
+            jobs.append((sha, path, size, i * step, min(step, size - i * step)))
+    jobs.sort(key=lambda j: (j[4] != j[2], j[4]), reverse=True)  # ranges of big files first, then by size
+    return jobs, n
 
 
 def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing | None = None,
@@ -238,35 +261,71 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
             if not name.endswith(f".{nonce}"):
                 tell(f"{name} {sha}\n")  # reused leftovers: verified like fresh uploads
         if todo:
-            n = max(1, min(workers, len(todo)))
-            if sum(size for _, (_, size) in todo) < PARALLEL_MIN_BYTES or len(todo) < PARALLEL_MIN_FILES:
-                n = 1  # one SFTP channel is faster unless there are many files worth of latency to hide
+            jobs, n = _plan_uploads(todo, workers)
+            remaining = {sha: sum(1 for j in jobs if j[0] == sha) for sha, _ in todo}
+            count_lock = threading.Lock()
+            for sha, path, size, offset, length in jobs:
+                if length != size and offset == 0:  # ranged upload: create the full-size file once, up front
+                    with conn.sftp().open(f"{incoming}/{sha}.{nonce}", "wb") as f:
+                        f.truncate(size)
 
-            def _put(item: tuple[str, tuple[Path, int]]) -> tuple[str, int]:
-                sha, (path, size) = item
-                sftp = conn.sftp() if n == 1 else _thread_sftp(conn)
+            clients: queue.SimpleQueue = queue.SimpleQueue()
+            clients.put(conn.sftp())  # the open channel serves too; more are opened only when all are busy
+            opened: list = []
+
+            def _put(job: tuple[str, Path, int, int, int]) -> tuple[str, int, int, bool]:
+                try:
+                    sftp = clients.get_nowait()
+                except queue.Empty:
+                    sftp = conn.client.open_sftp()  # type: ignore[union-attr]
+                    sftp.get_channel().settimeout(conn.host.command_timeout_s)
+                    opened.append(sftp)
+                try:
+                    return _put_with(sftp, job)
+                finally:
+                    clients.put(sftp)
+
+            def _put_with(sftp, job: tuple[str, Path, int, int, int]) -> tuple[str, int, int, bool]:
+                sha, path, size, offset, length = job
                 remote = f"{incoming}/{sha}.{nonce}"
-                h = hashlib.sha256()
-                with open(path, "rb") as src, sftp.open(remote, "wb") as dst:
+                before = os.stat(path)
+                h = hashlib.sha256() if length == size else None
+                with open(path, "rb") as src, sftp.open(remote, "wb" if h else "r+b") as dst:
                     dst.set_pipelined(True)
-                    while chunk := src.read(1 << 18):
-                        h.update(chunk)
+                    src.seek(offset)
+                    dst.seek(offset)
+                    left = length
+                    while left and (chunk := src.read(min(1 << 18, left))):
+                        if h:
+                            h.update(chunk)
                         dst.write(chunk)
-                if h.hexdigest() != sha:  # what was hashed is not what was sent: the local file changed meanwhile
-                    raise OverlayError(f"{path} changed while it was being deployed (sha256 {h.hexdigest()[:12]}, "
-                                       f"planned {sha[:12]})", fix="re-run the deploy once the file is stable")
-                return sha, size
+                        left -= len(chunk)
+                after = os.stat(path)
+                changed = (h.hexdigest() != sha) if h else \
+                    (before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size) or after.st_size != size
+                if changed:  # what was planned is not what was sent: the local file changed meanwhile
+                    raise OverlayError(f"{path} changed while it was being deployed (planned sha256 {sha[:12]})",
+                                       fix="re-run the deploy once the file is stable")
+                with count_lock:
+                    remaining[sha] -= 1
+                    last = remaining[sha] == 0
+                return sha, size, length, last
 
             try:
                 with ThreadPoolExecutor(n) as pool:
-                    for sha, size in pool.map(_put, todo):
-                        tell(f"{sha}.{nonce} {sha}\n")
-                        sent_bytes += size
-                        done += 1
-                        if on_progress:
-                            on_progress("upload", done, len(todo))
+                    for sha, size, length, last in pool.map(_put, jobs):
+                        sent_bytes += length
+                        if last:
+                            tell(f"{sha}.{nonce} {sha}\n")
+                            done += 1
+                            if on_progress:
+                                on_progress("upload", done, len(todo))
             finally:
-                _close_thread_sftps(conn)
+                for extra in opened:
+                    try:
+                        extra.close()
+                    except Exception:
+                        pass
         tell("END\n", wait=True)
         chan.shutdown_write()
         out = bytearray()
@@ -300,23 +359,3 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
     return ShipResult(files_total=total_files, files_sent=len(todo), bytes_sent=sent_bytes,
                       objects_missing=len(missing), verified=verified, skipped=total_files - len(todo),
                       reused=reused)
-
-
-def _thread_sftp(conn: Connection):
-    import threading
-
-    pool = conn.__dict__.setdefault("_ship_sftps", {})
-    key = threading.get_ident()
-    if key not in pool:
-        sftp = conn.client.open_sftp()  # type: ignore[union-attr]
-        sftp.get_channel().settimeout(conn.host.command_timeout_s)
-        pool[key] = sftp
-    return pool[key]
-
-
-def _close_thread_sftps(conn: Connection) -> None:
-    for sftp in conn.__dict__.pop("_ship_sftps", {}).values():
-        try:
-            sftp.close()
-        except Exception:
-            pass
