@@ -103,3 +103,26 @@ def test_dropped_connection_is_retried_only_where_safe(lab):
         with pytest.raises(ConnectionLost):
             conn.run(["true"])  # not marked safe: a clear error, no silent re-run
         assert conn.agent("state", retry=True)["state"]["current"] is None  # read-only: reconnected once
+
+
+def test_big_file_ships_as_ranges_and_is_verified_on_the_host(lab, tmp_path):
+    import hashlib
+    import os
+
+    from ddtctl.remote.payload import RANGE_MIN_BYTES, _plan_uploads, build_manifest, ship
+
+    src = tmp_path / "big"
+    src.mkdir()
+    data = os.urandom(RANGE_MIN_BYTES + 12345)
+    (src / "weights.bin").write_bytes(data)
+    (src / "small.txt").write_text("x")
+    m = build_manifest(src)
+    todo = [(e.sha256, (src / rel, e.size)) for rel, e in m.files.items()]
+    jobs, n = _plan_uploads(todo, workers=4)
+    if (os.cpu_count() or 1) > 1:
+        assert n >= 2 and sum(1 for j in jobs if j[4] != j[2]) >= 2  # the big file is split into ranges
+    with Connection(lab.host()) as conn:
+        res = ship(conn, [m])
+    assert (res.files_sent, res.verified, res.bytes_sent) == (2, 2, len(data) + 1)
+    sha = hashlib.sha256(data).hexdigest()
+    assert hashlib.sha256((lab.work() / "store" / sha).read_bytes()).hexdigest() == sha
