@@ -87,7 +87,7 @@ def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool =
 
 def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
     """Write each remote config.json where validation and dry-run look for it (dryrun.model_config_cache_dir)."""
-    from ddtctl.dryrun import model_config_cache_dir
+    from ddtctl.paths import model_config_cache_dir
 
     out = {}
     for path, info in models.items():

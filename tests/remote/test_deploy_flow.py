@@ -277,7 +277,7 @@ def test_logs_follow_streams_new_lines(lab):
 
 def test_facts_cache_model_configs_for_validation(lab):
     from ddtctl.deploy import host_facts
-    from ddtctl.dryrun import model_config_cache_dir
+    from ddtctl.paths import model_config_cache_dir
 
     f = host_facts(lab.host(), model_paths=[str(lab.models / "target"), "/no/such/model"])
     assert [g.name for g in f.gpus] == ["NVIDIA H200"] and f.gpus[0].sm == 90 and f.cuda == "13.0"
