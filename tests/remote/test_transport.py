@@ -126,3 +126,23 @@ def test_big_file_ships_as_ranges_and_is_verified_on_the_host(lab, tmp_path):
     assert (res.files_sent, res.verified, res.bytes_sent) == (2, 2, len(data) + 1)
     sha = hashlib.sha256(data).hexdigest()
     assert hashlib.sha256((lab.work() / "store" / sha).read_bytes()).hexdigest() == sha
+
+
+def test_home_relative_work_dir(lab):
+    """work_dir: ~/... resolves on the host (sshd starts commands and SFTP in the login dir)."""
+    import shutil
+    import uuid
+    from dataclasses import replace
+    from pathlib import Path
+
+    from ddtctl.remote.payload import list_store
+
+    name = f".ddtctl-test-{uuid.uuid4().hex[:8]}"
+    host = replace(lab.host(), work_dir=f"~/{name}")
+    try:
+        with Connection(host) as conn:
+            assert conn.agent("hello")["work_dir"] == str(Path.home() / name)
+            listing = list_store(conn)
+            assert listing.stored == set() and (Path.home() / name / "incoming").is_dir()
+    finally:
+        shutil.rmtree(Path.home() / name, ignore_errors=True)
