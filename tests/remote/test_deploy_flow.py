@@ -262,17 +262,18 @@ def test_logs_follow_streams_new_lines(lab):
     got = []
 
     def poke():
-        import time
-
-        time.sleep(0.7)
         try:  # any request shows up in the stand-in's log; this path answers 404
             urllib.request.urlopen(f"http://127.0.0.1:{lab.port}/poke", timeout=5).read()
         except urllib.error.HTTPError:
             pass
 
-    threading.Thread(target=poke).start()
-    host_logs(lab.host(), lines=1, follow=True, on_text=got.append, follow_for_s=2.5)
-    assert len(got) >= 2 and "poke" in "".join(got[1:])
+    def on_text(text):
+        got.append(text)
+        if len(got) == 1:  # the initial tail is out: make a new line appear while following
+            threading.Thread(target=poke).start()
+
+    host_logs(lab.host(), lines=1, follow=True, on_text=on_text, follow_for_s=3)
+    assert "poke" not in got[0] and "poke" in "".join(got[1:])
 
 
 def test_facts_cache_model_configs_for_validation(lab):
