@@ -136,31 +136,37 @@ def test_concurrent_deploys_one_refuses_one_waits(lab):
 
     from ddtctl.remote.transport import LockHeld
 
-    prof_slow = lab.profile("slow", env={"STANDIN_READY_AFTER_S": "2"})
-    locked = threading.Event()
+    a_launched, a_may_go, c_waiting = threading.Event(), threading.Event(), threading.Event()
     out = {}
 
-    def on_event(ev):
-        if ev.stage == "lock" and "taken" in ev.message:
-            locked.set()
+    def a_events(ev):  # deploy A pauses right after launching, holding the host's lock
+        if ev.stage == "launch" and ev.message.startswith("started"):
+            a_launched.set()
+            a_may_go.wait(60)
 
-    def first():
-        out["a"] = _deploy(lab, prof_slow, on_event=on_event)
+    def c_events(ev):
+        if ev.stage == "lock" and "waiting for the deploy lock held by" in ev.message:
+            c_waiting.set()
 
-    t = threading.Thread(target=first)
-    t.start()
-    assert locked.wait(30)
-    with pytest.raises(LockHeld, match="another deploy holds the lock") as exc:
-        _deploy(lab, lab.profile("other", server={"speculative-ddtree-budget": 40}))
-    assert "deploy slow" in exc.value.message
-    waited = []
-    r_c = _deploy(lab, lab.profile("other", server={"speculative-ddtree-budget": 40}), lock_wait_s=60,
-                  on_event=lambda ev: waited.append(ev) if ev.stage == "lock" and "waiting" in ev.message else None)
-    t.join(60)
-    assert out["a"].status == "deployed"
-    assert waited and r_c.status == "deployed", r_c.error
-    st = host_status(lab.host())
-    assert st.current == r_c.release["lo"] and st.server_info["speculative_ddtree_budget"] == 40
+    a = threading.Thread(target=lambda: out.setdefault("a", _deploy(lab, lab.profile("slow"), on_event=a_events)))
+    a.start()
+    try:
+        assert a_launched.wait(60)
+        with pytest.raises(LockHeld, match="another deploy holds the lock") as exc:  # B: --lock-wait 0 refuses
+            _deploy(lab, lab.profile("other", server={"speculative-ddtree-budget": 40}))
+        assert "deploy slow" in exc.value.message
+        c = threading.Thread(target=lambda: out.setdefault("c", _deploy(
+            lab, lab.profile("other", server={"speculative-ddtree-budget": 40}), lock_wait_s=60, on_event=c_events)))
+        c.start()
+        assert c_waiting.wait(60)  # C queues behind A ...
+    finally:
+        a_may_go.set()
+    a.join(60)
+    c.join(60)
+    assert out["a"].status == "deployed" and out["c"].status == "deployed", (out["a"].error, out["c"].error)
+    st = host_status(lab.host())  # ... and runs after it
+    assert st.current == out["c"].release["lo"] and st.server_info["speculative_ddtree_budget"] == 40
+    assert st.previous == out["a"].release["lo"]
 
 
 def test_stop_logs_status_rollback(lab):
