@@ -227,6 +227,14 @@ def test_multinode_deploy_two_hosts(lab):
     t0 = json.loads((lab.work("lo") / "run" / "server.json").read_text())["started"]
     t1 = json.loads((lab.work("lo2") / "run" / "server.json").read_text())["started"]
     assert t1 < t0
+    # a group that does not come up healthy is rolled back on every host
+    bad = lab.profile("mn", hosts=["lo", "lo2"], server={"tp-size": 2}, env={"STANDIN_HEALTH": "fail"})
+    r2 = deploy(spec_from_profile(str(bad), payload_dir=str(lab.payload)), [lab.host("lo"), lab.host("lo2")],
+                DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5, health_timeout_s=2))
+    assert r2.status == "rolled_back" and r2.rolled_back_to == r.release
+    for name in ("lo", "lo2"):
+        st = hs(lab.host(name))
+        assert st.current == r.release[name] and st.server["running"] and st.server["release"] == r.release[name]
 
 
 def _with_warmup(lab):
