@@ -6,6 +6,7 @@ compiles and caches the kernels for those shapes, so the first decode step does 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import time
@@ -36,7 +37,11 @@ class SelftestResult:
 
 
 def _kernels_module(interpret: bool):
-    """The Triton kernels module, defined for the interpreter (CPU) or the compiler (GPU)."""
+    """The Triton kernels module, defined for the interpreter (CPU) or the compiler (GPU).
+
+    Triton reads TRITON_INTERPRET both when a kernel is defined and when it runs, so the caller keeps the variable
+    set for as long as the kernels run (see `_interpreter_env`).
+    """
     try:
         import torch  # noqa: F401
         import triton  # noqa: F401
@@ -49,16 +54,21 @@ def _kernels_module(interpret: bool):
 
     is_interp = type(tk._build_kernel).__name__ == "InterpretedFunction"
     if is_interp != interpret:
-        old = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-        try:
-            tk = importlib.reload(tk)
-        finally:
-            if old is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = old
+        tk = importlib.reload(tk)
     return tk
+
+
+@contextlib.contextmanager
+def _interpreter_env(interpret: bool):
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
 
 
 def poison(plan) -> None:
@@ -142,6 +152,14 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
 
 
 def selftest(device: str = "cpu", *, quick: bool = False) -> SelftestResult:
+    """Every kernel against the reference on a few cases: on the CPU under the Triton interpreter, or on the GPU."""
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"unknown device {device!r}", fix="use --device cpu or --device cuda")
+    with _interpreter_env(device == "cpu"):
+        return _selftest(device, quick=quick)
+
+
+def _selftest(device: str, *, quick: bool) -> SelftestResult:
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}", fix="use --device cpu or --device cuda")
     t0 = time.perf_counter()
