@@ -124,11 +124,12 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
             continue
         local = locate_model_config(value, host)
         if local is None:
-            where = f"on {host}" if host else "locally"
+            where = f"for host {host}" if host else "locally"
+            fetch = (f"fetch it with `ddtctl facts {host} --model {value}`" if host
+                     else "give a local directory that contains it")
             raise ModelConfigMissing(
                 f"{flag} {value}: no config.json {where} (looked in {value} and "
-                f"{model_config_cache_dir(host, value)}); SGLang's resolver reads the model's config.json — "
-                f"give a local directory containing it, or cache the remote one there"
+                f"{model_config_cache_dir(host, value)}); SGLang's resolver reads the model's config.json: {fetch}"
             )
         local_s = str(local)
         if local_s != value:
