@@ -21,7 +21,7 @@ import yaml  # noqa: E402
 import corpus  # noqa: E402
 
 HEADER_END = "cases:\n"
-KEY_ORDER = ("id", "gpu", "argv", "expected_sglang", "sglang_error_type", "sglang_hook", "sglang_message",
+KEY_ORDER = ("id", "gpu", "argv", "overlay", "expected_sglang", "sglang_error_type", "sglang_hook", "sglang_message",
              "expect_rules", "stricter_by_design", "note")
 
 
@@ -37,7 +37,6 @@ def _flow(case: dict) -> str:
 def fresh_check() -> int:
     """Full results (verdict, error, resolved values, overrides, warnings) of every case resolved in a fresh
     interpreter must equal those of the one warm worker: no state leaks between resolves."""
-    from ddtctl.bridge.client import ResolverClient
     from ddtctl.envs import require_env
 
     def normal(r):
@@ -50,9 +49,10 @@ def fresh_check() -> int:
     python = require_env().python
     bad = []
     for i, case in enumerate(cases, 1):
-        client = ResolverClient(python)
+        client = corpus.new_client(case, python)
         try:
-            fresh = corpus.run_sglang([case], client=client)[case.id]
+            fresh = corpus.run_sglang([case], client=None if case.overlay else client,
+                                      overlay_client=client if case.overlay else None)[case.id]
         finally:
             client.close()
         if normal(fresh) != normal(warm[case.id]):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.sglang
 CASES = corpus.load_cases()
 # Diverse sample for the fresh-process comparison: accepted/rejected, every GPU generation, hybrid, MLA.
 FRESH_SAMPLE = ["next-linear-flashinfer-overlap-off", "q3-dflash-b200", "q36-vl-dflash-track-8", "dsv3-nextn-h200",
-                "moe-dflash-sm120-tp2"]
+                "moe-dflash-sm120-tp2", "dd-q36-sm120-ok"]
 
 
 def _normal(result) -> dict:
@@ -49,8 +49,10 @@ def test_sample_ids_exist():
 
 
 def test_reverse_order_gives_identical_results(python, forward):
-    with ResolverClient(python) as client:
-        backward = corpus.run_sglang(list(reversed(CASES)), client=client)
+    overlay = next((c.overlay for c in CASES if c.overlay), None)
+    with ResolverClient(python) as client, ResolverClient(python,
+                                                          extra_sys_path=corpus.overlay_path(overlay)) as other:
+        backward = corpus.run_sglang(list(reversed(CASES)), client=client, overlay_client=other)
     diffs = [c.id for c in CASES if _normal(forward[c.id]) != _normal(backward[c.id])]
     assert diffs == []
 
@@ -58,9 +60,11 @@ def test_reverse_order_gives_identical_results(python, forward):
 def test_warm_worker_matches_fresh_processes(python, forward):
     by_id = {c.id: c for c in CASES}
     for case_id in FRESH_SAMPLE:
-        client = ResolverClient(python)
+        case = by_id[case_id]
+        client = corpus.new_client(case, python)
         try:
-            fresh = corpus.run_sglang([by_id[case_id]], client=client)[case_id]
+            fresh = corpus.run_sglang([case], client=None if case.overlay else client,
+                                      overlay_client=client if case.overlay else None)[case_id]
         finally:
             client.close()
         assert _normal(fresh) == _normal(forward[case_id]), case_id
