@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ddtctl.errors import EnvironmentMissing, UsageError
-from ddtctl.paths import model_config_cache_dir, model_configs_root
+from ddtctl.paths import model_config_cache_dir
 
 DEFAULT_TIMEOUT_S = 60.0
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddtctl.rules.engine import Finding
+from ddtctl.yamlline import split_comment, yaml_scalar
 
 _KEY_LINE = re.compile(r"^(?P<indent>\s+)(?P<key>[A-Za-z0-9_-]+)\s*:(?P<rest>.*)$")
 
@@ -17,34 +17,6 @@ class FixResult:
     text: str
     applied: list[str] = field(default_factory=list)  # rule ids applied
     changed: bool = False
-
-
-def yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value)
-    if re.fullmatch(r"[A-Za-z0-9_./@+-]+", text) and text.lower() not in ("true", "false", "yes", "no", "null",
-                                                                           "on", "off", "~"):
-        try:
-            float(text)
-        except ValueError:
-            return text
-    return json.dumps(text)
-
-
-def _split_comment(rest: str) -> tuple[str, str]:
-    """The value part and a trailing ` # comment` of a YAML line (quotes respected)."""
-    quote = None
-    for i, ch in enumerate(rest):
-        if ch in "\"'" and quote is None:
-            quote = ch
-        elif ch == quote:
-            quote = None
-        elif ch == "#" and quote is None and (i == 0 or rest[i - 1] in " \t"):
-            return rest[:i].rstrip(), "  " + rest[i:]
-    return rest.rstrip(), ""
 
 
 def _server_block(lines: list[str]) -> tuple[int, int, str] | None:
@@ -91,7 +63,8 @@ def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int]) -
             if value is None:
                 to_delete.add(idx)
             else:
-                _, comment = _split_comment(m.group("rest"))
+                _, comment = split_comment(m.group("rest"))
+                comment = f"  {comment}" if comment else ""
                 lines[idx] = f"{m.group('indent')}{m.group('key')}: {yaml_scalar(value)}{comment}"
         elif value is not None:
             if block is None:

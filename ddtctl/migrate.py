@@ -10,7 +10,6 @@ Library API: migrate_profile(path, to_version, *, from_version=None, write=False
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 from ddtctl.errors import ProfileError, UsageError
 from ddtctl.schema.catalog import Catalog
+from ddtctl.yamlline import split_comment, yaml_scalar
 
 _KEY_TOKEN = r"[A-Za-z0-9_.-]+"
 
@@ -92,30 +92,6 @@ def _restyle(new_name: str, old_key: str) -> str:
     return ("--" + out) if old_key.startswith("--") else out
 
 
-def _split_comment(rest: str) -> tuple[str, str]:
-    quote = None
-    for i, ch in enumerate(rest):
-        if ch in "\"'" and quote is None:
-            quote = ch
-        elif ch == quote:
-            quote = None
-        elif ch == "#" and quote is None and (i == 0 or rest[i - 1] in " \t"):
-            return rest[:i], rest[i:]
-    return rest, ""
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value)
-    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_./@+-]*", text) and text.lower() not in (
-            "true", "false", "yes", "no", "null", "on", "off", "y", "n"):
-        return text
-    return json.dumps(text)
-
-
 def _find_key(line: str, canon: str) -> re.Match | None:
     """The key token on `line` whose canonical form is `canon` (block `key:` or inside a flow `{...}`)."""
     pattern = re.compile(r"(?P<pre>^\s*|[{,]\s*)(?P<q>[\"']?)(?P<key>--?" + _KEY_TOKEN + r"|" + _KEY_TOKEN +
@@ -137,12 +113,12 @@ def _rename_on_line(line: str, canon: str, new_name: str, new_value: Any = None)
     out = line[:start] + new_key + line[end:]
     if new_value is not None:
         colon_end = m.end("colon") + (len(new_key) - len(old_key))
-        body, comment = _split_comment(out[colon_end:])
+        body, comment = split_comment(out[colon_end:])
         if not re.fullmatch(r"\s*\S[^,{}\[\]]*", body) or "{" in out[:colon_end]:
             return None  # flow style or complex value: leave it to a person
         lead = body[: len(body) - len(body.lstrip())] or " "
         trail = body[len(body.rstrip()):]
-        out = out[:colon_end] + lead + _yaml_scalar(new_value) + trail + comment
+        out = out[:colon_end] + lead + yaml_scalar(new_value) + trail + comment
     return out, old_key
 
 
@@ -153,7 +129,7 @@ def _set_sglang_line(lines: list[str], line_no: int | None, version: str) -> boo
     m = re.match(r"^(?P<head>sglang\s*:\s*)(?P<rest>.*)$", lines[i])
     if m is None:
         return False
-    body, comment = _split_comment(m.group("rest"))
+    body, comment = split_comment(m.group("rest"))
     value = body.strip()
     quote = value[0] if value[:1] in ("'", '"') else '"'
     pad = body[len(body.rstrip()):] if comment else ""

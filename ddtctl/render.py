@@ -19,6 +19,6 @@ def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
         spec = catalog.get(key)
         if spec is None:
             raise ProfileError(f"server.{key}: unknown SGLang {catalog.version} flag",
-                               fix=f"run `ddtctl validate` on the profile")
+                               fix="run `ddtctl validate` on the profile")
         argv.extend(render_flag(spec, value))
     return argv
