@@ -19,6 +19,7 @@ from typing import Callable
 
 from ddtctl.errors import DdtctlError, OverlayError, RemoteError
 from ddtctl.remote.transport import Connection, ConnectionLost
+from ddtctl.overlay.installer import sha256_file  # the same hashing the host-side installer does
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -58,14 +59,6 @@ class Manifest:
     def path_of(self, rel: str) -> Path:
         assert self.root is not None
         return self.root / rel
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_manifest(root: str | os.PathLike, *, expected: dict[str, str] | None = None) -> Manifest:
