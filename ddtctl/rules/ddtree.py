@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddtctl.rules import ddtree_core
-from ddtctl.rules.engine import Context, Hit, Rule, RULES, ERROR
+from ddtctl.rules.engine import ERROR, RULES, WARNING, Context, Hit, Rule, rule
 
 REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
 
@@ -74,3 +74,30 @@ def _make(rule_id: str) -> Rule:
 
 for _id in _DOCS:
     RULES[_id] = _make(_id)
+
+
+@rule("DDT120", "the bundled DDTREE worker can serve this launch", severity=WARNING,
+      reads=("tp_size", "attention_backend", "enable_dp_attention", "speculative_draft_window_size"),
+      applies=_is_ddtree, reference="ddtctl payload ddtree_sglang/worker.py (refusals at server start)",
+      sglang_enforces=False)
+def worker_capability(ctx: Context):
+    """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker shipped in
+    this payload refuses them when the server starts: it is proven with tp-size 1, no DP attention, the triton
+    attention backend (it verifies with a custom tree mask), and no compact draft window. A server launched anyway
+    stops at start-up with the worker's one-line reason; `ddtctl deploy` then rolls back."""
+    tp = ctx.get("tp_size", 1) or 1
+    if tp > 1 or ctx.dp_attention:
+        yield Hit(f"the bundled DDTREE worker runs with tp-size 1 and without DP attention (got tp-size {tp}"
+                  + (", DP attention" if ctx.dp_attention else "") + "); the server would refuse to start",
+                  about="tp_size", fix="serve with DFLASH (same drafter) on this many GPUs, or tp-size: 1")
+    backend = ctx.given.get("attention_backend")
+    if backend != "triton":
+        yield Hit("the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend only, "
+                  + ("but attention-backend is not set (SGLang picks fa3/flashinfer/trtllm by GPU)" if backend is None
+                     else f"got attention-backend {backend}"),
+                  about="attention_backend", fix="set attention-backend: triton",
+                  edits={"attention_backend": "triton"})
+    if ctx.is_set("speculative_draft_window_size"):
+        yield Hit("the bundled DDTREE worker does not support a compact draft window yet",
+                  about="speculative_draft_window_size", fix="remove speculative-draft-window-size",
+                  edits={"speculative_draft_window_size": None})
