@@ -58,8 +58,6 @@ def _model_facts(profile_model_path: str | None, architecture: str | None, host:
     facts = read_model_facts(profile_model_path) or _cached_facts(host, profile_model_path)
     if facts is None and architecture:
         return facts_from_architecture(architecture)
-    if facts is not None and architecture and facts.architecture != architecture:
-        facts.raw = dict(facts.raw)  # keep config facts; the mismatch is reported by the caller
     return facts
 
 
@@ -141,24 +139,26 @@ def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINN
 
     catalog = extended_catalog(sglang)
     flags = flags_from_argv(list(argv), catalog)
-    model_path = flags.given.pop("model_path", None)
-    flags.findings = [f for f in flags.findings if f.rule != "DDT008"]
-    if model_path is None:
-        spec = catalog.get("model-path")
-        extra = []
-        for i, token in enumerate(argv):
-            if token.split("=")[0] in (spec.option_strings if spec else ()):
-                model_path = argv[i + 1] if "=" not in token and i + 1 < len(argv) else token.partition("=")[2]
-        if model_path is None:
-            extra.append(Finding(rule="DDT008", severity=ERROR, message="argv: --model-path is required",
-                                 fix="add --model-path /path/to/model"))
-    else:
-        extra = []
+    flags.findings = [f for f in flags.findings if f.rule != "DDT008"]  # a raw argv carries --model-path itself
+    model_path = _option_value(argv, catalog.get("model-path"))
+    extra = [] if model_path else [Finding(rule="DDT008", severity=ERROR, message="argv: --model-path is required",
+                                           fix="add --model-path /path/to/model")]
     model = read_model_facts(model_path)
     draft = read_model_facts(flags.given.get("speculative_draft_model_path"))
     gpu_spec = resolve_gpu(gpu) if gpu else None
     return check_flags(flags, source=source, model=model, draft=draft, gpu=gpu_spec, gpu_count=None,
                        catalog=catalog, extra=extra)
+
+
+def _option_value(argv: list[str], spec) -> str | None:
+    """The value given to a store option in argv (`--opt v` or `--opt=v`; the last one wins, as in argparse)."""
+    value = None
+    options = spec.option_strings if spec else ()
+    for i, token in enumerate(argv):
+        name, eq, inline = token.partition("=")
+        if name in options:
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
 
 
 __all__ = ["ValidationResult", "validate_argv", "validate_document", "validate_path", "validate_paths",

@@ -50,6 +50,15 @@ def _is_ddtree(ctx: Context) -> bool:
 
 
 def _run_core(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
+    """The core's verdict for this context, computed once and shared by the DDT1xx rules."""
+    cached = getattr(ctx, "_ddtree_violations", None)
+    if cached is None:
+        cached = _core_violations(ctx)
+        ctx._ddtree_violations = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
     flags = dict(ctx.given)
     flags["speculative_algorithm"] = "DDTREE"
     model = {"architecture": ctx.model.architecture if ctx.model else None, "is_hybrid": ctx.is_hybrid,
