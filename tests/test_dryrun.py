@@ -153,7 +153,7 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
 
 
 @pytest.mark.sglang
-def test_remote_profile_uses_cached_config_and_reports_its_own_path(tmp_path):
+def test_remote_profile_uses_cached_config_and_reports_its_own_path(tmp_path, managed_python):
     remote = "/srv/models/Qwen3-8B"  # not on this machine: its config.json is cached as deploy would
     cached = tmp_path / "xdg" / "ddtctl" / "model-configs" / "gpu-host" / "srv__models__Qwen3-8B"
     cached.mkdir(parents=True)
@@ -161,7 +161,7 @@ def test_remote_profile_uses_cached_config_and_reports_its_own_path(tmp_path):
     p = _profile(tmp_path / "remote.yaml", "remote", "sm120", {"speculative-algorithm": "DFLASH",
                                                                "speculative-draft-model-path": DRAFT},
                  model=remote, host="gpu-host")
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "DDTCTL_SGLANG_PYTHON": str(_env_python())}
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "DDTCTL_SGLANG_PYTHON": str(managed_python)}
     proc = _run(["dry-run", str(p), "--format", "json"], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = json.loads(proc.stdout)
@@ -181,10 +181,3 @@ def test_argv_text_output_shows_silent_overrides(tmp_path):
     assert "mamba strategy no_buffer" in out and "overlap off" in out
 
 
-def _env_python() -> Path:
-    from ddtctl import envs
-
-    env = envs.managed_env()
-    if not env.ready:
-        pytest.fail(f"managed SGLang env is {env.status}: run `make sglang-env`")
-    return env.python

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from ddtctl import envs
 from ddtctl.bridge.client import ResolverClient
 from ddtctl.dryrun import dry_run_argvs
 
@@ -25,16 +24,8 @@ B200 = {"sm": 100, "capability": [10, 0], "memory_gb": 180}
 
 
 @pytest.fixture(scope="module")
-def python():
-    env = envs.managed_env()
-    if not env.ready:
-        pytest.fail(f"managed SGLang env is {env.status}: run `make sglang-env`")
-    return env.python
-
-
-@pytest.fixture(scope="module")
-def client(python):
-    c = ResolverClient(python)
+def client(managed_python):
+    c = ResolverClient(managed_python)
     c.start()
     yield c
     c.close()
@@ -129,7 +120,7 @@ def _fifo(tmp_path) -> str:
     return str(path)
 
 
-def test_hang_times_out_and_the_worker_is_replaced(python, tmp_path):
+def test_hang_times_out_and_the_worker_is_replaced(managed_python, tmp_path):
     """`--config FIFO` really blocks inside SGLang's config merger (no writer): the item times out, the rest run."""
     fifo = _fifo(tmp_path)
     items = [
@@ -137,7 +128,7 @@ def test_hang_times_out_and_the_worker_is_replaced(python, tmp_path):
         ("hangs", ["--model-path", QWEN, "--config", fifo], "H200"),
         ("ok-2", DFLASH, "B200"),
     ]
-    client = ResolverClient(python)
+    client = ResolverClient(managed_python)
     try:
         results = dry_run_argvs(items, client=client, timeout_s=4)
     finally:
@@ -149,9 +140,9 @@ def test_hang_times_out_and_the_worker_is_replaced(python, tmp_path):
     assert client.starts == 2
 
 
-def test_crash_is_reported_for_that_item_and_the_rest_continue(python, tmp_path):
+def test_crash_is_reported_for_that_item_and_the_rest_continue(managed_python, tmp_path):
     fifo = _fifo(tmp_path)
-    client = ResolverClient(python)
+    client = ResolverClient(managed_python)
     client.start()
     victim = client.info["pid"]
 
@@ -173,7 +164,7 @@ def test_crash_is_reported_for_that_item_and_the_rest_continue(python, tmp_path)
     assert results[1].accepted and results[1].resolved["attention_backend"] == "flashinfer"
 
 
-def test_extra_sys_path_can_replace_modules_sglang_imports(python, tmp_path):
+def test_extra_sys_path_can_replace_modules_sglang_imports(managed_python, tmp_path):
     """A staged tree shadows what is installed (how the overlay payload is dry-run before it is installed)."""
     staged = tmp_path / "staging"
     (staged / "partial_json_parser").mkdir(parents=True)
@@ -192,7 +183,7 @@ def test_extra_sys_path_can_replace_modules_sglang_imports(python, tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ddtctl-probe-plugin\nVersion: 0.0\n")
     (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\nddtctl_probe = ddtctl_probe_plugin:register\n")
-    with ResolverClient(python, extra_sys_path=[staged]) as client:
+    with ResolverClient(managed_python, extra_sys_path=[staged]) as client:
         assert "ddtctl_probe" in client.info["plugins"]
         msg = client.resolve(["--model-path", QWEN, "--device", "cuda"], platform=H200, timeout_s=60)
         assert msg["accepted"] is True

@@ -12,7 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus  # noqa: E402
 
-from ddtctl import envs  # noqa: E402
 from ddtctl.bridge.client import ResolverClient  # noqa: E402
 
 pytestmark = pytest.mark.sglang
@@ -32,14 +31,6 @@ def _normal(result) -> dict:
 
 
 @pytest.fixture(scope="module")
-def python():
-    env = envs.managed_env()
-    if not env.ready:
-        pytest.fail(f"managed SGLang env is {env.status}: run `make sglang-env`")
-    return env.python
-
-
-@pytest.fixture(scope="module")
 def forward(live):
     return live
 
@@ -48,20 +39,20 @@ def test_sample_ids_exist():
     assert set(FRESH_SAMPLE) <= {c.id for c in CASES}
 
 
-def test_reverse_order_gives_identical_results(python, forward):
+def test_reverse_order_gives_identical_results(managed_python, forward):
     overlay = next((c.overlay for c in CASES if c.overlay), None)
-    with ResolverClient(python) as client, ResolverClient(python,
+    with ResolverClient(managed_python) as client, ResolverClient(managed_python,
                                                           extra_sys_path=corpus.overlay_path(overlay)) as other:
         backward = corpus.run_sglang(list(reversed(CASES)), client=client, overlay_client=other)
     diffs = [c.id for c in CASES if _normal(forward[c.id]) != _normal(backward[c.id])]
     assert diffs == []
 
 
-def test_warm_worker_matches_fresh_processes(python, forward):
+def test_warm_worker_matches_fresh_processes(managed_python, forward):
     by_id = {c.id: c for c in CASES}
     for case_id in FRESH_SAMPLE:
         case = by_id[case_id]
-        client = corpus.new_client(case, python)
+        client = corpus.new_client(case, managed_python)
         try:
             fresh = corpus.run_sglang([case], client=None if case.overlay else client,
                                       overlay_client=client if case.overlay else None)[case_id]

@@ -25,11 +25,3 @@ def py() -> str:
     return sys.executable
 
 
-@pytest.fixture(scope="session")
-def managed_python() -> Path:
-    from ddtctl.envs import managed_env
-
-    env = managed_env("0.5.23")
-    if not env.ready:
-        pytest.skip("managed sglang 0.5.23 env not built (`ddtctl env create`; make test builds it)")
-    return Path(env.python)
