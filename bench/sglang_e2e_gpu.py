@@ -45,6 +45,7 @@ T0 = time.monotonic()
 
 VOCAB = 151936
 MASK_ID = 151669
+EOS_IDS = (151643, 151645)
 
 
 def log(msg: str) -> None:
@@ -128,6 +129,7 @@ class Server:
     oracle: bool = False
     port: int = 0
     verify_graph: bool = True
+    extras: bool = False  # after the greedy batch: a logprob batch and a T>0 batch (see run_extras)
     extra_env: dict = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     argv: list[str] = field(default_factory=list)
@@ -138,6 +140,10 @@ class Server:
     verify_cts: list | None = None
     server_info: dict | None = None
     error: str | None = None
+    logprob_outputs: list | None = None
+    logprobs: list | None = None
+    sampled_outputs: list | None = None
+    extras_error: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -147,9 +153,11 @@ class Server:
 def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(target), "--load-format", "dummy",
             "--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-            # 16 servers share one GPU and start together: 0.03 left 5 of them below SGLang's "minimum viable"
-            # fraction (0.035 as measured while the others were loading, run 4); 16 x 0.05 still fits.
-            "--grammar-backend", "none", "--disable-radix-cache", "--mem-fraction-static", "0.05",
+            # 16 servers share one GPU and start together. SGLang requires pre_load_free * fraction to exceed
+            # what was allocated while this server loaded -- its weights *and* its neighbours' -- so 0.03 left
+            # 5 of them short (run 4: "minimum viable" 0.035). The KV pool is capped by --max-total-tokens, so a
+            # larger fraction reserves nothing more: 0.15 is a margin, not memory.
+            "--grammar-backend", "none", "--disable-radix-cache", "--mem-fraction-static", "0.15",
             "--max-total-tokens", "16384", "--port", str(s.port), "--random-seed", "0", "--log-level", "info"]
     argv += ["--cuda-graph-max-bs-decode", "4"] if s.graphs else ["--disable-cuda-graph"]
     if s.algo != "plain":
@@ -257,6 +265,30 @@ def generate_all(s: Server, reqs) -> None:
         pass
 
 
+def run_extras(s: Server, reqs) -> None:
+    """The paths greedy equality does not reach: return_logprob (ids must still equal greedy; logprobs are compared
+    with the plain server's in the report) and temperature sampling (T=0.8, top_p 0.95: must finish with a full
+    answer of valid token ids; sampled tokens cannot be compared token for token across algorithms)."""
+    base = f"http://127.0.0.1:{s.port}"
+
+    def one(item, sp, **extra):
+        ids, new = item
+        _, r = http("POST", base + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": new, **sp},
+                                                 **extra}, timeout=120)
+        return r
+
+    try:
+        with ThreadPoolExecutor(len(reqs)) as ex:
+            lp = list(ex.map(lambda it: one(it, {"temperature": 0}, return_logprob=True), reqs))
+        s.logprob_outputs = [r.get("output_ids") for r in lp]
+        s.logprobs = [[t[0] for t in (r.get("meta_info", {}).get("output_token_logprobs") or [])] for r in lp]
+        with ThreadPoolExecutor(len(reqs)) as ex:
+            sm = list(ex.map(lambda it: one(it, {"temperature": 0.8, "top_p": 0.95, "sampling_seed": 7}), reqs))
+        s.sampled_outputs = [r.get("output_ids") for r in sm]
+    except Exception as exc:  # noqa: BLE001
+        s.extras_error = f"{type(exc).__name__}: {exc} | " + tail(s.log_path, 4)
+
+
 def run_all(servers: list[Server], target, draft, env, oracle_path, reqs, budget_s: float) -> list | None:
     """Start every server at once (startup dominates: imports, JIT). The first plain server's outputs are the
     reference and become the oracle; servers with the oracle drafter send their requests only after that."""
@@ -305,6 +337,9 @@ def run_all(servers: list[Server], target, draft, env, oracle_path, reqs, budget
                 oracle_path.write_text(json.dumps({"sequences": seqs}))
                 oracle_ready.set()
                 log("oracle written")
+            if s.extras:
+                run_extras(s, reqs)
+                log(f"{s.name} extras done")
         except Exception as exc:  # noqa: BLE001
             s.status, s.error = "error", f"{type(exc).__name__}: {exc} | " + tail(s.log_path, 4)
         finally:
@@ -366,9 +401,43 @@ def served(info: dict | None) -> dict:
     return {k: info.get(k) for k in keys if k in info}
 
 
-def report(servers: list[Server], reference: list | None, meta: dict) -> int:
+def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs) -> tuple[bool | None, str]:
+    """None when the server ran no extras; else (ok, what was seen)."""
+    if not s.extras:
+        return None, ""
+    if s.extras_error:
+        return False, s.extras_error
+    notes, ok = [], True
+    if s.logprob_outputs is None or reference is None:
+        return False, "no logprob outputs"
+    if s.logprob_outputs != reference:
+        ok = False
+        notes.append("logprob ids != greedy")
+    lens_ok = all(len(lp) == len(o) for lp, o in zip(s.logprobs or [], s.logprob_outputs))
+    ok &= lens_ok and bool(s.logprobs)
+    notes.append(f"logprob lens {'ok' if lens_ok else 'WRONG'}")
+    if plain is not None and plain is not s and plain.logprobs:
+        diffs = [abs(a - b) for x, y in zip(s.logprobs or [], plain.logprobs) for a, b in zip(x, y)
+                 if a is not None and b is not None]
+        worst = max(diffs) if diffs else float("nan")
+        notes.append(f"max|lp-plain| {worst:.4f}")
+        # bf16 logits through another batch shape (tree vs one token) move by ~1e-2; a wrong logits row moves by units
+        ok &= bool(diffs) and worst < 0.1
+    sampled = s.sampled_outputs or []
+    full = all(isinstance(o, list) and 0 < len(o) <= new and all(0 <= t < VOCAB for t in o)
+               and (len(o) == new or o[-1] in EOS_IDS) for o, (_, new) in zip(sampled, reqs)) \
+        and len(sampled) == len(reqs)
+    differs = any(o != r for o, r in zip(sampled, reference))
+    ok &= full
+    notes.append(f"T=0.8 {'full answers' if full else 'SHORT/INVALID'}{', differs from greedy' if differs else ''}")
+    return ok, "; ".join(notes)
+
+
+def report(servers: list[Server], reference: list | None, meta: dict, reqs=None) -> int:
     rows = []
     ok_all = True
+    extras_ok = True
+    plain = next((s for s in servers if s.algo == "plain" and s.logprobs), None)
     for s in servers:
         match = None
         if s.outputs is not None and reference is not None:
@@ -378,13 +447,17 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
         m = ddtree_metrics(s.server_info) or metrics_from_log(s.log_path)
         ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
         ok_all &= ok
+        x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [])
+        if x_ok is not None:
+            extras_ok &= x_ok
         rows.append({
             "server": s.name, "algo": s.algo, "graphs": s.graphs, "budget": s.budget, "oracle": s.oracle,
             "status": s.status, "startup_s": s.startup_s, "match_plain": match, "mean_accept_len": mean_acc,
             "ddtree_metrics": m, "served": served(s.server_info), "error": s.error, "argv": s.argv,
             "verify_cts": s.verify_cts, "accept_lengths": s.accept_lengths,
+            "extras_ok": x_ok, "extras": x_notes, "logprobs": s.logprobs, "sampled_outputs": s.sampled_outputs,
         })
-    result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all}
+    result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all, "extras_ok": extras_ok}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
     hdr = f"{'server':<22} {'algo':<7} {'graphs':<6} {'B':>3} {'drafter':<7} {'status':<8} {'start_s':>7} " \
@@ -405,6 +478,11 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
         if r["error"]:
             lines.append(f"    ! {r['error'][:400]}")
     lines.append("")
+    lines.append("extras (return_logprob greedy batch; T=0.8 top_p=0.95 batch):")
+    for r in rows:
+        if r["extras_ok"] is not None:
+            lines.append(f"  {r['server']:<26} {'ok  ' if r['extras_ok'] else 'FAIL'} {r['extras'][:300]}")
+    lines.append("")
     lines.append("served args (/get_server_info):")
     for r in rows:
         if r["served"]:
@@ -412,8 +490,9 @@ def report(servers: list[Server], reference: list | None, meta: dict) -> int:
     table = "\n".join(lines)
     (OUT / "e2e_table.txt").write_text(table + "\n")
     print("\n" + table, flush=True)
-    print(f"\nRESULT: {'PASS' if ok_all else 'FAIL'}", flush=True)
-    return 0 if ok_all else 1
+    print(f"\nRESULT: {'PASS' if ok_all else 'FAIL'} (every server up; DDTREE/DFLASH == plain greedy)", flush=True)
+    print(f"EXTRAS: {'PASS' if extras_ok else 'FAIL'} (logprobs, T>0)", flush=True)
+    return 0 if ok_all and extras_ok else 1
 
 
 def pack_logs() -> None:
@@ -439,6 +518,7 @@ def main() -> int:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv}
     servers: list[Server] = []
     reference = None
+    reqs: list = []
     try:
         try:
             meta["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
@@ -464,6 +544,7 @@ def main() -> int:
             return Server(name, algo, g, budget, oracle, port[0])
 
         wave1 = [mk("plain-g0", "plain", False)]  # the reference (and the oracle's source)
+        wave1[0].extras = True
         wave2 = []
         for g in graphs:
             wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
@@ -476,6 +557,9 @@ def main() -> int:
         refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
         refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
         wave2.append(refprep)
+        for s in wave2:
+            if s.name in ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1"):
+                s.extras = True
         if args.only:
             keep = set(args.only.split(","))
             wave1 = [s for s in wave1 if s.name in keep or s.name == "plain-g0"][:1]
@@ -492,7 +576,7 @@ def main() -> int:
         for s in servers:
             stop(s)
         pack_logs()
-    return report(servers, reference, meta)
+    return report(servers, reference, meta, reqs)
 
 
 if __name__ == "__main__":
