@@ -92,8 +92,7 @@ def override(*, reqs, prefix_lens, root_tokens, logits: torch.Tensor) -> torch.T
 
 def install_dflash_patch() -> None:
     """Apply the same override to DFLASH's greedy draft head (imported lazily when SGLang loads the worker)."""
-    import importlib.abc
-    import sys
+    from post_import import after_import
 
     target = "sglang.srt.speculative.dflash_worker_v2"
 
@@ -124,27 +123,4 @@ def install_dflash_patch() -> None:
         cls._maybe_build_draft_sampler = lambda self: None  # keep the head outside the draft graph (hook sees it)
         cls._oracle_patched = True
 
-    class _Hook(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path=None, target_=None):
-            if fullname != target:
-                return None
-            sys.meta_path.remove(self)
-            import importlib.util
-
-            spec = importlib.util.find_spec(fullname)
-            sys.meta_path.insert(0, self)
-            if spec is None:
-                return None
-            orig_exec = spec.loader.exec_module
-
-            def exec_module(module):
-                orig_exec(module)
-                patch(module)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    if target in sys.modules:
-        patch(sys.modules[target])
-    else:
-        sys.meta_path.insert(0, _Hook())
+    after_import(target, patch)

@@ -5,6 +5,11 @@ import os
 if os.environ.get("DDTREE_GPU_STANDINS") == "1":
     import standin_extensions  # noqa: F401  (installs the import hooks)
 
+    if os.environ.get("DDTREE_TEST_WEIGHTS") == "informative":
+        import informative_weights
+
+        informative_weights.install()
+
     if os.environ.get("DDTREE_TEST_DRAFT_HOOK"):
         import oracle_drafter
 
