@@ -105,7 +105,7 @@ def make_models(weights: str) -> tuple[Path, Path]:
     common = {
         "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
         "intermediate_size": 512, "vocab_size": VOCAB, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "bos_token_id": 151643,
+        "rope_theta": 1000000, "max_position_embeddings": 4096, "torch_dtype": DTYPE[0], "bos_token_id": 151643,
         "eos_token_id": 151645, "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
         "rope_scaling": None, "use_cache": True, "model_type": "qwen3",
     }
@@ -615,11 +615,12 @@ def main() -> int:
         if os.environ.get("DDTREE_E2E_SKIP_OVERLAY") != "1":  # (local dry runs of this script only)
             meta["overlay"] = overlay_install(site, env)
         log("overlay installed")
+        DTYPE[0] = args.dtype  # also the configs' torch_dtype: run 7's eager DFlash draft pass fed a bf16 tensor
+        # (from the draft config's torch_dtype) into float32 weights when only --dtype said float32
         target, draft = make_models(args.weights)
         env["DDTREE_TEST_WEIGHTS"] = args.weights
         meta["weights"] = args.weights
         meta["dtype"] = args.dtype
-        DTYPE[0] = args.dtype
         reqs = prompts()
         graphs = [g == "on" for g in args.graphs.split(",") if g]
         budgets = [int(b) for b in args.budgets.split(",") if b]
