@@ -619,6 +619,8 @@ def main() -> int:
         # (from the draft config's torch_dtype) into float32 weights when only --dtype said float32
         target, draft = make_models(args.weights)
         env["DDTREE_TEST_WEIGHTS"] = args.weights
+        if args.dtype == "float32":
+            env["DDTREE_TEST_DRAFT_DTYPE_GUARD"] = "1"  # see tests/gpu_standins/draft_dtype_guard.py
         meta["weights"] = args.weights
         meta["dtype"] = args.dtype
         reqs = prompts()

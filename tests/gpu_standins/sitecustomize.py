@@ -10,6 +10,11 @@ if os.environ.get("DDTREE_GPU_STANDINS") == "1":
 
         informative_weights.install()
 
+    if os.environ.get("DDTREE_TEST_DRAFT_DTYPE_GUARD") == "1":
+        import draft_dtype_guard
+
+        draft_dtype_guard.install()
+
     if os.environ.get("DDTREE_TEST_DRAFT_HOOK"):
         import oracle_drafter
 
