@@ -88,7 +88,14 @@ def setup(args) -> tuple[Path, dict]:
 
 
 def overlay_install(site: Path, env: dict) -> dict:
-    """Install the DDTREE payload with ddtctl's own overlay command (what deploy runs remotely)."""
+    """Install the DDTREE payload with ddtctl's own overlay command (what deploy runs remotely). A machine kept warm
+    from an earlier call still has it installed: take it out with ddtctl's uninstall first (install refuses to patch
+    over its own patched files)."""
+    if (site / "ddtree_sglang").is_dir():
+        p = run([sys.executable, "-m", "ddtctl", "overlay", "uninstall", "--sglang-root", site, "--python",
+                 sys.executable, "--format", "json"], env=env, timeout=120, cwd=REPO)
+        if p.returncode != 0:
+            raise RuntimeError(f"ddtctl overlay uninstall failed: {p.stderr[-500:]}")
     p = run([sys.executable, "-m", "ddtctl", "overlay", "install", "--sglang-root", site, "--python",
              sys.executable, "--format", "json"], env=env, timeout=240, cwd=REPO)
     out = {"rc": p.returncode, "stdout_tail": p.stdout[-2000:], "stderr_tail": p.stderr[-2000:]}
@@ -530,6 +537,8 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
                       + "; ".join(ties)]
     else:
         lines_ties = []
+    if not servers or reference is None or meta.get("error"):
+        ok_all = False  # nothing ran, or the setup failed: never a pass
     result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all, "extras_ok": extras_ok}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
