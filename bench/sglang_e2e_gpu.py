@@ -539,6 +539,8 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         lines_ties = []
     if not servers or reference is None or meta.get("error"):
         ok_all = False  # nothing ran, or the setup failed: never a pass
+    if not any(r["extras_ok"] is not None for r in rows):
+        extras_ok = False
     result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all, "extras_ok": extras_ok}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
