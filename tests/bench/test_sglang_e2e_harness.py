@@ -1,0 +1,130 @@
+"""The GPU e2e harness's own logic, on the CPU: its verdict (what "== plain greedy" means) and the test-only weights
+that make that comparison meaningful. The GPU run itself is bench/sglang_e2e_gpu.py (notes/sglang-e2e-h200.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("sglang_e2e_gpu", REPO / "bench" / "sglang_e2e_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    mod.OUT = tmp_path_factory.mktemp("out")
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+def _server(mod, name, algo, outputs, graphs=False, budget=None):
+    s = mod.Server(name, algo, graphs, budget, oracle=True, port=1)
+    s.status, s.outputs = "done", [list(o) for o in outputs]
+    return s
+
+
+def test_exact_equality_passes(e2e):
+    ref = [[1, 2, 3], [4, 5, 6]]
+    assert e2e.verdict([r[:] for r in ref], ref, None) == (True, "exact")
+
+
+def test_divergence_at_a_clear_margin_fails(e2e):
+    ref = [[1, 2, 3], [4, 5, 6]]
+    gaps = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    ok, label = e2e.verdict([[1, 2, 3], [4, 9, 6]], ref, gaps)
+    assert ok is False and label.startswith("DIFF@r1:1")
+
+
+def test_divergence_at_a_near_tie_is_reported_as_a_tie(e2e):
+    ref = [[1, 2, 3]]
+    ok, label = e2e.verdict([[1, 7, 8]], ref, [[1.0, e2e.TIE_NATS / 2, 1.0]])
+    assert ok is True and label.startswith("tie@1")
+
+
+def test_divergence_without_margin_evidence_fails(e2e):
+    assert e2e.verdict([[1, 7]], [[1, 2]], None)[0] is False
+
+
+def test_tie_threshold_comes_from_dflash_noise(e2e):
+    ref = [[1, 2, 3, 4]]
+    plain = _server(e2e, "plain-g0", "plain", ref)
+    plain.logprobs = [[-1.0, -1.0, -1.0, -1.0]]
+    dflash = _server(e2e, "dflash-g1", "DFLASH", ref, graphs=True)
+    dflash.logprob_outputs = ref
+    dflash.logprobs = [[-1.0, -1.01, -1.0, -9.0]]
+    dflash.logprob_outputs = [[1, 2, 3, 5]]  # parts at position 3: its logprob there is not noise
+    threshold, basis = e2e.tie_threshold([plain, dflash], ref)
+    assert threshold == pytest.approx(0.02) and "DFLASH" in basis
+
+
+def test_report_fails_when_nothing_ran(e2e):
+    assert e2e.report([], None, {"error": "setup failed"}, []) == 1
+
+
+def test_report_fails_on_a_real_mismatch_and_passes_when_all_match(e2e):
+    reqs = [([10, 11], 3), ([12], 3)]
+    ref = [[1, 2, 3], [4, 5, 6]]
+
+    def servers(ddtree_out):
+        plain = _server(e2e, "plain-g0", "plain", ref)
+        plain.top2_gaps = [[1.0] * 3, [1.0] * 3]
+        plain.extras, plain.logprob_outputs, plain.logprobs = True, ref, [[-1.0] * 3, [-1.0] * 3]
+        plain.sampled_outputs = [[7, 8, 9], [7, 8, 9]]
+        ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
+        return [plain, _server(e2e, "dflash-g0", "DFLASH", ref), ddtree]
+
+    assert e2e.report(servers(ref), ref, {}, reqs) == 0
+    assert e2e.report(servers([[1, 2, 3], [4, 0, 6]]), ref, {}, reqs) == 1
+
+
+@pytest.mark.sglang
+def test_informative_weights_make_greedy_output_depend_on_context(managed_python):
+    """SGLang's dummy init makes the e2e target decode a 2-cycle whatever the prompt; the test-only init must not."""
+    code = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, sys.argv[1])
+        from informative_weights import initialize_informative_weights
+        torch.manual_seed(0)
+        V, H = 512, 64
+        model = torch.nn.ModuleDict({
+            "embed_tokens": torch.nn.Embedding(V, H), "mix": torch.nn.Linear(H, H),
+            "final_norm": torch.nn.LayerNorm(H), "lm_head": torch.nn.Linear(H, V, bias=False)})
+        with torch.no_grad():
+            initialize_informative_weights(model)
+            assert float(model["final_norm"].weight.min()) == 1.0 and float(model["final_norm"].bias.abs().max()) == 0
+            assert float(model["mix"].bias.abs().max()) == 0.0
+            again = torch.nn.Linear(H, H)
+            initialize_informative_weights(torch.nn.ModuleDict({"mix": again}))
+            assert torch.equal(again.weight, model["mix"].weight)  # name-seeded: every server gets the same model
+            assert not torch.equal(model["mix"].weight[:, :V], model["lm_head"].weight[:H, :H])
+
+            def greedy(prompt, n=12):
+                seq = list(prompt)
+                for _ in range(n):
+                    h = model["embed_tokens"](torch.tensor(seq)).mean(0)  # a crude context mix
+                    h = model["final_norm"](torch.tanh(model["mix"](h)))
+                    seq.append(int(model["lm_head"](h).argmax()))
+                return seq[len(prompt):]
+
+            outs = {tuple(greedy([p, p + 1, p + 2])) for p in range(0, 200, 20)}
+            assert len(outs) == 10, outs  # different prompts, different continuations
+            assert all(len(set(o)) > 2 for o in outs), outs  # not a 2-cycle
+        print("ok")
+        """
+    )
+    p = subprocess.run([managed_python, "-c", code, str(REPO / "tests" / "gpu_standins")], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-2000:]
