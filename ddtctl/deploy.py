@@ -372,6 +372,22 @@ def preflight_checks(spec: DeploySpec, target: Target, facts: HostFacts, *, remo
     return checks
 
 
+WORKER_CAPABILITY_RULE = "DDT120"
+BUNDLED_WORKER = "ddtree_sglang/worker.py"
+
+
+def ships_bundled_worker(spec: DeploySpec) -> bool:
+    """Whether the payload of this deploy carries ddtctl's own DDTREE worker, byte for byte (a payload built from
+    the bundled sources does; a hand-made one may carry another worker, which DDT120 says nothing about)."""
+    if spec.payload is None:
+        return False
+    entry = spec.payload.files.get(f"files/{BUNDLED_WORKER}")
+    bundled = Path(__file__).parent / "payload" / f"ddtree-sglang-{spec.sglang}" / "files" / BUNDLED_WORKER
+    if entry is None or not bundled.is_file():
+        return False
+    return hashlib.sha256(bundled.read_bytes()).hexdigest() == entry.sha256
+
+
 def _static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> list[Check]:
     try:
         from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
@@ -395,8 +411,14 @@ def _static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> li
     except UsageError as err:
         return [Check("validate", False, err.one_line(), target.name)]
     out = []
+    bundled_worker = ships_bundled_worker(spec)
     for f in res.findings:
-        if f.severity == "error":
+        if f.rule == WORKER_CAPABILITY_RULE and bundled_worker:
+            # a warning for validate (the configuration itself is right), but this deploy ships the worker that
+            # refuses the launch at start: stop before shipping, launching and rolling back
+            out.append(Check(f"validate:{f.rule}", False, f.message + " -- the payload this deploy ships is that worker",
+                             target.name, "error", f.fix))
+        elif f.severity == "error":
             out.append(Check(f"validate:{f.rule}", False, f.message, target.name, "error", f.fix))
         elif f.severity == "warning":
             out.append(Check(f"validate:{f.rule}", False, f.message, target.name, "warning", f.fix))

@@ -93,7 +93,8 @@ def worker_capability(ctx: Context):
     """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker shipped in
     this payload refuses them when the server starts: it is proven with tp-size 1, no DP attention, the triton
     attention backend (it verifies with a custom tree mask), and no compact draft window. A server launched anyway
-    stops at start-up with the worker's one-line reason; `ddtctl deploy` then rolls back."""
+    stops at start-up with the worker's one-line reason. `ddtctl deploy` treats this warning as an error when the
+    payload it ships carries this worker (byte for byte): it stops at preflight, before shipping or launching."""
     tp = ctx.get("tp_size", 1) or 1
     if tp > 1 or ctx.dp_attention:
         yield Hit(f"the bundled DDTREE worker runs with tp-size 1 and without DP attention (got tp-size {tp}"

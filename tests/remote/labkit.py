@@ -119,15 +119,17 @@ def _write_sglang_root(root: Path) -> None:
     (root / "sglang" / "srt" / "speculative" / "spec_info.py").write_text(SPEC_INFO)
 
 
-def build_lab_payload(dest: Path, *, version: str = "1", extra_files: int = 0) -> Path:
+def build_lab_payload(dest: Path, *, version: str = "1", extra_files: int = 0, new_files: dict | None = None) -> Path:
     """A built payload in the overlay installer's format (ddtree-manifest.json + files/): one patched SGLang file,
-    one new package, and its entry-point dist-info."""
+    one new package, and its entry-point dist-info (plus `new_files`: relative path -> text)."""
     files = {
         "sglang/srt/speculative/spec_info.py": ("patched", SPEC_INFO.replace("'DFLASH']", "'DFLASH', 'DDTREE']")
                                                 + f"# payload {version}\n", _sha(SPEC_INFO.encode())),
         "ddtree_sglang/__init__.py": ("new", f'"""DDTREE lab payload."""\nVERSION = "{version}"\n', None),
         "ddtree_sglang-0.1.dist-info/entry_points.txt": ("new", "[sglang.srt.plugins]\nddtree = ddtree_sglang\n", None),
     }
+    for rel, text in (new_files or {}).items():
+        files[rel] = ("new", text, None)
     for i in range(extra_files):
         files[f"ddtree_sglang/kernels/k{i:03d}.py"] = ("new", f"# kernel {i} v{version}\n" + "x = 1\n" * 200, None)
     if dest.exists():

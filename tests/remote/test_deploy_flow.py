@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from ddtctl.deploy import DeployOptions, deploy, host_status, spec_from_profile
+from ddtctl.deploy import BUNDLED_WORKER, DeployOptions, deploy, host_releases, host_status, spec_from_profile
+from labkit import build_lab_payload
 
 pytestmark = pytest.mark.ssh
 
@@ -361,3 +363,33 @@ def test_connection_dropped_after_launch_is_resumed_under_a_retaken_lock(lab):
     st = host_status(lab.host())
     assert st.current == r.release["lo"] and st.health == 200
     assert [x["status"] for x in st.releases] == ["ok"]
+
+
+BUNDLED_WORKER_SRC = Path(__file__).resolve().parents[2] / "ddtctl/payload/ddtree-sglang-0.5.23/files" / BUNDLED_WORKER
+
+
+def test_a_launch_the_shipped_worker_would_refuse_stops_at_preflight(lab, tmp_path):
+    """DDT120 only warns in validate, but a deploy that ships the bundled worker must not launch what it refuses."""
+    payload = build_lab_payload(tmp_path / "payload-with-worker",
+                                new_files={BUNDLED_WORKER: BUNDLED_WORKER_SRC.read_text()})
+    refused = lab.profile("fi", server={"attention-backend": "flashinfer"})  # the lab host has one GPU
+    spec = spec_from_profile(str(refused), payload_dir=str(payload))
+    r = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5))
+    assert r.status == "rejected", r.error
+    assert any(c.name == "validate:DDT120" and c.severity == "error" and not c.ok for c in r.checks)
+    assert "triton" in r.error and not r.shipped
+    assert host_releases(lab.host()) == []
+
+    served = lab.profile("triton", server={"attention-backend": "triton"})
+    spec = spec_from_profile(str(served), payload_dir=str(payload))
+    r = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5))
+    assert r.status == "deployed", r.error
+    assert not any(c.name == "validate:DDT120" for c in r.checks)
+
+
+def test_a_payload_with_another_worker_keeps_ddt120_a_warning(lab):
+    prof = lab.profile("fi-lab", server={"attention-backend": "flashinfer"})
+    r = _deploy(lab, prof, dry_run=True)
+    ddt120 = [c for c in r.checks if c.name == "validate:DDT120"]
+    assert ddt120 and all(c.severity == "warning" for c in ddt120), r.checks
+    assert r.status == "planned", r.error
