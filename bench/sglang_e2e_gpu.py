@@ -10,13 +10,19 @@ Phases (each with its own time limit; a table is printed whatever happens, logs 
            headers for SGLang's nvcc JIT, test-only stand-ins for sgl_kernel/flashinfer/cutlass (tests/gpu_standins)
   overlay  `python3 -m ddtctl overlay install --sglang-root <target>` (the installer deploy ships), then the
            payload's files are checked in place
-  models   tiny dummy-weight Qwen3 target (4 layers) + DFlash draft (1 layer, block 16) as config.json only
-  wave 1   plain greedy servers (CUDA graphs off and on): reference outputs; they become the oracle for the
+  models   tiny Qwen3 target (4 layers) + DFlash draft (1 layer, block 16) as config.json only, loaded with
+           `--load-format dummy` through the test-only informative initializer (tests/gpu_standins/
+           informative_weights.py: SGLang's own dummy weights make every prompt decode a 2-cycle, so equality would
+           prove nothing) in float32 (`--dtype`; in bf16, verify and decode round differently by ~0.1 nats)
+  wave 1   the plain greedy server: reference outputs with its top-2 logprobs; they become the oracle for the
            test-only drafter override (tests/gpu_standins/oracle_drafter.py)
   wave 2   DFLASH and DDTREE (budgets 1/7/15/32/64), CUDA graphs off and on, with the oracle drafter (same drafter
-           for DFLASH and DDTREE), plus DDTREE with the real (random) drafter; every output must equal the plain
-           greedy output token for token; accepted lengths from the server's own meta_info and DDTREE's metrics
-           from /get_server_info.
+           for DFLASH and DDTREE), plus DDTREE with the real (random) drafter, eager verify and host-reference
+           preparation; every output must equal the plain greedy output token for token (a divergence counts as a
+           rounding tie only where plain's own top-2 margin is below twice DFLASH's measured logprob noise);
+           accepted lengths from the server's own meta_info and DDTREE's metrics from /get_server_info; on four
+           servers also a return_logprob batch and a T=0.8 batch (EXTRAS).
+Results of every run: notes/sglang-e2e-h200.md.
 """
 
 from __future__ import annotations
