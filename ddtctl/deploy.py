@@ -379,13 +379,15 @@ BUNDLED_WORKER = "ddtree_sglang/worker.py"
 def ships_bundled_worker(spec: DeploySpec) -> bool:
     """Whether the payload of this deploy carries ddtctl's own DDTREE worker, byte for byte (a payload built from
     the bundled sources does; a hand-made one may carry another worker, which DDT120 says nothing about)."""
+    from ddtctl.overlay.payload import PAYLOADS_DIR, sha256_file
+
     if spec.payload is None:
         return False
     entry = spec.payload.files.get(f"files/{BUNDLED_WORKER}")
-    bundled = Path(__file__).parent / "payload" / f"ddtree-sglang-{spec.sglang}" / "files" / BUNDLED_WORKER
+    bundled = PAYLOADS_DIR / f"ddtree-sglang-{spec.sglang}" / "files" / BUNDLED_WORKER
     if entry is None or not bundled.is_file():
         return False
-    return hashlib.sha256(bundled.read_bytes()).hexdigest() == entry.sha256
+    return sha256_file(bundled) == entry.sha256
 
 
 def _static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> list[Check]:
