@@ -1208,12 +1208,13 @@ def host_facts(host: Host, *, model_paths: list[str] = (), trust_new_host: bool 
         return gather_facts(conn, model_paths=list(model_paths))
 
 
-def host_status(host: Host, *, trust_new_host: bool = False) -> HostStatus:
+def host_status(host: Host, *, trust_new_host: bool = False, probe: bool = True) -> HostStatus:
+    """State, releases and server process of HOST; with `probe`, also the server's /health and /get_server_info."""
     with _open(host, trust_new_host) as conn:
         st = conn.agent("state", retry=True)
         server = st.get("server")
         health = info = None
-        if server and server.get("running") and server.get("port"):
+        if probe and server and server.get("running") and server.get("port"):
             p = conn.agent("probe", {"port": server["port"], "lines": 0}, retry=True)
             health, info = p["health"], p["server_info"]
         return HostStatus(host.name, st["state"].get("current"), st["state"].get("previous"), server, health, info,
@@ -1221,7 +1222,7 @@ def host_status(host: Host, *, trust_new_host: bool = False) -> HostStatus:
 
 
 def host_releases(host: Host, *, trust_new_host: bool = False) -> list[dict]:
-    return host_status(host, trust_new_host=trust_new_host).releases
+    return host_status(host, trust_new_host=trust_new_host, probe=False).releases
 
 
 @dataclass

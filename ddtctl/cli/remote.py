@@ -257,7 +257,7 @@ def releases(
     """Releases recorded on HOST (newest last): id, status, profile, payload and profile hashes."""
     from ddtctl.deploy import _release_summary, host_status
 
-    st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
+    st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host, probe=False)  # no /health needed
     rows = [_release_summary(r) for r in st.releases]
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
