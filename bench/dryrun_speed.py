@@ -37,6 +37,7 @@ print(json.dumps({{"accepted": result["accepted"], "error": result["error"]}}))
 def _profiles(n: int, out: Path) -> list[tuple[Path, list[str], str]]:
     import corpus
 
+    from ddtctl.deploy import argv_to_flags
     from ddtctl.profile import load_profile
     from ddtctl.render import render_argv
     from ddtctl.schema.catalog import load_catalog
@@ -49,18 +50,8 @@ def _profiles(n: int, out: Path) -> list[tuple[Path, list[str], str]]:
         i += 1
         case = cases[i % len(cases)]
         argv = case.argv
-        model = argv[argv.index("--model-path") + 1]
-        server = {}
-        rest = [a for j, a in enumerate(argv) if not (a == "--model-path" or (j and argv[j - 1] == "--model-path"))]
-        j = 0
-        while j < len(rest):
-            key = rest[j].lstrip("-")
-            if j + 1 < len(rest) and not rest[j + 1].startswith("--"):
-                server[key] = rest[j + 1]
-                j += 2
-            else:
-                server[key] = True
-                j += 1
+        server = argv_to_flags(argv)
+        model = server.pop("model-path")
         text = [f"name: bench-{i:03d}", 'sglang: "0.5.23"', f"hardware: {{gpu: {json.dumps(case.gpu)}}}",
                 f"model: {{path: {model}}}", "server:" if server else "server: {}"]
         text += [f"  {k}: {json.dumps(v)}" for k, v in server.items()]
