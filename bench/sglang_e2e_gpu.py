@@ -447,17 +447,20 @@ def tie_threshold(servers: list[Server], reference: list | None) -> tuple[float,
 def _logprob_diffs(s: Server, plain: Server, reference: list) -> list[float]:
     diffs = []
     for x, y, out, ref in zip(s.logprobs or [], plain.logprobs, s.logprob_outputs or [], reference):
-        same = next((j for j, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+        same = first_divergence(out, ref)
         diffs += [abs(a - b) for a, b in zip(x[:same], y[:same]) if a is not None and b is not None]
     return diffs
 
 
-TIE_NATS = TIE_FLOOR_NATS  # set by report() from the run's own measurement
+def first_divergence(out: list, ref: list) -> int:
+    """Index of the first token where two outputs differ (the shorter length when one is a prefix of the other)."""
+    return next((j for j, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
 
 
-def verdict(outputs: list | None, reference: list | None, gaps: list | None) -> tuple[bool | None, str]:
+def verdict(outputs: list | None, reference: list | None, gaps: list | None,
+            tie_nats: float = TIE_FLOOR_NATS) -> tuple[bool | None, str]:
     """(ok, label): 'exact'; 'tie@k' when the first divergence of every diverging request sits where the plain
-    server's own top-2 logprobs were within TIE_NATS (a rounding decision, not a decoding error); else 'DIFF@k'."""
+    server's own top-2 logprobs were within tie_nats (a rounding decision, not a decoding error); else 'DIFF@k'."""
     if outputs is None or reference is None:
         return None, "-"
     if len(outputs) != len(reference):
@@ -466,9 +469,9 @@ def verdict(outputs: list | None, reference: list | None, gaps: list | None) -> 
     for i, (out, ref) in enumerate(zip(outputs, reference)):
         if out == ref:
             continue
-        k = next((j for j, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+        k = first_divergence(out, ref)
         gap = gaps[i][k] if gaps and i < len(gaps) and k < len(gaps[i]) else None
-        if gap is not None and gap < TIE_NATS:
+        if gap is not None and gap < tie_nats:
             ties.append(f"{k}({gap:.3f})")
         else:
             worst = worst or f"DIFF@r{i}:{k}" + (f"(gap {gap:.2f})" if gap is not None else "")
@@ -477,7 +480,8 @@ def verdict(outputs: list | None, reference: list | None, gaps: list | None) -> 
     return True, ("tie@" + ",".join(ties)) if ties else "exact"
 
 
-def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs) -> tuple[bool | None, str]:
+def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs,
+                   tie_nats: float = TIE_FLOOR_NATS) -> tuple[bool | None, str]:
     """None when the server ran no extras; else (ok, what was seen)."""
     if not s.extras:
         return None, ""
@@ -486,7 +490,7 @@ def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs
     notes, ok = [], True
     if s.logprob_outputs is None or reference is None:
         return False, "no logprob outputs"
-    lp_ok, lp_label = verdict(s.logprob_outputs, reference, plain.top2_gaps if plain else None)
+    lp_ok, lp_label = verdict(s.logprob_outputs, reference, plain.top2_gaps if plain else None, tie_nats)
     ok &= bool(lp_ok)
     notes.append(f"ids {lp_label}")
     lens_ok = all(len(lp) == len(o) for lp, o in zip(s.logprobs or [], s.logprob_outputs))
@@ -514,18 +518,17 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
     extras_ok = True
     plain = next((s for s in servers if s.algo == "plain" and s.logprobs), None)
     plain_gaps = next((s.top2_gaps for s in servers if s.algo == "plain" and s.top2_gaps), None)
-    global TIE_NATS
-    TIE_NATS, tie_basis = tie_threshold(servers, reference)
-    meta["tie_nats"], meta["tie_basis"] = TIE_NATS, tie_basis
+    tie_nats, tie_basis = tie_threshold(servers, reference)
+    meta["tie_nats"], meta["tie_basis"] = tie_nats, tie_basis
     dflash_out = {s.graphs: s.outputs for s in servers if s.algo == "DFLASH" and s.outputs is not None}
     for s in servers:
-        match, match_label = verdict(s.outputs, reference, plain_gaps)
+        match, match_label = verdict(s.outputs, reference, plain_gaps, tie_nats)
         acc = [a for a in (s.accept_lengths or []) if a is not None]
         mean_acc = sum(acc) / len(acc) if acc else None
         m = ddtree_metrics(s.server_info) or metrics_from_log(s.log_path)
         ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
         ok_all &= ok
-        x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [])
+        x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [], tie_nats)
         if x_ok is not None:
             extras_ok &= x_ok
         rows.append({
@@ -539,7 +542,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         })
     ties = [f"{r['server']}: {r['match']}" for r in rows if r["match"].startswith("tie")]
     if ties:
-        lines_ties = ["", f"near-ties (plain's top-2 logprobs within {TIE_NATS:.2e} nats where outputs part): "
+        lines_ties = ["", f"near-ties (plain's top-2 logprobs within {tie_nats:.2e} nats where outputs part): "
                       + "; ".join(ties)]
     else:
         lines_ties = []
@@ -568,7 +571,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         if r["error"]:
             lines.append(f"    ! {r['error'][:400]}")
     lines += lines_ties
-    lines.append(f"tie threshold: {TIE_NATS:.2e} nats ({tie_basis}); dtype {meta.get('dtype')}, weights "
+    lines.append(f"tie threshold: {tie_nats:.2e} nats ({tie_basis}); dtype {meta.get('dtype')}, weights "
                  f"{meta.get('weights')}")
     lines.append("")
     lines.append("extras (return_logprob greedy batch; T=0.8 top_p=0.95 batch):")
