@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 
 import torch
@@ -71,23 +72,53 @@ def draft_rows(key: str, full: list[int], root_pos: int, depth: int, vocab: int)
     return rows
 
 
-def override(*, reqs, prefix_lens, root_tokens, logits: torch.Tensor) -> torch.Tensor:
-    """Replace draft logits [bs, L, V] for requests whose prompt is in the oracle (others keep the drafter's)."""
+def _rows_for(reqs, prefix_lens, depth: int, vocab: int):
+    """Per request: the oracle's top rows for depths 1..depth, or None for requests outside the oracle."""
     oracle = _oracle()
-    if not oracle:
-        return logits
-    bs, depth, vocab = logits.shape
-    out = logits.float() * 0.01  # the real drafter's logits, squashed below the oracle's top ranks
     prefix = prefix_lens.tolist()
+    out = []
     for i, req in enumerate(reqs):
         key = ",".join(str(t) for t in req.origin_input_ids)
         full = oracle.get(key)
-        if full is None:
-            continue
-        for d, row in enumerate(draft_rows(key, full, int(prefix[i]), depth, vocab)):
-            for tok, val in row:
-                out[i, d, tok] = val
+        out.append(None if full is None else draft_rows(key, full, int(prefix[i]), depth, vocab))
     return out
+
+
+def oracle_topk_row(row: list[tuple[int, float]], drafter_ids: list[int], k: int, vocab: int):
+    """One depth's top-K under the oracle: its 4 (token, logit) pairs on top, then the drafter's own candidates squashed
+    to logit ~0 (in the drafter's order; a tiny decrement keeps the order strict). Log-probs are taken against a
+    vocabulary whose other V - 4 logits are ~0, so every TP rank computes the same row from the gathered top-K alone
+    (no full-vocab logits)."""
+    taken = {tok for tok, _ in row}
+    pairs = list(row)
+    for r, tok in enumerate(drafter_ids):
+        if len(pairs) >= k:
+            break
+        if tok not in taken:
+            pairs.append((tok, -1e-4 * (r + 1)))
+            taken.add(tok)
+    pairs = pairs[:k]
+    lse = torch.logsumexp(torch.tensor([v for _, v in row] + [math.log(max(vocab - len(row), 1))]), 0).item()
+    return [t for t, _ in pairs], [v - lse for _, v in pairs]
+
+
+def override(*, reqs, prefix_lens, root_tokens, lp: torch.Tensor, ids: torch.Tensor, vocab: int):
+    """Replace the draft top-K (lp, ids [bs, L, K]) for requests whose prompt is in the oracle (others keep the
+    drafter's). Depths past the known continuation keep the drafter's row."""
+    if not _oracle():
+        return lp, ids
+    bs, depth, k = lp.shape
+    lp_h, ids_h = lp.float().cpu().clone(), ids.cpu().clone()
+    for i, rows in enumerate(_rows_for(reqs, prefix_lens, depth, vocab)):
+        if rows is None:
+            continue
+        for d, row in enumerate(rows):
+            if not row:
+                continue
+            toks, vals = oracle_topk_row(row, ids_h[i, d].tolist(), k, vocab)
+            ids_h[i, d, : len(toks)] = torch.tensor(toks, dtype=ids_h.dtype)
+            lp_h[i, d, : len(vals)] = torch.tensor(vals, dtype=lp_h.dtype)
+    return lp_h.to(lp.device), ids_h.to(ids.device)
 
 
 def install_dflash_patch() -> None:
@@ -108,15 +139,21 @@ def install_dflash_patch() -> None:
             return orig_fbg(self, batch, *args, **kwargs)
 
         def greedy_head(self, *, hidden_states, lm_head, chunk_size=256):
+            # the oracle's rank-0 token where it knows the continuation, else the drafter's own (TP-safe) argmax:
+            # exactly the top-1 of the DDTREE override's rows, so both algorithms see one drafter
+            tokens = orig_head(self, hidden_states=hidden_states, lm_head=lm_head, chunk_size=chunk_size)
             batch = getattr(self, "_oracle_batch", None)
             if batch is None or batch.forward_mode.is_extend() or type(self).__name__ != "DFlashWorkerV2":
-                return orig_head(self, hidden_states=hidden_states, lm_head=lm_head, chunk_size=chunk_size)
+                return tokens
             bs = len(batch.seq_lens)
+            depth = tokens.numel() // bs
             vocab = int(self.model_runner.model_config.vocab_size)
-            w = lm_head.weight[:vocab]
-            logits = torch.matmul(hidden_states.to(w.dtype), w.t()).float().view(bs, -1, vocab)
-            logits = override(reqs=batch.reqs, prefix_lens=batch.seq_lens, root_tokens=None, logits=logits)
-            return torch.argmax(logits, dim=-1).reshape(-1)
+            view = tokens.view(bs, depth)
+            for i, rows in enumerate(_rows_for(batch.reqs, batch.seq_lens, depth, vocab)):
+                for d, row in enumerate(rows or []):
+                    if row:
+                        view[i, d] = int(row[0][0])
+            return tokens
 
         cls.forward_batch_generation = forward_batch_generation
         cls._greedy_sample_from_vocab_parallel_head = greedy_head

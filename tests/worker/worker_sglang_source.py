@@ -54,7 +54,7 @@ def spec_tree_source() -> tuple[str, str] | None:
     return sglang_source(REL)
 
 
-def load_functions(source: str, names: list[str], tmpdir: Path, module_name: str):
+def load_functions(source: str, names: list[str], tmpdir: Path, module_name: str, preamble: str = ""):
     tree = ast.parse(source)
     wanted = {n: None for n in names}
     for node in tree.body:
@@ -68,7 +68,8 @@ def load_functions(source: str, names: list[str], tmpdir: Path, module_name: str
     missing = [n for n, src in wanted.items() if src is None]
     if missing:
         raise LookupError(f"not in sglang's spec_tree.py: {missing}")
-    text = "import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(wanted.values()) + "\n"
+    head = preamble + "import torch\nimport triton\nimport triton.language as tl\n\n\n"
+    text = head + "\n\n\n".join(wanted.values()) + "\n"
     path = tmpdir / f"{module_name}.py"
     path.write_text(text, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(module_name, path)

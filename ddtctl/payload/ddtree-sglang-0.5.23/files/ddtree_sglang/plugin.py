@@ -75,7 +75,8 @@ def register() -> None:
             "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
             "._add_speculative", _server_info, HookType.AFTER
         )
-        from ddtree_sglang.graphs import register_hooks
+        from ddtree_sglang import graphs, hybrid
 
-        register_hooks(HookRegistry, HookType)
+        graphs.register_hooks(HookRegistry, HookType)
+        hybrid.register_hooks(HookRegistry, HookType)
         _launch_gate_registered = True

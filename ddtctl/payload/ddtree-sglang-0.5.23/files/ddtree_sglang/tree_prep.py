@@ -213,6 +213,14 @@ def accepted_from_sglang(accept_index: torch.Tensor, accept_token_num: torch.Ten
                                                                                              dtype=torch.int64))
 
 
+def flat_accept_index(accepted: torch.Tensor, n: int) -> torch.Tensor:
+    """Local accepted node indices [bs, L+1] (-1 padded) -> SGLang's flat accept index (b * n + node, -1 padded), the
+    layout its verify-commit helpers (commit_mamba_states_after_verify) read."""
+    bs = accepted.shape[0]
+    base = torch.arange(bs, device=accepted.device)[:, None] * n
+    return torch.where(accepted >= 0, accepted.to(torch.int64) + base, torch.full_like(accepted, -1, dtype=torch.int64))
+
+
 def branch_accepts(acc: Accepted, retrive_next_token: torch.Tensor) -> torch.Tensor:
     """Per request: accepted nodes that are not their parent's first child (a branch the chain would not have)."""
     bs, width = acc.accepted.shape
@@ -270,19 +278,34 @@ class TreePreparer:
             self._plans[bs] = plan
         return plan
 
+    def prepare_from_topk(self, lp: torch.Tensor, ids: torch.Tensor, root_tokens: torch.Tensor,
+                          prefix_lens: torch.Tensor) -> VerifyInputs:
+        """Build + compile from the draft top-K (lp [bs, L, K] fp32 sorted descending per depth, global ids): what a
+        vocab-parallel head yields, gathered over TP ranks without full-vocab logits."""
+        bs = int(lp.shape[0])
+        if tuple(lp.shape) != (bs, self.depth, self.k) or tuple(ids.shape) != tuple(lp.shape):
+            raise ValueError(f"draft top-K shapes {tuple(lp.shape)} / {tuple(ids.shape)} != {(bs, self.depth, self.k)}")
+        if self.mode == "triton":
+            plan = self._plan(bs)
+            plan.build(lp.float().contiguous(), ids)
+            return self._compiled(plan, root_tokens, prefix_lens)
+        trees = build_reference(lp, ids, self.budget)
+        return compile_verify(trees, root_tokens, prefix_lens, self.depth)
+
+    @staticmethod
+    def _compiled(plan, root_tokens: torch.Tensor, prefix_lens: torch.Tensor) -> VerifyInputs:
+        ids, pos, vis, _packed = plan.compile(root_tokens.to(torch.int64).contiguous(),
+                                              prefix_lens.to(torch.int64).contiguous())
+        return VerifyInputs(ids, pos, vis, plan.retrive_index, plan.retrive_next_token, plan.retrive_next_sibling,
+                            plan.parents.to(torch.int64))
+
     def prepare(self, draft_logits: torch.Tensor, root_tokens: torch.Tensor, prefix_lens: torch.Tensor) -> VerifyInputs:
         bs = int(draft_logits.shape[0])
         if self.mode == "triton":
             plan = self._plan(bs)
             plan.topk(draft_logits.contiguous())
             plan.build()
-            roots = root_tokens.to(torch.int64).contiguous()
-            starts = prefix_lens.to(torch.int64).contiguous()
-            ids, pos, vis, _packed = plan.compile(roots, starts)
-            return VerifyInputs(
-                ids, pos, vis, plan.retrive_index, plan.retrive_next_token, plan.retrive_next_sibling,
-                plan.parents.to(torch.int64),
-            )
+            return self._compiled(plan, root_tokens, prefix_lens)
         lp, ids = topk_logprobs(draft_logits, self.k)
         trees = build_reference(lp, ids, self.budget)
         return compile_verify(trees, root_tokens, prefix_lens, self.depth)

@@ -1,9 +1,11 @@
 """The DDTREE decoding worker for sglang 0.5.23 (design: ddtctl notes/ddtree-worker-design.md).
 
 Built on SGLang's DFLASH spec-v2 worker: the same drafter and draft pass, then a draft tree (budget B) built from the
-draft logits, one target verify pass of width B + 1 with an ancestor-only custom mask, SGLang's tree walk to accept,
-and a commit that compacts the accepted nodes' KV into chain order and hands their hidden states to the drafter.
-Runs with the non-overlap scheduler (rule DDT110).
+drafter's vocab-parallel top-K + log-sum-exp, one target verify pass of width B + 1 with an ancestor-only custom mask
+(and, on hybrid Mamba/GDN targets, parent-indexed recurrent state: hybrid.py), SGLang's tree walk to accept (the
+prediction broadcast from TP rank 0, as DFLASH does), and a commit that compacts the accepted nodes' KV into chain
+order, commits the last accepted node's recurrent state and hands the accepted hidden states to the drafter.
+Runs with the non-overlap scheduler (DDTREE resolves --disable-overlap-schedule on, see resolution.py).
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from sglang.srt.speculative.dflash_worker_v2 import (
     _resolve_dflash_embedding_module,
 )
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-from sglang.srt.speculative.spec_utils import draft_tp_context
+from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
+from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, draft_tp_context
 
 from ddtree_sglang import tree_prep
+from ddtree_sglang import hybrid
 from ddtree_sglang.graphs import verify_graph_ready, verify_graphs_enabled
 from ddtree_sglang.metrics import DdtreeMetrics, register
 
@@ -56,17 +60,6 @@ def _spec_value(server_args, name, default=None):
     return default if value is None else value
 
 
-class _WidthView:
-    """get_spec() as DFLASH's prepare_for_decode reads it, with a draft-token count that reserves our width."""
-
-    def __init__(self, spec, tokens: int):
-        self._spec = spec
-        self.speculative_num_draft_tokens = tokens
-
-    def __getattr__(self, name):
-        return getattr(self._spec, name)
-
-
 class DDTreeDraftInput(DFlashDraftInputV2):
     """DFLASH's draft-side state; decode reservations cover the verify width (2 * max(block, B + 1) slots)."""
 
@@ -82,7 +75,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         if tokens == block:
             return super().prepare_for_decode(batch)
         original = info_v2.get_spec
-        info_v2.get_spec = lambda: _WidthView(original(), tokens)
+        info_v2.get_spec = lambda: hybrid.WidthView(original(), tokens)
         try:
             return super().prepare_for_decode(batch)
         finally:
@@ -126,32 +119,33 @@ class DDTreeWorker(DFlashWorkerV2):
         self.allow_hybrid_unsafe = bool(_spec_value(server_args, "speculative_ddtree_allow_hybrid_unsafe", False))
         self.vocab_size = int(self.model_runner.model_config.vocab_size)
         self.is_hybrid = mambaish_config(self.model_runner.model_config) is not None
-        self.chain_only = False
+        # Hybrid targets: "tree" = exact trees, each node on its own ancestors' recurrent state (hybrid.py); "unsafe" =
+        # the chain kernels on tree order, siblings sharing recurrent state (--speculative-ddtree-allow-hybrid-unsafe).
+        self.hybrid_mode = None
         if self.is_hybrid:
-            if self.shadow_linear:
-                # Recurrent layers may only ever see the chain they commit: verify the top-1 path only.
-                self.chain_only = True
-                budget, cap = self.depth, 1
-                logger.warning(
-                    "DDTREE on a hybrid target with --speculative-ddtree-shadow-linear: the recurrent layers see only "
-                    "the top-1 chain (budget %d, top-K 1), which keeps their state exact.", budget)
-            elif self.allow_hybrid_unsafe:
+            if self.allow_hybrid_unsafe:
+                self.hybrid_mode = "unsafe"
                 logger.warning(
                     "DDTREE on a hybrid target with --speculative-ddtree-allow-hybrid-unsafe: sibling branches share "
                     "recurrent state during verification; outputs may differ from the target's greedy decoding.")
             else:
-                raise DdtreeWorkerRefused(
-                    "DDTREE on a hybrid (Mamba/GDN) target needs --speculative-ddtree-shadow-linear (or "
-                    "--speculative-ddtree-allow-hybrid-unsafe): tree verification is not state-exact on recurrent "
-                    "layers [DDT112].")
+                self.hybrid_mode = "tree"
+                linear = getattr(getattr(self.model_runner, "attn_backend", None), "linear_attn_backend", None)
+                if linear is None or type(linear).__name__ != "GDNAttnBackend" or int(getattr(linear, "topk", 0)) <= 1:
+                    raise DdtreeWorkerRefused(
+                        "DDTREE verifies exact trees on hybrid targets through SGLang's Gated-DeltaNet tree kernels "
+                        f"(parent-indexed state); this target's linear-attention backend is "
+                        f"{type(linear).__name__ if linear is not None else 'missing'} without tree mode.")
         if self.use_compact_draft_cache:
             raise DdtreeWorkerRefused("DDTREE does not support --speculative-draft-window-size yet; remove it.")
         if self.selector is not None or self.lilicorr is not None or self._is_domino:
             raise DdtreeWorkerRefused(
                 "DDTREE needs a plain DFlash drafter (draft logits per position); selector/Domino/LiLiCorr drafters "
                 "are not supported.")
-        if int(get_parallel().tp_group.world_size) > 1 or get_parallel().attn_dp_enabled:
-            raise DdtreeWorkerRefused("DDTREE currently runs with --tp-size 1 and without dp attention.")
+        if get_parallel().attn_dp_enabled:
+            raise DdtreeWorkerRefused(
+                "DDTREE does not support DP attention yet (ranks would verify different batches); use --tp-size "
+                "without --enable-dp-attention.")
         backend = getattr(self.model_runner, "attn_backend", None)
         backend = getattr(backend, "full_attn_backend", None) or backend  # hybrid models wrap the full-attn one
         if backend is not None and type(backend).__name__ != "TritonAttnBackend":
@@ -168,6 +162,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self.window = max(block, self.verify_width)
         DDTreeDraftInput.reserve_tokens = self.verify_width
         prep_mode = os.environ.get("DDTREE_PREP", "triton" if torch.cuda.is_available() else "reference")
+        self.tp_size = int(get_parallel().tp_group.world_size)
         self.accept_mode = os.environ.get("DDTREE_ACCEPT", "sglang")
         if self.accept_mode not in ("sglang", "torch"):
             raise DdtreeWorkerRefused(f"DDTREE_ACCEPT must be sglang or torch, got {self.accept_mode!r}")
@@ -184,8 +179,9 @@ class DDTreeWorker(DFlashWorkerV2):
         self._test_hook = _load_test_hook()
         if get_parallel().tp_rank == 0:
             logger.info(
-                "DDTREE worker ready: block_size=%d depth=%d budget=%d topk=%d verify_width=%d prep=%s accept=%s",
-                block, self.depth, self.budget, self.preparer.k, self.verify_width, prep_mode, self.accept_mode)
+                "DDTREE worker ready: block_size=%d depth=%d budget=%d topk=%d verify_width=%d prep=%s accept=%s tp=%d "
+                "hybrid=%s", block, self.depth, self.budget, self.preparer.k, self.verify_width, prep_mode,
+                self.accept_mode, self.tp_size, self.hybrid_mode)
 
     # DFLASH folds its greedy head into the draft graph; DDTREE needs the hidden states (draft logits).
     def _maybe_build_draft_sampler(self):
@@ -207,8 +203,14 @@ class DDTreeWorker(DFlashWorkerV2):
             raise DdtreeWorkerRefused("DDTREE does not support constrained decoding [DDT109].")
         return self._ddtree_decode(batch, on_publish)
 
-    # -- draft pass (DFLASH's, returning logits) --------------------------------------------------------------------
-    def _draft_logits(self, batch, draft_input, prefix_lens, kv_loc_plan, window_2d):
+    # -- draft pass (DFLASH's, returning the draft top-K) ------------------------------------------------------------
+    def _draft_topk(self, batch, draft_input, prefix_lens, kv_loc_plan, window_2d):
+        """DFLASH's draft pass, then the top-K log-probs of every draft position over the target's (vocab-parallel)
+        head: lp [bs, L, K] fp32 (logit - full-vocab log-sum-exp, descending) and global token ids [bs, L, K]. Each
+        TP rank projects its vocab shard, and only K candidates and one LSE per row are gathered (SGLang's
+        `candidate_topk(..., with_partition=True)`), so no rank holds full-vocab draft logits."""
+        from sglang.srt.models.dflash import candidate_topk
+
         bs = len(batch.seq_lens)
         block = int(self.block_size)
         device = self.device
@@ -216,7 +218,7 @@ class DDTreeWorker(DFlashWorkerV2):
         embed_module = unwrap_lora_layer(_resolve_dflash_embedding_module(self.draft_model, target_model))
         lm_head = unwrap_lora_layer(getattr(target_model, "lm_head", None))
         weight = getattr(lm_head, "weight", None)
-        if weight is None or weight.dim() != 2 or weight.shape[0] < self.vocab_size:
+        if weight is None or weight.dim() != 2:
             raise DdtreeWorkerRefused("DDTREE needs a dense target lm_head weight (quantized heads unsupported).")
 
         self._ensure_draft_block_buffers(bs)
@@ -274,13 +276,16 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = draft_out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
-        hidden = hidden[: bs * block].view(bs, block, -1)[:, 1:, :]
-        w = weight[: self.vocab_size]
-        logits = torch.matmul(hidden.to(w.dtype), w.t()).float()  # [bs, L, V]
+        hidden = hidden[: bs * block].view(bs, block, -1)[:, 1:, :].reshape(bs * self.depth, -1)
+        k = self.preparer.k
+        ids, vals, lse = candidate_topk(hidden, lm_head, k, with_partition=True)
+        lp = (vals.float() - lse.float().view(-1, 1)).view(bs, self.depth, k)
+        lp, order = torch.sort(lp, dim=-1, descending=True)  # the tree build reads each depth best-first
+        ids = torch.gather(ids.view(bs, self.depth, k), -1, order)
         if self._test_hook is not None:
-            logits = self._test_hook(reqs=batch.reqs, prefix_lens=prefix_lens, root_tokens=block_ids[:, 0],
-                                     logits=logits)
-        return logits
+            lp, ids = self._test_hook(reqs=batch.reqs, prefix_lens=prefix_lens, root_tokens=block_ids[:, 0], lp=lp,
+                                      ids=ids, vocab=self.vocab_size)
+        return lp, ids
 
     # -- accept -------------------------------------------------------------------------------------------------
     def _posterior(self, logits: torch.Tensor, sampling_info, bs: int, n: int) -> torch.Tensor:
@@ -304,10 +309,12 @@ class DDTreeWorker(DFlashWorkerV2):
         is_greedy = (sampling_info.top_ks.view(bs) <= 1)[:, None]
         return torch.where(is_greedy, greedy, sampled)
 
-    def _accept(self, vi: tree_prep.VerifyInputs, predict: torch.Tensor) -> tree_prep.Accepted:
+    def _accept(self, vi: tree_prep.VerifyInputs, predict: torch.Tensor) -> tuple[tree_prep.Accepted, torch.Tensor]:
+        """The accepted path (local node indices) and SGLang's flat accept index (b * n + node, -1 padded)."""
         bs, n = vi.input_ids.shape
         if self.accept_mode == "torch":
-            return tree_prep.follow_greedy(vi.input_ids, vi.parents, predict, self.depth)
+            acc = tree_prep.follow_greedy(vi.input_ids, vi.parents, predict, self.depth)
+            return acc, tree_prep.flat_accept_index(acc.accepted, n)
         from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
 
         dev = predict.device
@@ -331,13 +338,14 @@ class DDTreeWorker(DFlashWorkerV2):
         alen = accept_num.to(torch.int64)
         last = torch.gather(acc, 1, alen[:, None])[:, 0]
         bonus = torch.gather(predict.to(torch.int64), 1, last[:, None])[:, 0]
-        return tree_prep.Accepted(acc, alen, bonus)
+        return tree_prep.Accepted(acc, alen, bonus), accept_index
 
     @staticmethod
     def _move_target_kv(pool, dst: torch.Tensor, src: torch.Tensor) -> None:
         """KV rows src -> dst in every layer, all sources read before any destination is written (an accepted node
         can be both a source and another node's destination). The pool's own Triton copy path copies locations in
         parallel, so the native gather-then-scatter is used."""
+        pool = getattr(pool, "full_kv_pool", pool)  # hybrid targets: the full-attention layers' pool
         k_buffer, v_buffer = getattr(pool, "k_buffer", None), getattr(pool, "v_buffer", None)
         if k_buffer is None or v_buffer is None or getattr(pool, "use_hnd", False):
             raise DdtreeWorkerRefused(f"DDTREE commits KV into chain order on MHA token pools only "
@@ -378,13 +386,13 @@ class DDTreeWorker(DFlashWorkerV2):
             read_extent=window,
         )
 
-        # 1) draft logits from DFLASH's draft pass
-        draft_logits = self._draft_logits(batch, draft_input, prefix_lens, kv_loc_plan, window_2d)
+        # 1) draft top-K from DFLASH's draft pass
+        lp, ids = self._draft_topk(batch, draft_input, prefix_lens, kv_loc_plan, window_2d)
 
         # 2) tree + verify inputs
         t0 = time.perf_counter()
         roots = draft_input.bonus_tokens.view(-1).to(torch.int64)
-        vi = self.preparer.prepare(draft_logits, roots, prefix_lens)
+        vi = self.preparer.prepare_from_topk(lp, ids, roots, prefix_lens)
         if self._metrics_sync:
             torch.cuda.synchronize()
         prep_s = time.perf_counter() - t0
@@ -400,6 +408,10 @@ class DDTreeWorker(DFlashWorkerV2):
             kv_loc_plan=kv_loc_plan,
             kv_loc_cols=slice(0, n),
         )
+        if self.hybrid_mode == "tree":
+            # read by the hybrid linear-attention backend in its topk > 1 mode (eager and graph replay alike)
+            verify_input.retrieve_next_token = vi.retrive_next_token.to(torch.int32).contiguous()
+            verify_input.retrieve_next_sibling = vi.retrive_next_sibling.to(torch.int32).contiguous()
         sampling_info = batch.sampling_info
         seq_lens_cpu_backup, seq_lens_sum_backup = batch.seq_lens_cpu, batch.seq_lens_sum
         if seq_lens_cpu_backup is not None:
@@ -433,9 +445,14 @@ class DDTreeWorker(DFlashWorkerV2):
                 apply_dflash_verify_logits_adjustments(
                     next_token_logits=verify_logits, sampling_info=sampling_info, draft_token_num=n)
             target_predict = self._posterior(verify_logits, sampling_info, bs, n)
+        sampled = sampling_info is not None and not sampling_info.is_all_greedy
+        # every TP rank walks the tree with rank 0's predictions (sampling draws per rank), as DFLASH does
+        target_predict = self._tp_sync.sync(
+            SpecTpSyncSite.DFLASH_ACCEPT_SAMPLE if sampled else SpecTpSyncSite.DFLASH_ACCEPT_GREEDY,
+            target_predict.contiguous())
 
         # 4) accept
-        acc = self._accept(vi, target_predict)
+        acc, accept_index = self._accept(vi, target_predict)
         cm = tree_prep.commit(vi.input_ids, acc, block)
         commit_lens = cm.commit_lens
         new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
@@ -448,9 +465,12 @@ class DDTreeWorker(DFlashWorkerV2):
             chain = torch.gather(rows, 1, cm.chain_src.clamp(max=n - 1)[:, :, None].expand(bs, block, rows.shape[-1]))
             logits_output.next_token_logits = chain.reshape(bs * block, -1)
             compute_spec_logprobs(batch, logits_output, cm.out_tokens.reshape(-1), chain_stride=block)
-        if self._need_mamba_verify_commit:
-            # Recurrent state of the last accepted verify step. Exact in chain-only mode (shadow-linear: node j is
-            # chain position j, DFLASH's own semantics); with allow-hybrid-unsafe the user accepted that it is not.
+        if self.hybrid_mode == "tree":
+            # SGLang's own tree commit: the state of the last accepted NODE (its index in the verify window), and the
+            # mamba-track snapshot at the accepted node where the track interval is crossed.
+            commit_mamba_states_after_verify(self.target_worker, batch, commit_lens, accept_index, n)
+        elif self._need_mamba_verify_commit:
+            # unsafe mode (the user accepted that siblings share state): DFLASH's chain-position commit
             self._update_target_mamba_state_after_verify(
                 batch=batch, seq_lens_pre_verify=prefix_lens.clone(), seq_lens_post_verify=new_seq_lens,
                 commit_lens=commit_lens)

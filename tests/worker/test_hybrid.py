@@ -1,0 +1,177 @@
+"""Hybrid (GDN) trees and the vocab-parallel draft top-K: the worker's CPU-testable pieces.
+
+* hybrid.py's three hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows and budget the
+  verify width -- for DDTREE in tree mode only; their targets exist in the pinned SGLang (managed env).
+* the commit index mapping: SGLang's flat accept index of an accepted tree path, and SGLang 0.5.23's own
+  `_verify_commit_step_indices` (run on it, CPU path) gives the last accepted NODE and the track step at the node of
+  the accepted path where the interval is crossed -- not a chain position.
+* `prepare_from_topk` (what the worker builds from a gathered top-K) equals `prepare` from full logits.
+* the test-only oracle drafter's top-K rows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ddtree_sglang import hybrid  # noqa: E402
+from ddtree_sglang import tree_prep as tp  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+PAYLOAD_FILES = REPO / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files"
+
+
+def _spec(**kw):
+    base = {"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 16,
+            "speculative_ddtree_verify_width": 65, "speculative_ddtree_allow_hybrid_unsafe": False}
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+class GDNAttnBackend:  # the hook keys on the class name, like SGLang's
+    topk = 1
+
+
+class KDAAttnBackend:
+    topk = 1
+
+
+@pytest.mark.parametrize("spec, runner_is_draft, backend_cls, expect_topk", [
+    (_spec(), False, GDNAttnBackend, hybrid.TREE_TOPK),  # DDTREE target: tree mode
+    (_spec(), True, GDNAttnBackend, 1),  # a drafter is never switched
+    (_spec(speculative_ddtree_allow_hybrid_unsafe=True), False, GDNAttnBackend, 1),  # unsafe: chain kernels
+    (_spec(speculative_algorithm="DFLASH"), False, GDNAttnBackend, 1),  # not DDTREE
+    (_spec(), False, KDAAttnBackend, 1),  # other linear backends stay (the worker refuses tree mode there)
+])
+def test_tree_backend_hook(monkeypatch, spec, runner_is_draft, backend_cls, expect_topk):
+    monkeypatch.setattr(hybrid, "_spec", lambda: spec)
+    backend = backend_cls()
+    hybrid.tree_backend(None, backend, SimpleNamespace(is_draft_worker=runner_is_draft))
+    assert backend.topk == expect_topk
+
+
+def test_conv_windows_stay_dense_for_trees_only(monkeypatch):
+    original = lambda *a, **k: True  # noqa: E731  (sglang: dedup on CUDA when topk <= 1)
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is False
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_allow_hybrid_unsafe=True))
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_algorithm="DFLASH"))
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
+
+
+def test_mamba_budget_sees_the_verify_width(monkeypatch):
+    import types
+
+    fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
+    fake_kvc.get_spec = lambda: _spec()
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
+    sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    seen = []
+    hybrid.honest_mamba_budget(lambda self: seen.append(fake_kvc.get_spec().speculative_num_draft_tokens), object())
+    assert seen == [65] and fake_kvc.get_spec().speculative_num_draft_tokens == 16  # restored
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_algorithm="DFLASH"))
+    hybrid.honest_mamba_budget(lambda self: seen.append(fake_kvc.get_spec().speculative_num_draft_tokens), object())
+    assert seen == [65, 16]
+
+
+def test_hook_targets_exist_in_the_pinned_sglang(managed_python):
+    """A renamed SGLang symbol would make HookRegistry fail at start: find every hooked target in the pinned wheel's
+    source (statically: some of those modules import server-only packages the CPU env lacks)."""
+    script = f"""
+import ast, importlib.util, json, os, sys
+from types import SimpleNamespace as NS
+sys.path.insert(0, {str(PAYLOAD_FILES)!r})
+from ddtree_sglang import graphs, hybrid
+targets = []
+R = NS(register=lambda target, hook, kind: targets.append(target))
+K = NS(AROUND="around", AFTER="after", BEFORE="before")
+graphs.register_hooks(R, K); hybrid.register_hooks(R, K)
+missing = []
+for t in targets:
+    parts = t.split(".")
+    root = os.path.dirname(os.path.dirname(importlib.util.find_spec("sglang").origin))  # no package code runs
+    for i in range(len(parts) - 1, 0, -1):
+        origin = os.path.join(root, *parts[:i]) + ".py"
+        if os.path.isfile(origin):
+            break
+    scope = ast.parse(open(origin).read()).body
+    for name in parts[i:]:
+        found = [n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name]
+        if not found:
+            missing.append(t)
+            break
+        scope = found[0].body
+print(json.dumps({{"targets": targets, "missing": missing}}))
+"""
+    p = subprocess.run([str(managed_python), "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(out["targets"]) == 5 and out["missing"] == []
+
+
+def test_commit_step_indices_follow_the_accepted_tree_path(tmp_path):
+    """SGLang's own step-index math on DDTREE's flat accept index: node indices, not chain positions."""
+    # tree (n = 6): 0 -> {1, 2}; 1 -> {3}; 2 -> {4}; 4 -> {5}. Request 0 accepts 0 -> 2 -> 4 -> 5 (3 drafts);
+    # request 1 accepts 0 -> 1 (1 draft).
+    accepted = torch.tensor([[0, 2, 4, 5], [0, 1, -1, -1]])
+    flat = tp.flat_accept_index(accepted, 6)
+    assert flat.tolist() == [[0, 2, 4, 5], [6, 7, -1, -1]]
+    from worker_sglang_source import load_functions, sglang_source
+
+    found = sglang_source("sglang/srt/speculative/spec_utils.py")
+    assert found is not None, "sglang 0.5.23's spec_utils.py is not reachable (make test builds the managed env)"
+    mod = load_functions(found[0], ["_verify_commit_step_indices"], tmp_path, "ddtree_test_spec_utils",
+                         preamble="from __future__ import annotations\n")
+    mod.mamba_track_grid = lambda page_size: 4
+    batch = SimpleNamespace(seq_lens=torch.tensor([10, 10]), mamba_track_indices=torch.tensor([0, 1]),
+                            tree_cache=SimpleNamespace(page_size=1))
+    last, track = mod._verify_commit_step_indices(batch=batch, accept_index=flat, accept_lens=torch.tensor([4, 2]),
+                                                  draft_token_num=6)
+    out = {"last": last.tolist(), "track": track.tolist()}
+    # last accepted nodes: 5 and 1. Request 0 goes 10 -> 14 and crosses 12 at chain step 1 = node 2; request 1
+    # goes 10 -> 12 and crosses 12 at chain step 1 = node 1.
+    assert out == {"last": [5, 1], "track": [2, 1]}
+
+
+@pytest.mark.parametrize("mode", ["reference", "triton"])
+@pytest.mark.parametrize("bs, budget, depth, vocab", [(1, 1, 3, 20), (2, 7, 5, 30), (3, 15, 15, 60)])
+def test_prepare_from_topk_equals_prepare_from_logits(bs, budget, depth, vocab, mode):
+    g = torch.Generator().manual_seed(7 + budget)
+    logits = torch.randn(bs, depth, vocab, generator=g) * 3
+    roots = torch.randint(0, vocab, (bs,), generator=g)
+    prefix = torch.randint(3, 40, (bs,), generator=g)
+    prep = tp.TreePreparer(depth=depth, vocab=vocab, budget=budget, topk_cap=None, mode=mode, device="cpu")
+    a = prep.prepare(logits, roots, prefix)
+    lp, ids = tp.topk_logprobs(logits, prep.k)
+    b = prep.prepare_from_topk(lp, ids, roots, prefix)
+    for name in ("input_ids", "positions", "visibility", "retrive_index", "retrive_next_token",
+                 "retrive_next_sibling", "parents"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    with pytest.raises(ValueError, match="shapes"):
+        prep.prepare_from_topk(lp[:, :-1], ids[:, :-1], roots, prefix)
+
+
+def test_oracle_topk_row_puts_the_oracle_on_top_and_keeps_the_drafters_order():
+    sys.path.insert(0, str(REPO / "tests" / "gpu_standins"))
+    try:
+        import oracle_drafter as od
+    finally:
+        sys.path.pop(0)
+    row = [(5, 12.0), (9, 11.0), (3, 10.0), (7, 9.0)]
+    toks, lps = od.oracle_topk_row(row, [9, 1, 2, 5, 4, 8], k=6, vocab=100)
+    assert toks == [5, 9, 3, 7, 1, 2]
+    assert all(a > b for a, b in zip(lps, lps[1:]))
+    full = torch.zeros(100)
+    full[torch.tensor([5, 9, 3, 7])] = torch.tensor([12.0, 11.0, 10.0, 9.0])
+    assert lps[0] == pytest.approx((12.0 - torch.logsumexp(full, 0)).item(), abs=1e-3)
