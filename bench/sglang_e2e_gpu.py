@@ -53,6 +53,11 @@ VOCAB = 151936
 MASK_ID = 151669
 EOS_IDS = (151643, 151645)
 DTYPE = ["float32"]
+TARGET = ["dense"]  # dense: tiny Qwen3; hybrid: tiny Qwen3.5 (Gated-DeltaNet) -- set from --target
+TP = [1]
+HYBRID_FLAGS = ["--linear-attn-backend", "triton", "--linear-attn-prefill-backend", "triton",
+                "--mamba-ssm-dtype", "float32", "--mamba-radix-cache-strategy", "extra_buffer",
+                "--mamba-full-memory-ratio", "0.5"]
 
 
 def log(msg: str) -> None:
@@ -114,7 +119,9 @@ def overlay_install(site: Path, env: dict) -> dict:
 
 
 def make_models(weights: str) -> tuple[Path, Path]:
-    target, draft = WORK / "models" / "tiny-qwen3", WORK / "models" / "tiny-dflash"
+    hybrid = TARGET[0] == "hybrid"
+    target = WORK / "models" / ("tiny-qwen35-hybrid" if hybrid else "tiny-qwen3")
+    draft = WORK / "models" / "tiny-dflash"
     common = {
         "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
         "intermediate_size": 512, "vocab_size": VOCAB, "hidden_act": "silu", "rms_norm_eps": 1e-6,
@@ -126,9 +133,18 @@ def make_models(weights: str) -> tuple[Path, Path]:
     draft.mkdir(parents=True, exist_ok=True)
     # informative weights need an untied head: tied, the residual stream's own token embedding wins the logits and
     # the model repeats its last token
-    (target / "config.json").write_text(json.dumps({
-        **common, "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4,
-        "tie_word_embeddings": weights == "dummy"}))
+    tcfg = {**common, "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4,
+            "tie_word_embeddings": weights == "dummy"}
+    if hybrid:
+        # the shape of Qwen3.6-27B in miniature: layers 1 and 3 full attention, 0 and 2 Gated-DeltaNet; without
+        # rope_parameters start-up fails ("Unknown RoPE scaling type")
+        tcfg.update({
+            "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "full_attention_interval": 2,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 6, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "attn_output_gate": True,
+            "partial_rotary_factor": 0.25, "rope_scaling": None,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000, "partial_rotary_factor": 0.25}})
+    (target / "config.json").write_text(json.dumps(tcfg))
     (draft / "config.json").write_text(json.dumps({
         **common, "architectures": ["DFlashDraftModel"], "num_hidden_layers": 1, "tie_word_embeddings": False,
         "block_size": 16, "num_target_layers": 4,
@@ -148,6 +164,7 @@ class Server:
     verify_graph: bool = True
     extras: bool = False  # after the greedy batch: a logprob batch and a T>0 batch (see run_extras)
     extra_env: dict = field(default_factory=dict)
+    unsafe: bool = False  # DDTREE --speculative-ddtree-allow-hybrid-unsafe: a negative control that must diverge
     proc: subprocess.Popen | None = None
     argv: list[str] = field(default_factory=list)
     status: str = "not run"
@@ -183,7 +200,14 @@ def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
         argv += ["--speculative-algorithm", s.algo, "--speculative-draft-model-path", str(draft),
                  "--max-running-requests", "8"]
     if s.algo == "DDTREE":
-        argv += ["--speculative-ddtree-budget", str(s.budget), "--disable-overlap-schedule"]
+        # no --disable-overlap-schedule: DDTREE resolves it itself (a declared override), as the seed's command
+        argv += ["--speculative-ddtree-budget", str(s.budget)]
+        if TARGET[0] == "hybrid":
+            argv += ["--speculative-ddtree-allow-hybrid-unsafe" if s.unsafe else "--speculative-ddtree-shadow-linear"]
+    if TARGET[0] == "hybrid":
+        argv += HYBRID_FLAGS
+    if TP[0] > 1:
+        argv += ["--tp-size", str(TP[0]), "--disable-custom-all-reduce"]
     return argv
 
 
@@ -526,13 +550,17 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         acc = [a for a in (s.accept_lengths or []) if a is not None]
         mean_acc = sum(acc) / len(acc) if acc else None
         m = ddtree_metrics(s.server_info) or metrics_from_log(s.log_path)
-        ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
+        if s.unsafe:  # the sibling-sharing negative control must leave plain greedy (beyond rounding ties)
+            ok = s.status == "done" and match is False
+        else:
+            ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
         ok_all &= ok
         x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [], tie_nats)
         if x_ok is not None:
             extras_ok &= x_ok
         rows.append({
             "server": s.name, "algo": s.algo, "graphs": s.graphs, "budget": s.budget, "oracle": s.oracle,
+            "unsafe": s.unsafe, "ok": ok,
             "status": s.status, "startup_s": s.startup_s, "match_plain": match, "match": match_label, "outputs": s.outputs,
             "same_as_dflash": (s.outputs == dflash_out[s.graphs]) if s.algo == "DDTREE" and s.graphs in dflash_out
             else None, "mean_accept_len": mean_acc,
@@ -550,7 +578,10 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         ok_all = False  # nothing ran, or the setup failed: never a pass
     if not any(r["extras_ok"] is not None for r in rows):
         extras_ok = False
-    result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all, "extras_ok": extras_ok}
+    claims = tree_claims(rows)
+    claims_ok = bool(claims) and all(c["ok"] for c in claims)
+    result = {"meta": meta, "rows": rows, "reference_outputs": reference, "ok": ok_all, "extras_ok": extras_ok,
+              "claims": claims, "claims_ok": claims_ok}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "e2e_results.json").write_text(json.dumps(result, indent=1, default=str))
     hdr = f"{'server':<22} {'algo':<7} {'graphs':<6} {'B':>3} {'drafter':<7} {'status':<8} {'start_s':>7} " \
@@ -579,6 +610,10 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         if r["extras_ok"] is not None:
             lines.append(f"  {r['server']:<26} {'ok  ' if r['extras_ok'] else 'FAIL'} {r['extras'][:300]}")
     lines.append("")
+    lines.append("tree claims (same oracle drafter for DFLASH and DDTREE; DDTREE budgets >= 7, not the control):")
+    for c in claims:
+        lines.append(f"  {c['server']:<26} {'ok  ' if c['ok'] else 'FAIL'} {c['what']}")
+    lines.append("")
     lines.append("served args (/get_server_info):")
     for r in rows:
         if r["served"]:
@@ -588,7 +623,29 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
     print("\n" + table, flush=True)
     print(f"\nRESULT: {'PASS' if ok_all else 'FAIL'} (every server up; DDTREE/DFLASH == plain greedy)", flush=True)
     print(f"EXTRAS: {'PASS' if extras_ok else 'FAIL'} (logprobs, T>0)", flush=True)
-    return 0 if ok_all and extras_ok else 1
+    print(f"CLAIMS: {'PASS' if claims_ok else 'FAIL'} (branch nodes accepted > 0, mean accepted length > DFLASH's)",
+          flush=True)
+    return 0 if ok_all and extras_ok and claims_ok else 1
+
+
+def tree_claims(rows: list[dict]) -> list[dict]:
+    """What a tree must show beyond equality: with the oracle drafter, accepted nodes off the top-1 chain (> 0) and a
+    mean accepted length above DFLASH's at the same graphs setting."""
+    dflash = {r["graphs"]: r["mean_accept_len"] for r in rows if r["algo"] == "DFLASH" and r["mean_accept_len"]}
+    out = []
+    for r in rows:
+        if r["algo"] != "DDTREE" or not r["oracle"] or r["unsafe"] or (r["budget"] or 0) < 7:
+            continue
+        m = r["ddtree_metrics"] or {}
+        branch = m.get("accepted_branch_nodes", m.get("branch_nodes"))
+        base = dflash.get(r["graphs"])
+        acc = r["mean_accept_len"]
+        ok = r["ok"] and isinstance(branch, (int, float)) and branch > 0 and bool(acc) and bool(base) and acc > base
+        out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
+                    "dflash_mean_accept_len": base,
+                    "what": f"branch nodes {branch}, mean acc len {acc if acc is None else round(acc, 2)} vs "
+                            f"DFLASH {base if base is None else round(base, 2)}"})
+    return out
 
 
 def pack_logs() -> None:
@@ -599,6 +656,43 @@ def pack_logs() -> None:
                 tf.add(LOGS, arcname="logs")
     except Exception as exc:  # noqa: BLE001
         log(f"could not pack logs: {exc}")
+
+
+def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> list[Server]:
+    """The servers after the plain reference, per suite (names say algo, budget, graphs and variant)."""
+    wave2: list[Server] = []
+    if suite == "worker":
+        for g in graphs:
+            wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
+            for b in budgets:
+                wave2.append(mk(f"ddtree-b{b}-g{int(g)}", "DDTREE", g, b, oracle=True))
+        wave2.append(mk("ddtree-b15-g0-random", "DDTREE", False, 15, oracle=False))
+        eager = mk("ddtree-b32-g1-eagerverify", "DDTREE", True, 32, oracle=True)
+        eager.verify_graph = False
+        wave2.append(eager)
+        refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
+        refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
+        wave2.append(refprep)
+        extras = ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1")
+    elif suite == "hybrid":
+        for g in graphs:
+            wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
+            for b in budgets:
+                wave2.append(mk(f"ddtree-b{b}-g{int(g)}", "DDTREE", g, b, oracle=True))
+            unsafe = mk(f"ddtree-b15-g{int(g)}-unsafe", "DDTREE", g, 15, oracle=True)
+            unsafe.unsafe = True
+            wave2.append(unsafe)
+        wave2.append(mk("ddtree-b15-g1-random", "DDTREE", True, 15, oracle=False))
+        extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
+    else:  # tp
+        wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),
+                  mk("ddtree-b7-g1", "DDTREE", True, 7, oracle=True),
+                  mk("ddtree-b15-g0", "DDTREE", False, 15, oracle=True),
+                  mk("ddtree-b32-g1", "DDTREE", True, 32, oracle=True)]
+        extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
+    for s in wave2:
+        s.extras = s.name in extras
+    return wave2
 
 
 def main() -> int:
@@ -615,8 +709,21 @@ def main() -> int:
                     help="model dtype for every server: float32 keeps verify-vs-decode rounding (bf16: ~0.1 nats of "
                          "logprob on the informative model, run 6) far below the greedy margins")
     ap.add_argument("--only", default="", help="comma-separated server names (debugging)")
+    ap.add_argument("--port-base", type=int, default=31000, help="servers listen on port-base + 1, + 2, ...")
+    ap.add_argument("--setup-only", action="store_true",
+                    help="install the carried wheels into the work dir's site/ and stop (for other GPU scripts)")
+    ap.add_argument("--target", choices=("dense", "hybrid"), default="dense",
+                    help="hybrid: a tiny Qwen3.5 Gated-DeltaNet target (bf16: the GDN chunk kernel refuses float32)")
+    ap.add_argument("--tp", type=int, default=1, help="--tp-size of every server (2 on nvidia-h200-x2)")
+    ap.add_argument("--suite", choices=("worker", "hybrid", "tp"), default="worker",
+                    help="worker: budgets x graphs + variants (runs 4-10); hybrid: trees on the GDN target with "
+                         "the unsafe negative control; tp: a small set for tensor parallelism")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    if args.setup_only:
+        site, _env = setup(args)
+        print(site)
+        return 0
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv}
     servers: list[Server] = []
     reference = None
@@ -635,6 +742,8 @@ def main() -> int:
         if os.environ.get("DDTREE_E2E_SKIP_OVERLAY") != "1":  # (local dry runs of this script only)
             meta["overlay"] = overlay_install(site, env)
         log("overlay installed")
+        TARGET[0], TP[0] = args.target, args.tp
+        meta["target"], meta["tp"], meta["suite"] = args.target, args.tp, args.suite
         DTYPE[0] = args.dtype  # also the configs' torch_dtype: run 7's eager DFlash draft pass fed a bf16 tensor
         # (from the draft config's torch_dtype) into float32 weights when only --dtype said float32
         target, draft = make_models(args.weights)
@@ -646,7 +755,7 @@ def main() -> int:
         reqs = prompts()
         graphs = [g == "on" for g in args.graphs.split(",") if g]
         budgets = [int(b) for b in args.budgets.split(",") if b]
-        port = [31000]
+        port = [args.port_base]
 
         def mk(name, algo, g, budget=None, oracle=False):
             port[0] += 1
@@ -654,21 +763,7 @@ def main() -> int:
 
         wave1 = [mk("plain-g0", "plain", False)]  # the reference (and the oracle's source)
         wave1[0].extras = True
-        wave2 = []
-        for g in graphs:
-            wave2.append(mk(f"dflash-g{int(g)}", "DFLASH", g, oracle=True))
-            for b in budgets:
-                wave2.append(mk(f"ddtree-b{b}-g{int(g)}", "DDTREE", g, b, oracle=True))
-        wave2.append(mk("ddtree-b15-g0-random", "DDTREE", False, 15, oracle=False))
-        eager = mk("ddtree-b32-g1-eagerverify", "DDTREE", True, 32, oracle=True)
-        eager.verify_graph = False
-        wave2.append(eager)
-        refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
-        refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
-        wave2.append(refprep)
-        for s in wave2:
-            if s.name in ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1"):
-                s.extras = True
+        wave2 = suite_servers(args.suite, graphs, budgets, mk)
         if args.only:
             keep = set(args.only.split(","))
             wave1 = [s for s in wave1 if s.name in keep or s.name == "plain-g0"][:1]

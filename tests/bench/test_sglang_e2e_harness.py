@@ -73,20 +73,46 @@ def test_report_fails_when_nothing_ran(e2e):
     assert e2e.report([], None, {"error": "setup failed"}, []) == 1
 
 
+def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, unsafe_out=None):
+    plain = _server(e2e, "plain-g0", "plain", ref)
+    plain.top2_gaps = [[1.0] * 3, [1.0] * 3]
+    plain.extras, plain.logprob_outputs, plain.logprobs = True, ref, [[-1.0] * 3, [-1.0] * 3]
+    plain.sampled_outputs = [[7, 8, 9], [7, 8, 9]]
+    dflash = _server(e2e, "dflash-g0", "DFLASH", ref)
+    dflash.accept_lengths = [dflash_acc, dflash_acc]
+    ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
+    ddtree.accept_lengths = [ddtree_acc, ddtree_acc]
+    ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch}}]}
+    out = [plain, dflash, ddtree]
+    if unsafe_out is not None:
+        control = _server(e2e, "ddtree-b15-g0-unsafe", "DDTREE", unsafe_out, budget=15)
+        control.unsafe = True
+        out.append(control)
+    return out
+
+
+REQS = [([10, 11], 3), ([12], 3)]
+REF = [[1, 2, 3], [4, 5, 6]]
+
+
 def test_report_fails_on_a_real_mismatch_and_passes_when_all_match(e2e):
-    reqs = [([10, 11], 3), ([12], 3)]
-    ref = [[1, 2, 3], [4, 5, 6]]
+    assert e2e.report(_servers(e2e, REF, REF), REF, {}, REQS) == 0
+    assert e2e.report(_servers(e2e, REF, [[1, 2, 3], [4, 0, 6]]), REF, {}, REQS) == 1
 
-    def servers(ddtree_out):
-        plain = _server(e2e, "plain-g0", "plain", ref)
-        plain.top2_gaps = [[1.0] * 3, [1.0] * 3]
-        plain.extras, plain.logprob_outputs, plain.logprobs = True, ref, [[-1.0] * 3, [-1.0] * 3]
-        plain.sampled_outputs = [[7, 8, 9], [7, 8, 9]]
-        ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
-        return [plain, _server(e2e, "dflash-g0", "DFLASH", ref), ddtree]
 
-    assert e2e.report(servers(ref), ref, {}, reqs) == 0
-    assert e2e.report(servers([[1, 2, 3], [4, 0, 6]]), ref, {}, reqs) == 1
+@pytest.mark.parametrize("kw", [{"ddtree_acc": 2.0}, {"ddtree_acc": 1.5}, {"branch": 0}])
+def test_a_tree_that_never_branches_or_accepts_no_more_than_dflash_fails_the_claims(e2e, kw):
+    assert e2e.report(_servers(e2e, REF, REF, **kw), REF, {}, REQS) == 1
+    claims = e2e.tree_claims([{"algo": "DFLASH", "graphs": False, "mean_accept_len": 2.0},
+                              {"algo": "DDTREE", "graphs": False, "mean_accept_len": kw.get("ddtree_acc", 3.0),
+                               "oracle": True, "unsafe": False, "budget": 7, "ok": True, "server": "t",
+                               "ddtree_metrics": {"accepted_branch_nodes": kw.get("branch", 4)}}])
+    assert [c["ok"] for c in claims] == [False]
+
+
+def test_the_unsafe_control_must_diverge(e2e):
+    assert e2e.report(_servers(e2e, REF, REF, unsafe_out=[[1, 9, 9], [4, 5, 6]]), REF, {}, REQS) == 0
+    assert e2e.report(_servers(e2e, REF, REF, unsafe_out=REF), REF, {}, REQS) == 1
 
 
 @pytest.mark.sglang

@@ -14,7 +14,6 @@ import importlib
 import logging
 import os
 import time
-from typing import Optional
 
 import torch
 
