@@ -395,7 +395,12 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._metrics_sync:
             torch.cuda.synchronize()
         prep_s = time.perf_counter() - t0
-        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens)  # sized from the device lengths
+        # The mask's length from the host copy of the prefix lengths when the batch has one: reading it off the device
+        # would stall the launch of the verify pass until the draft pass and the tree build have finished.
+        mask_total = None
+        if batch.seq_lens_cpu is not None:
+            mask_total = int((n * (batch.seq_lens_cpu[:bs].to(torch.int64) + n)).sum())
+        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens, mask_total)
 
         # 3) target verify, width n
         verify_input = DFlashVerifyInput(
