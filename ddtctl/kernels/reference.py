@@ -6,6 +6,8 @@ Conventions (shared with the kernels):
 - Top-K per depth: ``lp = fl32(x - lse)`` with ``x`` the logits in fp32 and ``lse`` the log-sum-exp over the whole
   vocabulary; tokens are ranked by logit (equivalently by log-prob), ties to the lower token id. ``-0.0`` counts as
   ``+0.0``. Logits must be finite or ``-inf``, with at least one finite value per row.
+- ``build`` takes the top-K log-probs as given but likewise reads ``-0.0`` as ``+0.0`` (a caller's table may hold
+  ``-0.0``; the scores are then never ``-0.0``, so a ``-0.0`` and a ``+0.0`` score tie and break on the rank tuple).
 - Score of a prefix = fp32 sum of its log-probs in depth order: ``score(child) = fl32(score(parent) + lp[d-1, r])``.
   (Paper: sibling score ``s - lp[d-1,r] + lp[d-1,r+1]``; the same number in exact arithmetic, and the
   parent-plus-one-term form is what both implementations compute, without cancellation.)
@@ -25,11 +27,11 @@ MAX_DEPTH = 30  # the GPU build packs depths into 5 bits
 MAX_BUDGET = 2046  # ... and node indices / insertion points into 11 bits
 
 
-def _as_f32_logits(logits) -> np.ndarray:
-    x = np.asarray(logits)
+def _canonical_f32(x) -> np.ndarray:
+    """float32 copy of ``x`` with -0.0 replaced by +0.0 (they compare equal, so they must rank and score equal)."""
+    x = np.asarray(x)
     if x.dtype != np.float32:
         x = x.astype(np.float32)
-    # canonical zero: -0.0 ranks equal to +0.0
     return np.where(x == 0.0, np.float32(0.0), x).astype(np.float32, copy=False)
 
 
@@ -46,7 +48,7 @@ def topk_logprobs(logits, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k log-probs per row of ``logits[..., V]``: returns (lp float32 [..., k], ids int64 [..., k]).
 
     Sorted by logit descending, ties to the lower token id (stable sort of the negated logits)."""
-    x = _as_f32_logits(logits)
+    x = _canonical_f32(logits)
     v = x.shape[-1]
     if not 1 <= k <= v:
         raise ValueError(f"k={k} must be in [1, V={v}]")
@@ -115,7 +117,8 @@ def visibility_from_parents(parents: np.ndarray) -> np.ndarray:
 
 def build(lp: np.ndarray, ids: np.ndarray, budget: int) -> Tree:
     """Best-first heap build over top-K log-probs ``lp[L, K]`` (rows sorted descending) and ``ids[L, K]``."""
-    lp = np.asarray(lp, dtype=np.float32)
+    # -0.0 -> +0.0, as the build kernel loads lp: with no -0.0 in, no sum is -0.0, so every score is bit-identical
+    lp = _canonical_f32(lp)
     ids = np.asarray(ids)
     depth_l, k = lp.shape
     if depth_l < 1 or depth_l > MAX_DEPTH or budget < 1 or budget > MAX_BUDGET:

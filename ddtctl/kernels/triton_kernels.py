@@ -14,7 +14,8 @@ Top-K (two launches):
 Build, grid (batch,): the best-first heap with one frontier entry per node (the node's next child rank). The pop
   order key is (score desc, rank tuple asc); the rank-tuple order of two frontier entries equals (insertion point in
   the current tree's preorder asc, depth desc), so each node carries its preorder index and subtree size and one
-  64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit for bit.
+  64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit for bit (both read a -0.0 in
+  lp as +0.0, so equal scores tie whatever their zero's sign).
 Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive arrays,
   all from the build's preorder intervals (no pointer chasing).
 Follow, grid (batch,): greedy / sample-then-walk acceptance from posterior tokens, in registers.
@@ -63,6 +64,7 @@ def _ukey(x):
 
 @triton.jit
 def _load_f32(ptr, mask):
+    """fp32 value (-inf where masked) with -0.0 canonicalised to +0.0, the precondition of _skey."""
     x = tl.load(ptr, mask=mask, other=float("-inf")).to(tl.float32)
     return tl.where(x == 0.0, 0.0, x)
 
@@ -254,10 +256,11 @@ def _build_kernel(
     crank = zi
     nscore = tl.zeros([F], tl.float32)
     ninf = tl.full([F], float("-inf"), tl.float32)
-    cscore = tl.where(root, tl.load(lpb), ninf)
-    nlp = tl.where(root, tl.load(lpb + 1, mask=K > 1, other=float("-inf")), ninf)
-    c0 = tl.where(root, tl.load(lpb + K, mask=L > 1, other=float("-inf")), ninf)
-    c1 = tl.where(root, tl.load(lpb + K + 1, mask=(L > 1) & (K > 1), other=float("-inf")), ninf)
+    # every lp load goes through _load_f32: -0.0 -> +0.0, else _skey would rank a -0.0 score below +0.0 (issue #14)
+    cscore = tl.where(root, _load_f32(lpb, K > 0), ninf)
+    nlp = tl.where(root, _load_f32(lpb + 1, K > 1), ninf)
+    c0 = tl.where(root, _load_f32(lpb + K, L > 1), ninf)
+    c1 = tl.where(root, _load_f32(lpb + K + 1, (L > 1) & (K > 1)), ninf)
     cvalid = root
     pend_p = tl.sum(zi, axis=0) - 1
     pend_c = pend_p
@@ -291,7 +294,7 @@ def _build_kernel(
         cvalid = tl.where(is_p, rp + 1 < K, cvalid)
         crank = tl.where(is_p, crank + 1, crank)
         pend_p = p
-        pend_nlp = tl.load(lpb + dp * K + rp + 2, mask=rp + 2 < K, other=float("-inf"))
+        pend_nlp = _load_f32(lpb + dp * K + rp + 2, rp + 2 < K)
         # the new node i
         newn = n == i
         pre = tl.where(newn, insp, pre)
@@ -305,8 +308,8 @@ def _build_kernel(
         nlp = tl.where(newn, c1p, nlp)
         cvalid = tl.where(newn, d_new < L, cvalid)
         pend_c = i
-        pend_c0 = tl.load(lpb + (d_new + 1) * K, mask=d_new + 1 < L, other=float("-inf"))
-        pend_c1 = tl.load(lpb + (d_new + 1) * K + 1, mask=(d_new + 1 < L) & (K > 1), other=float("-inf"))
+        pend_c0 = _load_f32(lpb + (d_new + 1) * K, d_new + 1 < L)
+        pend_c1 = _load_f32(lpb + (d_new + 1) * K + 1, (d_new + 1 < L) & (K > 1))
     node = (n >= 1) & (n <= B)
     tok = tl.load(IDS + req * L * K + flat, mask=node, other=0)
     tl.store(TOK_OUT + req * B + n - 1, tok, mask=node)

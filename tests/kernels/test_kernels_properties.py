@@ -4,8 +4,9 @@ visibility is ancestor-only, compile's arrays list each node's children, follow 
 import itertools
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from kernels_hypothesis import seeded
 
 from ddtctl.kernels import reference as R
 
@@ -14,9 +15,9 @@ from ddtctl.kernels import reference as R
 def topk_tables(draw):
     depth = draw(st.integers(1, 4))
     k = draw(st.integers(1, 4))
-    # few distinct values -> many exact score ties; otherwise continuous values
+    # few distinct values -> many exact score ties (-0.0 ties with 0.0, issue #14); otherwise continuous values
     if draw(st.booleans()):
-        values = st.sampled_from([0.0, -0.5, -1.0, -2.0, -np.inf])
+        values = st.sampled_from([0.0, -0.0, -0.5, -1.0, -2.0, -np.inf])
     else:
         values = st.floats(-8.0, 0.0, width=32)
     rows = [sorted(draw(st.lists(values, min_size=k, max_size=k)), reverse=True) for _ in range(depth)]
@@ -41,7 +42,7 @@ def brute_force(lp, ids, budget):
     return [r for _, r in prefixes[:budget]]
 
 
-@settings(max_examples=300, deadline=None)
+@seeded(max_examples=300)
 @given(topk_tables())
 def test_build_is_exactly_the_top_budget_prefixes(table):
     lp, ids, budget = table
@@ -50,7 +51,7 @@ def test_build_is_exactly_the_top_budget_prefixes(table):
     assert got == brute_force(lp, ids, budget)  # same set, and popped in key order
 
 
-@settings(max_examples=200, deadline=None)
+@seeded(max_examples=200)
 @given(topk_tables())
 def test_tree_is_well_formed(table):
     lp, ids, budget = table
@@ -76,7 +77,7 @@ def test_tree_is_well_formed(table):
         assert set(np.flatnonzero(tree.visibility[i]).tolist()) == anc
 
 
-@settings(max_examples=150, deadline=None)
+@seeded(max_examples=150)
 @given(topk_tables(), st.integers(0, 5), st.data())
 def test_compile_lists_children_in_index_order(table, prefix_len, data):
     lp, ids, budget = table
@@ -95,7 +96,7 @@ def test_compile_lists_children_in_index_order(table, prefix_len, data):
     assert np.array_equal(c.positions - prefix_len, np.concatenate([[0], tree.depths]))
 
 
-@settings(max_examples=200, deadline=None)
+@seeded(max_examples=200)
 @given(topk_tables(), st.data())
 def test_follow_accepts_only_children_of_accepted_nodes(table, data):
     lp, ids, budget = table

@@ -25,6 +25,20 @@ def test_negative_zero_ranks_as_zero():
     assert ids.tolist() == [[0, 1]]
 
 
+# issue #14: hypothesis's falsifying example for the build kernel (-0.0 and +0.0 scores ordered differently).
+SIGNED_ZERO_LP = [[-0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, -0.0, 0.0]]
+
+
+def test_build_signed_zero_lp_ties_with_zero_and_breaks_on_rank_tuple():
+    # every prefix scores 0: the pops go by rank tuple alone, and no score is -0.0 (bit for bit +0.0, as the kernel)
+    lp = np.array(SIGNED_ZERO_LP, dtype=np.float32)
+    tree = R.build(lp, np.array([[10, 11, 12, 13, 14], [20, 21, 22, 23, 24]]), 5)
+    assert [tree.rank_tuple(i) for i in range(1, 6)] == [(0,), (0, 0), (0, 1), (0, 2), (0, 3)]
+    assert tree.tokens.tolist() == [10, 20, 21, 22, 23]
+    assert tree.parents.tolist() == [-1, 0, 1, 1, 1, 1]
+    assert tree.scores.view(np.uint32).tolist() == [0] * 5
+
+
 def test_build_small_tree_by_hand():
     # depth 1: p = .6 (tok 10), .3 (tok 11), .1 (tok 12); depth 2: .9 (tok 20), .1 (tok 21)
     lp = lp_table([[0.6, 0.3, 0.1], [0.9, 0.1, 1e-9]])
