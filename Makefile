@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test system-deps clean sglang-env fidelity
+.PHONY: setup run test system-deps clean sglang-env fidelity fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: setup system-deps sglang-env
 # Static verdicts vs SGLang's own resolver over tests/fidelity/: prints the agreement table.
 fidelity: setup sglang-env
 	$(BIN)/python tests/fidelity/report.py
+
+# Long random runs of the kernel property tests: a fresh seed each run (printed), 20x the examples. CI's `make test`
+# runs the same tests from a fixed, printed seed.
+fuzz: setup
+	DDTCTL_FUZZ=1 $(BIN)/python -m pytest -q tests/kernels -m hypothesis
 
 clean:
 	rm -rf $(VENV) .pytest_cache
