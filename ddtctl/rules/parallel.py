@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddtctl.rules.engine import FACT_GPU, FACT_MODEL_CONFIG, Context, Hit, rule
+from ddtctl.rules.engine import FACT_GPU, FACT_MODEL_CONFIG, INFO, Context, Hit, rule
 
 VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
 
@@ -55,14 +55,17 @@ def dp_single_node(ctx: Context):
                fix="use enable-dp-attention, or one server per node")
 
 
-@rule("DDT605", "pipeline parallelism needs overlap off and EAGLE-only speculation", reads=("pp_size",),
-      applies=lambda ctx: (ctx.get("pp_size", 1) or 1) > 1, reference=f"{VALIDATION} check_pipeline_parallel_compat")
+@rule("DDT605", "pipeline parallelism runs without overlap scheduling and with EAGLE-only speculation",
+      reads=("pp_size",), applies=lambda ctx: (ctx.get("pp_size", 1) or 1) > 1,
+      reference=f"{VALIDATION} check_pipeline_parallel_compat; overrides.py _pipeline_parallel_overlap_disable")
 def pipeline(ctx: Context):
-    """With `--pp-size > 1`: overlap scheduling must be disabled, and speculative decoding is limited to
+    """With `--pp-size > 1`: overlap scheduling is incompatible, so SGLang turns it off itself (an override with a
+    warning, reported here as info; check_server_args then finds it off), and speculative decoding is limited to
     (non-multi-layer) EAGLE on prefill nodes of a PD-disaggregated deployment."""
     if not ctx.get("disable_overlap_schedule"):
-        yield Hit("pipeline parallelism is not compatible with overlap scheduling", about="disable_overlap_schedule",
-                  fix="set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True})
+        yield Hit("pipeline parallelism is incompatible with overlap scheduling: SGLang sets "
+                  "disable_overlap_schedule=True", about="disable_overlap_schedule", severity=INFO,
+                  fix="nothing to do; set disable-overlap-schedule: true to say so in the launch")
     algo = ctx.algorithm
     if algo is not None and algo not in ("DFLASH", "DDTREE"):  # those have their own pp rule
         if algo != "EAGLE" or ctx.get("enable_multi_layer_eagle"):

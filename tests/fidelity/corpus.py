@@ -26,6 +26,10 @@ class Case:
     sglang_hook: str | None = None
     sglang_message: str | None = None
     expect_rules: list[str] = field(default_factory=list)
+    # non-error static findings the case must show (e.g. DDT110: "SGLang overrides this"), and the values SGLang must
+    # resolve in place of the user's for them (field -> value, checked against the live resolver)
+    expect_findings: list[str] = field(default_factory=list)
+    sglang_overrides: dict[str, Any] = field(default_factory=dict)
     stricter_by_design: str | None = None
     note: str | None = None
     overlay: str | None = None  # "ddtree": resolved with the DDTREE payload view first on sys.path
@@ -56,6 +60,8 @@ def load_cases(path: Path = CASES_FILE) -> list[Case]:
                 sglang_hook=raw.get("sglang_hook"),
                 sglang_message=raw.get("sglang_message"),
                 expect_rules=list(raw.get("expect_rules") or []),
+                expect_findings=list(raw.get("expect_findings") or []),
+                sglang_overrides=dict(raw.get("sglang_overrides") or {}),
                 stricter_by_design=raw.get("stricter_by_design"),
                 note=raw.get("note"),
                 overlay=raw.get("overlay"),
@@ -156,6 +162,10 @@ def compare(cases: list[Case], sglang: dict[str, Any], static: dict[str, Any]) -
         if c.stricter_by_design and outcome == "agree" and s.accepted:
             outcome = "disagree"
             problem = f"listed stricter-by-design, but static accepts (expected {c.expect_rules})"
+        missing = sorted(set(c.expect_findings) - {f.rule for f in v.findings})
+        if missing and outcome != "disagree":
+            outcome = "disagree"
+            problem = f"static does not report {missing}"
         rows.append(Row(c, s.accepted, s.error, v.valid, errors, outcome, problem))
     return rows
 
@@ -173,6 +183,11 @@ def recorded_mismatches(cases: list[Case], sglang: dict[str, Any]) -> list[str]:
             msg = f" ({r.error['type']}: {portable(r.error['message'])})" if r.error else ""
             out.append(f"{c.id}: recorded {c.expected_sglang}, SGLang now says {live}{msg}")
             continue
+        changed = {o["field"]: o["resolved"] for o in r.overrides}
+        for name, want in c.sglang_overrides.items():
+            if name not in changed or changed[name] != want:
+                out.append(f"{c.id}: recorded that SGLang resolves {name}={want!r}, live "
+                           + (f"{changed[name]!r}" if name in changed else "leaves it as given"))
         if not r.accepted:
             err = r.error or {}
             for key, want in (("type", c.sglang_error_type), ("hook", c.sglang_hook)):

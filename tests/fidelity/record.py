@@ -1,6 +1,6 @@
 """Record SGLang's real verdicts into cases.yaml: runs every case through the pinned SGLang resolver (one warm worker)
 and rewrites expected_sglang / sglang_error_type / sglang_hook / sglang_message. Hand-written fields (expect_rules,
-stricter_by_design, note) are kept. Use after adding cases; review the diff before committing.
+expect_findings, sglang_overrides, stricter_by_design, note) are kept. Use after adding cases; review the diff before committing.
 
     .venv/bin/python tests/fidelity/record.py            # show what would change
     .venv/bin/python tests/fidelity/record.py --write    # rewrite cases.yaml
@@ -22,7 +22,7 @@ import corpus  # noqa: E402
 
 HEADER_END = "cases:\n"
 KEY_ORDER = ("id", "gpu", "argv", "overlay", "expected_sglang", "sglang_error_type", "sglang_hook", "sglang_message",
-             "expect_rules", "stricter_by_design", "note")
+             "expect_rules", "expect_findings", "sglang_overrides", "stricter_by_design", "note")
 
 
 def _flow(case: dict) -> str:
