@@ -7,6 +7,7 @@ which and why, so "valid" never silently means "not checked".
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -139,7 +140,7 @@ def rule(id: str, title: str, *, severity: str = ERROR, reads: tuple[str, ...] =
         if id in RULES:
             raise RuntimeError(f"duplicate rule id {id}")
         RULES[id] = Rule(id=id, title=title, severity=severity, reads=reads, check=check, needs=needs,
-                         applies=applies, reference=reference, doc=(fn.__doc__ or "").strip(),
+                         applies=applies, reference=reference, doc=inspect.cleandoc(fn.__doc__ or ""),
                          sglang_enforces=sglang_enforces)
         return fn
 
