@@ -86,20 +86,20 @@ for _id in _DOCS:
 
 
 @rule("DDT120", "the bundled DDTREE worker can serve this launch", severity=WARNING,
-      reads=("tp_size", "attention_backend", "enable_dp_attention", "speculative_draft_window_size"),
+      reads=("enable_dp_attention", "attention_backend", "speculative_draft_window_size"),
       applies=_is_ddtree, reference="ddtctl payload ddtree_sglang/worker.py (refusals at server start)",
       sglang_enforces=False)
 def worker_capability(ctx: Context):
     """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker shipped in
-    this payload refuses them when the server starts: it is proven with tp-size 1, no DP attention, the triton
-    attention backend (it verifies with a custom tree mask), and no compact draft window. A server launched anyway
-    stops at start-up with the worker's one-line reason. `ddtctl deploy` treats this warning as an error when the
-    payload it ships carries this worker (byte for byte): it stops at preflight, before shipping or launching."""
-    tp = ctx.get("tp_size", 1) or 1
-    if tp > 1 or ctx.dp_attention:
-        yield Hit(f"the bundled DDTREE worker runs with tp-size 1 and without DP attention (got tp-size {tp}"
-                  + (", DP attention" if ctx.dp_attention else "") + "); the server would refuse to start",
-                  about="tp_size", fix="serve with DFLASH (same drafter) on this many GPUs, or tp-size: 1")
+    this payload refuses them when the server starts: it runs at any tp-size, but without DP attention (ranks would
+    verify different batches), on the triton attention backend only (it verifies with a custom tree mask), and
+    without a compact draft window. A server launched anyway stops at start-up with the worker's one-line reason.
+    `ddtctl deploy` treats this warning as an error when the payload it ships carries this worker (byte for byte): it
+    stops at preflight, before shipping or launching."""
+    if ctx.dp_attention:
+        yield Hit("the bundled DDTREE worker does not support DP attention (ranks would verify different batches); "
+                  "the server would refuse to start", about="enable_dp_attention",
+                  fix="remove enable-dp-attention / attn-dp-size (tensor parallelism alone serves DDTREE on many GPUs)")
     backend = ctx.given.get("attention_backend")
     if backend != "triton":
         yield Hit("the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend only, "
@@ -111,3 +111,4 @@ def worker_capability(ctx: Context):
         yield Hit("the bundled DDTREE worker does not support a compact draft window yet",
                   about="speculative_draft_window_size", fix="remove speculative-draft-window-size",
                   edits={"speculative_draft_window_size": None})
+

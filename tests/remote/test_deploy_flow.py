@@ -387,6 +387,33 @@ def test_a_launch_the_shipped_worker_would_refuse_stops_at_preflight(lab, tmp_pa
     assert not any(c.name == "validate:DDT120" for c in r.checks)
 
 
+def test_tensor_parallel_no_longer_stops_but_dp_attention_does(lab, tmp_path):
+    """The bundled worker serves tp > 1 now: an 8-GPU DDTREE profile passes preflight's DDT120 check. DP attention is
+    still refused by that worker, so a deploy that ships it stops at preflight."""
+    from labkit import write_inventory
+
+    write_inventory(lab.inventory, lab.sshd, lab.root, lab.known_hosts, lab.sglang_root, hosts=("lo", "lo2"), gpus=8)
+    config = lab.models / "target" / "config.json"  # heads that tp 8 divides (DDT602)
+    config.write_text(json.dumps(dict(json.loads(config.read_text()), num_attention_heads=32, num_key_value_heads=8)))
+    payload = build_lab_payload(tmp_path / "payload-with-worker",
+                                new_files={BUNDLED_WORKER: BUNDLED_WORKER_SRC.read_text()})
+    tp8 = lab.profile("tp8", server={"attention-backend": "triton", "tp-size": 8})
+    spec = spec_from_profile(str(tp8), payload_dir=str(payload))
+    r = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, dry_run=True))
+    assert r.status == "planned", (r.error, [(c.name, c.message) for c in r.checks if not c.ok])
+    assert not any(c.name.startswith("validate:DDT120") for c in r.checks)
+    assert any(c.name == "gpus" and c.ok and "8 GPU(s) needed" in c.message for c in r.checks)
+
+    dp = lab.profile("dp", server={"attention-backend": "triton", "tp-size": 2, "dp-size": 2,
+                                   "enable-dp-attention": True, "enable-dp-lm-head": True})
+    spec = spec_from_profile(str(dp), payload_dir=str(payload))
+    r = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, dry_run=True))
+    assert r.status == "rejected", r.error
+    stop = [c for c in r.checks if c.name == "validate:DDT120"]
+    assert stop and stop[0].severity == "error" and "DP attention" in stop[0].message
+    assert not r.shipped and host_releases(lab.host()) == []
+
+
 def test_a_payload_with_another_worker_keeps_ddt120_a_warning(lab):
     prof = lab.profile("fi-lab", server={"attention-backend": "flashinfer"})
     r = _deploy(lab, prof, dry_run=True)

@@ -136,7 +136,9 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT110": ([a for a in DDTREE if a != "--disable-overlap-schedule"], DDTREE, None),
     "DDT111": (HDDTREE + ["--speculative-ddtree-shadow-linear"], HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"],
                None),
-    "DDT120": (DDTREE + ["--tp-size", "2"], DDTREE + ["--attention-backend", "triton"], None),
+    "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
+                         "--enable-dp-lm-head"],
+               DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
     "DDT112": (HDDTREE + HYBRID_OK, HDDTREE + HYBRID_OK + ["--speculative-ddtree-allow-hybrid-unsafe"], None),
 }
 # Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
