@@ -207,14 +207,21 @@ def check_resolve_basic(ctx) -> str:
 
 
 def check_rules(ctx) -> str:
+    """DDTREE's rules inside resolution: an error is raised with its rule id and fix (DDT104, budget 0), and an
+    override is declared (DDT110: without --disable-overlap-schedule, DDTREE resolves with overlap scheduling off)."""
     model, draft = ctx["models"]
     try:
-        _resolve(_argv(model, draft))  # no --disable-overlap-schedule: DDT110
+        _resolve(_argv(model, draft, "--disable-overlap-schedule", "--speculative-ddtree-budget", "0"))
     except ValueError as exc:
-        if "DDT110" not in str(exc) or "fix:" not in str(exc):
-            raise Failed(f"rejected, but not by rule DDT110 with a fix: {exc}") from None
-        return str(exc)[:160]
-    raise Failed("a DDTREE argv without --disable-overlap-schedule was accepted")
+        if "DDT104" not in str(exc) or "fix:" not in str(exc):
+            raise Failed(f"rejected, but not by rule DDT104 with a fix: {exc}") from None
+    else:
+        raise Failed("a DDTREE argv with --speculative-ddtree-budget 0 was accepted")
+    _, get = _resolve(_argv(model, draft))
+    if get("disable_overlap_schedule") is not True:
+        raise Failed(f"without --disable-overlap-schedule DDTREE resolved disable_overlap_schedule="
+                     f"{get('disable_overlap_schedule')!r}, expected the DDT110 override to True")
+    return "budget 0 rejected by [DDT104] with its fix; no --disable-overlap-schedule: overridden off (DDT110)"
 
 
 def check_launch_refused(ctx) -> str:

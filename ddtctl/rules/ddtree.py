@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ddtctl.rules import ddtree_core
-from ddtctl.rules.engine import ERROR, RULES, WARNING, Context, Hit, Rule, rule
+from ddtctl.rules.engine import (
+    ERROR, FACT_MODEL, INFO, RULES, WARNING, Context, Hit, Rule, rule,
+)
 
 REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
 
@@ -24,25 +26,40 @@ _DOCS = {
     "DDT108": ("DDTREE runs with pipeline parallel size 1", "Like DFLASH, DDTREE supports only `pp_size == 1`."),
     "DDT109": ("DDTREE does not support constrained decoding", "A grammar mask is per position of one sequence; "
                "tree branches share positions, so `--grammar-backend` must be unset or none."),
-    "DDT110": ("DDTREE runs without overlap scheduling", "The accepted depth of a tree is only known after "
-               "verification, so the next step cannot be scheduled ahead: set `--disable-overlap-schedule`."),
+    "DDT110": ("DDTREE runs without overlap scheduling (SGLang overrides it)",
+               "DDTREE verifies a tree whose accepted depth is known only after verification, so the next step cannot "
+               "be scheduled ahead of it. Without `--disable-overlap-schedule`, SGLang with the DDTREE payload "
+               "declares `disable_overlap_schedule=True` in its resolution and logs a warning with this reason: "
+               "SGLang 0.5.23's own convention for a feature that cannot overlap (pipeline parallelism, diffusion "
+               "LLMs, the no_buffer mamba cache). `ddtctl dry-run` lists it as a change made by "
+               "`speculative_hook.handle_speculative_decoding`. An info finding, never an error: set "
+               "`disable-overlap-schedule: true` to say it in the launch."),
     "DDT111": ("DDTREE on a hybrid model needs extra-buffer mamba caching", "On hybrid Mamba/GDN targets, tree "
                "verification keeps recurrent-state snapshots per draft node: `--mamba-radix-cache-strategy "
                "extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required. One finding names "
                "every missing flag."),
-    "DDT112": ("DDTREE on a hybrid model needs shadow-linear or an explicit acknowledgement",
-               "An attention mask cannot isolate sibling branches inside recurrent layers, so verifying a tree "
-               "through them is not state-exact.\n\n"
-               "`--speculative-ddtree-shadow-linear`: the recurrent layers must only ever see the path that is "
-               "committed. The DDTREE worker therefore verifies only the tree's top-1 chain on a hybrid target "
-               "(budget = block size - 1, top-K 1) and commits recurrent state with DFLASH's per-step commit: "
-               "state-exact, output identical to chain speculative decoding, no tree benefit. (A full tree through "
-               "the attention layers with a separate recurrent shadow pass needs parent-indexed conv/SSM state; "
-               "not implemented.)\n\n"
-               "`--speculative-ddtree-allow-hybrid-unsafe`: run the tree through the recurrent layers anyway, "
-               "accepting that sibling branches contaminate the recurrent state (outputs can differ from the "
-               "target's greedy output)."),
+    "DDT112": ("DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
+               "Two ways to verify a DDTree on a hybrid (Mamba / Gated-DeltaNet) target; they cannot both be set.\n\n"
+               "`--speculative-ddtree-shadow-linear` (and the default on hybrid targets when neither flag is given): "
+               "exact trees. The recurrent (linear-attention) layers give every tree node the state of its own "
+               "root-to-node path: parent-indexed conv windows and SSM states, through SGLang's own EAGLE "
+               "tree kernels (topk > 1) for Gated-DeltaNet. The tree verifies exactly as the target would decode "
+               "each branch; the accepted node's state is committed. Cost: per-verify-token recurrent scratch.\n\n"
+               "`--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling "
+               "branches share recurrent state and outputs may differ from the target's greedy output. A test / "
+               "negative-control mode (DDT113 warns).\n\n"
+               "On a model without recurrent layers both flags have no effect; together they are still a "
+               "contradiction and rejected."),
+    "DDT113": ("DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
+               "`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the "
+               "chain kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ "
+               "from the target's greedy output. Valid (SGLang with the payload logs the same warning), but meant "
+               "for tests and negative controls; exact trees are the default on hybrid targets."),
 }
+# Rules of the core that are not errors (the engine reports their hits with this severity).
+_SEVERITY = {"DDT110": INFO, "DDT113": WARNING}
+# Rules of the core that need the model's facts (hybrid or not) to run.
+_NEEDS_MODEL = ("DDT111", "DDT113")
 
 
 def _is_ddtree(ctx: Context) -> bool:
@@ -70,15 +87,16 @@ def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
 
 def _make(rule_id: str) -> Rule:
     title, doc = _DOCS[rule_id]
-    needs = ("model",) if rule_id in ("DDT111", "DDT112") else ()
+    needs = (FACT_MODEL,) if rule_id in _NEEDS_MODEL else ()
 
     def check(ctx: Context):
         for v in _run_core(ctx):
             if v.rule_id == rule_id:
-                yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits)
+                yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits,
+                          severity=v.severity)
 
-    return Rule(id=rule_id, title=title, severity=ERROR, reads=(), check=check, needs=needs, applies=_is_ddtree,
-                reference=REFERENCE, doc=doc, sglang_enforces=True)
+    return Rule(id=rule_id, title=title, severity=_SEVERITY.get(rule_id, ERROR), reads=(), check=check, needs=needs,
+                applies=_is_ddtree, reference=REFERENCE, doc=doc, sglang_enforces=True)
 
 
 for _id in _DOCS:

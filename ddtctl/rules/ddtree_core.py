@@ -7,6 +7,10 @@ that SGLang-with-payload enforces the same rules inside its own resolution. Inpu
            None = not given)
     model: {"architecture": "Qwen3_5ForCausalLM", "is_hybrid": True, "vocab_size": 248320,
             "draft_block_size": 16}  (None = unknown)
+
+A finding's severity says what SGLang-with-payload does with it: "error" rejects the launch (ValueError), "warning"
+is logged, "info" with `overrides` is a value SGLang declares in place of the user's (a resolution override plus a
+logged warning, SGLang's own convention for a feature that cannot run as asked).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ DDTREE_FLAGS: dict[str, Any] = {
 }
 # Above this many nodes a verify pass stops being one target forward of reasonable width.
 MAX_VERIFY_BUDGET = 4096
+ERROR, WARNING, INFO = "error", "warning", "info"
+OVERLAP_REASON = ("DDTREE verifies a tree whose accepted depth is known only after verification; the overlap "
+                  "scheduler is disabled")
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class DdtreeViolation:
     fix: str
     edits: dict[str, Any] = field(default_factory=dict)  # dest -> value that fixes it (when derivable)
     reads: tuple[str, ...] = ()
+    severity: str = ERROR
+    overrides: dict[str, Any] = field(default_factory=dict)  # dest -> value SGLang-with-payload declares instead
 
 
 def _given(flags: Mapping[str, Any], key: str) -> bool:
@@ -158,10 +167,22 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
 
     if not flags.get("disable_overlap_schedule"):
         out.append(DdtreeViolation(
-            "DDT110", "DDTREE verifies a tree of variable accepted depth each step and runs without overlap "
-            "scheduling, but --disable-overlap-schedule is not set.",
-            "set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True},
-            reads=("disable_overlap_schedule",)))
+            "DDT110", f"{OVERLAP_REASON} (SGLang with the DDTREE payload declares disable_overlap_schedule=True, as "
+            "it does for pipeline parallelism).",
+            "nothing to do; set disable-overlap-schedule: true to say so in the launch",
+            reads=("disable_overlap_schedule",), severity=INFO, overrides={"disable_overlap_schedule": True}))
+
+    shadow = bool(flags.get("speculative_ddtree_shadow_linear"))
+    unsafe = bool(flags.get("speculative_ddtree_allow_hybrid_unsafe"))
+    if shadow and unsafe:
+        out.append(DdtreeViolation(
+            "DDT112",
+            "--speculative-ddtree-shadow-linear (exact trees: every tree node verified on the recurrent state of its "
+            "own root-to-node path) and --speculative-ddtree-allow-hybrid-unsafe (chain kernels: sibling branches "
+            "share recurrent state) contradict each other.",
+            "remove speculative-ddtree-allow-hybrid-unsafe (exact trees are the default on hybrid targets)",
+            edits={"speculative_ddtree_allow_hybrid_unsafe": None},
+            reads=("speculative_ddtree_allow_hybrid_unsafe", "speculative_ddtree_shadow_linear")))
 
     if model.get("is_hybrid"):
         missing = []
@@ -184,15 +205,14 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
                 "memory share.",
                 "set mamba-radix-cache-strategy: extra_buffer and mamba-full-memory-ratio: 0.5 (tune the ratio)",
                 edits=edits, reads=("mamba_radix_cache_strategy", "mamba_full_memory_ratio")))
-        if not (flags.get("speculative_ddtree_shadow_linear") or flags.get("speculative_ddtree_allow_hybrid_unsafe")):
+        if unsafe and not shadow:
             arch = model.get("architecture") or "this model"
             out.append(DdtreeViolation(
-                "DDT112",
-                f"DDTREE on the hybrid model {arch}: an attention mask cannot isolate sibling branches inside "
-                "recurrent (linear-attention) layers, so tree verification is not state-exact there. Choose "
-                "--speculative-ddtree-shadow-linear (verify the recurrent layers along the accepted path only) or "
-                "acknowledge the risk with --speculative-ddtree-allow-hybrid-unsafe.",
-                "set speculative-ddtree-shadow-linear: true",
-                edits={"speculative_ddtree_shadow_linear": True},
-                reads=("speculative_ddtree_shadow_linear", "speculative_ddtree_allow_hybrid_unsafe")))
+                "DDT113",
+                f"DDTREE on the hybrid model {arch} with --speculative-ddtree-allow-hybrid-unsafe: the tree is "
+                "verified with the chain kernels, so sibling branches share recurrent (linear-attention) state; "
+                "outputs may differ from the target's greedy output. A test / negative-control mode.",
+                "remove speculative-ddtree-allow-hybrid-unsafe (exact trees through parent-indexed recurrent state "
+                "are the default)",
+                reads=("speculative_ddtree_allow_hybrid_unsafe",), severity=WARNING))
     return out

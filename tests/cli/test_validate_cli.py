@@ -122,7 +122,8 @@ def test_rules_and_explain():
     ids = [r["id"] for r in json.loads(rules.stdout)]
     assert "DDT111" in ids and ids == sorted(ids)
     explain = ddtctl("explain", "ddt112")
-    assert explain.returncode == 0 and "shadow-linear" in explain.stdout and "state-exact" in explain.stdout
+    assert explain.returncode == 0 and "shadow-linear" in explain.stdout and "root-to-node path" in explain.stdout
+    assert "default on hybrid targets" in explain.stdout and "allow-hybrid-unsafe" in explain.stdout
 
 
 def test_schema_types_server_flags(tmp_path):

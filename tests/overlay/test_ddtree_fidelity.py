@@ -36,7 +36,10 @@ def test_ddtree_corpus_shape():
     assert len(ids) >= 30 and all(i.startswith("dd-") for i in ids)
     assert not set(ids) & {c.id for c in corpus.load_cases()}, "ids must not collide with cases.yaml"
     rules = {r for c in CASES for r in c.expect_rules}
-    assert {f"DDT1{n:02d}" for n in range(1, 13)} <= rules, "every DDTREE rule has a tripping case"
+    errors = {f"DDT1{n:02d}" for n in range(1, 13)} - {"DDT110"}
+    assert errors <= rules, "every DDTREE error rule has a tripping case"
+    findings = {r for c in CASES for r in c.expect_findings if c.expected_sglang == "accepted"}
+    assert {"DDT110", "DDT113"} <= findings, "every DDTREE non-error rule has an accepted case that shows it"
     assert sum(c.expected_sglang == "accepted" for c in CASES) >= 10
     for c in CASES:
         assert "DDTREE" in c.argv_text.upper()
@@ -72,6 +75,23 @@ def test_static_agrees_with_sglang_with_payload(rows, case_id):
         # and SGLang-with-payload rejected for the same rule: one source of truth
         if any(r.startswith("DDT1") for r in row.case.expect_rules):
             assert any(f"[{r}]" in row.sglang_error["message"] for r in row.case.expect_rules), row.sglang_error
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("case_id", [c.id for c in CASES if c.expect_findings])
+def test_sglang_with_payload_logs_the_same_findings(live, case_id):
+    """A DDTREE finding that is not an error is logged by SGLang-with-payload with its rule id (one source of truth),
+    and what it overrides is declared in SGLang's resolution (the dry-run lists it with the hook responsible)."""
+    case = next(c for c in CASES if c.id == case_id)
+    r = live[case_id]
+    assert r.accepted, r.error
+    for rule_id in case.expect_findings:
+        if rule_id.startswith("DDT1"):
+            assert any(f"[{rule_id}]" in w for w in r.warnings), r.warnings
+    changed = {o["field"]: o for o in r.overrides}
+    for name, value in case.sglang_overrides.items():
+        assert changed[name]["resolved"] == value
+        assert changed[name]["hook"] == "speculative_hook.handle_speculative_decoding"
 
 
 @pytest.mark.sglang

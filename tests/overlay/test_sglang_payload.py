@@ -137,12 +137,12 @@ def test_static_validation_agrees_on_the_seed(built):
     assert good.valid, [(f.rule, f.message) for f in good.findings if f.severity == "error"]
 
 
-def _profile(path: Path, name: str, mamba: bool) -> Path:
+def _profile(path: Path, name: str, mamba: bool, overlap_off: bool = True) -> Path:
     lines = [f"name: {name}", 'sglang: "0.5.23"', "hardware: {gpu: RTX_PRO_6000_BLACKWELL, count: 8}",
              f"model: {{path: {TARGET}}}", "server:", "  tp-size: 8", "  speculative-algorithm: DDTREE",
              f"  speculative-draft-model-path: {DRAFT}", "  speculative-dflash-block-size: 16",
              "  speculative-ddtree-budget: 64", "  speculative-ddtree-topk-cap: 64",
-             "  speculative-ddtree-shadow-linear: true", "  disable-overlap-schedule: true"]
+             "  speculative-ddtree-shadow-linear: true"] + (["  disable-overlap-schedule: true"] if overlap_off else [])
     if mamba:
         lines += ["  mamba-radix-cache-strategy: extra_buffer", "  mamba-full-memory-ratio: 0.5"]
     path.write_text("\n".join(lines) + "\n")
@@ -167,6 +167,24 @@ def test_seed_scenario_as_a_user_runs_it(built, tmp_path):
     plain = subprocess.run(ddtctl + ["dry-run", "--overlay", "none", str(seed)], capture_output=True, text=True,
                            env=env, timeout=600)
     assert plain.returncode == 1 and "unrecognized arguments: --speculative-ddtree-budget" in " ".join(plain.stdout.split())
+
+
+def test_seed_without_disable_overlap_schedule_is_an_override(built, tmp_path):
+    """The seed without --disable-overlap-schedule: static validate says SGLang overrides it (DDT110, info, exit 0),
+    and `ddtctl dry-run` accepts it with overlap scheduling turned off by the DDTREE hook, reported as a change."""
+    seed = _profile(tmp_path / "qwen36-27b-ddtree.yaml", "seed", True, overlap_off=False)
+    env = dict(os.environ, DDTCTL_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="250")
+    ddtctl = [sys.executable, "-m", "ddtctl"]
+    static = subprocess.run(ddtctl + ["validate", str(seed)], capture_output=True, text=True, env=env, timeout=120)
+    assert static.returncode == 0, static.stdout
+    assert "info    DDT110" in static.stdout and "the overlap scheduler is disabled" in static.stdout
+    assert "error" not in static.stdout
+    out = subprocess.run(ddtctl + ["dry-run", str(seed)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = " ".join(out.stdout.split())
+    assert "ACCEPTED" in text and "overlap off" in text
+    assert "disable_overlap_schedule: False -> True (speculative_hook.handle_speculative_decoding)" in text
+    assert "[DDT110] DDTREE verifies a tree whose accepted depth is known only after verification" in text
 
 
 def test_install_into_a_copy_of_sglang_then_uninstall_exactly(built, managed_python, tmp_path):

@@ -136,10 +136,13 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT110": ([a for a in DDTREE if a != "--disable-overlap-schedule"], DDTREE, None),
     "DDT111": (HDDTREE + ["--speculative-ddtree-shadow-linear"], HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"],
                None),
+    "DDT112": (HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear", "--speculative-ddtree-allow-hybrid-unsafe"],
+               HDDTREE + HYBRID_OK, None),
+    "DDT113": (HDDTREE + HYBRID_OK + ["--speculative-ddtree-allow-hybrid-unsafe"],
+               HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"], None),
     "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
                          "--enable-dp-lm-head"],
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
-    "DDT112": (HDDTREE + HYBRID_OK, HDDTREE + HYBRID_OK + ["--speculative-ddtree-allow-hybrid-unsafe"], None),
 }
 # Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
 PROFILE_ONLY = {"DDT601": 1}

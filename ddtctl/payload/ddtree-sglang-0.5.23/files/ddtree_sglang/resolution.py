@@ -2,9 +2,11 @@
 
 One resolution hook wraps the built-in step `handle_speculative_decoding` (sglang.srt.arg_groups.resolution_hooks):
   1. before it, DDTREE's launch rules run on what the user gave (the record's raw input) and the model's facts as
-     SGLang reads them; any violation raises ValueError("[rule id] message (fix: ...)"). The rules are
-     rules_core.py, a byte-identical copy of ddtctl/rules/ddtree_core.py, so `ddtctl validate` and
-     SGLang-with-payload apply one set of rules;
+     SGLang reads them; an error finding raises ValueError("[rule id] message (fix: ...)"). The other findings are
+     logged as warnings, and the values a finding overrides are declared (`declare_resolution`, SGLang's own way,
+     e.g. overrides.py _pipeline_parallel_overlap_disable): DDTREE without --disable-overlap-schedule resolves with
+     disable_overlap_schedule=True (DDT110). The rules are rules_core.py, a byte-identical copy of
+     ddtctl/rules/ddtree_core.py, so `ddtctl validate` and SGLang-with-payload apply one set of rules;
   2. the built-in step runs (alias resolution, registered-algorithm callbacks);
   3. DDTREE then takes the DFLASH family's resolution (drafter checks, num_steps/topk = 1, draft tokens from the
      block size, draft attention backend, max running requests) on the real record, and declares its own
@@ -13,11 +15,13 @@ One resolution hook wraps the built-in step `handle_speculative_decoding` (sglan
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ddtree_sglang import ALGORITHM
 from ddtree_sglang import rules_core
 
+logger = logging.getLogger(__name__)
 _installed = False
 
 
@@ -94,10 +98,23 @@ def format_violations(violations) -> str:
     return f"{ALGORITHM} rejected: " + " ; ".join(parts)
 
 
-def validate_ddtree(server_args: Any) -> None:
-    violations = rules_core.ddtree_violations(user_flags(server_args), model_facts(server_args))
-    if violations:
-        raise ValueError(format_violations(violations))
+def validate_ddtree(server_args: Any) -> list:
+    """Raise on the rules' errors; return the other findings (warnings, overrides) for apply_findings."""
+    findings = rules_core.ddtree_violations(user_flags(server_args), model_facts(server_args))
+    errors = [v for v in findings if v.severity == rules_core.ERROR]
+    if errors:
+        raise ValueError(format_violations(errors))
+    return findings
+
+
+def apply_findings(server_args: Any, findings) -> None:
+    """Declare what the findings override (one declaration per rule, named after it) and log each finding."""
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    for v in findings:
+        if v.overrides:
+            declare_resolution(server_args, f"ddtree_sglang.{v.rule_id}", **v.overrides)
+        logger.warning("%s [%s] %s", ALGORITHM, v.rule_id, v.message)
 
 
 def declare_ddtree(server_args: Any) -> None:
@@ -124,7 +141,7 @@ def handle_speculative_decoding(server_args: Any, previous) -> None:
     if not _is_ddtree(server_args):
         previous(server_args)
         return
-    validate_ddtree(server_args)
+    apply_findings(server_args, validate_ddtree(server_args))
     previous(server_args)
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
 
