@@ -80,6 +80,16 @@ class ModelFacts:
     hidden_size: int | None = None
     block_size: int | None = None  # DFlash drafters
     is_dflash_draft: bool = False
+    # Gated-DeltaNet linear-attention shapes (Qwen3-Next, Qwen3.5, Qwen3.6 configs; None where the config has none)
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int | None = None
+    full_attention_interval: int | None = None
+    layer_types: tuple[str, ...] = ()
+    mamba_ssm_dtype: str | None = None  # the config's; SGLang's default is float32
+    weights_bytes: int | None = None  # the checkpoint's weight files (*.safetensors), when the directory is local
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -94,6 +104,19 @@ class ModelFacts:
             return True
         layer_types = self.raw.get("layer_types") or (self.raw.get("text_config") or {}).get("layer_types") or []
         return any(t in ("linear_attention", "mamba") for t in layer_types) if layer_types else False
+
+    @property
+    def num_linear_layers(self) -> int | None:
+        """Layers with recurrent (linear-attention) state, as SGLang counts them for Qwen3-Next / Qwen3.5: every layer
+        but each `full_attention_interval`-th (configs/qwen3_next.py layers_block_type); from `layer_types` when the
+        config has no interval."""
+        layers = self.num_hidden_layers
+        interval = self.full_attention_interval
+        if layers and interval and interval > 0:
+            return sum(1 for i in range(layers) if (i + 1) % interval)
+        if self.layer_types:
+            return sum(1 for t in self.layer_types if t != "full_attention")
+        return None
 
     def as_rule_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +141,8 @@ def facts_from_config(config: dict[str, Any], source: str = "config.json") -> Mo
     archs = config.get("architectures") or []
     dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
     block = _int(config.get("block_size")) or _int(dflash.get("block_size"))
+    layer_types = pick("layer_types")
+    ssm_dtype = text.get("mamba_ssm_dtype") or config.get("mamba_ssm_dtype")  # SGLang reads text_config first
     return ModelFacts(
         architecture=archs[0] if archs and isinstance(archs[0], str) else None,
         source=source,
@@ -128,8 +153,31 @@ def facts_from_config(config: dict[str, Any], source: str = "config.json") -> Mo
         hidden_size=_int(pick("hidden_size")),
         block_size=block,
         is_dflash_draft=bool(dflash) or any("DFlash" in a for a in archs if isinstance(a, str)),
+        linear_num_key_heads=_int(pick("linear_num_key_heads")),
+        linear_num_value_heads=_int(pick("linear_num_value_heads")),
+        linear_key_head_dim=_int(pick("linear_key_head_dim")),
+        linear_value_head_dim=_int(pick("linear_value_head_dim")),
+        linear_conv_kernel_dim=_int(pick("linear_conv_kernel_dim")),
+        full_attention_interval=_int(pick("full_attention_interval")),
+        layer_types=tuple(t for t in layer_types if isinstance(t, str)) if isinstance(layer_types, list) else (),
+        mamba_ssm_dtype=ssm_dtype if isinstance(ssm_dtype, str) else None,
         raw=config,
     )
+
+
+def weights_bytes_of(model_dir: Path) -> int | None:
+    """The size of a local checkpoint's weights: the safetensors index's `metadata.total_size`, else the sum of its
+    *.safetensors files. None when there are none (a config-only directory, or a remote path's cached config)."""
+    index = model_dir / "model.safetensors.index.json"
+    try:
+        if index.is_file() and index.stat().st_size <= 16 * MAX_CONFIG_BYTES:
+            total = (json.loads(index.read_text(encoding="utf-8")).get("metadata") or {}).get("total_size")
+            if isinstance(total, (int, float)) and total > 0:
+                return int(total)
+        sizes = [f.stat().st_size for f in model_dir.glob("*.safetensors") if f.is_file()]
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return sum(sizes) or None
 
 
 def read_model_facts(path: str | Path | None) -> ModelFacts | None:
@@ -145,7 +193,9 @@ def read_model_facts(path: str | Path | None) -> ModelFacts | None:
         return None
     if not isinstance(config, dict):
         return None
-    return facts_from_config(config, source=str(config_path))
+    facts = facts_from_config(config, source=str(config_path))
+    facts.weights_bytes = weights_bytes_of(config_path.parent)
+    return facts
 
 
 def facts_from_architecture(architecture: str) -> ModelFacts:

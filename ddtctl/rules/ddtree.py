@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import (
-    ERROR, FACT_MODEL, INFO, RULES, WARNING, Context, Hit, Rule, rule,
+    ERROR, FACT_MODEL, FACT_MODEL_CONFIG, INFO, RULES, WARNING, Context, Hit, Rule, rule,
 )
 
 REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
@@ -44,7 +46,8 @@ _DOCS = {
                "exact trees. The recurrent (linear-attention) layers give every tree node the state of its own "
                "root-to-node path: parent-indexed conv windows and SSM states, through SGLang's own EAGLE "
                "tree kernels (topk > 1) for Gated-DeltaNet. The tree verifies exactly as the target would decode "
-               "each branch; the accepted node's state is committed. Cost: per-verify-token recurrent scratch.\n\n"
+               "each branch; the accepted node's state is committed. Cost: per-verify-token recurrent scratch "
+               "(DDT114).\n\n"
                "`--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling "
                "branches share recurrent state and outputs may differ from the target's greedy output. A test / "
                "negative-control mode (DDT113 warns).\n\n"
@@ -130,3 +133,183 @@ def worker_capability(ctx: Context):
                   about="speculative_draft_window_size", fix="remove speculative-draft-window-size",
                   edits={"speculative_draft_window_size": None})
 
+
+# -- DDT114: the recurrent layers' per-verify-token scratch ----------------------------------------------------------
+MIB = 1 << 20
+DEFAULT_MAX_RUNNING_REQUESTS = 48  # the DFLASH family's default (speculative_hook.py _handle_dflash), DDTREE's too
+# SGLang derives mem_fraction_static from the GPU's memory minus activation, CUDA-graph and (for VLMs) vision reserves
+# (memory_hook.py handle_gpu_memory_settings); its resolver gives 0.78-0.84 for Qwen3.6-27B on RTX PRO 6000, H200 and
+# B200 at tp 1-8. Unset, ddtctl assumes the low end.
+DEFAULT_MEM_FRACTION_STATIC = 0.78
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+CONV_DTYPE_BYTES = 2  # SGLANG_MAMBA_CONV_DTYPE, bfloat16 by default (configs/mamba_utils.py mamba2_state_dtype)
+
+
+@dataclass(frozen=True)
+class VerifyScratch:
+    """Per-verify-token recurrent scratch SGLang allocates for a hybrid Gated-DeltaNet target (memory_pool.py
+    MambaPool, SpeculativeState): `intermediate_ssm` [layers, reqs + 1, n, HV, V, K] in the SSM dtype and
+    `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the verify width.
+    Tree verify keeps the conv windows dense (one per token); the chain kernels share one [conv_dim, n + kernel - 2]
+    window per request (memory_pool.py conv_window_dedup_enabled)."""
+
+    linear_layers: int
+    width: int  # n = max(block size, budget + 1)
+    ssm_bytes_per_token: int  # per request, all linear layers
+    conv_bytes_per_request: int  # all linear layers, all n tokens
+    linear_tp: int
+
+    @property
+    def per_request(self) -> int:
+        return self.ssm_bytes_per_token * self.width + self.conv_bytes_per_request
+
+    def total(self, requests: int) -> int:
+        """Bytes for `requests` running requests: the pool has requests + 1 slots (its padding slot)."""
+        return self.per_request * (requests + 1)
+
+
+def _shard(n: int, tp: int) -> int:
+    return -(-n // tp)
+
+
+def verify_scratch(*, linear_layers: int, num_key_heads: int, num_value_heads: int, key_head_dim: int,
+                   value_head_dim: int, conv_kernel: int, width: int, linear_tp: int = 1, ssm_dtype_bytes: int = 4,
+                   conv_dtype_bytes: int = CONV_DTYPE_BYTES, dense_conv: bool = True) -> VerifyScratch:
+    """The scratch of one GPU (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x key
+    dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them."""
+    hv = _shard(num_value_heads, linear_tp)
+    conv_dim = _shard(2 * num_key_heads * key_head_dim + num_value_heads * value_head_dim, linear_tp)
+    ssm = linear_layers * hv * value_head_dim * key_head_dim * ssm_dtype_bytes
+    columns = width * (conv_kernel - 1) if dense_conv else width + conv_kernel - 2
+    conv = linear_layers * conv_dim * columns * conv_dtype_bytes
+    return VerifyScratch(linear_layers=linear_layers, width=width, ssm_bytes_per_token=ssm,
+                         conv_bytes_per_request=conv, linear_tp=linear_tp)
+
+
+def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = None) -> VerifyScratch | None:
+    m = ctx.model
+    shape = (m.num_linear_layers, m.linear_num_key_heads, m.linear_num_value_heads, m.linear_key_head_dim,
+             m.linear_value_head_dim, m.linear_conv_kernel_dim)
+    if not all(isinstance(x, int) and x > 0 for x in shape):
+        return None  # not a Gated-DeltaNet config (or an incomplete one): nothing to size
+    flags = dict(ctx.given)
+    if budget is not None:
+        flags["speculative_ddtree_budget"] = budget
+    resolved = ddtree_core.resolve_ddtree(flags, {"draft_block_size": ctx.draft.block_size if ctx.draft else None})
+    width = max(resolved["block_size"] or 0, resolved["verify_width"] or 0)
+    if width <= 0:
+        return None
+    tp = tp or ctx.get("tp_size", 1) or 1
+    linear_tp = max(1, tp // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else tp
+    dtype = ctx.given.get("mamba_ssm_dtype") or m.mamba_ssm_dtype or "float32"
+    layers, kh, vh, kd, vd, kernel = shape
+    return verify_scratch(linear_layers=layers, num_key_heads=kh, num_value_heads=vh, key_head_dim=kd,
+                          value_head_dim=vd, conv_kernel=kernel, width=width, linear_tp=linear_tp,
+                          ssm_dtype_bytes=_DTYPE_BYTES.get(str(dtype), 4),
+                          dense_conv=not resolved["allow_hybrid_unsafe"])
+
+
+def _requests(ctx: Context) -> int:
+    reqs = ctx.get("max_running_requests") or DEFAULT_MAX_RUNNING_REQUESTS
+    return max(1, reqs // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else reqs
+
+
+def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
+    """Bytes one GPU has for the scratch, and how that was computed; None when the GPU's memory is unknown."""
+    if ctx.gpu is None or not ctx.gpu.memory_gb:
+        return None
+    fraction = ctx.get("mem_fraction_static") or DEFAULT_MEM_FRACTION_STATIC
+    room = ctx.gpu.memory_gb * 1e9 * fraction
+    how = f"{ctx.gpu.memory_gb} GB x mem-fraction-static {fraction:g}"
+    weights = ctx.model.weights_bytes
+    if weights:
+        room -= weights / tp
+        how += f" - {weights / tp / MIB:,.0f} MiB of weights"
+    return room, how
+
+
+@rule("DDT114", "DDTREE's recurrent verify scratch fits one GPU", reads=("max_running_requests",),
+      needs=(FACT_MODEL_CONFIG,), applies=lambda ctx: _is_ddtree(ctx) and ctx.is_hybrid is not False,
+      reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool (intermediate_ssm, intermediate_conv_window)",
+      sglang_enforces=False)
+def verify_scratch_fits(ctx: Context):
+    """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token of every
+    request slot, the recurrent state that token leaves behind, so that the accepted node's state can be committed:
+
+        intermediate_ssm          [L, R + 1, n, HV, V, K]          mamba SSM dtype (float32 unless --mamba-ssm-dtype
+                                                                   or the config's mamba_ssm_dtype says otherwise)
+        intermediate_conv_window  [L, R + 1, n, conv_dim, k - 1]   bfloat16 (dense: one window per tree node)
+
+    L = linear-attention layers (all but every `full_attention_interval`-th), R = max-running-requests (48 when
+    unset, the DFLASH family's default), n = the verify width max(block size, budget + 1), HV = linear value heads /
+    tp, V / K = linear value / key head dims, conv_dim = (2 x linear key heads x K + linear value heads x V) / tp,
+    k = linear_conv_kernel_dim. For a Qwen3.6-27B (48 linear layers, 16 key / 48 value heads of 128, kernel 4) that
+    is 146.8 MiB per verify token per request at tp 1 (144 MiB SSM + 2.8 MiB conv): at budget 64 (n = 65), 9.3 GiB
+    per request, 457 GiB for 48 + 1 slots; at tp 8, 1.2 GiB per request and 57 GiB in all, per GPU.
+
+    The rule errors when the total cannot fit on one GPU: the GPU's memory (hardware.gpu / --gpu) x
+    mem-fraction-static (0.78 when unset: SGLang derives it per GPU, 0.78-0.84 for this model), minus the weights
+    per GPU when the checkpoint is local (its *.safetensors). SGLang itself would shrink the mamba cache and cap
+    max-running-requests far below the requested value, or fail at start-up when not even one request fits; ddtctl
+    is stricter by design. The fix names the largest max-running-requests that fits, else a budget, else a tp-size.
+    Without a known GPU the rule cannot decide: it reports the scratch as an info finding instead. Other hybrid
+    families (Mamba2, KDA) are not sized."""
+    scratch = _scratch_for(ctx)
+    if scratch is None:
+        return
+    reqs = _requests(ctx)
+    total = scratch.total(reqs)
+    figure = (f"DDTREE's recurrent verify scratch: {scratch.per_request / MIB:,.0f} MiB per request "
+              f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
+              f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU")
+    tp = ctx.get("tp_size", 1) or 1
+    room = _room(ctx, tp)
+    if room is None:
+        yield Hit(figure + "; cannot compare with the GPU's memory: GPU unknown (set hardware.gpu or pass --gpu)",
+                  severity=INFO)
+        return
+    space, how = room
+    if total <= space:
+        return
+    fixes, edits = [], {}
+    fit = int(space // scratch.per_request) - 1
+    if fit >= 1:
+        fixes.append(f"set max-running-requests: {fit}")
+        edits["max_running_requests"] = fit
+    budget = _largest_budget(ctx, space, reqs)
+    if budget is not None:
+        fixes.append(f"set speculative-ddtree-budget: {budget}")
+    bigger = _smallest_tp(ctx, tp, reqs)
+    if bigger is not None:
+        fixes.append(f"set tp-size: {bigger}")
+    yield Hit(f"{figure}: more than one {ctx.gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
+              fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
+              edits=edits)
+
+
+def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
+    current = ddtree_core.resolve_ddtree(ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft
+                                                     else None})["budget"]
+    lo, hi, best = 1, (current or 1) - 1, None
+    while lo <= hi:  # the scratch grows with the budget: bisect
+        mid = (lo + hi) // 2
+        s = _scratch_for(ctx, budget=mid)
+        if s is not None and s.total(reqs) <= space:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _smallest_tp(ctx: Context, tp: int, reqs: int) -> int | None:
+    limit = ctx.gpu_count or 8
+    heads = [h for h in (ctx.model.linear_num_key_heads, ctx.model.linear_num_value_heads,
+                         ctx.model.num_attention_heads) if h]
+    candidate = tp * 2
+    while candidate <= limit:
+        if all(h % candidate == 0 for h in heads):
+            s, room = _scratch_for(ctx, tp=candidate), _room(ctx, candidate)
+            if s is not None and room is not None and s.total(reqs) <= room[0]:
+                return candidate
+        candidate *= 2
+    return None

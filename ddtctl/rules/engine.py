@@ -102,7 +102,8 @@ class Context:
 FACT_MODEL, FACT_DRAFT, FACT_GPU = "model", "draft", "gpu"
 FACT_MODEL_CONFIG = "model-config"  # head counts and sizes: only config.json has them, not model.architecture
 FACT_HELP = {
-    FACT_MODEL_CONFIG: "model config.json not readable here (head counts unknown; `ddtctl facts HOST` caches it)",
+    FACT_MODEL_CONFIG: "model config.json not readable here (head counts and layer shapes unknown; "
+                       "`ddtctl facts HOST` caches it)",
     FACT_MODEL: "model facts unknown (make model.path/config.json readable here or set model.architecture)",
     FACT_DRAFT: "draft model facts unknown (the draft's config.json is not readable here)",
     FACT_GPU: "GPU unknown (set hardware.gpu or pass --gpu)",

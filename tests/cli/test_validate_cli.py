@@ -124,6 +124,9 @@ def test_rules_and_explain():
     explain = ddtctl("explain", "ddt112")
     assert explain.returncode == 0 and "shadow-linear" in explain.stdout and "root-to-node path" in explain.stdout
     assert "default on hybrid targets" in explain.stdout and "allow-hybrid-unsafe" in explain.stdout
+    scratch = ddtctl("explain", "DDT114")
+    assert scratch.returncode == 0 and "146.8 MiB per verify token per request" in " ".join(scratch.stdout.split())
+    assert "enforced by SGLang 0.5.23 at launch: no" in scratch.stdout
 
 
 def test_schema_types_server_flags(tmp_path):

@@ -1,10 +1,15 @@
 """DDTREE on hybrid targets and the overlap override: DDT110 (info, SGLang overrides), DDT112/DDT113 (the two hybrid
-modes), DDT120 (what the bundled worker refuses) and DDT605's overlap clause."""
+modes), DDT114 (the recurrent verify scratch), DDT120 (what the bundled worker refuses) and DDT605's overlap clause."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from ddtctl.model_facts import read_model_facts
+from ddtctl.rules.ddtree import MIB, verify_scratch
 from ddtctl.validate import validate_argv
 
 MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"
@@ -42,7 +47,7 @@ def _findings(argv, gpu=RTX):
 def test_seed_without_disable_overlap_is_valid_with_the_override_as_info():
     r, f = _findings(SEED)
     assert r.valid, [(x.rule, x.message) for x in r.errors]
-    assert not r.errors and "DDT120" not in f and "DDT112" not in f
+    assert not r.errors and "DDT120" not in f and "DDT112" not in f and "DDT114" not in f
     assert f["DDT110"].severity == "info"
     assert "accepted depth is known only after verification; the overlap scheduler is disabled" in f["DDT110"].message
     assert not f["DDT110"].edits  # nothing for --fix to do
@@ -77,6 +82,87 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
     assert "DDT113" not in {x.rule for x in validate_argv(dense).findings}  # no recurrent layers, nothing shared
 
 
+# -- DDT114 -----------------------------------------------------------------------------------------------------------
+QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
+                  conv_kernel=4)
+
+
+def test_scratch_per_verify_token_of_a_qwen36_27b_is_147_mib_at_tp1():
+    s = verify_scratch(width=1, linear_tp=1, **QWEN36_27B)
+    assert s.ssm_bytes_per_token == 48 * 48 * 128 * 128 * 4  # 144 MiB of float32 SSM state
+    assert s.conv_bytes_per_request == 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2  # 2.8 MiB of bf16 conv windows
+    assert s.per_request / MIB == pytest.approx(146.8125)
+    assert round(s.per_request / MIB) == 147
+    # the config's shape gives the same numbers (full_attention_interval 4 over 64 layers: 48 linear)
+    facts = read_model_facts(Q36)
+    assert (facts.num_linear_layers, facts.linear_num_key_heads, facts.linear_num_value_heads) == (48, 16, 48)
+    assert (facts.linear_key_head_dim, facts.linear_value_head_dim, facts.linear_conv_kernel_dim) == (128, 128, 4)
+
+
+def test_scratch_of_the_flagship_at_tp8_and_tp1():
+    tp8 = verify_scratch(width=65, linear_tp=8, **QWEN36_27B)
+    tp1 = verify_scratch(width=65, linear_tp=1, **QWEN36_27B)
+    assert tp8.per_request == pytest.approx(tp1.per_request / 8)
+    assert round(tp8.per_request / MIB) == 1193 and round(tp8.total(48) / MIB) == 58450
+    assert round(tp1.per_request / MIB) == 9543 and round(tp1.total(48) / MIB) == 467598
+    # bf16 SSM state halves the dominant part; the chain kernels (unsafe mode) share one conv window per request
+    assert verify_scratch(width=65, ssm_dtype_bytes=2, **QWEN36_27B).ssm_bytes_per_token * 2 == tp1.ssm_bytes_per_token
+    chain = verify_scratch(width=65, dense_conv=False, **QWEN36_27B)
+    assert chain.conv_bytes_per_request == 48 * 10240 * (65 + 2) * 2
+
+
+def test_flagship_fits_at_tp8_and_not_at_tp1_with_the_fixes():
+    r, f = _findings(SEED)
+    assert "DDT114" not in f
+    r, f = _findings(_with(SEED, tp_size=1))
+    assert not r.valid and f["DDT114"].severity == "error"
+    msg = f["DDT114"].message
+    assert "9,543 MiB per request" in msg and "467,598 MiB for 48 running requests + 1 slot" in msg
+    assert "96 GB x mem-fraction-static 0.78" in msg
+    assert f["DDT114"].fix == "set max-running-requests: 6 or set tp-size: 8"
+    assert f["DDT114"].edits == {"max-running-requests": 6}
+    assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6))[1]
+    assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7))[1]
+
+
+def test_a_smaller_budget_is_proposed_when_it_fits():
+    # tp 8, 64 requests: 77 GB > 71 GB at budget 64; a smaller tree fits
+    r, f = _findings(_with(SEED, max_running_requests=64))
+    assert "set speculative-ddtree-budget: " in f["DDT114"].fix
+    budget = int(f["DDT114"].fix.split("speculative-ddtree-budget: ")[1].split()[0])
+    assert 15 <= budget < 64
+    assert "DDT114" not in _findings(_with(SEED, max_running_requests=64, speculative_ddtree_budget=budget))[1]
+    assert "DDT114" in _findings(_with(SEED, max_running_requests=64, speculative_ddtree_budget=budget + 1))[1]
+
+
+def test_mem_fraction_and_ssm_dtype_are_read():
+    tp1 = _with(SEED, tp_size=1, max_running_requests=6)
+    assert "DDT114" in _findings(_with(tp1, mem_fraction_static=0.6))[1]
+    assert "DDT114" not in _findings(_with(tp1, max_running_requests=12, mamba_ssm_dtype="bfloat16"))[1]
+
+
+def test_local_weights_are_subtracted(tmp_path):
+    model = tmp_path / "q36"
+    model.mkdir()
+    (model / "config.json").write_text((Q36 / "config.json").read_text())
+    argv = _with(SEED, model_path=model, tp_size=1, max_running_requests=6)
+    assert "DDT114" not in _findings(argv)[1]
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 55_000_000_000},
+                                                                     "weight_map": {}}))
+    f = _findings(argv)[1]["DDT114"]
+    assert "18,959 MiB = 96 GB x mem-fraction-static 0.78 - 52,452 MiB of weights" in f.message
+    assert f.fix == "set speculative-ddtree-budget: 17 or set tp-size: 2"  # not even one more request fits
+
+
+def test_without_a_gpu_the_scratch_is_an_info_line():
+    r, f = _findings(_with(SEED, tp_size=1), gpu=None)
+    assert r.valid and f["DDT114"].severity == "info"
+    assert "9,543 MiB per request" in f["DDT114"].message and "GPU unknown" in f["DDT114"].message
+    dense = ["--model-path", str(MODELS / "qwen3-8b"), "--speculative-algorithm", "DDTREE",
+             "--speculative-draft-model-path", str(MODELS / "qwen3-8b-dflash-b16")]
+    assert "DDT114" not in {x.rule for x in validate_argv(dense, gpu=RTX).findings}
+
+
 # -- DDT120 / DDT605 --------------------------------------------------------------------------------------------------
 def test_worker_capability_no_longer_mentions_tp():
     assert "DDT120" not in _findings(SEED)[1]
@@ -94,3 +180,32 @@ def test_pipeline_parallel_overlap_is_an_override_not_an_error():
                     str(MODELS / "qwen3-8b-eagle3")]
     assert "DDT605" in {x.rule for x in validate_argv(eagle).errors}  # the speculative clause stays an error
 
+
+# -- the flagship profile ---------------------------------------------------------------------------------------------
+PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "qwen36-27b-ddtree.yaml"
+
+
+def test_flagship_profile_is_clean_with_the_hosts_configs_cached(tmp_path, monkeypatch):
+    """profiles/qwen36-27b-ddtree.yaml with the host's config.json cached (what `ddtctl facts ct200` does): no error,
+    no DDT120, and DDT114 has run (the scratch fits 8 RTX PRO 6000s) -- also without disable-overlap-schedule."""
+    from ddtctl.paths import model_config_cache_dir
+    from ddtctl.validate import validate_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for remote, local in (("/root/models/Qwen3.6-27B", MODELS / "qwen3.5-27b-text"),  # Qwen3_5ForCausalLM, as named
+                          ("/root/models/Qwen3.6-27B-DFlash", DRAFT)):
+        d = model_config_cache_dir("ct200", remote)
+        d.mkdir(parents=True)
+        (d / "config.json").write_text((local / "config.json").read_text())
+    for text in (PROFILE.read_text(), PROFILE.read_text().replace("  disable-overlap-schedule: true", "")):
+        path = tmp_path / "flagship.yaml"
+        path.write_text(text)
+        r = validate_path(path)
+        assert r.valid and r.errors == [], [(f.rule, f.message) for f in r.findings]
+        rules = {f.rule for f in r.findings}
+        assert not rules & {"DDT000", "DDT120", "DDT114"}, [(f.rule, f.message) for f in r.findings]
+    assert rules == {"DDT110"}  # the second text: SGLang's override, as info
+    tp1 = tmp_path / "tp1.yaml"
+    tp1.write_text(PROFILE.read_text().replace("  tp-size: 8", "  tp-size: 1"))
+    f = next(x for x in validate_path(tp1).findings if x.rule == "DDT114")
+    assert f.severity == "error" and f.fix == "set max-running-requests: 6 or set tp-size: 8"

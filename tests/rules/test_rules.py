@@ -140,6 +140,9 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                HDDTREE + HYBRID_OK, None),
     "DDT113": (HDDTREE + HYBRID_OK + ["--speculative-ddtree-allow-hybrid-unsafe"],
                HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"], None),
+    # the flagship's shape at tp 1 does not fit one RTX PRO 6000 (467 GB of scratch); at tp 8 it does
+    "DDT114": (HDDTREE + HYBRID_OK + ["--tp-size", "1", "--speculative-ddtree-budget", "64"],
+               HDDTREE + HYBRID_OK + ["--tp-size", "8", "--speculative-ddtree-budget", "64"], "RTX_PRO_6000_BLACKWELL"),
     "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
                          "--enable-dp-lm-head"],
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
