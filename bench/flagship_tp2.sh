@@ -10,12 +10,12 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/flagship-out} NCCL_NVLS_ENABLE=0
 mkdir -p "$OUT"
 run() {  # target dtype port-base
-  OUT=$OUT/$1 DDTREE_E2E_WORK=/tmp/ddtree-e2e-$1 timeout "${E2E_TIMEOUT:-500}" python3 bench/sglang_e2e_gpu.py \
+  OUT=$OUT/tp2-$1 DDTREE_E2E_WORK=/tmp/ddtree-e2e-tp2-$1 timeout "${E2E_TIMEOUT:-500}" python3 bench/sglang_e2e_gpu.py \
     --target "$1" --dtype "$2" --tp 2 --suite tp --port-base "$3" --budget-s "${E2E_BUDGET:-440}" \
     > "$OUT/e2e_tp2_$1.log" 2>&1
 }
-run dense float32 31000 & a=$!
-run hybrid bfloat16 32000 & b=$!
+run dense float32 33000 & a=$!
+run hybrid bfloat16 34000 & b=$!
 wait $a; ra=$?
 wait $b; rb=$?
 for t in dense hybrid; do echo "=== tp2 $t"; grep -v whl "$OUT/e2e_tp2_$t.log" | tail -45; done
