@@ -206,6 +206,8 @@ def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
             argv += ["--speculative-ddtree-allow-hybrid-unsafe" if s.unsafe else "--speculative-ddtree-shadow-linear"]
     if TARGET[0] == "hybrid":
         argv += HYBRID_FLAGS
+        if s.algo == "plain":  # bounds the mamba state pool (else sized from the memory fraction, GBs per server)
+            argv += ["--max-running-requests", "8"]
     if TP[0] > 1:
         argv += ["--tp-size", str(TP[0]), "--disable-custom-all-reduce"]
     return argv
