@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/flagship-out}
 mkdir -p "$OUT/hybrid"
 OUT=$OUT/hybrid DDTREE_E2E_WORK=/tmp/ddtree-e2e-hybrid-tp1 timeout "${E2E_TIMEOUT:-520}" python3 bench/sglang_e2e_gpu.py --target hybrid --dtype bfloat16 \
-  --suite hybrid --budgets 7,15,32 --graphs off,on --budget-s "${E2E_BUDGET:-460}" > "$OUT/e2e_hybrid.log" 2>&1 &
+  --suite hybrid --budgets "${BUDGETS:-7,15,32}" --graphs off,on --budget-s "${E2E_BUDGET:-460}" > "$OUT/e2e_hybrid.log" 2>&1 &
 e2e=$!
 rk=0
 if [ "${SKIP_KERNELS:-0}" != 1 ]; then

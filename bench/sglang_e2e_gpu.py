@@ -455,19 +455,35 @@ TIE_FLOOR_NATS = 0.005
 
 
 def tie_threshold(servers: list[Server], reference: list | None) -> tuple[float, str]:
-    """How close two greedy candidates must be for a divergence to count as rounding: twice the largest logprob
-    difference SGLang's own DFLASH shows against the plain server at positions where their outputs still agree
-    (verify runs the target as an extend over several tokens, plain as one-token decodes: same math, other
-    rounding). Never below TIE_FLOOR_NATS."""
+    """How close two greedy candidates must be for a divergence to count as rounding, measured on SGLang's own
+    DFLASH in the same run (chain speculative decoding: lossless by construction, so where it parts from plain it is
+    rounding -- verify runs the target as an extend over several tokens, plain as one-token decodes):
+      * twice the largest logprob difference DFLASH shows against plain where their outputs still agree, and
+      * in bf16 (where DFLASH itself parts from plain, run 1 of the hybrid proof), 1.25 x the largest top-2 margin of
+        plain at which DFLASH's output parted from plain's.
+    Never below TIE_FLOOR_NATS."""
     noise = []
+    parted = []
+    plain = next((p for p in servers if p.algo == "plain" and p.logprobs), None)
+    gaps = next((p.top2_gaps for p in servers if p.algo == "plain" and p.top2_gaps), None)
     for s in servers:
-        if s.algo == "DFLASH" and s.logprobs and reference:
-            plain = next((p for p in servers if p.algo == "plain" and p.logprobs), None)
-            if plain:
-                noise += _logprob_diffs(s, plain, reference)
-    if not noise:
+        if s.algo != "DFLASH" or not reference:
+            continue
+        if s.logprobs and plain:
+            noise += _logprob_diffs(s, plain, reference)
+        if s.outputs and gaps and DTYPE[0] != "float32":
+            for i, (out, ref) in enumerate(zip(s.outputs, reference)):
+                k = first_divergence(out, ref)
+                if out != ref and i < len(gaps) and k < len(gaps[i]) and gaps[i][k] is not None:
+                    parted.append(gaps[i][k])
+    if not noise and not parted:
         return TIE_FLOOR_NATS, "floor (no DFLASH logprobs)"
-    return max(TIE_FLOOR_NATS, 2 * max(noise)), f"2 x DFLASH-vs-plain logprob noise {max(noise):.2e}"
+    basis = [f"2 x DFLASH-vs-plain logprob noise {max(noise):.2e}"] if noise else []
+    value = max([TIE_FLOOR_NATS] + [2 * max(noise)] * bool(noise))
+    if parted:
+        basis.append(f"1.25 x largest margin where DFLASH parted from plain {max(parted):.2e}")
+        value = max(value, 1.25 * max(parted))
+    return value, "; ".join(basis)
 
 
 def _logprob_diffs(s: Server, plain: Server, reference: list) -> list[float]:

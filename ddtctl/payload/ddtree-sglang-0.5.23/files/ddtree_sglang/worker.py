@@ -128,13 +128,8 @@ class DDTreeWorker(DFlashWorkerV2):
                     "DDTREE on a hybrid target with --speculative-ddtree-allow-hybrid-unsafe: sibling branches share "
                     "recurrent state during verification; outputs may differ from the target's greedy decoding.")
             else:
-                self.hybrid_mode = "tree"
-                linear = getattr(getattr(self.model_runner, "attn_backend", None), "linear_attn_backend", None)
-                if linear is None or type(linear).__name__ != "GDNAttnBackend" or int(getattr(linear, "topk", 0)) <= 1:
-                    raise DdtreeWorkerRefused(
-                        "DDTREE verifies exact trees on hybrid targets through SGLang's Gated-DeltaNet tree kernels "
-                        f"(parent-indexed state); this target's linear-attention backend is "
-                        f"{type(linear).__name__ if linear is not None else 'missing'} without tree mode.")
+                self.hybrid_mode = "tree"  # checked at the first decode: the target's backends are built after us
+        self._tree_backend_checked = False
         if self.use_compact_draft_cache:
             raise DdtreeWorkerRefused("DDTREE does not support --speculative-draft-window-size yet; remove it.")
         if self.selector is not None or self.lilicorr is not None or self._is_domino:
@@ -356,7 +351,20 @@ class DDTreeWorker(DFlashWorkerV2):
             move_kv_cache_native(pool.k_scale_buffer, pool.v_scale_buffer, dst, src)
 
     # -- one decode round ----------------------------------------------------------------------------------------
+    def _check_tree_backend(self) -> None:
+        """Tree mode needs the target's GDN backend in its topk > 1 mode (hybrid.py's hook). The scheduler builds
+        the target's attention backends after the speculative worker, so this runs at the first decode."""
+        linear = getattr(getattr(self.model_runner, "attn_backend", None), "linear_attn_backend", None)
+        if linear is None or type(linear).__name__ != "GDNAttnBackend" or int(getattr(linear, "topk", 0)) <= 1:
+            raise DdtreeWorkerRefused(
+                "DDTREE verifies exact trees on hybrid targets through SGLang's Gated-DeltaNet tree kernels "
+                f"(parent-indexed state); this target's linear-attention backend is "
+                f"{type(linear).__name__ if linear is not None else 'missing'} without tree mode.")
+        self._tree_backend_checked = True
+
     def _ddtree_decode(self, batch, on_publish):
+        if self.hybrid_mode == "tree" and not self._tree_backend_checked:
+            self._check_tree_backend()
         draft_input = batch.spec_info
         bs = len(batch.seq_lens)
         block = int(self.block_size)
