@@ -479,7 +479,7 @@ def tie_threshold(servers: list[Server], reference: list | None) -> tuple[float,
     if not noise and not parted:
         return TIE_FLOOR_NATS, "floor (no DFLASH logprobs)"
     basis = [f"2 x DFLASH-vs-plain logprob noise {max(noise):.2e}"] if noise else []
-    value = max([TIE_FLOOR_NATS] + [2 * max(noise)] * bool(noise))
+    value = max(TIE_FLOOR_NATS, 2 * max(noise) if noise else 0.0)
     if parted:
         basis.append(f"1.25 x largest margin where DFLASH parted from plain {max(parted):.2e}")
         value = max(value, 1.25 * max(parted))
@@ -522,8 +522,22 @@ def verdict(outputs: list | None, reference: list | None, gaps: list | None,
     return True, ("tie@" + ",".join(ties)) if ties else "exact"
 
 
+LOGPROB_FLOOR_NATS = 0.1
+
+
+def logprob_bound(servers: list[Server], reference: list | None) -> float:
+    """How far a speculative server's returned logprobs may sit from plain's: 0.1 nats (float32: a wrong row moves
+    them by units), or twice what SGLang's own DFLASH shows in the same run where that is more (bf16: DFLASH itself
+    is 0.10-0.31 nats off plain on the hybrid target, x2 run 2)."""
+    plain = next((p for p in servers if p.algo == "plain" and p.logprobs), None)
+    noise = [d for s in servers if s.algo == "DFLASH" and s.logprobs and plain and reference
+             for d in _logprob_diffs(s, plain, reference)]
+    return max(LOGPROB_FLOOR_NATS, 2 * max(noise) if noise else 0.0)
+
+
 def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs,
-                   tie_nats: float = TIE_FLOOR_NATS) -> tuple[bool | None, str]:
+                   tie_nats: float = TIE_FLOOR_NATS,
+                   lp_bound: float = LOGPROB_FLOOR_NATS) -> tuple[bool | None, str]:
     """None when the server ran no extras; else (ok, what was seen)."""
     if not s.extras:
         return None, ""
@@ -543,7 +557,8 @@ def extras_verdict(s: Server, reference: list | None, plain: Server | None, reqs
         worst = max(diffs) if diffs else float("nan")
         notes.append(f"max|lp-plain| {worst:.2e}")
         # the same position through another batch shape (tree vs one token) moves by rounding; a wrong row by units
-        ok &= bool(diffs) and worst < 0.1
+        ok &= bool(diffs) and worst < lp_bound
+        notes.append(f"bound {lp_bound:.2e}")
     sampled = s.sampled_outputs or []
     full = all(isinstance(o, list) and 0 < len(o) <= new and all(0 <= t < VOCAB for t in o)
                and (len(o) == new or o[-1] in EOS_IDS) for o, (_, new) in zip(sampled, reqs)) \
@@ -561,6 +576,8 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
     plain = next((s for s in servers if s.algo == "plain" and s.logprobs), None)
     plain_gaps = next((s.top2_gaps for s in servers if s.algo == "plain" and s.top2_gaps), None)
     tie_nats, tie_basis = tie_threshold(servers, reference)
+    lp_bound = logprob_bound(servers, reference)
+    meta["logprob_bound"] = lp_bound
     meta["tie_nats"], meta["tie_basis"] = tie_nats, tie_basis
     dflash_out = {s.graphs: s.outputs for s in servers if s.algo == "DFLASH" and s.outputs is not None}
     for s in servers:
@@ -573,7 +590,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
         else:
             ok = s.status == "done" and match is not False and (s.algo == "plain" or match)
         ok_all &= ok
-        x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [], tie_nats)
+        x_ok, x_notes = extras_verdict(s, reference, plain, reqs or [], tie_nats, lp_bound)
         if x_ok is not None:
             extras_ok &= x_ok
         rows.append({
@@ -585,6 +602,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
             "ddtree_metrics": m, "served": served(s.server_info), "error": s.error, "argv": s.argv,
             "verify_cts": s.verify_cts, "accept_lengths": s.accept_lengths,
             "extras_ok": x_ok, "extras": x_notes, "logprobs": s.logprobs, "sampled_outputs": s.sampled_outputs,
+            "logprob_outputs": s.logprob_outputs, "top2_gaps": s.top2_gaps,
         })
     ties = [f"{r['server']}: {r['match']}" for r in rows if r["match"].startswith("tie")]
     if ties:

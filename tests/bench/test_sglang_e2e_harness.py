@@ -154,3 +154,32 @@ def test_informative_weights_make_greedy_output_depend_on_context(managed_python
     p = subprocess.run([managed_python, "-c", code, str(REPO / "tests" / "gpu_standins")], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-2000:]
+
+
+def test_logprob_bound_is_the_floor_or_twice_dflashs_own_distance(e2e):
+    ref = [[1, 2, 3]]
+    plain = _server(e2e, "plain-g0", "plain", ref)
+    plain.logprobs = [[-1.0, -1.0, -1.0]]
+    dflash = _server(e2e, "dflash-g0", "DFLASH", ref)
+    dflash.logprob_outputs, dflash.logprobs = ref, [[-1.01, -1.0, -1.0]]
+    assert e2e.logprob_bound([plain, dflash], ref) == pytest.approx(0.1)  # float32-like noise: the floor
+    dflash.logprobs = [[-1.3, -1.0, -1.0]]  # bf16-like noise: 2 x 0.3
+    assert e2e.logprob_bound([plain, dflash], ref) == pytest.approx(0.6)
+    ddtree = _server(e2e, "ddtree-b15-g0", "DDTREE", ref, budget=15)
+    ddtree.extras, ddtree.logprob_outputs, ddtree.sampled_outputs = True, ref, [[7, 8, 9]]
+    ddtree.logprobs = [[-1.5, -1.0, -1.0]]
+    assert e2e.extras_verdict(ddtree, ref, plain, [([5], 3)], lp_bound=0.6)[0] is True
+    ddtree.logprobs = [[-1.7, -1.0, -1.0]]
+    assert e2e.extras_verdict(ddtree, ref, plain, [([5], 3)], lp_bound=0.6)[0] is False
+
+
+def test_bf16_tie_threshold_learns_from_where_dflash_parted_from_plain(e2e, monkeypatch):
+    monkeypatch.setattr(e2e, "DTYPE", ["bfloat16"])
+    ref = [[1, 2, 3, 4]]
+    plain = _server(e2e, "plain-g0", "plain", ref)
+    plain.top2_gaps = [[1.0, 0.3, 1.0, 1.0]]
+    dflash = _server(e2e, "dflash-g0", "DFLASH", [[1, 9, 9, 9]])  # parts from plain where plain's margin was 0.3
+    threshold, basis = e2e.tie_threshold([plain, dflash], ref)
+    assert threshold == pytest.approx(0.375) and "parted" in basis
+    monkeypatch.setattr(e2e, "DTYPE", ["float32"])  # float32: DFLASH parting is never taken as rounding
+    assert e2e.tie_threshold([plain, dflash], ref)[0] == e2e.TIE_FLOOR_NATS
