@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Step cost and tokens/s of plain, DFLASH and DDTREE servers at real model sizes, side by side, in one GPU call
+(issue #12). Prints one table with ratios to DFLASH measured in the same call; JSON and the profiler summaries go to
+$OUT. Run from the repo root on the lent H200 (python3 = the image's torch), with `.carry/` carried
+(tools/fetch_gpu_carry.sh):
+
+    python3 bench/spec_throughput_gpu.py --target qwen3-8b --drafter random,calibrated --budgets 16,64
+
+Targets (SGLang's `--load-format dummy` weights, bf16, CUDA graphs on, a 5-layer DFlash drafter of block 16):
+  qwen3-8b    Qwen3-8B's shape (hidden 4096, 36 layers, 32/8 heads, vocab 151936): servers start side by side (~16 GB
+              of weights each) and are then measured one at a time, so no two servers share the GPU while timed;
+  qwen36-27b  Qwen3.6-27B's shape (Gated-DeltaNet hybrid, 64 layers, full attention every 4th, hidden 5120, vocab
+              248320; 50 GB of weights): one server at a time, so name few servers (`--servers`).
+Drafters (the same for DFLASH and DDTREE):
+  random      the dummy drafter: about one token per step, so 1 / throughput is the step time;
+  calibrated  the test-only oracle drafter (tests/gpu_standins/oracle_drafter.py) with rank probabilities that put
+              DFLASH's mean accepted length in the paper's 6-8 range (DDTREE_TEST_ORACLE_RANK_P).
+Per server and batch (1, 8, 32 concurrent requests of `--new-tokens` greedy tokens, ignore_eos): wall time of a
+measured batch after a warm-up batch, tokens/s, mean accepted length (the server's own spec_accept_length) and
+ms/step = wall / verify steps of the slowest request (plain: / tokens).
+`--profile` asks SGLang's /start_profile for a few decode steps of one DFLASH and one DDTREE server (batch 1) and
+keeps the top kernels/ops by self time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = Path(os.environ.get("OUT") or "/tmp/spec-throughput-out")
+WORK = Path(os.environ.get("DDTREE_E2E_WORK", "/tmp/spec-throughput"))
+os.environ.setdefault("DDTREE_E2E_WORK", str(WORK))
+
+_spec = importlib.util.spec_from_file_location("sglang_e2e_gpu", REPO / "bench" / "sglang_e2e_gpu.py")
+e2e = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = e2e
+_spec.loader.exec_module(e2e)  # setup / overlay install / http / health / stop: one implementation
+
+CALIBRATED_RANK_P = "0.88,0.08,0.02"  # DFLASH: expected accepted drafts sum(0.88^k, k=1..15) = 6.3, length 7.3
+MASK_ID = 151669
+
+TARGETS = {
+    "qwen3-8b": {
+        "target": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+                   "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                   "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False},
+        "draft_layers": [1, 9, 17, 25, 33], "hybrid": False, "side_by_side": True,
+    },
+    "qwen36-27b": {
+        "target": {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": 5120,
+                   "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+                   "intermediate_size": 17408, "vocab_size": 248320, "tie_word_embeddings": False,
+                   "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                   "attn_output_gate": True, "partial_rotary_factor": 0.25,
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}},
+        "draft_layers": [1, 16, 31, 46, 61], "hybrid": True, "side_by_side": False,
+    },
+}
+COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000, "max_position_embeddings": 8192,
+          "torch_dtype": "bfloat16", "bos_token_id": 151643, "eos_token_id": 151645, "attention_bias": False,
+          "attention_dropout": 0.0, "initializer_range": 0.02, "rope_scaling": None, "use_cache": True}
+
+
+def log(msg: str) -> None:
+    e2e.log(msg)
+
+
+def make_models(name: str) -> tuple[Path, Path]:
+    spec = TARGETS[name]
+    target, draft = WORK / "models" / name, WORK / "models" / f"{name}-dflash"
+    target.mkdir(parents=True, exist_ok=True)
+    draft.mkdir(parents=True, exist_ok=True)
+    t = {**COMMON, **spec["target"]}
+    (target / "config.json").write_text(json.dumps(t))
+    d = {**COMMON, "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 5,
+         "hidden_size": t["hidden_size"], "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+         "intermediate_size": t["intermediate_size"], "vocab_size": t["vocab_size"], "tie_word_embeddings": False,
+         "block_size": 16, "num_target_layers": t["num_hidden_layers"],
+         "dflash_config": {"mask_token_id": MASK_ID, "target_layer_ids": spec["draft_layers"]}}
+    (draft / "config.json").write_text(json.dumps(d))
+    return target, draft
+
+
+@dataclass
+class Bench:
+    name: str
+    algo: str  # plain | DFLASH | DDTREE
+    budget: int | None
+    drafter: str  # random | calibrated | - (plain)
+    port: int
+    proc: subprocess.Popen | None = None
+    argv: list = field(default_factory=list)
+    status: str = "not run"
+    error: str | None = None
+    startup_s: float | None = None
+    results: dict = field(default_factory=dict)  # batch -> measurement
+    profile: list | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return WORK / "logs" / f"{self.name}.log"
+
+
+def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, side_by_side: bool) -> list[str]:
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(target), "--load-format", "dummy",
+            "--skip-tokenizer-init", "--attention-backend", "triton", "--sampling-backend", "pytorch",
+            "--grammar-backend", "none", "--disable-radix-cache", "--dtype", "bfloat16", "--port", str(b.port),
+            "--random-seed", "0", "--cuda-graph-max-bs-decode", str(max_bs), "--max-running-requests", str(max_bs),
+            "--disable-prefill-cuda-graph", "--log-level", "info"]
+    # side by side: each server's KV pool is capped (tokens), so the fraction is only a load-time margin
+    argv += (["--mem-fraction-static", "0.13", "--max-total-tokens", "131072"] if side_by_side
+             else ["--mem-fraction-static", "0.85"])
+    if hybrid:
+        argv += e2e.HYBRID_FLAGS
+    if b.algo != "plain":
+        argv += ["--speculative-algorithm", b.algo, "--speculative-draft-model-path", str(draft)]
+    if b.algo == "DDTREE":
+        argv += ["--speculative-ddtree-budget", str(b.budget)]
+        if hybrid:
+            argv += ["--speculative-ddtree-shadow-linear"]
+    return argv
+
+
+def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, spec: dict) -> None:
+    b.argv = server_argv(b, target, draft, spec["hybrid"], max(args.batches), spec["side_by_side"])
+    e = dict(env)
+    e["SGLANG_TORCH_PROFILER_DIR"] = str(WORK / "profiles" / b.name)
+    if b.algo == "DDTREE":
+        e["DDTREE_LOG_INTERVAL"] = "200"
+    if b.drafter == "calibrated":
+        e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
+        e["DDTREE_TEST_ORACLE"] = str(oracle)
+        e["DDTREE_TEST_ORACLE_RANK_P"] = args.rank_p
+    b.log_path.parent.mkdir(parents=True, exist_ok=True)
+    b.proc = subprocess.Popen(b.argv, env=e, stdout=open(b.log_path, "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True, cwd=WORK)
+    b.status = "starting"
+    b._t_start = time.monotonic()  # type: ignore[attr-defined]
+
+
+def prompts(n: int, vocab: int) -> list[list[int]]:
+    import random
+
+    rng = random.Random(4321)
+    return [[rng.randrange(1000, min(vocab, 150000)) for _ in range(64)] for _ in range(n)]
+
+
+def generate(b: Bench, reqs: list[list[int]], new_tokens: int) -> tuple[float, list[dict]]:
+    base = f"http://127.0.0.1:{b.port}"
+
+    def one(ids):
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0,
+                                                      "ignore_eos": True}}
+        return e2e.http("POST", base + "/generate", body, timeout=600)[1]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(reqs)) as ex:
+        out = list(ex.map(one, reqs))
+    return time.perf_counter() - t0, out
+
+
+def measure(b: Bench, reqs_all: list[list[int]], batches: list[int], new_tokens: int) -> None:
+    for bs in batches:
+        reqs = reqs_all[:bs]
+        generate(b, reqs, min(new_tokens, 32))  # warm-up (graphs of this batch size, caches)
+        wall, out = generate(b, reqs, new_tokens)
+        metas = [r.get("meta_info", {}) for r in out]
+        steps = [m.get("spec_verify_ct") or len(r.get("output_ids") or []) for m, r in zip(metas, out)]
+        acc = [m.get("spec_accept_length") for m in metas if m.get("spec_accept_length")]
+        tokens = sum(len(r.get("output_ids") or []) for r in out)
+        b.results[bs] = {"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+                         "steps": max(steps), "ms_per_step": 1000 * wall / max(1, max(steps)),
+                         "mean_accept_len": sum(acc) / len(acc) if acc else None,
+                         "outputs": [r.get("output_ids") for r in out]}
+        log(f"{b.name} bs={bs}: {tokens / wall:.1f} tok/s, {b.results[bs]['ms_per_step']:.2f} ms/step")
+
+
+def profile(b: Bench, req: list[int], steps: int) -> None:
+    """A few decode steps under SGLang's own torch profiler (/start_profile), summarised by self CUDA time."""
+    base = f"http://127.0.0.1:{b.port}"
+    trace_dir = WORK / "profiles" / b.name
+    try:
+        e2e.http("POST", base + "/start_profile", {"output_dir": str(trace_dir), "num_steps": steps,
+                                                  "activities": ["CPU", "GPU"]}, timeout=60)
+        generate(b, [req], 48)
+        time.sleep(2)
+        b.profile = summarise_traces(trace_dir)
+    except Exception as exc:  # noqa: BLE001
+        b.profile = [{"error": f"{type(exc).__name__}: {exc}"}]
+
+
+def summarise_traces(trace_dir: Path, top: int = 25) -> list[dict]:
+    """Top ops/kernels by total duration over the chrome traces SGLang wrote (gzipped or not)."""
+    import gzip
+
+    totals: dict[tuple[str, str], list[float]] = {}
+    for path in sorted(trace_dir.rglob("*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+        for ev in doc.get("traceEvents", []) if isinstance(doc, dict) else doc:
+            if ev.get("ph") != "X" or "dur" not in ev:
+                continue
+            key = (str(ev.get("cat", "")), str(ev.get("name", ""))[:90])
+            slot = totals.setdefault(key, [0.0, 0])
+            slot[0] += float(ev["dur"])
+            slot[1] += 1
+    rows = [{"cat": c, "name": n, "total_us": t, "count": k} for (c, n), (t, k) in totals.items()]
+    rows.sort(key=lambda r: -r["total_us"])
+    return rows[:top]
+
+
+def ratios(benches: list[Bench]) -> list[dict]:
+    """One row per (server, batch): tokens/s and ms/step, with ratios to the DFLASH server of the same drafter."""
+    dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" for bs, r in b.results.items()}
+    rows = []
+    for b in benches:
+        for bs, r in sorted(b.results.items()):
+            ref = dflash.get((b.drafter, bs))
+            rows.append({"server": b.name, "algo": b.algo, "budget": b.budget, "drafter": b.drafter, "batch": bs,
+                         "tokens_per_s": r["tokens_per_s"], "ms_per_step": r["ms_per_step"],
+                         "mean_accept_len": r["mean_accept_len"],
+                         "speed_vs_dflash": (r["tokens_per_s"] / ref["tokens_per_s"]) if ref else None,
+                         "step_vs_dflash": (r["ms_per_step"] / ref["ms_per_step"]) if ref else None})
+    return rows
+
+
+def table(rows: list[dict], meta: dict) -> str:
+    hdr = (f"{'server':<24} {'drafter':<10} {'batch':>5} {'tok/s':>9} {'ms/step':>8} {'acc_len':>7} "
+           f"{'tok/s vs DFLASH':>15} {'step vs DFLASH':>14}")
+    lines = [f"# {meta.get('date')} {meta.get('nvidia_smi')} target={meta.get('target')}", hdr, "-" * len(hdr)]
+    for r in rows:
+        f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+        lines.append(f"{r['server']:<24} {r['drafter']:<10} {r['batch']:>5} {f(r['tokens_per_s'], '.1f'):>9} "
+                     f"{f(r['ms_per_step'], '.2f'):>8} {f(r['mean_accept_len'], '.2f'):>7} "
+                     f"{f(r['speed_vs_dflash'], '.3f'):>15} {f(r['step_vs_dflash'], '.3f'):>14}")
+    return "\n".join(lines)
+
+
+def plan(args) -> list[Bench]:
+    port = [args.port_base]
+    out = []
+
+    def mk(name, algo, budget, drafter):
+        port[0] += 1
+        out.append(Bench(name, algo, budget, drafter, port[0]))
+
+    mk("plain", "plain", None, "-")
+    for drafter in args.drafter.split(","):
+        mk(f"dflash-{drafter}", "DFLASH", None, drafter)
+        for budget in (int(x) for x in args.budgets.split(",") if x):
+            mk(f"ddtree-b{budget}-{drafter}", "DDTREE", budget, drafter)
+    if args.servers:
+        keep = set(args.servers.split(","))
+        out = [b for b in out if b.name in keep or b.algo == "plain"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", choices=sorted(TARGETS), default="qwen3-8b")
+    ap.add_argument("--drafter", default="random,calibrated")
+    ap.add_argument("--budgets", default="8,16,32,64")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--new-tokens", type=int, default=160)
+    ap.add_argument("--servers", default="", help="only these server names (plain always runs: the oracle's source)")
+    ap.add_argument("--rank-p", default=CALIBRATED_RANK_P)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--port-base", type=int, default=35000)
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
+    ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
+    args = ap.parse_args()
+    args.batches = [int(x) for x in str(args.batches).split(",") if x]
+    deadline = time.monotonic() + args.budget_s
+    spec = TARGETS[args.target]
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv, "target": args.target}
+    try:
+        meta["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as exc:  # noqa: BLE001
+        meta["nvidia_smi"] = str(exc)
+    benches = plan(args)
+    WORK.mkdir(parents=True, exist_ok=True)
+    oracle = WORK / "oracle.json"
+    try:
+        site, env = e2e.setup(args)
+        e2e.overlay_install(site, env)
+        target, draft = make_models(args.target)
+        vocab = spec["target"]["vocab_size"]
+        reqs = prompts(max(args.batches), vocab)
+        order = benches if spec["side_by_side"] else benches[:1]
+        for b in order:
+            start(b, target, draft, env, oracle, args, spec)
+        for b in benches:
+            if b.proc is None:
+                start(b, target, draft, env, oracle, args, spec)
+            if not e2e.wait_healthy(b, deadline - 20):  # same health loop as the e2e script
+                log(f"{b.name}: {b.status} {b.error}")
+                continue
+            log(f"{b.name} healthy after {b.startup_s:.0f}s")
+            if b.algo == "plain":  # the reference continuations: the calibrated drafter's oracle
+                _, out = generate(b, reqs, args.new_tokens + 40)
+                seqs = {",".join(map(str, ids)): ids + r.get("output_ids", []) for ids, r in zip(reqs, out)}
+                oracle.write_text(json.dumps({"sequences": seqs}))
+            measure(b, reqs, args.batches, args.new_tokens)
+            if args.profile and b.name in (f"dflash-{args.drafter.split(',')[0]}",
+                                           f"ddtree-b{args.budgets.split(',')[0]}-{args.drafter.split(',')[0]}"):
+                profile(b, reqs[0], 5)
+            b.status = "done"
+            if not spec["side_by_side"]:
+                e2e.stop(b)
+    except Exception as exc:  # noqa: BLE001
+        meta["error"] = f"{type(exc).__name__}: {exc}"
+        log(f"ERROR {meta['error']}")
+    finally:
+        for b in benches:
+            e2e.stop(b)
+    rows = ratios(benches)
+    text = table(rows, meta)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "spec_throughput.json").write_text(json.dumps(
+        {"meta": meta, "rows": rows, "servers": [{"name": b.name, "status": b.status, "error": b.error,
+                                                  "startup_s": b.startup_s, "argv": b.argv, "profile": b.profile,
+                                                  "results": b.results} for b in benches]}, default=str))
+    (OUT / "spec_throughput_table.txt").write_text(text + "\n")
+    print("\n" + text, flush=True)
+    for b in benches:
+        if b.profile:
+            print(f"\nprofile {b.name} (top ops by total duration, us):", flush=True)
+            for p in b.profile[:15]:
+                print(f"  {p.get('total_us', 0):>12.0f} {p.get('count', 0):>6} {p.get('cat', '')[:12]:<12} "
+                      f"{p.get('name', p.get('error', ''))}", flush=True)
+    bad = [b.name for b in benches if b.status != "done"]
+    print(f"\nSERVERS: {len(benches) - len(bad)}/{len(benches)} measured" + (f" (not: {', '.join(bad)})" if bad
+                                                                          else ""), flush=True)
+    return 1 if bad or meta.get("error") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""bench/spec_throughput_gpu.py's own logic on the CPU: which servers a call plans, the ratios to DFLASH of the same
+drafter and batch, the table, and the profiler-trace summary. The GPU run itself is issue #12's."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def st():
+    spec = importlib.util.spec_from_file_location("spec_throughput_gpu", REPO / "bench" / "spec_throughput_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+def _args(**kw):
+    base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="")
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_plan_has_plain_then_dflash_and_ddtree_per_drafter_on_distinct_ports(st):
+    benches = st.plan(_args())
+    assert [b.name for b in benches] == ["plain", "dflash-random", "ddtree-b16-random", "ddtree-b64-random",
+                                         "dflash-calibrated", "ddtree-b16-calibrated", "ddtree-b64-calibrated"]
+    assert len({b.port for b in benches}) == len(benches)
+    only = st.plan(_args(servers="dflash-random,ddtree-b64-random"))
+    assert [b.name for b in only] == ["plain", "dflash-random", "ddtree-b64-random"]  # plain: the oracle's source
+
+
+def test_ratios_compare_with_dflash_of_the_same_drafter_and_batch(st):
+    benches = st.plan(_args(drafter="random", budgets="16"))
+    plain, dflash, ddtree = benches
+    dflash.results = {1: {"tokens_per_s": 100.0, "ms_per_step": 10.0, "mean_accept_len": 1.0}}
+    ddtree.results = {1: {"tokens_per_s": 80.0, "ms_per_step": 12.5, "mean_accept_len": 1.0}}
+    plain.results = {1: {"tokens_per_s": 150.0, "ms_per_step": 6.6, "mean_accept_len": None}}
+    rows = {r["server"]: r for r in st.ratios(benches)}
+    assert rows["ddtree-b16-random"]["speed_vs_dflash"] == pytest.approx(0.8)
+    assert rows["ddtree-b16-random"]["step_vs_dflash"] == pytest.approx(1.25)
+    assert rows["plain"]["speed_vs_dflash"] is None  # plain has no drafter: no DFLASH of its kind
+    text = st.table(st.ratios(benches), {"date": "d", "nvidia_smi": "H200", "target": "qwen3-8b"})
+    assert "ddtree-b16-random" in text and "1.250" in text and "0.800" in text
+
+
+def test_trace_summary_sums_durations_by_op(st, tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "gemm", "dur": 5.0}, {"ph": "X", "cat": "kernel", "name": "gemm",
+              "dur": 7.0}, {"ph": "X", "cat": "cpu_op", "name": "aten::topk", "dur": 3.0}, {"ph": "i", "name": "x"}]
+    (tmp_path / "a.trace.json").write_text(json.dumps({"traceEvents": events[:2]}))
+    with gzip.open(tmp_path / "b.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events[2:]}, f)
+    rows = st.summarise_traces(tmp_path)
+    assert rows[0] == {"cat": "kernel", "name": "gemm", "total_us": 12.0, "count": 2}
+    assert rows[1]["name"] == "aten::topk" and len(rows) == 2
+
+
+def test_calibrated_drafter_expects_a_dflash_length_in_the_papers_range(st):
+    p0 = float(st.CALIBRATED_RANK_P.split(",")[0])
+    expected_len = 1 + sum(p0 ** k for k in range(1, 16))  # block 16: 15 draft positions, plus the bonus
+    assert 6.0 <= expected_len <= 8.0
