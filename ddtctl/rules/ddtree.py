@@ -58,9 +58,16 @@ _DOCS = {
                "chain kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ "
                "from the target's greedy output. Valid (SGLang with the payload logs the same warning), but meant "
                "for tests and negative controls; exact trees are the default on hybrid targets."),
+    "DDT115": ("DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
+               "The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on "
+               "SGLang's triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` "
+               "and `--decode-attention-backend` is given, SGLang with the DDTREE payload declares "
+               "`attention_backend=triton` in its resolution (logged, and listed by `ddtctl dry-run`), before SGLang "
+               "would pick the GPU's default (fa3 on Hopper, flashinfer / trtllm_mha on Blackwell). An info finding; "
+               "an explicit other backend is DDT120's warning instead."),
 }
 # Rules of the core that are not errors (the engine reports their hits with this severity).
-_SEVERITY = {"DDT110": INFO, "DDT113": WARNING}
+_SEVERITY = {"DDT110": INFO, "DDT113": WARNING, "DDT115": INFO}
 # Rules of the core that need the model's facts (hybrid or not) to run.
 _NEEDS_MODEL = ("DDT111", "DDT113")
 
@@ -121,13 +128,14 @@ def worker_capability(ctx: Context):
         yield Hit("the bundled DDTREE worker does not support DP attention (ranks would verify different batches); "
                   "the server would refuse to start", about="enable_dp_attention",
                   fix="remove enable-dp-attention / attn-dp-size (tensor parallelism alone serves DDTREE on many GPUs)")
-    backend = ctx.given.get("attention_backend")
-    if backend != "triton":
-        yield Hit("the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend only, "
-                  + ("but attention-backend is not set (SGLang picks fa3/flashinfer/trtllm by GPU)" if backend is None
-                     else f"got attention-backend {backend}"),
-                  about="attention_backend", fix="set attention-backend: triton",
-                  edits={"attention_backend": "triton"})
+    for flag in ddtree_core.ATTENTION_BACKEND_FLAGS:  # unset: SGLang with the payload resolves triton (DDT115)
+        backend = ctx.given.get(flag)
+        if backend is not None and backend != "triton":
+            yield Hit("the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend "
+                      f"only, got {flag.replace('_', '-')} {backend}", about=flag,
+                      fix=f"set {flag.replace('_', '-')}: triton (or leave the attention backends unset)",
+                      edits={flag: "triton"})
+            break
     if ctx.is_set("speculative_draft_window_size"):
         yield Hit("the bundled DDTREE worker does not support a compact draft window yet",
                   about="speculative_draft_window_size", fix="remove speculative-draft-window-size",

@@ -29,6 +29,7 @@ DDTREE_FLAGS: dict[str, Any] = {
 # Above this many nodes a verify pass stops being one target forward of reasonable width.
 MAX_VERIFY_BUDGET = 4096
 ERROR, WARNING, INFO = "error", "warning", "info"
+ATTENTION_BACKEND_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 OVERLAP_REASON = ("DDTREE verifies a tree whose accepted depth is known only after verification; the overlap "
                   "scheduler is disabled")
 
@@ -171,6 +172,14 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
             "it does for pipeline parallelism).",
             "nothing to do; set disable-overlap-schedule: true to say so in the launch",
             reads=("disable_overlap_schedule",), severity=INFO, overrides={"disable_overlap_schedule": True}))
+
+    if all(flags.get(k) is None for k in ATTENTION_BACKEND_FLAGS):
+        out.append(DdtreeViolation(
+            "DDT115", "DDTREE verifies its draft tree with a custom attention mask, on the triton attention backend; "
+            "attention-backend is not set, so SGLang with the DDTREE payload declares attention_backend=triton "
+            "(instead of the GPU's default fa3 / flashinfer / trtllm_mha).",
+            "nothing to do; set attention-backend: triton to say so in the launch",
+            reads=("attention_backend",), severity=INFO, overrides={"attention_backend": "triton"}))
 
     shadow = bool(flags.get("speculative_ddtree_shadow_linear"))
     unsafe = bool(flags.get("speculative_ddtree_allow_hybrid_unsafe"))

@@ -39,7 +39,7 @@ def test_ddtree_corpus_shape():
     errors = {f"DDT1{n:02d}" for n in range(1, 13)} - {"DDT110"}
     assert errors <= rules, "every DDTREE error rule has a tripping case"
     findings = {r for c in CASES for r in c.expect_findings if c.expected_sglang == "accepted"}
-    assert {"DDT110", "DDT113"} <= findings, "every DDTREE non-error rule has an accepted case that shows it"
+    assert {"DDT110", "DDT113", "DDT115"} <= findings, "every DDTREE non-error rule has an accepted case that shows it"
     assert sum(c.expected_sglang == "accepted" for c in CASES) >= 10
     for c in CASES:
         assert "DDTREE" in c.argv_text.upper()

@@ -172,6 +172,19 @@ def test_worker_capability_no_longer_mentions_tp():
     assert "triton" in fa3["DDT120"].message
 
 
+def test_the_seeds_own_argv_without_an_attention_backend_resolves_triton_as_an_override():
+    """The seed's command names no attention backend: SGLang with the payload declares triton (DDT115, info), so it
+    validates clean -- no DDT120; an explicit other backend (any of the three flags) still warns."""
+    seed = [a for a in SEED if a not in ("--attention-backend", "triton")]
+    r, f = _findings(seed, gpu=RTX)
+    assert r.valid and "DDT120" not in f and f["DDT115"].severity == "info"
+    assert "attention_backend=triton" in f["DDT115"].message
+    assert "DDT115" not in _findings(SEED, gpu=RTX)[1]
+    for flag in ("--attention-backend", "--decode-attention-backend", "--prefill-attention-backend"):
+        f = _findings(seed + [flag, "flashinfer"], gpu=RTX)[1]
+        assert "DDT115" not in f and "flashinfer" in f["DDT120"].message, flag
+
+
 def test_pipeline_parallel_overlap_is_an_override_not_an_error():
     argv = ["--model-path", str(MODELS / "qwen3-8b"), "--pp-size", "2"]
     r, f = _findings(argv, gpu="H200")

@@ -143,6 +143,7 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     # the flagship's shape at tp 1 does not fit one RTX PRO 6000 (467 GB of scratch); at tp 8 it does
     "DDT114": (HDDTREE + HYBRID_OK + ["--tp-size", "1", "--speculative-ddtree-budget", "64"],
                HDDTREE + HYBRID_OK + ["--tp-size", "8", "--speculative-ddtree-budget", "64"], "RTX_PRO_6000_BLACKWELL"),
+    "DDT115": (DDTREE, DDTREE + ["--attention-backend", "triton"], None),
     "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
                          "--enable-dp-lm-head"],
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
