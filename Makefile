@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test system-deps clean sglang-env fidelity fuzz
+.PHONY: setup run test system-deps clean sglang-env fidelity fidelity-fuzz fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ test: setup system-deps sglang-env
 # Static verdicts vs SGLang's own resolver over tests/fidelity/: prints the agreement table.
 fidelity: setup sglang-env
 	$(BIN)/python tests/fidelity/report.py
+
+# Differential fuzzing of the static validator against SGLang's resolver: N sampled launches (a fresh seed unless
+# SEED is given; printed), the agreement table and the disagreement classes. CI runs a fixed-seed sample
+# (tests/fidelity/test_fuzz.py).
+N ?= 2000
+SEED ?=
+fidelity-fuzz: setup sglang-env
+	$(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED))
 
 # Long random runs of the kernel property tests: a fresh seed each run (printed), 20x the examples. CI's `make test`
 # runs the same tests from a fixed, printed seed.

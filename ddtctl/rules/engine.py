@@ -74,7 +74,9 @@ class Context:
     @property
     def algorithm(self) -> str | None:
         algo = self.given.get("speculative_algorithm")
-        if algo is None:
+        if algo is None or self.given.get("enable_return_aux_hidden_states"):
+            # With aux hidden-state capture the algorithm only names the capture convention; SGLang resets it to None
+            # (validation_hook.py:693-703 handle_aux_hidden_state_capture), so no speculative rule applies.
             return None
         algo = str(algo).upper()
         return "EAGLE" if algo == "NEXTN" else algo

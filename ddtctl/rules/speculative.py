@@ -96,15 +96,18 @@ def spec_flags_without_algorithm(ctx: Context):
 
 # speculative/spec_info.py SpeculativeAlgorithm.supports_mixed_chunk; custom (plugin) algorithms say no.
 MIXED_CHUNK_OK = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
-MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM")  # their resolution hooks switch it off with a warning
+# Their resolution hooks switch it off with a warning: speculative_hook.py:1108-1112 (_handle_eagle_family: STANDALONE),
+# :1307 (_handle_ngram), :596-600 (_handle_uno), :1002-1006 (_handle_frozen_kv_mtp).
+MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
 
 
 @rule("DDT806", "mixed chunked prefill is supported by this speculative algorithm",
       reads=("enable_mixed_chunk",), applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
       reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py")
 def mixed_chunk(ctx: Context):
-    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE and NGRAM turn it off with a
-    warning; other algorithms (UNO, FROZEN_KV_MTP, and plugin algorithms such as DDTREE) fail `check_server_args`."""
+    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and FROZEN_KV_MTP
+    turn it off with a warning (an override); plugin algorithms such as DDTREE fail `check_server_args`
+    (validation_hook.py:229-237)."""
     if ctx.algorithm in MIXED_CHUNK_OK:
         return None
     if ctx.algorithm in MIXED_CHUNK_TURNED_OFF:
@@ -250,20 +253,24 @@ def standalone_dp(ctx: Context):
 
 
 @rule("DDT303", "rejection sampling is EAGLE/EAGLE3 with topk 1 and default thresholds",
-      reads=("speculative_use_rejection_sampling",), applies=lambda ctx: bool(ctx.get("speculative_use_rejection_sampling"))
-      and ctx.algorithm is not None, reference=f"{SPEC_HOOK} _handle_eagle_family")
+      reads=("speculative_use_rejection_sampling",), applies=lambda ctx: ctx.algorithm is not None and (
+          bool(ctx.get("speculative_use_rejection_sampling")) or (
+              bool(ctx.get("speculative_use_block_verification")) and ctx.algorithm in ("EAGLE", "EAGLE3"))),
+      reference=f"{SPEC_HOOK}:175-194 (block verification turns rejection sampling on), :1209-1226 _handle_eagle_family")
 def rejection_sampling(ctx: Context):
     """`--speculative-use-rejection-sampling` works only for EAGLE/EAGLE3/NEXTN, needs topk 1, and ignores the
     accept thresholds (so setting them is an error)."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3"):
-        if ctx.algorithm in EAGLE_FAMILY:
-            return Hit(f"--speculative-use-rejection-sampling is only supported for EAGLE/EAGLE3/NEXTN, not "
-                       f"{ctx.algorithm}", fix="remove speculative-use-rejection-sampling",
-                       edits={"speculative_use_rejection_sampling": None})
-        return None
+        if ctx.algorithm in EAGLE_FAMILY:  # a NotImplementedError in SGLang
+            yield Hit(f"--speculative-use-rejection-sampling is only supported for EAGLE/EAGLE3/NEXTN, not "
+                      f"{ctx.algorithm}", fix="remove speculative-use-rejection-sampling",
+                      edits={"speculative_use_rejection_sampling": None})
+        return
     topk = ctx.given.get("speculative_eagle_topk")
     if topk is not None and topk != 1:
-        yield Hit("--speculative-use-rejection-sampling requires --speculative-eagle-topk 1",
+        via = "" if ctx.get("speculative_use_rejection_sampling") else \
+            " (--speculative-use-block-verification turns it on for EAGLE/EAGLE3)"
+        yield Hit(f"--speculative-use-rejection-sampling{via} requires --speculative-eagle-topk 1",
                   about="speculative_eagle_topk", fix="set speculative-eagle-topk: 1",
                   edits={"speculative_eagle_topk": 1})
     for dest in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
@@ -275,19 +282,24 @@ def rejection_sampling(ctx: Context):
 _PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
+def _backends(ctx: Context) -> tuple[str | None, str | None]:
+    from ddtctl.rules.hooks import backends
+
+    return backends(ctx)
+
+
 # Architectures whose attention is MLA: on SM100 SGLang auto-selects trtllm_mla with page size 64.
 MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM",
                      "KimiK2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM")
 
 
 def effective_attention(ctx: Context) -> tuple[str | None, int]:
-    """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection."""
-    backend = ctx.get("attention_backend")
-    page = ctx.get("page_size") or 1
-    if backend is None and ctx.model is not None and ctx.model.architecture in MLA_ARCHITECTURES and \
-            ctx.gpu is not None and ctx.gpu.sm in (100, 103):
-        return "trtllm_mla", ctx.get("page_size") or 64
-    return backend, page
+    """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
+    (ddtctl/rules/hooks.py resolved_attention / resolved_page)."""
+    from ddtctl.rules.hooks import resolved_attention, resolved_page
+
+    backend = resolved_attention(ctx)
+    return backend, resolved_page(ctx, backend)
 
 
 @rule("DDT304", "EAGLE topk > 1 with paged KV needs a tree-capable backend",
@@ -308,10 +320,11 @@ def eagle_topk_paged(ctx: Context):
 
 
 @rule("DDT305", "trtllm_mha supports only topk 1", reads=("attention_backend", "speculative_eagle_topk"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and ctx.get("attention_backend") == "trtllm_mha"
-      and (ctx.given.get("speculative_eagle_topk") or 1) > 1, reference=f"{SPEC_HOOK} _handle_eagle_family")
+      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and "trtllm_mha" in _backends(ctx)
+      and (ctx.given.get("speculative_eagle_topk") or 1) > 1, reference=f"{SPEC_HOOK}:1177-1181 _handle_eagle_family")
 def trtllm_topk(ctx: Context):
-    """The trtllm_mha attention backend supports only `--speculative-eagle-topk 1`."""
+    """The trtllm_mha attention backend (as attention, prefill or decode backend) supports only
+    `--speculative-eagle-topk 1`."""
     return Hit("trtllm_mha attention backend only supports --speculative-eagle-topk 1", about="speculative_eagle_topk",
                fix="set speculative-eagle-topk: 1", edits={"speculative_eagle_topk": 1})
 
@@ -354,15 +367,19 @@ def ngram_device(ctx: Context):
 
 @rule("DDT402", "NGRAM with BFS breadth > 1 and paged KV needs flashinfer",
       reads=("speculative_ngram_max_bfs_breadth", "page_size", "attention_backend"),
-      applies=lambda ctx: ctx.algorithm == "NGRAM" and (ctx.get("page_size") or 1) > 1
-      and ctx.is_set("attention_backend"), reference=f"{SPEC_HOOK} _handle_ngram")
+      applies=lambda ctx: ctx.algorithm == "NGRAM", reference=f"{SPEC_HOOK}:1355-1366 _handle_ngram")
 def ngram_paged(ctx: Context):
-    """NGRAM's topk is its max BFS breadth; > 1 with page_size > 1 is only correct on flashinfer."""
+    """NGRAM's topk is its max BFS breadth (10 by default); > 1 with a page size > 1 is only correct on flashinfer.
+    The page size and backend are SGLang's resolved ones: e.g. a DeepSeek MLA target on SM100 gets trtllm_mla with
+    page size 64."""
     breadth = ctx.get("speculative_ngram_max_bfs_breadth") or 1
-    if breadth > 1 and ctx.get("attention_backend") != "flashinfer":
-        return Hit(f"NGRAM with BFS breadth {breadth} and --page-size {ctx.get('page_size')} produces wrong results "
-                   f"on {ctx.get('attention_backend')!r}", about="page_size",
-                   fix="set page-size: 1 or attention-backend: flashinfer", edits={"page_size": 1})
+    backend, page = effective_attention(ctx)
+    if breadth > 1 and page > 1 and backend is not None and backend != "flashinfer":
+        chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
+        return Hit(f"NGRAM with BFS breadth {breadth} and page size {page} produces wrong results "
+                   f"on {backend!r}{chosen}: only flashinfer supports it", about="page_size",
+                   fix="set page-size: 1 or attention-backend: flashinfer, or speculative-ngram-max-bfs-breadth: 1",
+                   edits={"page_size": 1} if ctx.is_set("page_size") else {})
 
 
 @rule("DDT403", "NGRAM does not support DP attention", reads=("enable_dp_attention",),

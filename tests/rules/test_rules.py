@@ -149,6 +149,53 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
 }
 # Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
+# Rules derived from SGLang's raise sites (ddtctl/rules/hooks.py); every pair is also resolved by SGLang in
+# tests/fidelity/test_fuzz.py::test_hook_rule_cases_agree_with_sglang.
+MLA = ["--model-path", M["deepseek-v3-nextn"]]
+MOE = ["--model-path", M["qwen3-30b-a3b"]]
+HOOK_CASES: dict[str, tuple[list[str], list[str], str | None]] = {
+    "DDT901": (MOE + ["--tp-size", "4", "--moe-dense-tp-size", "2"], MOE + ["--tp-size", "4", "--moe-dense-tp-size", "1"],
+               "H200"),
+    "DDT902": (DENSE + ["--enable-two-batch-overlap"],
+               DENSE + ["--enable-two-batch-overlap", "--tp-size", "2", "--attn-dp-size", "2"], "H200"),
+    "DDT903": (DENSE + ["--attn-cp-size", "2"], DENSE + ["--tp-size", "2", "--attn-cp-size", "2"], "H200"),
+    "DDT904": (DENSE + ["--enable-dp-lm-head", "--dp-size", "2"],
+               DENSE + ["--enable-dp-lm-head", "--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"], "H200"),
+    "DDT905": (MOE + ["--moe-a2a-backend", "flashinfer", "--tp-size", "2"],
+               MOE + ["--moe-a2a-backend", "flashinfer", "--tp-size", "2", "--attn-dp-size", "2",
+                      "--moe-runner-backend", "flashinfer_cutlass"], "H200"),
+    "DDT906": (DENSE + ["--dcp-replicate-q-proj"], DENSE, "H200"),
+    "DDT907": (MOE + ["--max-ep-size", "4"], MOE, "H200"),
+    "DDT908": (DENSE + ["--enable-layernorm-sp"], DENSE + ["--enable-layernorm-sp", "--tp-size", "2"], "H200"),
+    "DDT909": (DENSE + ["--pp-max-micro-batch-size", "-1"], DENSE + ["--pp-max-micro-batch-size", "4"], "H200"),
+    "DDT910": (DENSE + ["--kv-cache-dtype", "mxfp8"], DENSE + ["--kv-cache-dtype", "fp8_e4m3"], "H200"),
+    "DDT911": (DENSE + ["--kv-cache-dtype", "fp4_mx_block16"],
+               DENSE + ["--kv-cache-dtype", "fp4_mx_block16", "--attention-backend", "triton"], "H200"),
+    "DDT912": (MLA + ["--attention-backend", "trtllm_mla"], MLA + ["--attention-backend", "flashinfer"], "H200"),
+    "DDT913": (DENSE + ["--enable-deterministic-inference", "--attention-backend", "torch_native"],
+               DENSE + ["--enable-deterministic-inference", "--attention-backend", "triton"], "H200"),
+    "DDT914": (EAGLE3 + ["--attention-backend", "flex_attention"], DENSE + ["--attention-backend", "flex_attention"],
+               "H200"),
+    "DDT915": (DENSE + ["--enable-hierarchical-cache", "--disable-radix-cache"], DENSE + ["--enable-hierarchical-cache"],
+               "H200"),
+    "DDT916": (DENSE + ["--enable-lora"],
+               DENSE + ["--enable-lora", "--max-lora-rank", "16", "--lora-target-modules", "q_proj"], "H200"),
+    "DDT917": (DENSE + ["--sampling-backend", "intel_xpu"], DENSE + ["--sampling-backend", "pytorch"], "H200"),
+    "DDT918": (EAGLE3 + ["--enable-return-aux-hidden-states"],
+               DENSE + ["--speculative-algorithm", "EAGLE3", "--enable-return-aux-hidden-states"], "H200"),
+    "DDT919": (DENSE + ["--context-length", "1048576"], DENSE + ["--context-length", "32768"], "H200"),
+    "DDT920": (DENSE + ["--speculative-algorithm", "UNO", "--speculative-draft-model-path", M["qwen3-8b"]],
+               NGRAM, "H200"),
+    "DDT921": (DENSE + ["--speculative-algorithm", "DSPARK"], DFLASH, "H200"),
+    "DDT922": (DFLASH + ["--enable-watermark"], EAGLE3 + ["--enable-watermark"], "H200"),
+    "DDT924": (DENSE + ["--enable-quant-communications"], DENSE, "H200"),
+    "DDT926": (DENSE + ["--enable-dsa-cache-layer-split"], DENSE, "H200"),
+    "DDT925": (DENSE + ["--disaggregation-decode-allocation-policy", "prefill_complete"],
+               DENSE + ["--disaggregation-decode-allocation-policy", "early"], "H200"),
+}
+CASES.update(HOOK_CASES)
+# DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
+
 PROFILE_ONLY = {"DDT601": 1}
 
 
@@ -226,3 +273,9 @@ def test_gpu_generation_changes_the_verdict():
     argv = DENSE + ["--attention-backend", "fa3"]
     assert "DDT701" not in _rules_of(argv, "H200")
     assert "DDT701" in _rules_of(argv, "RTX_PRO_6000_BLACKWELL")
+
+
+def test_mla_backend_needs_blackwell():
+    argv = ["--model-path", M["deepseek-v3-nextn"], "--attention-backend", "trtllm_mla"]
+    assert "DDT912" in _rules_of(argv, "H200", count=None)
+    assert "DDT912" not in _rules_of(argv, "B200", count=None)

@@ -1,0 +1,355 @@
+"""Differential fuzzing of ddtctl's static validator against SGLang 0.5.23's own resolver.
+
+    .venv/bin/python tests/fidelity/fuzz.py [--n 2000] [--seed S] [--json OUT] [--examples 2]
+
+`make fidelity-fuzz N=2000 SEED=...` runs it. Each case is a launch argv sampled from the flag catalog's types and
+choices (ddtctl/schema/catalogs), weighted toward the speculative, mamba, attention, parallel and page/kv flags, over
+the config.json-only model dirs of tests/fidelity/models and the three GPU generations ddtctl declares (sm90, sm100,
+sm120). Every case goes through `ddtctl.validate.validate_argv` and through SGLang's prepare_server_args +
+resolve_once + check_server_args in ONE warm resolver process of the managed env (ddtctl/bridge).
+
+Outcomes per case: agree (same verdict), stricter-by-design (static rejects only through rules that declare
+`sglang_enforces=False`, each documenting the runtime failure SGLang's resolver misses), disagree. Disagreements are
+grouped into classes: `miss: <SGLang hook>: <message template>` (SGLang rejects, static accepts) and
+`false-reject: <rule ids>` (static rejects what SGLang accepts).
+
+Exit 0 when no case disagrees, 1 otherwise, 2 when the managed SGLang env is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
+
+MODELS = HERE / "models"
+SGLANG = "0.5.23"
+GPUS = ("sm90", "sm100", "sm120")
+
+# target model dir -> drafts that fit it, per algorithm family
+TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "qwen3-8b": {"dflash": ("qwen3-8b-dflash-b16", "qwen3-8b-dflash-b8", "qwen3-8b-dflash-noblock"),
+                 "eagle": ("qwen3-8b-eagle3",)},
+    "qwen3-30b-a3b": {"dflash": ("qwen3-30b-a3b-dflash-b16",), "eagle": ("qwen3-8b-eagle3",)},
+    "deepseek-v3-nextn": {"dflash": ("qwen3-8b-dflash-b16",), "eagle": ()},
+    "qwen3-next-80b-a3b": {"dflash": ("qwen3-next-dflash-b16",), "eagle": ("qwen3-8b-eagle3",)},
+    "qwen3.5-27b-text": {"dflash": ("qwen3.6-27b-dflash-b16",), "eagle": ("qwen3-8b-eagle3",)},
+    "qwen3.6-27b": {"dflash": ("qwen3.6-27b-dflash-b16",), "eagle": ("qwen3-8b-eagle3",)},
+    "qwen3.6-35b-a3b": {"dflash": ("qwen3.6-35b-a3b-dflash-b16",), "eagle": ("qwen3-8b-eagle3",)},
+}
+TARGET_WEIGHTS = {"qwen3-8b": 4, "qwen3-30b-a3b": 2, "deepseek-v3-nextn": 2, "qwen3-next-80b-a3b": 2,
+                  "qwen3.5-27b-text": 1, "qwen3.6-27b": 2, "qwen3.6-35b-a3b": 1}
+# DDTREE needs the payload view (see fidelity's ddtree_cases.yaml); the plain resolver fuzzes SGLang's own algorithms.
+ALGORITHMS = {None: 24, "DFLASH": 20, "EAGLE3": 14, "EAGLE": 8, "NEXTN": 6, "STANDALONE": 5, "NGRAM": 10,
+              "DSPARK": 2, "UNO": 1, "FROZEN_KV_MTP": 1, "dflash": 2, "eagle3": 1, "nextn": 1}
+
+# Flags the generator samples, by group: (name regex, weight). Values come from the catalog (choices, type).
+FOCUS = [
+    (r"^speculative-(num-steps|eagle-topk|num-draft-tokens|dflash-block-size|draft-window-size|draft-sink-size|"
+     r"use-rejection-sampling|use-block-verification|accept-threshold-(single|acc)|attention-mode|"
+     r"draft-attention-backend|draft-kv-cache-dtype|adaptive|ngram-(max|min)-bfs-breadth|ngram-match-type)$", 3.0),
+    (r"^mamba-(radix-cache-strategy|track-interval|full-memory-ratio|ssm-dtype|backend|max-states-per-path)$", 3.0),
+    (r"^(linear-attn-backend|max-mamba-cache-size)$", 1.0),
+    (r"^(attention-backend|prefill-attention-backend|decode-attention-backend)$", 4.0),
+    (r"^(tp-size|dp-size|pp-size|ep-size|attn-cp-size|nnodes|enable-dp-attention|enable-dp-lm-head|moe-dense-tp-size)$",
+     3.0),
+    (r"^(page-size|kv-cache-dtype|chunked-prefill-size|disable-radix-cache|disable-overlap-schedule|"
+     r"enable-mixed-chunk|max-running-requests|context-length|mem-fraction-static|disable-chunked-prefix-cache)$", 3.0),
+    (r"^(enable-torch-compile|disable-cuda-graph|disable-cuda-graph-padding|grammar-backend|"
+     r"disaggregation-mode|disaggregation-decode-enable-radix-cache|enable-two-batch-overlap|"
+     r"enable-deterministic-inference|sampling-backend|moe-a2a-backend|moe-runner-backend|dtype|"
+     r"enable-lora|enable-hierarchical-cache|hicache-ratio)$", 1.0),
+]
+BACKGROUND_WEIGHT = 0.05
+# Never sampled: paths, hosts, ports, files, JSON blobs, process-level switches that the resolver cannot judge.
+DENY = re.compile(r"path|file|dir|host|port|url|addr|config|json|token|name|revision|seed|log|dump|trace|profil|"
+                  r"^model$|^device$|^api-key|^download|^load-format|^quantization|^served|^chat-template|"
+                  r"^tokenizer|^weight|^ckpt|^remote|^disaggregation-(bootstrap|ib|transfer)|^dist-|^node-rank|"
+                  r"^skip-server-warmup|^speculative-algorithm|^speculative-draft-model|^nccl|^watchdog|timeout|"
+                  r"^custom|^uno-|^lora-paths|^preferred|^debug|^pdmux|^ple-|^enable-metrics|^crash|^kv-events|"
+                  r"^mm-|^encoder|^language-only|^modelexpress|^checkpoint|^hf-|^gguf|^sm-group|^numa|^base-gpu")
+
+INT_VALUES = {
+    "tp-size": (1, 1, 2, 2, 4, 8), "dp-size": (1, 2, 2, 4), "pp-size": (1, 2, 2), "ep-size": (1, 2, 8),
+    "attn-cp-size": (1, 2), "nnodes": (1, 2), "moe-dense-tp-size": (1, 2),
+    "page-size": (1, 1, 16, 32, 64, 128), "chunked-prefill-size": (-1, 512, 1000, 2048, 8192),
+    "max-running-requests": (1, 8, 48, 128), "context-length": (4096, 32768, 1048576),
+    "mamba-track-interval": (8, 16, 64, 100, 256), "max-mamba-cache-size": (16, 256),
+    "mamba-max-states-per-path": (-2, -1, 0, 4),
+    "speculative-num-steps": (1, 2, 3, 5), "speculative-eagle-topk": (1, 1, 2, 4, 8),
+    "speculative-num-draft-tokens": (2, 4, 8, 16, 32), "speculative-dflash-block-size": (0, 8, 16, 16, -4),
+    "speculative-draft-window-size": (0, 8, 16, 32, 512), "speculative-draft-sink-size": (-1, 0, 4),
+    "speculative-ngram-max-bfs-breadth": (1, 4, 10), "speculative-ngram-min-bfs-breadth": (1, 2, 12),
+}
+FLOAT_VALUES = {
+    "mamba-full-memory-ratio": (-1.0, 0.0, 0.5, 0.9, 1.0, 1.5), "mem-fraction-static": (0.5, 0.8, 0.95, 1.2),
+    "speculative-accept-threshold-single": (0.5, 1.0), "speculative-accept-threshold-acc": (0.5, 1.0),
+    "hicache-ratio": (0.5, 2.0),
+}
+GENERIC_INTS = (-1, 0, 1, 2, 4, 16, 256)
+GENERIC_FLOATS = (-1.0, 0.0, 0.5, 1.0, 2.0)
+
+
+# SGLang verdicts that come from the CPU dry-run environment, not from the launch: on a GPU host with SGLang's CUDA
+# dependencies installed they do not occur. Counted as "oracle-artefact", never as agreement or disagreement.
+ORACLE_ARTEFACTS = {
+    "FlashInfer mamba module not available": "mamba_hook.py:54-75 imports flashinfer.mamba; the CPU env has no "
+                                             "flashinfer wheel (a GPU host's SGLang install does)",
+    "--enable-http2 requires the": "serving_hook.py:107-113 imports the optional granian package, absent "
+                                   "from the managed env",
+}
+
+
+@dataclass
+class FuzzCase:
+    id: str
+    gpu: str
+    argv: list[str]
+
+    def text(self) -> str:
+        import shlex
+
+        return shlex.join(a.replace(str(MODELS), "{models}") for a in self.argv)
+
+
+@dataclass
+class Outcome:
+    case: FuzzCase
+    outcome: str  # agree | stricter-by-design | disagree | setup-error
+    sglang_accepted: bool
+    sglang_error: dict | None
+    static_errors: list[tuple[str, str]]
+    cls: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+# -- generation -----------------------------------------------------------------------------------------------------
+def _pool(catalog) -> tuple[list, list[float]]:
+    specs, weights = [], []
+    focus = [(re.compile(p), w) for p, w in FOCUS]
+    for spec in catalog.flags:
+        if spec.deprecated or spec.alias_of or spec.name.startswith("speculative-ddtree"):
+            continue
+        weight = next((w for pat, w in focus if pat.search(spec.name)), None)
+        if weight is None:
+            if DENY.search(spec.name):
+                continue
+            usable = spec.choices or spec.action in ("store_true", "boolean_optional") or spec.type in ("int", "float")
+            if not usable or spec.nargs not in (None, 0):
+                continue
+            weight = BACKGROUND_WEIGHT
+        specs.append(spec)
+        weights.append(weight)
+    return specs, weights
+
+
+def _value(rng: random.Random, spec) -> list[str]:
+    """argv tokens for one flag, sampled from the catalog's choices / type."""
+    opt = spec.option
+    if spec.action == "boolean_optional":
+        return [rng.choice([opt, "--no-" + opt[2:]])]
+    if spec.nargs == 0 or spec.action in ("store_true", "store_false", "store_const"):
+        return [opt]
+    if spec.choices:
+        return [opt, str(rng.choice(spec.choices))]
+    if spec.name in INT_VALUES:
+        return [opt, str(rng.choice(INT_VALUES[spec.name]))]
+    if spec.name in FLOAT_VALUES:
+        return [opt, str(rng.choice(FLOAT_VALUES[spec.name]))]
+    if spec.name == "speculative-draft-attention-backend":
+        return [opt, rng.choice(("triton", "fa3", "flashinfer", "trtllm_mha", "fa4"))]
+    if spec.type == "int":
+        return [opt, str(rng.choice(GENERIC_INTS))]
+    if spec.type == "float":
+        return [opt, str(rng.choice(GENERIC_FLOATS))]
+    return []
+
+
+def _weighted(rng: random.Random, table: dict) -> Any:
+    keys = list(table)
+    return rng.choices(keys, weights=[table[k] for k in keys])[0]
+
+
+def generate(n: int, seed: int) -> list[FuzzCase]:
+    from ddtctl.schema.extensions import extended_catalog
+
+    rng = random.Random(seed)
+    catalog = extended_catalog(SGLANG)
+    specs, weights = _pool(catalog)
+    cases = []
+    for i in range(n):
+        target = _weighted(rng, TARGET_WEIGHTS)
+        gpu = rng.choice(GPUS)
+        argv = ["--model-path", str(MODELS / target)]
+        algo = _weighted(rng, ALGORITHMS)
+        if algo is not None:
+            argv += ["--speculative-algorithm", algo]
+            family = str(algo).upper()
+            drafts = TARGETS[target]
+            draft = None
+            roll = rng.random()
+            if family in ("DFLASH", "DSPARK"):
+                draft = rng.choice(drafts["dflash"]) if roll < 0.9 else None
+            elif family in ("EAGLE", "EAGLE3", "NEXTN"):
+                if target == "deepseek-v3-nextn":
+                    draft = target if roll < 0.3 else None
+                elif drafts["eagle"] and roll < 0.85:
+                    draft = rng.choice(drafts["eagle"])
+            elif family == "STANDALONE":
+                draft = rng.choice((target, "qwen3-8b")) if roll < 0.9 else None
+            elif family in ("UNO", "FROZEN_KV_MTP") and roll < 0.5:
+                draft = target
+            if draft is not None:
+                argv += ["--speculative-draft-model-path", str(MODELS / draft)]
+            if family in ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE") and rng.random() < 0.6:
+                steps = rng.choice((1, 2, 3, 5))
+                topk = rng.choice((1, 1, 2, 4, 8))
+                tokens = steps + 1 if topk == 1 else rng.choice((steps + 1, 4, 8, 16))
+                argv += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
+                         "--speculative-num-draft-tokens", str(tokens)]
+        k = rng.choice((0, 1, 1, 2, 2, 3, 3, 4, 5, 6))
+        seen = {a for a in argv if a.startswith("--")}
+        for spec in rng.choices(specs, weights=weights, k=k):
+            if spec.option in seen:
+                continue
+            tokens = _value(rng, spec)
+            if tokens:
+                seen.add(spec.option)
+                argv += tokens
+        cases.append(FuzzCase(id=f"fuzz-{seed}-{i}", gpu=gpu, argv=argv))
+    return cases
+
+
+# -- running --------------------------------------------------------------------------------------------------------
+_NUM = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def template(message: str) -> str:
+    """An SGLang error message with its numbers, quoted values and paths blanked, so one cause is one class."""
+    text = (message or "").replace(str(MODELS), "{models}")
+    text = re.sub(r"\{models\}/[\w.\-]+", "{model}", text)
+    text = _QUOTED.sub("'…'", text)
+    text = _NUM.sub("N", text)
+    text = text.splitlines()[0] if text else text
+    return text[:150]
+
+
+def classify(case: FuzzCase, sglang, static) -> Outcome:
+    from ddtctl.rules.engine import RULES
+
+    errors = [(f.rule, f.message) for f in static.findings if f.severity == "error"]
+    if sglang.setup_error:
+        return Outcome(case, "setup-error", False, sglang.error, errors,
+                       cls=f"setup: {sglang.error.get('type')}: {template(sglang.error.get('message', ''))}")
+    rules = sorted({r for r, _ in errors})
+    message = (sglang.error or {}).get("message") or ""
+    for needle in ORACLE_ARTEFACTS:
+        if not sglang.accepted and needle in message:
+            return Outcome(case, "oracle-artefact", False, sglang.error, errors, cls=f"artefact: {needle}")
+    if sglang.accepted == static.valid:
+        return Outcome(case, "agree", sglang.accepted, sglang.error, errors)
+    if sglang.accepted:
+        if rules and all(r in RULES and not RULES[r].sglang_enforces for r in rules):
+            return Outcome(case, "stricter-by-design", True, None, errors, cls=f"stricter: {' '.join(rules)}")
+        return Outcome(case, "disagree", True, None, errors, cls=f"false-reject: {' '.join(rules)}")
+    err = sglang.error or {}
+    return Outcome(case, "disagree", False, err, errors,
+                   cls=f"miss: {err.get('type')} in {err.get('hook')}: {template(err.get('message', ''))}")
+
+
+def run(cases: list[FuzzCase], client=None) -> list[Outcome]:
+    from ddtctl.dryrun import dry_run_argvs
+    from ddtctl.validate import validate_argv
+
+    live = {r.source: r for r in dry_run_argvs([(c.id, c.argv, c.gpu) for c in cases], client=client)}
+    return [classify(c, live[c.id], validate_argv(c.argv, gpu=c.gpu, sglang=SGLANG, source=c.id)) for c in cases]
+
+
+def table(outcomes: list[Outcome], *, seed: int, examples: int = 1, elapsed: float | None = None) -> str:
+    n = len(outcomes)
+    count = Counter(o.outcome for o in outcomes)
+    rejected = sum(not o.sglang_accepted for o in outcomes)
+    judged = n - count["oracle-artefact"]
+    agree_pct = 100.0 * (count["agree"] + count["stricter-by-design"]) / judged if judged else 100.0
+    lines = [
+        f"fidelity-fuzz: static `validate` vs SGLang {SGLANG}'s own resolver (seed {seed})",
+        "",
+        "| seed | N | SGLang rejects | agree | stricter-by-design | disagree | oracle artefacts | setup errors "
+        "| agreement |",
+        "|-----:|--:|---------------:|------:|-------------------:|---------:|-----------------:|-------------:"
+        "|----------:|",
+        f"| {seed} | {n} | {rejected} | {count['agree']} | {count['stricter-by-design']} | {count['disagree']} | "
+        f"{count['oracle-artefact']} | {count['setup-error']} | {agree_pct:.1f}% |",
+        "",
+        "agreement = (agree + stricter-by-design) / (N - oracle artefacts)",
+    ]
+    by_gpu: dict[str, Counter] = defaultdict(Counter)
+    for o in outcomes:
+        by_gpu[o.case.gpu][o.outcome] += 1
+    lines += ["", "| GPU | cases | agree | stricter | disagree |", "|---|---:|---:|---:|---:|"]
+    for gpu in sorted(by_gpu):
+        c = by_gpu[gpu]
+        lines.append(f"| {gpu} | {sum(c.values())} | {c['agree']} | {c['stricter-by-design']} | {c['disagree']} |")
+    classes: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.cls is not None:
+            classes[o.cls].append(o)
+    for title, prefix in (("disagreement classes", ("miss", "false-reject")), ("setup errors", ("setup",)),
+                          ("stricter by design", ("stricter",)), ("oracle artefacts", ("artefact",))):
+        chosen = sorted(((k, v) for k, v in classes.items() if k.startswith(prefix)), key=lambda kv: -len(kv[1]))
+        if not chosen:
+            continue
+        lines += ["", f"{title} ({len(chosen)}):"]
+        for key, rows in chosen:
+            lines.append(f"  {len(rows):4d}  {key}")
+            for o in rows[:examples]:
+                lines.append(f"          [{o.case.gpu}] {o.case.text()}")
+                if o.outcome == "disagree" and o.sglang_accepted:
+                    lines.append("            static: " + "; ".join(f"{r} {m}"[:160] for r, m in o.static_errors))
+    if elapsed is not None:
+        lines += ["", f"{n} cases through one warm SGLang resolver in {elapsed:.1f} s"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from ddtctl.errors import DdtctlError
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=None, help="default: a fresh one (printed)")
+    ap.add_argument("--examples", type=int, default=1, help="example argvs per class")
+    ap.add_argument("--json", type=Path, default=None, help="write every disagreeing case here")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
+    print(f"fidelity-fuzz: seed {seed}, N {args.n}", flush=True)
+    cases = generate(args.n, seed)
+    t0 = time.monotonic()
+    try:
+        outcomes = run(cases)
+    except DdtctlError as err:
+        print(f"fidelity-fuzz: {err.one_line()}", file=sys.stderr)
+        return 2
+    print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0))
+    if args.json is not None:
+        rows = [{"id": o.case.id, "gpu": o.case.gpu, "argv": o.case.text(), "outcome": o.outcome, "class": o.cls,
+                 "sglang": o.sglang_error, "static": o.static_errors}
+                for o in outcomes if o.outcome in ("disagree", "setup-error", "stricter-by-design")]
+        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0 if not any(o.outcome in ("disagree", "setup-error") for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

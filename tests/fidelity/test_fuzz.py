@@ -1,0 +1,76 @@
+"""Differential fuzzing in CI: a fixed-seed sample of launches through the static validator and SGLang 0.5.23's own
+resolver (one warm process), and the rules derived from SGLang's raise sites checked against SGLang itself.
+
+`make fidelity-fuzz N=2000 SEED=...` runs the long version (tests/fidelity/fuzz.py). Here: SEED and N below (printed
+with the table), well under two minutes. The sample must not disagree beyond the classes listed in
+fuzz_known.yaml (each with its evidence); a class that no longer occurs must be removed from there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import fuzz
+
+SEED, N = 20261130, 300
+KNOWN_FILE = Path(__file__).resolve().parent / "fuzz_known.yaml"
+
+
+def _known() -> dict[str, str]:
+    if not KNOWN_FILE.exists():
+        return {}
+    return {str(k): str(v) for k, v in ((yaml.safe_load(KNOWN_FILE.read_text(encoding="utf-8")) or {})
+                                        .get("known") or {}).items()}
+
+
+@pytest.fixture(scope="module")
+def client():
+    from ddtctl.bridge.client import ResolverClient
+    from ddtctl.dryrun import resolve_python
+    from ddtctl.errors import EnvironmentMissing
+
+    try:
+        python = resolve_python(None, fuzz.SGLANG)
+    except EnvironmentMissing as err:
+        pytest.fail(f"{err.one_line()} — run `make sglang-env`")
+    c = ResolverClient(python)
+    yield c
+    c.close()
+
+
+@pytest.mark.sglang
+def test_fixed_seed_sample_agrees_with_sglang(client, capsys):
+    outcomes = fuzz.run(fuzz.generate(N, SEED), client=client)
+    text = fuzz.table(outcomes, seed=SEED, examples=1)
+    with capsys.disabled():
+        print(f"\nfidelity-fuzz CI sample: seed {SEED}, N {N}\n{text}")
+    known = _known()
+    unexplained = sorted({o.cls for o in outcomes if o.outcome in ("disagree", "setup-error")} - set(known))
+    assert not unexplained, "disagreement classes not in fuzz_known.yaml:\n  " + "\n  ".join(unexplained)
+
+
+@pytest.mark.sglang
+def test_hook_rule_cases_agree_with_sglang(client):
+    """Each rule of ddtctl/rules/hooks.py: its failing case is rejected by SGLang and its passing case accepted."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+    from test_rules import HOOK_CASES
+
+    from ddtctl.dryrun import dry_run_argvs
+
+    items = []
+    for rid, (bad, good, gpu) in sorted(HOOK_CASES.items()):
+        items += [(f"{rid}-bad", bad, gpu or "H200"), (f"{rid}-good", good, gpu or "H200")]
+    results = {r.source: r for r in dry_run_argvs(items, client=client)}
+    wrong = []
+    for rid in sorted(HOOK_CASES):
+        bad, good = results[f"{rid}-bad"], results[f"{rid}-good"]
+        if bad.accepted:
+            wrong.append(f"{rid}: SGLang accepts the failing case")
+        if not good.accepted:
+            wrong.append(f"{rid}: SGLang rejects the passing case: {good.error}")
+    assert not wrong, "\n".join(wrong)
