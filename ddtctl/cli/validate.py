@@ -41,9 +41,22 @@ def _esc(text: str) -> str:
 
 
 @app.command("rules")
-def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format")) -> None:
+def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"),
+               coverage: bool = typer.Option(False, "--coverage", help="Map every raise/assert site of the pinned "
+                                             "SGLang's resolver to a rule or an exemption; exit 1 if one is "
+                                             "unmapped.")) -> None:
     """List every rule of the constraint graph."""
     from ddtctl.rules.engine import all_rules
+
+    if coverage:
+        from ddtctl.rules import coverage as cov
+
+        rows = cov.classify(cov.sites(), cov.load_mapping())
+        if output == OutputFormat.json:
+            print_json([{"key": s.key, "line": s.line, "mapped": m} for s, m in rows])
+        else:
+            print(cov.table(rows))
+        raise typer.Exit(1 if any(m is None for _, m in rows) else 0)
 
     rules = all_rules()
     if output == OutputFormat.json:

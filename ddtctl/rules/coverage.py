@@ -1,0 +1,195 @@
+"""Raise-site coverage: every raise / assert / exit reachable from SGLang's prepare_server_args + resolve_once +
+check_server_args in the pinned wheel, each mapped to a ddtctl rule or an exemption (ddtctl/rules/coverage.yaml).
+
+    python tools/raise_sites.py [--sglang-root DIR] [--all] [--json]     (or: ddtctl rules --coverage)
+
+The walk is static (ast): a function index over the resolution code (sglang/srt/arg_groups/**, server_args.py,
+configs/model_config.py, speculative/spec_info.py, spec_registry.py, runtime_context.py), roots = the three entry
+points, run_resolution_pipeline and every @register_post_process pass; the closure follows calls and function
+references by name within that index (an over-approximation). A site's key is `file::function::kind::message`
+(message = the first string of the exception / assert message, else the condition), stable across line shifts.
+`ddtctl rules --coverage` prints the same table. Stdlib + PyYAML only; never imports sglang.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
+
+
+def default_root(version: str = "0.5.23") -> Path:
+    """The pinned wheel's sglang package: the managed env's (`ddtctl env create`), else the unpacked wheel at
+    /tmp/sgl/sglang."""
+    import glob
+    import os
+
+    base = Path(os.path.expanduser(f"~/.cache/ddtctl/sglang-{version}"))
+    for candidate in sorted(glob.glob(str(base / "lib" / "python*" / "site-packages" / "sglang"))):
+        return Path(candidate)
+    from ddtctl.errors import EnvironmentMissing
+
+    fallback = Path("/tmp/sgl/sglang")
+    if fallback.is_dir():
+        return fallback
+    raise EnvironmentMissing(f"no SGLang {version} sources found under {base}",
+                             fix="run `ddtctl env create` (or `make sglang-env`)")
+FILES = ("srt/arg_groups/**/*.py", "srt/server_args.py", "srt/configs/model_config.py",
+         "srt/speculative/spec_info.py", "srt/speculative/spec_registry.py", "srt/runtime_context.py")
+ROOTS = ("prepare_server_args", "resolve_once", "check_server_args", "run_resolution_pipeline")
+
+
+@dataclass
+class Site:
+    file: str
+    line: int
+    function: str
+    kind: str  # raise | assert | exit
+    message: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}::{self.function}::{self.kind}::{self.message}"
+
+
+def _message(node: ast.AST | None) -> str:
+    if node is None:
+        return ""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.strip():
+            return re.sub(r"\s+", " ", sub.value.strip())[:80]
+    return ""
+
+
+def _functions(root: Path) -> dict[str, list[tuple[str, ast.AST]]]:
+    """name -> [(relative file, def node)] over the resolution code."""
+    index: dict[str, list[tuple[str, ast.AST]]] = {}
+    for pattern in FILES:
+        for path in sorted(root.glob(pattern)):
+            rel = str(path.relative_to(root.parent))
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    index.setdefault(node.name, []).append((rel, node))
+    return index
+
+
+def _roots(index) -> list[tuple[str, ast.AST]]:
+    out = []
+    for name, defs in index.items():
+        for rel, node in defs:
+            decorated = any("register_post_process" in ast.unparse(d) for d in node.decorator_list)
+            if name in ROOTS or decorated:
+                out.append((rel, node))
+    return out
+
+
+def _referenced(node: ast.AST) -> set[str]:
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            names.add(sub.attr)
+    return names
+
+
+def reachable(root: Path) -> list[tuple[str, ast.AST]]:
+    index = _functions(root)
+    seen: set[int] = set()
+    order = []
+    stack = _roots(index)
+    while stack:
+        rel, node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append((rel, node))
+        for name in _referenced(node):
+            for target in index.get(name, ()):
+                if id(target[1]) not in seen:
+                    stack.append(target)
+    return order
+
+
+def sites(root: Path | None = None) -> list[Site]:
+    root = root or default_root()
+    out: list[Site] = []
+    for rel, fn in reachable(root):
+        for node in ast.walk(fn):
+            if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue  # nested defs are functions of their own (reached by name)
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                out.append(Site(rel, node.lineno, fn.name, "raise", _message(node.exc)))
+            elif isinstance(node, ast.Assert):
+                msg = _message(node.msg) or ast.unparse(node.test)[:80]
+                out.append(Site(rel, node.lineno, fn.name, "assert", msg))
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "os._exit", "exit"):
+                out.append(Site(rel, node.lineno, fn.name, "exit", _message(node)))
+    # nested functions are walked twice (as part of their parent too): keep one per (file, line)
+    unique = {}
+    for s in out:
+        unique.setdefault((s.file, s.line), s)
+    return sorted(unique.values(), key=lambda s: (s.file, s.line))
+
+
+def load_mapping(path: Path = MAPPING) -> list[dict]:
+    import yaml
+
+    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sites") or [])
+
+
+def classify(all_sites: list[Site], mapping: list[dict]) -> list[tuple[Site, dict | None]]:
+    out = []
+    for s in all_sites:
+        entry = next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)
+        out.append((s, entry))
+    return out
+
+
+def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, limit: int = 60) -> str:
+    from collections import Counter
+
+    rules = sum(1 for _, m in rows if m and m.get("rule"))
+    exempt = Counter(m["category"] for _, m in rows if m and not m.get("rule"))
+    uncovered = [s for s, m in rows if m is None]
+    lines = ["raise-site coverage: SGLang 0.5.23 prepare_server_args + resolve_once + check_server_args",
+             "", "| sites | mapped to a rule | exempted | uncovered |", "|---:|---:|---:|---:|",
+             f"| {len(rows)} | {rules} | {sum(exempt.values())} | {len(uncovered)} |", "",
+             "exemptions by category:"]
+    lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
+    by_rule = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
+    lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(by_rule.items()))]
+    if show_uncovered and uncovered:
+        lines += ["", f"uncovered ({len(uncovered)}):"]
+        lines += [f"  {s.file}:{s.line} {s.function} {s.kind}: {s.message}" for s in uncovered[:limit]]
+        if len(uncovered) > limit:
+            lines.append(f"  ... {len(uncovered) - limit} more")
+    lines += ["", f"uncovered: {len(uncovered)}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sglang-root", type=Path, default=None)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--all", action="store_true", help="list every uncovered site")
+    args = ap.parse_args(argv)
+    rows = classify(sites(args.sglang_root), load_mapping())
+    if args.json:
+        print(json.dumps([{"key": s.key, "line": s.line, "mapped": m} for s, m in rows], indent=1))
+    else:
+        print(table(rows, limit=10**6 if args.all else 60))
+    return 1 if any(m is None for _, m in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
