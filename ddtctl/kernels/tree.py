@@ -52,11 +52,21 @@ def load_logits(path: str):
                          "logits: L = block_size - 1 rows over the vocabulary")
     if x.dtype.kind not in "fiu":
         raise UsageError(f"{path}: dtype {x.dtype} is not numeric", fix="save float logits")
-    if x.dtype.kind == "f" and np.isnan(x).any():
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = x.astype(np.float64)
+    if np.isnan(x).any():
         raise UsageError(f"{path}: logits contain NaN", fix="check the drafter's output")
-    if x.dtype.kind == "f" and (np.isposinf(x).any() or not np.isfinite(x).any(axis=1).all()):
+    if np.isposinf(x).any() or not np.isfinite(x).any(axis=1).all():
         raise UsageError(f"{path}: a row has +inf or no finite logit", fix="check the drafter's output")
-    return x.astype(np.float32)
+    # Finite logits beyond float32's range (1e300) would become +-inf in the cast, and NaN in the softmax (issue #14:
+    # the check ran before the cast). Softmax is shift-invariant: subtract each row's largest logit in float64 first;
+    # what still underflows to -inf has probability 0 anyway. Logits within float32's range are cast as they are.
+    finite = x[np.isfinite(x)]
+    if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = x - x.max(axis=1, keepdims=True)
+    with np.errstate(over="ignore"):
+        return x.astype(np.float32)
 
 
 def tree_report(path: str, budget: int) -> TreeReport:

@@ -62,6 +62,23 @@ def test_tree_bad_inputs_are_one_line_errors(tmp_path):
     assert run.returncode == 2 and "--budget 13" in run.stderr
 
 
+def test_tree_float64_logits_beyond_float32_range_give_no_nan(tmp_path):
+    """Issue #14 defect 10: finite float64 logits of +-1e300 passed the finiteness check, became +-inf in the cast to
+    float32 and came out as NaN probabilities."""
+    path = tmp_path / "wide.npy"
+    x = np.array([[1e300, -1e300, 0.0, 5.0], [0.0, 1e300, -1e300, 3.0], [2.0, 1.0, 0.0, -1.0]], dtype=np.float64)
+    np.save(path, x)
+    run = ddtctl("kernels", "tree", "--logits", path, "--budget", 4, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert "NaN" not in run.stdout and "Infinity" not in run.stdout
+    data = json.loads(run.stdout)
+    nodes = data["nodes"]
+    # softmax of [1e300, -1e300, 0, 5] puts all mass on token 0, of the next row on token 1: a sure chain first
+    assert [(n["token"], n["depth"]) for n in nodes[:3]] == [(0, 1), (1, 2), (0, 3)]
+    assert nodes[0]["prob"] == 1.0 and nodes[1]["prob"] == 1.0
+    assert all(0.0 <= n["prob"] <= 1.0 for n in nodes)
+
+
 def test_selftest_cpu_passes_and_reports_json():
     run = ddtctl("kernels", "selftest", "--device", "cpu", "--quick", "--format", "json", timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
