@@ -1,4 +1,9 @@
-"""`validate --fix`: apply derivable fixes to a profile's `server:` block as line edits, keeping comments."""
+"""`validate --fix`: apply derivable fixes to a profile's `server:` block as line edits, keeping comments.
+
+Only block-style mappings are edited (`server:` on its own line, one `key: value` per line). Anything else (a flow
+`server: {...}`, a key inside a flow mapping) is refused with the reason, and every edit is checked before it is
+written: the edited text must parse, and parse to exactly the original profile with the edits applied (`verify`).
+"""
 
 from __future__ import annotations
 
@@ -17,30 +22,72 @@ class FixResult:
     text: str
     applied: list[str] = field(default_factory=list)  # rule ids applied
     changed: bool = False
+    edits: dict[str, Any] = field(default_factory=dict)  # dashed flag -> value (None = removed)
+    refused: str | None = None  # why the edit cannot be made safely (nothing changed then)
 
 
-def _server_block(lines: list[str]) -> tuple[int, int, str] | None:
-    """(index of `server:` line, index after the block's last key line, child indent)."""
-    for i, line in enumerate(lines):
-        if re.match(r"^server\s*:\s*(#.*)?$", line):
-            end, indent = i + 1, "  "
-            j = i + 1
-            while j < len(lines):
-                stripped = lines[j].strip()
-                if stripped and not lines[j].startswith((" ", "\t")) and not stripped.startswith("#"):
-                    break
-                m = _KEY_LINE.match(lines[j])
-                if m and stripped:
-                    indent = m.group("indent")
-                    end = j + 1
-                j += 1
-            return i, end, indent
-    return None
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _content(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _extent(lines: list[str], idx: int) -> int:
+    """Index after the last line of the value that starts on line `idx` (a key's continuation lines: deeper
+    indented ones, and a block sequence's `- ` items at the key's own indent)."""
+    own = _indent(lines[idx])
+    end = idx + 1
+    j = idx + 1
+    while j < len(lines):
+        line = lines[j]
+        if _content(line):
+            deeper = _indent(line) > own
+            same_level_item = _indent(line) == own and line.lstrip(" ").startswith("- ")
+            if not (deeper or same_level_item):
+                break
+            end = j + 1
+        j += 1
+    return end
+
+
+def _server_block(lines: list[str], server_line: int | None) -> tuple[int, int, str] | None | str:
+    """(index of the `server:` line, index after the block's last line, child indent); None without a `server:`
+    key; a string saying why the block cannot be edited line by line."""
+    if server_line is None:
+        return None
+    i = server_line - 1
+    m = re.match(r"^server\s*:(?P<rest>.*)$", lines[i]) if 0 <= i < len(lines) else None
+    if m is None:
+        return f"the `server:` key on line {server_line} is not a plain top-level key"
+    value, _ = split_comment(m.group("rest"))
+    if value.strip():
+        style = "flow style ({...})" if value.strip().startswith("{") else f"on one line ({value.strip()[:30]})"
+        return f"`server:` on line {server_line} is written in {style}; --fix edits block-style mappings only"
+    end, indent = i + 1, "  "
+    first = True
+    j = i + 1
+    while j < len(lines):
+        line = lines[j]
+        if _content(line):
+            if _indent(line) == 0:
+                break
+            if first:
+                indent = line[: _indent(line)]
+                first = False
+            end = j + 1
+        j += 1
+    return i, end, indent
 
 
 def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int]) -> FixResult:
-    lines = text.splitlines(keepends=False)
+    """The profile text with the error findings' edits applied (text uses "\\n" line breaks)."""
+    lines = text.split("\n")
     trailing_newline = text.endswith("\n")
+    if trailing_newline:
+        lines.pop()
     result = FixResult(text=text)
     edits: dict[str, Any] = {}
     for f in findings:
@@ -50,33 +97,79 @@ def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int]) -
             result.applied.append(f.rule)
     if not edits:
         return result
-    to_delete: set[int] = set()
-    block = _server_block(lines)
+    result.edits = dict(edits)
+
+    def refuse(why: str) -> FixResult:
+        return FixResult(text=text, applied=result.applied, edits=edits, refused=why)
+
+    block = _server_block(lines, lines_map.get("server"))
+    if isinstance(block, str):
+        return refuse(block)
+    replace: dict[int, tuple[int, str | None]] = {}  # line index -> (end of its value, new line or None = delete)
+    insert: list[str] = []
     for key, value in edits.items():
-        existing = next((k for k in lines_map if k.startswith("server.") and
+        existing = next((k for k in lines_map if k.startswith("server.") and "[" not in k and
                          k[len("server."):].replace("_", "-") == key), None)
         if existing is not None:
             idx = lines_map[existing] - 1
-            m = _KEY_LINE.match(lines[idx])
-            if not m:
-                continue
+            m = _KEY_LINE.match(lines[idx]) if 0 <= idx < len(lines) else None
+            if not m or block is None or not (block[0] < idx < block[1]):
+                return refuse(f"`{key}` on line {idx + 1} is not a `key: value` line of the server: block")
+            end = _extent(lines, idx)
             if value is None:
-                to_delete.add(idx)
+                replace[idx] = (end, None)
             else:
                 _, comment = split_comment(m.group("rest"))
                 comment = f"  {comment}" if comment else ""
-                lines[idx] = f"{m.group('indent')}{m.group('key')}: {yaml_scalar(value)}{comment}"
+                replace[idx] = (end, f"{m.group('indent')}{m.group('key')}: {yaml_scalar(value)}{comment}")
         elif value is not None:
+            insert.append(f"{key}: {yaml_scalar(value)}")
+    out: list[str] = []
+    if block is None and insert:
+        block_start, block_end, indent = len(lines), len(lines), "  "
+    else:
+        block_start, block_end, indent = block if block is not None else (len(lines), len(lines), "  ")
+    i = 0
+    while i <= len(lines):
+        if i == block_end and insert:
             if block is None:
-                lines.append("server:")
-                block = (len(lines) - 1, len(lines), "  ")
-            start, end, indent = block
-            lines.insert(end, f"{indent}{key}: {yaml_scalar(value)}")
-            to_delete = {i + 1 if i >= end else i for i in to_delete}
-            lines_map = {k: (v + 1 if v - 1 >= end else v) for k, v in lines_map.items()}
-            block = (start, end + 1, indent)
-    lines = [line for i, line in enumerate(lines) if i not in to_delete]
-    new_text = "\n".join(lines) + ("\n" if trailing_newline else "")
+                out.append("server:")
+            out.extend(f"{indent}{line}" for line in insert)
+        if i == len(lines):
+            break
+        if i in replace:
+            end, new = replace[i]
+            if new is not None:
+                out.append(new)
+            i = end
+            continue
+        out.append(lines[i])
+        i += 1
+    new_text = "\n".join(out) + ("\n" if trailing_newline else "")
     result.text = new_text
     result.changed = new_text != text
     return result
+
+
+def verify(original: dict[str, Any], fixed_text: str, edits: dict[str, Any], source: str) -> str | None:
+    """Why the fixed text is not the original profile with exactly `edits` applied (None when it is)."""
+    from ddtctl.errors import DdtctlError
+    from ddtctl.profile import canonical_flag_key, parse_profile_text
+
+    try:
+        doc = parse_profile_text(fixed_text, source)
+    except DdtctlError as err:
+        return f"the edited profile would not parse ({err.message})"
+    expected = dict(original)
+    server = dict(expected.get("server") or {})
+    for key, value in edits.items():
+        canon = canonical_flag_key(key)
+        if value is None:
+            server.pop(canon, None)
+        else:
+            server[canon] = value
+    if "server" in original or server:
+        expected["server"] = server
+    if doc.data != expected:
+        return "the edited profile would differ from the intended edit"
+    return None

@@ -24,6 +24,7 @@ class FlagValues:
     lines: dict[str, int | None] = field(default_factory=dict)  # dest -> profile line
     keys: dict[str, str] = field(default_factory=dict)  # dest -> key as written in the profile / argv option
     findings: list[Finding] = field(default_factory=list)
+    unknown: int = 0  # unknown flags met so far (only the first SUGGEST_PER_INPUT get a did-you-mean search)
 
 
 def _finding(rule: str, message: str, line: int | None, key: str, fix: str | None = None,
@@ -108,16 +109,14 @@ def coerce(spec: FlagSpec, value: Any) -> Any:
 
 
 def _out_of_range(spec: FlagSpec, value: Any) -> str | None:
-    """The ranges of the typed flag models (schema/flag_models.py RANGES), checked without building the model."""
-    from ddtctl.schema.flag_models import RANGES
+    """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without building the
+    typed model; a list is checked item by item."""
+    from ddtctl.schema.flag_models import domain_problem
 
-    bounds = RANGES.get(spec.dest)
-    if not bounds or not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    if "ge" in bounds and value < bounds["ge"]:
-        return f"{value} is out of range: must be >= {bounds['ge']}"
-    if "le" in bounds and value > bounds["le"]:
-        return f"{value} is out of range: must be <= {bounds['le']}"
+    for item in value if isinstance(value, list) else [value]:
+        problem = domain_problem(spec, item)
+        if problem:
+            return problem
     return None
 
 
@@ -129,10 +128,16 @@ def _check_choices(spec: FlagSpec, values: list[Any]) -> None:
             raise LookupError(v)
 
 
-def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str) -> Finding:
-    from ddtctl.schema.catalog import available_versions, load_catalog
+def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out: FlagValues | None = None) -> Finding:
+    from ddtctl.schema.catalog import SUGGEST_MAX_KEY, SUGGEST_PER_INPUT, available_versions, load_catalog
 
     name = key.lstrip("-").replace("_", "-")
+    if out is not None:
+        out.unknown += 1
+        if out.unknown > SUGGEST_PER_INPUT or len(name) > SUGGEST_MAX_KEY:  # bounded work for hostile input
+            shown = name if len(name) <= 80 else name[:77] + "..."
+            return _finding("DDT001", f"{where}: unknown SGLang {catalog.version} flag --{shown}", line, key,
+                            fix="see `ddtctl diff-flags` or the SGLang docs")
     for version in reversed(available_versions()):
         if version == catalog.version:
             continue
@@ -184,8 +189,10 @@ def _accept(out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: 
         return
     problem = _out_of_range(spec, typed)
     if problem:
+        need = problem.rpartition("must be ")[2]
         out.findings.append(_finding("DDT002", f"{where}: --{spec.name}: {problem}", line, key,
-                                     fix=f"set {spec.name} to a value {problem.rpartition('must be ')[2]}"))
+                                     fix=f"set {spec.name} to {need}" if need.startswith("a ")
+                                     else f"set {spec.name} to a value {need}"))
         return
     out.given[spec.dest] = typed
     out.specs[spec.dest] = spec
@@ -200,7 +207,7 @@ def flags_from_server(server: dict[str, Any], lines: dict[str, int], catalog: Ca
         spec = catalog.get(key)
         where = f"server.{key}"
         if spec is None:
-            out.findings.append(_unknown_flag(catalog, key, line, where))
+            out.findings.append(_unknown_flag(catalog, key, line, where, out))
             continue
         _accept(out, catalog, key, spec, value, line, where)
     return out
@@ -225,7 +232,7 @@ def flags_from_argv(argv: list[str], catalog: Catalog) -> FlagValues:
             if base is not None and base.action == "boolean_optional":
                 spec, negated = base, True
         if spec is None:
-            out.findings.append(_unknown_flag(catalog, option, None, "argv"))
+            out.findings.append(_unknown_flag(catalog, option, None, "argv", out))
             # skip its values so they are not read as flags
             while i < len(argv) and not argv[i].startswith("--"):
                 i += 1

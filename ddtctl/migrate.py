@@ -13,11 +13,10 @@ import difflib
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import ProfileError, UsageError
-from ddtctl.schema.catalog import Catalog
+from ddtctl.schema.catalog import SUGGEST_PER_INPUT, Catalog
 from ddtctl.yamlline import split_comment, yaml_scalar
 
 _KEY_TOKEN = r"[A-Za-z0-9_.-]+"
@@ -181,13 +180,15 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
 
     lines = text.split("\n")
     present = set(server)
+    unknown = 0
     for key, value in server.items():
         line_no = doc.lines.get(f"server.{key}")
         if key in ours:
             continue  # ddtctl's payload flags are in no release catalog; the overlay carries them
         spec = source_cat.get(key)
         if spec is None:
-            close = source_cat.suggest(key)
+            unknown += 1  # did-you-mean for the first few only: bounded work on hostile input (issue #14)
+            close = source_cat.suggest(key) if unknown <= SUGGEST_PER_INPUT else []
             result.warnings.append(KeyIssue(line_no, key, f"not a flag of sglang {source_cat.version}; left as is",
                                             f"did you mean {close[0]!r}?" if close else None))
             continue
@@ -279,12 +280,15 @@ def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_versi
                     write: bool = False) -> MigrationResult:
     from ddtctl.profile import read_profile_document
 
+    from ddtctl.safeio import rewrite
+
     doc = read_profile_document(path)  # size, encoding and I/O errors as one-line ProfileErrors
-    result = migrate_text(doc.text, str(path), to_version, from_version=from_version)
+    # edited with "\n" line breaks; rewrite() writes the file's own (CRLF stays CRLF)
+    result = migrate_text(doc.text.replace("\r\n", "\n"), str(path), to_version, from_version=from_version)
     if write and result.changed:
-        p = Path(path)
-        tmp = p.with_name(f".{p.name}.ddtctl-migrate")
-        tmp.write_text(result.text, encoding="utf-8")
-        os.replace(tmp, p)
+        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or changed
+        # since it was read (issue #14)
+        rewrite(path, result.text, original=doc.raw if doc.raw is not None else doc.text.encode("utf-8"),
+                what="profile")
         result.written = True
     return result

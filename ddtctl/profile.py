@@ -20,6 +20,7 @@ from ddtctl import PINNED_SGLANG
 from ddtctl.errors import ProfileError
 
 MAX_PROFILE_BYTES = 1024 * 1024
+MAX_NESTING = 32  # profiles nest 3-4 levels; deeper input is refused before Python's recursion limit is near
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
 try:  # libyaml when present: 5-10x faster
@@ -93,6 +94,7 @@ class ProfileDocument:
     data: dict[str, Any]
     lines: dict[str, int]
     text: str
+    raw: bytes | None = None  # the file's bytes as read (what `--fix` / `migrate --write` must still find there)
 
 
 @dataclass
@@ -118,7 +120,10 @@ def canonical_flag_key(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-").lower()
 
 
-def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str) -> Any:
+def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str, depth: int = 0) -> Any:
+    if depth > MAX_NESTING:
+        raise ProfileError(f"nested more than {MAX_NESTING} levels deep", where=f"{source}:{node.start_mark.line + 1}",
+                           fix="profiles need only a few levels (server: flag: value)")
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -127,7 +132,7 @@ def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], sourc
                                    where=f"{source}:{key_node.start_mark.line + 1}", fix="write the keys out")
             if not isinstance(key_node, yaml.ScalarNode):
                 raise ProfileError("mapping keys must be plain names", where=f"{source}:{key_node.start_mark.line + 1}")
-            key = str(loader.construct_object(key_node))
+            key = str(_construct(loader, key_node, source))
             norm = canonical_flag_key(key) if path == "server" else key
             child = f"{path}.{norm}" if path else norm
             if norm in out:
@@ -135,11 +140,27 @@ def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], sourc
                     f"duplicate key {key!r} (first at line {lines.get(child, '?')})",
                     where=f"{source}:{key_node.start_mark.line + 1}", fix="keep one of them")
             lines[child] = key_node.start_mark.line + 1
-            out[norm] = _build(value_node, child, loader, lines, source)
+            out[norm] = _build(value_node, child, loader, lines, source, depth + 1)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, f"{path}[{i}]", loader, lines, source) for i, item in enumerate(node.value)]
-    return loader.construct_object(node)
+        return [_build(item, f"{path}[{i}]", loader, lines, source, depth + 1) for i, item in enumerate(node.value)]
+    return _construct(loader, node, source)
+
+
+MAX_INT_DIGITS = 64  # no flag takes a number this long; Python refuses to convert 4300+ digits at all
+
+
+def _construct(loader: Any, node: yaml.Node, source: str) -> Any:
+    """A scalar's value; a number too long to be one (5000 digits) is a one-line error, not a ValueError."""
+    if node.tag == "tag:yaml.org,2002:int" and isinstance(node.value, str):
+        digits = sum(ch.isdigit() for ch in node.value)
+        if digits > MAX_INT_DIGITS:
+            raise ProfileError(f"integer with {digits} digits is out of range",
+                               where=f"{source}:{node.start_mark.line + 1}", fix="write a real value")
+    try:
+        return loader.construct_object(node)
+    except (ValueError, OverflowError) as err:
+        raise ProfileError(f"invalid value: {str(err)[:120]}", where=f"{source}:{node.start_mark.line + 1}") from None
 
 
 def _refuse_aliases(text: str, source: str) -> None:
@@ -175,31 +196,21 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
+    """Read and parse a profile file: a regular file of at most MAX_PROFILE_BYTES (a FIFO or /dev/zero is refused,
+    never read), UTF-8, YAML; ProfileError (one line, file:line) otherwise."""
+    from ddtctl.safeio import read_regular
+
     source = str(path)
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise ProfileError("is a directory, not a profile file", where=source)
-        if size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"file is {size // 1024} KiB; profiles are limited to {MAX_PROFILE_BYTES // 1024} KiB",
-                               where=source, fix="is this really a profile?")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ProfileError("no such file", where=source) from None
-    except PermissionError:
-        raise ProfileError("permission denied", where=source) from None
-    except IsADirectoryError:
-        raise ProfileError("is a directory, not a profile file", where=source) from None
-    except OSError as err:
-        raise ProfileError(f"cannot read: {err.strerror}", where=source) from None
+    raw = read_regular(path, MAX_PROFILE_BYTES, error=ProfileError, what="profile")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise ProfileError(f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}",
                            fix="save the file as UTF-8") from None
-    return parse_profile_text(text, source)
+    doc = parse_profile_text(text, source)
+    doc.raw = raw
+    return doc
 
 
 def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str, str, int | None]]]:

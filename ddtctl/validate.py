@@ -29,12 +29,17 @@ class ValidationResult:
     flags: FlagValues | None = None
     model: ModelFacts | None = None
     draft: ModelFacts | None = None
+    text: str | None = None  # the profile text validated, and the file's bytes it came from (for --fix)
+    raw: bytes | None = None
+    fix_refused: str | None = None  # why --fix could not apply this profile's fixes safely (file unchanged)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "valid": self.valid,
                                "findings": [f.as_json() for f in self.findings]}
         if self.error:
             out["error"] = self.error
+        if self.fix_refused:
+            out["fix_refused"] = self.fix_refused
         return out
 
     @property
@@ -124,9 +129,11 @@ def validate_path(path: str | Path, *, gpu: str | None = None) -> ValidationResu
     except DdtctlError as err:
         return ValidationResult(source=str(path), valid=False, error=err.one_line())
     try:
-        return validate_document(doc, gpu=gpu)
+        result = validate_document(doc, gpu=gpu)
     except UsageError as err:  # e.g. a profile targeting an sglang release without a catalog
         return ValidationResult(source=str(path), valid=False, error=err.one_line())
+    result.text, result.raw = doc.text, doc.raw
+    return result
 
 
 def validate_paths(paths: list[str], *, gpu: str | None = None) -> list[ValidationResult]:

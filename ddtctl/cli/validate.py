@@ -124,9 +124,9 @@ def schema(
 
     text = json.dumps(profile_json_schema(sglang or PINNED_SGLANG), indent=2) + "\n"
     if out:
-        from pathlib import Path
+        from ddtctl.safeio import write_new
 
-        Path(out).write_text(text, encoding="utf-8")
+        write_new(out, text)  # atomic; a missing directory or a write failure is a one-line error (exit 2)
         typer.echo(f"wrote {out}", err=True)
     else:
         typer.echo(text, nl=False)

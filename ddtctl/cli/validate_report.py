@@ -41,29 +41,41 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
 
 
 def _apply_fixes(results, gpu):
-    from pathlib import Path
+    """Apply each invalid profile's derivable fixes in place: the edit is made on the text that was validated,
+    checked (it must parse to the intended profile), and written by ddtctl.safeio.rewrite (mode, symlink, line
+    endings kept; refused when the file is read-only or changed since it was read)."""
+    import sys
 
-    from ddtctl.fix import apply_fixes
+    from ddtctl.errors import DdtctlError
+    from ddtctl.fix import apply_fixes, verify
     from ddtctl.profile import parse_profile_text
+    from ddtctl.safeio import rewrite
     from ddtctl.validate import validate_path
 
     out = []
     for result in results:
-        if result.error or result.valid or result.profile is None:
+        if result.error or result.valid or result.profile is None or result.raw is None or result.text is None:
             out.append(result)
             continue
-        path = Path(result.source)
-        text = path.read_text(encoding="utf-8")
+        text = result.text.replace("\r\n", "\n")  # edited with \n; rewrite() writes the file's own line endings
         doc = parse_profile_text(text, result.source)
         fixed = apply_fixes(text, result.findings, doc.lines)
+        rules = ", ".join(sorted(set(fixed.applied)))
+        refused = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, result.source) if fixed.changed
+                                    else None)
+        if refused:
+            result.fix_refused = f"cannot apply {rules} safely: {refused}; the file is unchanged (edit it by hand)"
+            out.append(result)
+            continue
         if fixed.changed:
-            tmp = path.with_name(f".{path.name}.ddtctl-fix")
-            tmp.write_text(fixed.text, encoding="utf-8")
-            tmp.replace(path)
-            import sys
-
-            sys.stderr.write(f"{result.source}: fixed {', '.join(sorted(set(fixed.applied)))}\n")
-            result = validate_path(path, gpu=gpu)
+            try:
+                rewrite(result.source, fixed.text, original=result.raw, what="profile")
+            except DdtctlError as err:
+                result.error = f"--fix not written: {err.one_line()}"
+                out.append(result)
+                continue
+            sys.stderr.write(f"{result.source}: fixed {rules}\n")
+            result = validate_path(result.source, gpu=gpu)
         out.append(result)
     return out
 
@@ -81,6 +93,8 @@ def _print_results(results, *, quiet: bool) -> None:
         if r.valid and quiet:
             continue
         t.line(f"{t.green('✓') if r.valid else t.red('✗')} {r.source}" + ("" if r.valid else ": " + t.red("invalid")))
+        if r.fix_refused:
+            t.line(f"  {t.red('--fix refused:')} {r.fix_refused}")
         for f in r.findings:
             where = f"{r.source}:{f.line}" if f.line else r.source
             t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {f.message}")

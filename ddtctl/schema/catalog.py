@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalogs"
 _PREFIX = "sglang-"
+_VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
+SUGGEST_MAX_KEY = 100  # longer than any SGLang flag name: no did-you-mean search
+SUGGEST_PER_INPUT = 25  # unknown keys of one profile / argv / migration that get a did-you-mean search
 
 # Actions that take no value on the command line (a bare `--flag`).
 _SWITCH_ACTIONS = frozenset({
@@ -146,10 +150,15 @@ class Catalog:
         return list(self._by_dest.get(dest, ()))
 
     def suggest(self, key: str, n: int = 3) -> list[str]:
-        """Close matches among flag names (difflib), e.g. "tp-sise" -> ["tp-size", ...]."""
+        """Close matches among flag names (difflib), e.g. "tp-sise" -> ["tp-size", ...].
+
+        A key longer than any flag name gets none (difflib's work grows with its length); callers that meet many
+        unknown keys ask for the first SUGGEST_PER_INPUT only (issue #14: 33k unknown keys took 97 s)."""
         import difflib
 
         word = _norm(key)
+        if not word or len(word) > SUGGEST_MAX_KEY:
+            return []
         pool = list(self._by_name)
         out = difflib.get_close_matches(word, pool, n=n, cutoff=0.6)
         if len(out) < n:  # an alias spelling can be closer than any primary name
@@ -191,11 +200,14 @@ def load_catalog(version: str) -> Catalog:
     v = v[1:] if v[:1] in ("v", "V") else v
     path = _catalog_path(v)
     try:
+        if not _VERSION.fullmatch(v):  # a release number, never a path (NUL bytes, slashes, "..")
+            raise FileNotFoundError(v)
         raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         from ddtctl.errors import UsageError
 
         known = ", ".join(available_versions()) or "none"
-        raise UsageError(f"no flag catalog for sglang {version!r} (known: {known})",
+        shown = repr(version) if len(str(version)) <= 40 else repr(str(version)[:40]) + "..."
+        raise UsageError(f"no flag catalog for sglang {shown} (known: {known})",
                          fix="use one of the known releases, or generate one with tools/gen_catalog.py") from None
     return catalog_from_dict(json.loads(raw), source=str(path))

@@ -7,6 +7,7 @@ does not express. Used to check those flags' values and to type `server:` in the
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -15,8 +16,10 @@ from ddtctl.schema.catalog import Catalog, FlagSpec
 
 TYPED_PREFIXES = ("speculative_", "mamba_", "enable_mamba_")
 TYPED_EXTRA = {"max_mamba_cache_size", "linear_attn_backend", "enable_multi_layer_eagle", "enable_dp_lm_head"}
-# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size, DDTree budget)
-# are left to the rule, so each mistake is reported once, with the rule's fix.
+# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size, DDTree budget,
+# mamba ratio and counters, draft window/sink) are left to the rule, so each mistake is reported once, with the rule's
+# fix. Besides these, every float flag must be finite (NaN passes every < / > test) and every integer must fit int64;
+# every port is 1..65535 (issue #14: .nan, .inf, 1e999, tp-size -8 and port -1 were accepted).
 RANGES: dict[str, dict[str, Any]] = {
     "speculative_num_steps": {"ge": 1},
     "speculative_eagle_topk": {"ge": 1},
@@ -27,7 +30,67 @@ RANGES: dict[str, dict[str, Any]] = {
     "speculative_ngram_max_bfs_breadth": {"ge": 1},
     "mamba_track_interval": {"ge": 1},
     "max_mamba_cache_size": {"ge": 1},
+    # parallelism: group sizes are counts of GPUs / nodes, ranks and GPU ids are indexes
+    **{dest: {"ge": 1} for dest in ("tp_size", "pp_size", "dp_size", "ep_size", "attn_cp_size", "attn_dp_size",
+                                    "dcp_size", "moe_dp_size", "dwdp_size", "moe_dense_tp_size",
+                                    "shared_experts_tp_size", "nnodes", "gpu_id_step")},
+    "node_rank": {"ge": 0},
+    "base_gpu_id": {"ge": 0},
+    # memory and scheduling
+    "mem_fraction_static": {"gt": 0, "le": 1},
+    "hicache_host_memory_fraction": {"gt": 0, "le": 1},
+    "hicache_ratio": {"gt": 0},
+    "hicache_size": {"ge": 0},
+    "cpu_offload_gb": {"ge": 0},
+    "max_running_requests": {"ge": 1},
+    "max_total_tokens": {"ge": 1},
+    "context_length": {"ge": 1},
+    "page_size": {"ge": 1},
+    "stream_interval": {"ge": 1},
+    "tokenizer_worker_num": {"ge": 1},
+    "detokenizer_worker_num": {"ge": 1},
+    "watchdog_timeout": {"gt": 0},
+    "random_seed": {"ge": 0, "le": 2**32 - 1},  # numpy's seed range; SGLang seeds random, numpy and torch with it
 }
+PORT_RANGE = {"ge": 1, "le": 65535}
+INT64_MAX = 2**63 - 1
+
+
+def value_range(spec: FlagSpec) -> dict[str, Any]:
+    """The range of a flag's values beyond its argparse type (empty when it has none)."""
+    if spec.dest in RANGES:
+        return RANGES[spec.dest]
+    if spec.type == "int" and (spec.dest == "port" or spec.dest.endswith("_port")):
+        return PORT_RANGE
+    return {}
+
+
+def _requirement(bounds: dict[str, Any]) -> str:
+    lo = (">", bounds["gt"]) if "gt" in bounds else (">=", bounds["ge"]) if "ge" in bounds else None
+    hi = ("<", bounds["lt"]) if "lt" in bounds else ("<=", bounds["le"]) if "le" in bounds else None
+    if lo and hi:
+        return f"in {'(' if lo[0] == '>' else '['}{lo[1]}, {hi[1]}{')' if hi[0] == '<' else ']'}"
+    op, bound = lo or hi  # type: ignore[misc]
+    return f"{op} {bound}"
+
+
+def domain_problem(spec: FlagSpec, value: Any) -> str | None:
+    """Why one typed value is outside the flag's domain ("... must be >= 1"), or None. Non-numbers (e.g. "4k" of a
+    human-readable int, which SGLang converts itself) are not checked here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number: must be a finite number"
+    if isinstance(value, int) and abs(value) > INT64_MAX:
+        return f"{value} is out of range: must be a 64-bit integer"
+    bounds = value_range(spec)
+    if not bounds:
+        return None
+    bad = ("gt" in bounds and not value > bounds["gt"]) or ("ge" in bounds and not value >= bounds["ge"]) or \
+        ("lt" in bounds and not value < bounds["lt"]) or ("le" in bounds and not value <= bounds["le"])
+    return f"{value} is out of range: must be {_requirement(bounds)}" if bad else None
+
+
 _PY = {"int": int, "float": float, "str": str, "bool": bool, "json": str}
 
 
@@ -56,7 +119,7 @@ def typed_flag_model(catalog: Catalog) -> type[BaseModel]:
             continue
         default = spec.default if isinstance(spec.default, (int, float, str, bool, type(None))) else None
         fields[spec.dest] = (_annotation(spec), Field(default=default, alias=spec.name, description=spec.help or None,
-                                                      **RANGES.get(spec.dest, {})))
+                                                      **value_range(spec)))
     return create_model(  # type: ignore[call-overload]
         f"SpeculativeFlags_{catalog.version.replace('.', '_')}",
         __config__=ConfigDict(extra="ignore", populate_by_name=True, strict=False),
