@@ -214,3 +214,27 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def owned_dir_state(path: str | os.PathLike[str], marker: str, *, legacy=None) -> str:
+    """"absent", "empty", "owned" (holds ddtctl's `marker` file, or passes `legacy(path)`) or "foreign": whether ddtctl
+    may replace the directory at `path`. A symlink or a non-directory is "foreign". ddtctl deletes only what it made
+    (issue #14: `overlay import --out SRC --force` deleted SRC, `overlay build --out DIR` wiped DIR)."""
+    p = Path(path)
+    if p.is_symlink():
+        return "foreign"
+    if not p.exists():
+        return "absent"
+    if not p.is_dir():
+        return "foreign"
+    try:
+        if not any(p.iterdir()):
+            return "empty"
+    except OSError:
+        return "foreign"
+    if (p / marker).is_file() and not (p / marker).is_symlink():
+        return "owned"
+    if legacy is not None and legacy(p):
+        return "owned"
+    return "foreign"
+

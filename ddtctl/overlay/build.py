@@ -162,7 +162,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         have = sha256_bytes(base)
         if have != p.base_sha256:
             raise OverlayError(_describe_mismatch(p.path, have, p.base_sha256, p.result_sha256, m.sglang))
-        patch_file = m.root / p.patch
+        patch_file = m.patch_path(p)
         try:
             patch_text = patch_file.read_text(encoding="utf-8")
             result = apply_patch(base.decode("utf-8"), patch_text, label=p.path).encode("utf-8")
@@ -261,9 +261,31 @@ def build(
     m = load_source_manifest(payload_dir)
     target = resolve_target(m.sglang, sglang_root, python)
     build_dir = Path(out_dir).expanduser() if out_dir else default_build_dir(m)
+    _check_build_dir(build_dir)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(build_dir):  # concurrent dry-runs / deploys building the same payload take turns
+        _check_build_dir(build_dir)
         return _build_locked(m, target, build_dir, reuse)
+
+
+BUILD_MARKER = ".ddtctl-build"  # in every build dir ddtctl makes: the only kind a rebuild replaces
+
+
+def _legacy_build(path: Path) -> bool:
+    """A build dir made before BUILD_MARKER existed: build.json as ddtctl writes it, with payload/ and view/."""
+    info = read_build(path)
+    return bool(info) and {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
+        (path / "payload").is_dir() and (path / "view").is_dir()
+
+
+def _check_build_dir(build_dir: Path) -> None:
+    """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14: `overlay
+    build --out DIR` wiped whatever DIR held)."""
+    from ddtctl.safeio import owned_dir_state
+
+    if owned_dir_state(build_dir, BUILD_MARKER, legacy=_legacy_build) == "foreign":
+        raise OverlayError(f"{build_dir} is not empty and is not a ddtctl build directory; refusing to replace it",
+                           fix="choose a new or empty --out (a build replaces its directory)")
 
 
 @contextlib.contextmanager
@@ -314,6 +336,7 @@ def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: boo
             "skipped_optional": skipped,
         }
         _build_info_path(tmp).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        (tmp / BUILD_MARKER).write_text("made by `ddtctl overlay build`\n", encoding="utf-8")
         _swap_in(tmp, build_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

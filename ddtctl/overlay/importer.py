@@ -25,6 +25,7 @@ from ddtctl.overlay.payload import (
     AddedFile,
     PatchedFile,
     SourceManifest,
+    check_rel,
     load_source_manifest,
     patch_name,
     sha256_bytes,
@@ -93,6 +94,31 @@ def patched_entry(rel: str, base: bytes, new: bytes) -> tuple[PatchedFile, str]:
     return PatchedFile(rel, patch_name(rel), sha256_bytes(base), sha256_bytes(new)), patch
 
 
+IMPORT_MARKER = ".ddtctl-import"  # written into every payload `overlay import` makes: the only kind --force replaces
+
+
+def _check_out(src: Path, out: Path, force: bool) -> str:
+    """Refuse an --out that overlaps the source or holds anything ddtctl did not write (issue #14: `--out SRC
+    --force` deleted SRC, an --out above SRC deleted it with its parent). Returns the out dir's state."""
+    from ddtctl.safeio import owned_dir_state
+
+    src_r, out_r = src.resolve(), out.resolve()
+    if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
+        raise OverlayError(f"--out {out} overlaps the source directory {src}",
+                           fix="write the payload to a directory outside the source tree")
+    state = owned_dir_state(out, IMPORT_MARKER)
+    if state == "foreign":
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise OverlayError(f"--out {out} is not a directory", fix="choose another --out")
+        if not force:
+            raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
+        raise OverlayError(f"{out} is not empty and was not written by `ddtctl overlay import`; --force replaces only "
+                           "a payload it imported", fix="choose a new or empty --out")
+    if state == "owned" and not force:
+        raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
+    return state
+
+
 def import_dir(
     src: str | Path,
     *,
@@ -104,58 +130,85 @@ def import_dir(
     version: str = "0.0.1",
     force: bool = False,
 ) -> ImportResult:
+    """Write the payload into a fresh directory beside --out, then swap it in: a failed import leaves --out as it
+    was, and only an empty --out or one an earlier import wrote (IMPORT_MARKER) is ever replaced."""
+    import json
+    import os
+    import tempfile
+
     src = Path(src).expanduser()
     if not src.is_dir():
         raise OverlayError(f"{src} is not a directory")
     out = Path(out).expanduser()
-    if out.exists() and any(out.iterdir()) and not force:
-        raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
+    state = _check_out(src, out, force)
     target = resolve_target(sglang, sglang_root, python)
     if target.sglang_version and target.sglang_version != sglang:
         raise OverlayError(f"{target.sglang_root} has sglang {target.sglang_version}, not {sglang}")
     record = record_hashes(target.sglang_root, sglang)
     prefix = _mirror_prefix(src)
-    if out.exists() and force:
-        shutil.rmtree(out)
-    (out / "patches").mkdir(parents=True)
-    result = ImportResult(payload_dir=out)
-    m = SourceManifest(root=out, name=name, version=version, sglang=sglang,
-                       summary=f"imported from {src} by `ddtctl overlay import`", smoke=list(DEFAULT_SMOKE))
+    sources = []
     for f in sorted(src.rglob("*")):
         rel_parts = f.relative_to(src).parts
-        if f.is_dir() or any(p in _SKIP_DIRS for p in rel_parts) or f.name.endswith(_SKIP_SUFFIXES):
+        if any(p in _SKIP_DIRS for p in rel_parts) or f.name.endswith(_SKIP_SUFFIXES):
             continue
         if f.is_symlink():
             raise OverlayError(f"{f} is a symlink; import real files only")
-        rel = prefix + "/".join(rel_parts)
-        new = f.read_bytes()
-        pristine_path = target.sglang_root / rel
-        if pristine_path.is_file():
-            base = pristine_path.read_bytes()
-            base_sha = sha256_bytes(base)
-            if record and rel in record and record[rel] != base_sha:
-                raise OverlayError(
-                    f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file (its sha256 differs "
-                    "from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
-            if base == new:
-                result.unchanged.append(rel)
-                continue
-            entry, patch = patched_entry(rel, base, new)
-            (out / entry.patch).write_text(patch, encoding="utf-8")
-            m.patched.append(entry)
-            result.patched.append({"path": rel, "base_sha256": entry.base_sha256, "result_sha256": entry.result_sha256,
-                                   "lines_changed": sum(1 for ln in patch.splitlines()
-                                                        if ln[:1] in "+-" and not ln.startswith(("+++", "---")))})
-        else:
-            dst = out / "files" / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst)
-            m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
-            result.added.append(rel)
-    if not m.patched and not m.added:
-        shutil.rmtree(out)
-        raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
-    m.write()
+        if f.is_dir():
+            continue
+        if not f.is_file():
+            raise OverlayError(f"{f} is not a regular file (a FIFO, socket or device); import real files only")
+        # the names build and the installer accept, checked before anything is written (issue #14)
+        sources.append((f, check_rel(prefix + "/".join(rel_parts), f"{src}: file {f.relative_to(src)!s}")))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
+    try:
+        (stage / "patches").mkdir()
+        result = ImportResult(payload_dir=out)
+        m = SourceManifest(root=stage, name=name, version=version, sglang=sglang,
+                           summary=f"imported from {src} by `ddtctl overlay import`", smoke=list(DEFAULT_SMOKE))
+        for f, rel in sources:
+            new = f.read_bytes()
+            pristine_path = target.sglang_root / rel
+            if pristine_path.is_file():
+                base = pristine_path.read_bytes()
+                base_sha = sha256_bytes(base)
+                if record and rel in record and record[rel] != base_sha:
+                    raise OverlayError(
+                        f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file (its sha256 differs "
+                        "from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
+                if base == new:
+                    result.unchanged.append(rel)
+                    continue
+                entry, patch = patched_entry(rel, base, new)
+                (stage / entry.patch).write_text(patch, encoding="utf-8")
+                m.patched.append(entry)
+                result.patched.append({"path": rel, "base_sha256": entry.base_sha256,
+                                       "result_sha256": entry.result_sha256,
+                                       "lines_changed": sum(1 for ln in patch.splitlines()
+                                                            if ln[:1] in "+-" and not ln.startswith(("+++", "---")))})
+            else:
+                dst = stage / "files" / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dst)
+                m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
+                result.added.append(rel)
+        if not m.patched and not m.added:
+            raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
+        m.write()
+        (stage / IMPORT_MARKER).write_text(json.dumps({"made_by": "ddtctl overlay import", "source": str(src)})
+                                           + "\n", encoding="utf-8")
+        old = None
+        if state != "absent":  # empty, or an earlier import (checked above, again just before the swap)
+            if _check_out(src, out, force) != state:
+                raise OverlayError(f"{out} changed during the import; nothing replaced")
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+        os.replace(stage, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return result
 
 
@@ -194,10 +247,10 @@ def check_manifest(payload_dir: str | Path | None = None, *, sglang_root: str | 
                 raise OverlayError(f"{p.path} in {target.sglang_root} is not the pristine sglang {m.sglang} file "
                                    "(its sha256 differs from the release's RECORD)")
             try:
-                result = apply_patch(base.decode("utf-8"), (m.root / p.patch).read_text(encoding="utf-8"),
+                result = apply_patch(base.decode("utf-8"), m.patch_path(p).read_text(encoding="utf-8"),
                                      label=p.path).encode("utf-8")
             except PatchError as exc:
-                raise OverlayError(str(exc), where=str(m.root / p.patch)) from None
+                raise OverlayError(str(exc), where=str(m.patch_path(p))) from None
             base_sha, result_sha = sha256_bytes(base), sha256_bytes(result)
             if (base_sha, result_sha) != (p.base_sha256, p.result_sha256):
                 report.stale.append(p.path)

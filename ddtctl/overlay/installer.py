@@ -100,7 +100,7 @@ def _copy_durable(src: str, dst: str) -> None:
 
 def safe_join(root: str, rel: str) -> str:
     """root/rel, refusing absolute paths, '..' and anything that escapes root."""
-    if not rel or rel.startswith(("/", "\\")) or "\\" in rel:
+    if not rel or rel.startswith(("/", "\\")) or "\\" in rel or any(ord(c) < 32 or ord(c) == 127 for c in rel):
         raise Refused(f"unsafe path in payload: {rel!r}")
     parts = rel.split("/")
     if any(p in ("", ".", "..") for p in parts):

@@ -46,8 +46,9 @@ def _run_json(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] 
 
 def run_installer(command: str, target: Target, *, payload_dir: Path | None = None, state_dir: Path | None = None,
                   timeout: float = 600.0) -> dict[str, Any]:
-    script = (payload_dir / "installer.py") if payload_dir and (payload_dir / "installer.py").is_file() \
-        else _HERE / "installer.py"
+    # Always ddtctl's own installer: a payload directory's installer.py is the payload's file, never code we run
+    # (issue #14: `overlay install --payload DIR` executed DIR/installer.py).
+    script = _HERE / "installer.py"
     cmd = [str(target.python), "-I", str(script), command, "--sglang-root", str(target.sglang_root),
            "--state-dir", str(state_dir or default_state_dir(target.sglang_root))]
     if payload_dir is not None:

@@ -56,11 +56,31 @@ def default_payload_dir() -> Path:
     return PAYLOADS_DIR / DEFAULT_PAYLOAD
 
 
+_UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters (newline, NUL, ...) and backslash
+
+
 def check_rel(path: str, where: str) -> str:
+    """A relative POSIX path with no empty, `.` or `..` part, no backslash and no control character (import, build
+    and the installer all accept exactly these)."""
+    if not isinstance(path, str):
+        raise OverlayError(f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages")
     p = PurePosixPath(path)
-    if not path or p.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")) or "\\" in path:
+    if not path or p.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")) or \
+            _UNSAFE_CHARS.search(path):
         raise OverlayError(f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages")
     return path
+
+
+def confined(root: Path, rel: str, where: str) -> Path:
+    """root/rel for a manifest's own file (a patch, an added source): a safe relative path that does not leave the
+    payload directory, through symlinks either."""
+    check_rel(rel, where)
+    base = root.resolve()
+    full = (base / rel).resolve()
+    if full != base and base not in full.parents:
+        raise OverlayError(f"unsafe path {rel!r}: it leaves the payload directory {root}", where=where,
+                           fix="keep patches and sources inside the payload directory")
+    return root / rel
 
 
 @dataclass
@@ -127,7 +147,10 @@ class SourceManifest:
         if a.source.startswith("ddtctl:"):
             rel = check_rel(a.source[len("ddtctl:"):].rstrip("/"), f"{self.path}: added {a.path}")
             return DDTCTL_ROOT / rel
-        return self.root / check_rel(a.source, f"{self.path}: added {a.path}")
+        return confined(self.root, a.source, f"{self.path}: added {a.path}")
+
+    def patch_path(self, p: PatchedFile) -> Path:
+        return confined(self.root, p.patch, f"{self.path}: patch of {p.path}")
 
     def expand_added(self) -> list[tuple[str, Path, AddedFile]]:
         """(installed path, source file, entry) for every added file, directories expanded. Missing optional
@@ -158,7 +181,7 @@ class SourceManifest:
         h = hashlib.sha256()
         h.update(self.path.read_bytes())
         for p in self.patched:
-            h.update(p.path.encode() + b"\0" + (self.root / p.patch).read_bytes())
+            h.update(p.path.encode() + b"\0" + self.patch_path(p).read_bytes())
         for rel, src, _ in self.expand_added():
             h.update(rel.encode() + b"\0" + src.read_bytes())
         return h.hexdigest()
@@ -184,13 +207,15 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
             sglang=str(data["sglang"]),
             summary=str(data.get("summary", "")),
             patched=[PatchedFile(check_rel(p["path"], str(path)), p["patch"], p["base_sha256"], p["result_sha256"])
-                     for p in data.get("patched", [])],
+                     for p in data.get("patched", [])],  # each `patch` is confined to the payload dir just below
             added=[AddedFile(check_rel(a["path"], str(path)), a["source"], a.get("sha256"), bool(a.get("tree")),
                              bool(a.get("optional")), dict(a.get("rewrite") or {})) for a in data.get("added", [])],
             smoke=list(data.get("smoke", [])),
         )
     except (KeyError, TypeError) as exc:
         raise OverlayError(f"malformed manifest entry: missing {exc}", where=str(path)) from None
+    for p in m.patched:
+        m.patch_path(p)  # a patch is the payload's own file: never outside its directory (issue #14)
     seen: set[str] = set()
     for p in [x.path for x in m.patched] + [x.path for x in m.added]:
         if p in seen:
