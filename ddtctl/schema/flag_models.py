@@ -45,7 +45,6 @@ RANGES: dict[str, dict[str, Any]] = {
     "max_running_requests": {"ge": 1},
     "max_total_tokens": {"ge": 1},
     "context_length": {"ge": 1},
-    "page_size": {"ge": 1},
     "stream_interval": {"ge": 1},
     "tokenizer_worker_num": {"ge": 1},
     "detokenizer_worker_num": {"ge": 1},
