@@ -26,7 +26,7 @@ from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
 from ddtctl.remote.payload import (Manifest, ShipResult, build_manifest, list_store, manifest_from_files,
                                    missing_objects, ship)
-from ddtctl.remote.transport import Connection, ConnectionLost, LockHeld
+from ddtctl.remote.transport import AGENT_SOURCE, Connection, ConnectionLost, LockHeld
 
 SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
 SECRET_FLAG = re.compile(r"(api-key|token|secret|password|passwd|credential)", re.I)
@@ -530,10 +530,6 @@ def make_plan_for_host(spec: DeploySpec, target: Target, state: dict, missing: s
 
 
 # ----------------------------------------------------------------------------------------------- remote lock
-class _AgentMissing(Exception):
-    pass
-
-
 class RemoteLock:
     """The host's deploy lock, held by a remote agent process for as long as our channel stays open (a killed
     connection releases it)."""
@@ -548,13 +544,6 @@ class RemoteLock:
         self.chan = None
 
     def acquire(self) -> "RemoteLock":
-        try:
-            return self._acquire()
-        except _AgentMissing:
-            self.conn.install_agent()
-            return self._acquire()
-
-    def _acquire(self) -> "RemoteLock":
         argv = self.conn.agent_argv("lock", {"token": self.token, "holder": self.holder, "wait_s": self.wait_s})
         chan = self.conn.open_channel(argv)
         chan.settimeout(self.wait_s + self.conn.host.command_timeout_s)
@@ -565,13 +554,14 @@ class RemoteLock:
                 if not data:
                     chan.status_event.wait(5)
                     err = chan.recv_stderr(4096).decode(errors="replace").strip() if chan.recv_stderr_ready() else ""
-                    if "can't open file" in err:
-                        raise _AgentMissing()
                     raise RemoteError(f"lock: the agent exited without taking the lock {err}".strip(),
                                       where=self.conn.host.name)
                 buf += data
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
+                    if line.strip() == b"NEED":  # the boot found no verified agent on the host: it installs ours
+                        chan.sendall(AGENT_SOURCE)
+                        continue
                     if not line.startswith(b"{"):
                         continue
                     msg = json.loads(line)
@@ -1239,20 +1229,39 @@ def host_logs(host: Host, *, lines: int = 100, release: str | None = None, follo
     """The server log's last lines; with follow, keep streaming new bytes to on_text until interrupted (or for
     follow_for_s seconds)."""
     with _open(host, trust_new_host) as conn:
+        # The server prints its argv (--api-key ...) and may print its env: mask every secret of every release on the
+        # host, as deploy masks its live log (issue #14: `ddtctl logs` printed them).
+        st = conn.agent("state", retry=True)
+        secrets: set[str] = set()
+        for rel in st.get("releases") or []:
+            secrets |= secret_values([str(a) for a in rel.get("argv") or []],
+                                     {str(k): str(v) for k, v in (rel.get("env") or {}).items()})
+        mask = _Events(None)
+        mask.secrets = secrets
         r = conn.agent("logs", {"lines": lines, "log_release": release}, retry=True)
-        if on_text and r["log"]:
-            on_text(r["log"] + "\n")
+        text = mask.mask(r["log"])
+        if on_text and text:
+            on_text(text + "\n")
         offset = r["log_offset"]
-        text = r["log"]
+        pending = ""  # a partial last line waits for its end: a secret split across two reads is still masked
         start = time.monotonic()
         while follow and (follow_for_s is None or time.monotonic() - start < follow_for_s):
             time.sleep(0.5)
             r = conn.agent("logs", {"log_offset": offset, "log_release": release}, retry=True)
-            if r["log"]:
-                text += r["log"]
-                if on_text:
-                    on_text(r["log"])
             offset = r["log_offset"]
+            if not r["log"]:
+                continue
+            head, nl, pending = (pending + r["log"]).rpartition("\n")
+            if nl:
+                chunk = mask.mask(head + nl)
+                text += chunk
+                if on_text:
+                    on_text(chunk)
+        if pending:
+            chunk = mask.mask(pending)
+            text += chunk
+            if on_text:
+                on_text(chunk)
         return LogsResult(host.name, r["log_path"], text, offset)
 
 

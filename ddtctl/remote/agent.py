@@ -69,12 +69,30 @@ def _read_json(path: str, default=None):
 
 
 def _write_json(path: str, data) -> None:
+    """Atomic, and private (0600): release.json holds the server's env (HF_TOKEN...) and argv (--api-key)."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _private_dir(path: str) -> str:
+    """A directory only we can enter (0700): releases/, logs/ and run/ hold secrets at rest (issue #14)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def _open_private_log(path: str):
+    """A log file opened for appending, 0600 (the server prints its argv, secrets included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def _sha256(path: str) -> str:
@@ -125,12 +143,71 @@ def _server_info():
     return dict(info, running=True) if info else None
 
 
+def _flock_held() -> bool:
+    """Whether some process holds the flock on W/lock right now (the lock agent holds it while its caller's
+    connection lives: sshd closes its stdin when the connection dies, and it lets go)."""
+    try:
+        fd = os.open(_p("lock"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        return err.errno in (errno.EAGAIN, errno.EACCES)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _lock_held_by(token) -> bool:
+    """The deploy lock is held, by the lock agent that recorded `token`: that very process (pid *and* start time, so a
+    recycled pid does not count) is alive and the flock is taken."""
+    held = _read_json(_p("lock.json"))
+    if not token or not held or held.get("token") != token:
+        return False
+    try:
+        st = _proc_starttime(int(held.get("pid", 0)))
+    except (TypeError, ValueError):
+        return False
+    return bool(st) and st[0] == held.get("starttime") and st[1] not in ("Z", "X") and _flock_held()
+
+
 def _require_lock(params: dict) -> None:
     """Mutating operations run only under the deploy lock held by the caller."""
-    held = _read_json(_p("lock.json"))
-    token = params.get("lock_token")
-    if not token or not held or held.get("token") != token or not _proc_starttime(int(held.get("pid", 0))):
+    if not _lock_held_by(params.get("lock_token")):
         raise AgentError("the deploy lock is not held by this caller; refusing to change the host")
+
+
+def _run_locked(argv, params: dict, *, timeout: float, **kw) -> int:
+    """Run a long step (installer, warm-up) and stop it when the caller loses the deploy lock (its connection died:
+    nobody is left to act on the result, and a new deploy may take the lock). Returns the exit status (-9 after the
+    timeout); AgentError when the lock was lost."""
+    proc = subprocess.Popen(argv, start_new_session=True, **kw)
+    deadline = time.time() + timeout
+    token = params.get("lock_token")
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        lost = not _lock_held_by(token)
+        if lost or time.time() > deadline:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                try:
+                    proc.wait(timeout=5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            if lost:
+                raise AgentError("the deploy lock was lost (its holder's connection dropped); stopped %s"
+                                 % os.path.basename(str(argv[0])))
+            return -9
 
 
 # ----------------------------------------------------------------------------------------------- operations
@@ -320,9 +397,10 @@ def op_materialize(params: dict):
     final = _p("releases", rid)
     if os.path.isdir(final):
         return {"id": rid, "existed": True}
+    _private_dir(_p("releases"))
     tmp = _p("releases", ".tmp-" + rid)
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    os.makedirs(tmp, mode=0o700)
     for section in ("payload", "tools"):
         for rel_path, entry in (rel.get(section) or {}).get("files", {}).items():
             dst = os.path.join(tmp, section, _safe_rel(rel_path))
@@ -390,9 +468,14 @@ def _run_installer(action: str, rel: dict, params: dict):
             _p("overlay-state")]
     if action != "uninstall":
         argv += ["--payload", _p("releases", rid, "payload")]
-    out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                         timeout=params.get("timeout_s", 300))
-    return {"argv": argv, "rc": out.returncode, "output": out.stdout[-4000:]}
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        rc = _run_locked(argv, params, timeout=float(params.get("timeout_s", 300)), stdout=out,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.seek(0)
+        output = out.read().decode(errors="replace")
+    return {"argv": argv, "rc": rc, "output": output[-4000:]}
 
 
 def op_install(params: dict):
@@ -460,16 +543,14 @@ def op_warmup(params: dict):
     files = _p("releases", rel["id"], "payload", "files")
     env["PYTHONPATH"] = files + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
-    os.makedirs(_p("logs"), exist_ok=True)
+    _private_dir(_p("logs"))
     log_path = _p("logs", rel["id"] + ".warmup.log")
     start = time.time()
     try:
-        with open(log_path, "ab") as log:
-            proc = subprocess.run(params["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=_p("releases", rel["id"]), env=env, timeout=float(params.get("timeout_s", 600)))
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        rc = -9
+        with _open_private_log(log_path) as log:
+            rc = _run_locked(params["argv"], params, timeout=float(params.get("timeout_s", 600)),
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             cwd=_p("releases", rel["id"]), env=env)
     except OSError as err:
         raise AgentError("cannot run the warm-up %s: %s" % (params["argv"][0], err.strerror or err))
     with open(log_path, "rb") as f:
@@ -490,11 +571,11 @@ def op_start(params: dict):
                          % (cur["pid"], cur.get("release")))
     argv = list(rel["launch_argv"])
     env = _server_env(rel)
-    os.makedirs(_p("logs"), exist_ok=True)
-    os.makedirs(_p("run"), exist_ok=True)
+    _private_dir(_p("logs"))
+    _private_dir(_p("run"))
     os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
     log_path = _p("logs", rel["id"] + ".log")
-    log = open(log_path, "ab")
+    log = _open_private_log(log_path)
     log_offset = log.tell()
     log.write(("\n==== ddtctl: starting release %s at %s ====\n"
                % (rel["id"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))).encode())
@@ -650,8 +731,8 @@ def op_gc(params: dict):
 
 def op_lock(params: dict):
     """Take the deploy lock and hold it until stdin closes (the deploy ends or its connection drops)."""
-    os.makedirs(W, exist_ok=True)
-    fd = os.open(_p("lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.makedirs(W, mode=0o700, exist_ok=True)
+    fd = os.open(_p("lock"), os.O_RDWR | os.O_CREAT, 0o600)
     wait_s = float(params.get("wait_s", 0))
     deadline = time.time() + wait_s
     announced = False
@@ -670,7 +751,9 @@ def op_lock(params: dict):
                 _emit({"ok": True, "waiting": True, "held_by": holder})
                 announced = True
             time.sleep(0.1)
-    info = {"token": params["token"], "holder": params.get("holder"), "pid": os.getpid(), "since": time.time()}
+    st = _proc_starttime(os.getpid())
+    info = {"token": params["token"], "holder": params.get("holder"), "pid": os.getpid(),
+            "starttime": st[0] if st else None, "since": time.time()}
     _write_json(_p("lock.json"), info)
     _emit({"ok": True, "locked": True, "lock": info})
     try:
@@ -718,7 +801,7 @@ def main(argv) -> int:
     try:
         params = json.loads(base64.b64decode(argv[2]).decode())
         W = os.path.abspath(os.path.expanduser(params.pop("work_dir")))
-        os.makedirs(W, exist_ok=True)
+        os.makedirs(W, mode=0o700, exist_ok=True)
         result = OPS[argv[1]](params)
         if argv[1] != "lock":
             _emit({"ok": True, "result": result, "work_dir": W})

@@ -7,6 +7,7 @@ Passwords are never read from anywhere: authentication is by SSH agent or key fi
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -139,10 +140,7 @@ def make_host(name: str, entry: dict[str, Any], *, defaults: dict[str, Any] | No
     sshc = _ssh_config_lookup(alias, ssh_config)
     address = str(sshc.get("hostname") or alias)  # an ssh-config alias resolves through its HostName
     user = merged.get("user") or sshc.get("user") or os.environ.get("USER") or _whoami()
-    try:
-        port = int(merged.get("port") or sshc.get("port") or 22)
-    except (TypeError, ValueError):
-        raise UsageError(f"port must be an integer, got {merged.get('port')!r}", where=here) from None
+    port = int(_number(merged.get("port") or sshc.get("port") or 22, "port", here, lo=1, hi=65535, integer=True))
     keys: list[str] = []
     if merged.get("key"):
         keys = [merged["key"]] if isinstance(merged["key"], str) else list(merged["key"])
@@ -153,7 +151,11 @@ def make_host(name: str, entry: dict[str, Any], *, defaults: dict[str, Any] | No
     if not isinstance(env, dict):
         raise UsageError("env must be a mapping of NAME: value", where=here)
     known_hosts = merged.get("known_hosts") or sshc.get("userknownhostsfile", "").split(" ")[0] or "~/.ssh/known_hosts"
-    connect_timeout = merged.get("connect_timeout_s") or sshc.get("connecttimeout") or 10
+    connect_timeout = _number(merged.get("connect_timeout_s") or sshc.get("connecttimeout") or 10,
+                              "connect_timeout_s", here, lo=0.1, hi=3600)
+    command_timeout = _number(merged.get("command_timeout_s") or 120, "command_timeout_s", here, lo=0.1, hi=7 * 86400)
+    dist_init_port = int(_number(merged.get("dist_init_port") or 50000, "dist_init_port", here, lo=1, hi=65535,
+                                 integer=True))
     return Host(
         name=name,
         address=address,
@@ -167,19 +169,84 @@ def make_host(name: str, entry: dict[str, Any], *, defaults: dict[str, Any] | No
         env={str(k): str(v) for k, v in env.items()},
         nvidia_smi=str(merged.get("nvidia_smi") or "nvidia-smi"),
         sglang_root=merged.get("sglang_root"),
-        connect_timeout_s=float(connect_timeout),
-        command_timeout_s=float(merged.get("command_timeout_s") or 120),
+        connect_timeout_s=connect_timeout,
+        command_timeout_s=command_timeout,
         known_hosts=str(known_hosts),
-        dist_init_port=int(merged.get("dist_init_port") or 50000),
+        dist_init_port=dist_init_port,
         warmup=None if merged.get("warmup") is None else
         (() if merged["warmup"] in ([], "", "none") else _launcher(merged["warmup"], here)),
     )
+
+
+def _number(value: Any, key: str, where: str, *, lo: float, hi: float, integer: bool = False) -> float:
+    """A finite number in [lo, hi] (an integer when `integer`); UsageError naming the key otherwise (issue #14:
+    `connect_timeout_s: soon` crashed with a ValueError)."""
+    import math
+
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value) if not integer or isinstance(value, float) else int(str(value).strip())
+    except (TypeError, ValueError, OverflowError):
+        kind = "an integer" if integer else "a number"
+        raise UsageError(f"{key} must be {kind}, got {shown}", where=where) from None
+    if integer and isinstance(number, float) and not number.is_integer():
+        raise UsageError(f"{key} must be an integer, got {shown}", where=where)
+    if not math.isfinite(number) or not lo <= number <= hi:
+        raise UsageError(f"{key} must be between {lo:g} and {hi:g}, got {shown}", where=where)
+    return number
 
 
 def _whoami() -> str:
     import getpass
 
     return getpass.getuser()
+
+
+MAX_INVENTORY_BYTES = 1024 * 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_key_loader():
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        """SafeLoader that refuses a key given twice in one mapping (issue #14: a second `hosts: {gpu1: ...}`
+        silently replaced the first)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    break
+                if first is not None:
+                    what = "host" if self._under_hosts(node) else "key"
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate {what} {key!r} (first at line {first.start_mark.line + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
+
+        def _under_hosts(self, node) -> bool:
+            root = getattr(self, "_root", None)
+            if root is None:
+                return False
+            for k, v in root.value:
+                if v is node and getattr(k, "value", None) == "hosts":
+                    return True
+            return False
+
+        def construct_document(self, node):
+            self._root = node if isinstance(node, yaml.MappingNode) else None
+            return super().construct_document(node)
+
+    return UniqueKeyLoader
 
 
 def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | None = None) -> Inventory:
@@ -193,12 +260,19 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
             raise UsageError("inventory file not found", where=str(p),
                              fix="create it from hosts.example.yaml or pass --inventory PATH")
         return Inventory(path=None, hosts={})
+    from ddtctl.safeio import read_regular
+
+    raw = read_regular(p, MAX_INVENTORY_BYTES, what="inventory")  # a FIFO or /dev/zero is refused, never read
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(raw.decode("utf-8"), Loader=_unique_key_loader()) or {}
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8", where=str(p), fix="save the file as UTF-8") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)
         raise UsageError(f"invalid YAML: {getattr(err, 'problem', err)}", where=where) from None
+    except (RecursionError, ValueError) as err:  # absurd nesting, a 5000-digit number
+        raise UsageError(f"cannot read: {type(err).__name__}: {str(err)[:100]}", where=str(p)) from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
         raise UsageError("inventory must be a mapping with a `hosts:` mapping", where=str(p))
     defaults = data.get("defaults") or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
 import shlex
 import socket
@@ -24,6 +25,12 @@ from ddtctl.remote.inventory import Host
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
+AGENT_MISSING_RC = 97  # the boot found no verified agent and its stdin did not carry one
+
+# paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner" when the port is not SSH) with
+# their traceback; with no handler configured, Python's last-resort handler printed them on stderr before our one-line
+# error (issue #14). ddtctl reports those failures itself.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class HostKeyError(RemoteError):
@@ -274,86 +281,103 @@ class Connection:
         return wd
 
     def ensure_agent(self) -> str:
-        """The agent's path on the host (installed on first use by `agent()`; costs no round trip here)."""
+        """The agent's path on the host (installed, verified, by the boot on first use; no round trip here)."""
         if not self.agent_path:
             self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
         return self.agent_path
 
-    def install_agent(self) -> None:
-        path = self.ensure_agent()
-        script = 'mkdir -p "$1" && cat > "$2.tmp.$$" && mv -f "$2.tmp.$$" "$2"'
-        res = self._run(["sh", "-c", script, "sh", path.rsplit("/", 1)[0], path], timeout=None, stdin=AGENT_SOURCE,
-                        on_stdout=None)
-        if res.rc != 0:
-            raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
-                              where=self.host.name, fix="set work_dir to a writable directory in the inventory")
-
     def agent(self, op: str, params: dict[str, Any] | None = None, *, timeout: float | None = None,
               retry: bool = False) -> Any:
         """Run one agent operation and return its result (RemoteError with the agent's message on failure).
-        The agent is installed on first use (python answers exit status 2 for a missing script)."""
+
+        Every run goes through AGENT_BOOT, which runs only an agent whose sha256 is ours: the first run on a connection
+        sends the agent on stdin, for the boot to install when the host lacks it (or holds anything else)."""
         argv = self.agent_argv(op, params)
-        if not self._agent_seen:
-            # first use on this connection: install the agent if absent and run the operation in ONE round trip
-            boot = 'test -f "$1" || { mkdir -p "$2" && cat > "$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"; } || exit 97; ' \
-                   'shift 2; exec "$@"'
-            path = self.ensure_agent()
-            res = self.run(["sh", "-c", boot, "sh", path, path.rsplit("/", 1)[0], *argv], timeout=timeout,
-                           retry=retry, stdin=AGENT_SOURCE)
-            if res.rc == 97:
-                raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
-                                  where=self.host.name, fix="set work_dir to a writable directory in the inventory")
-            self._agent_seen = True
-        else:
-            res = self.run(argv, timeout=timeout, retry=retry)
-        if res.rc == 2 and not res.stdout and ("can't open file" in res.stderr or "No such file" in res.stderr):
-            self.install_agent()
-            res = self.run(argv, timeout=timeout, retry=retry)
+        res = self.run(argv, timeout=timeout, retry=retry, stdin=None if self._agent_seen else AGENT_SOURCE)
+        if res.rc == AGENT_MISSING_RC and self._agent_seen:  # removed or changed since: send it again
+            res = self.run(argv, timeout=timeout, retry=retry, stdin=AGENT_SOURCE)
+        if res.rc == AGENT_MISSING_RC:
+            raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
+                              where=self.host.name, fix="set work_dir to a writable directory in the inventory")
+        self._agent_seen = True
         self.work_dir = reply_work_dir(res) or self.work_dir
         return parse_agent_reply(res, op, self.host.name)
 
     def open_agent_stream(self, op: str, params: dict[str, Any] | None = None):
         """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call handshake()
-        (possibly in a thread) before writing to the channel; it installs the agent if the host lacks it."""
-        if self._agent_seen:
-            return self.open_channel(self.agent_argv(op, params)), (lambda: None)
-        path = self.ensure_agent()
-        argv = self.agent_argv(op, params)
-        chan = self.open_channel([self.host.python, "-c", AGENT_BOOT, path, str(len(AGENT_SOURCE)), *argv[2:]])
+        (possibly in a thread) before writing to the channel; it sends the agent when the boot asks for it."""
+        chan = self.open_channel(self.agent_argv(op, params))
 
         def handshake() -> None:
-            line = b""
-            while not line.endswith(b"\n"):
-                c = chan.recv(1)
-                if not c:
-                    err = chan.recv_stderr(4096).decode(errors="replace").strip()
-                    raise RemoteError(f"agent start failed: {err[-300:] or 'no answer'}", where=self.host.name)
-                line += c
-            if line.strip() == b"NEED":
-                chan.sendall(AGENT_SOURCE)
+            agent_handshake(chan, self.host.name)
             self._agent_seen = True
 
         return chan, handshake
 
     def agent_argv(self, op: str, params: dict[str, Any] | None = None) -> list[str]:
+        """argv of one agent operation: the host's python runs AGENT_BOOT, which checks the work dir, verifies the
+        installed agent against AGENT_SHA (installing it from stdin when absent or different) and runs it."""
         path = self.ensure_agent()
         payload = dict(params or {}, work_dir=self._remote_work_dir())
         blob = base64.b64encode(json.dumps(payload).encode()).decode()
-        return [self.host.python, path, op, blob]
+        return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
 
 
-# Runs the agent, installing it first from stdin when absent: prints HAVE or NEED, reads exactly N bytes on NEED
-# (never more: the rest of stdin belongs to the agent), then runs the agent in the same interpreter.
+def agent_handshake(chan: paramiko.Channel, where: str) -> None:
+    """Read the boot's first line on a channel whose stdin is ours: HAVE (a verified agent runs now) or NEED (send
+    it). Anything else is the boot's refusal, one JSON line."""
+    line = b""
+    while not line.endswith(b"\n"):
+        c = chan.recv(1)
+        if not c:
+            err = chan.recv_stderr(4096).decode(errors="replace").strip() if chan.recv_stderr_ready() else ""
+            raise RemoteError(f"agent start failed: {err[-300:] or 'no answer'}", where=where)
+        line += c
+    text = line.strip()
+    if text == b"NEED":
+        chan.sendall(AGENT_SOURCE)
+    elif text != b"HAVE":
+        try:
+            error = json.loads(text).get("error")
+        except ValueError:
+            error = text.decode(errors="replace")[:300]
+        raise RemoteError(f"agent start failed: {error}", where=where)
+
+
+# Runs the agent (python >= 3.8, stdlib only). Refuses a work dir (or its .ddtctl/) that others can write, or that
+# belongs to another user: whoever can write there can replace what we run. Reads the installed agent and runs it only
+# if its sha256 is AGENT_SHA; otherwise prints NEED, reads exactly N bytes from stdin (never more: the rest of stdin
+# belongs to the agent), checks their sha256 and installs them atomically (mode 0600). Then it executes the verified
+# bytes themselves, not the file again (issue #14: a file planted at the agent's path was run because only its
+# existence was checked). Prints HAVE or NEED first; a refusal is one JSON line {"ok": false, "error": ...}.
 AGENT_BOOT = (
-    "import os,sys\n"
-    "a,n=sys.argv[1],int(sys.argv[2])\n"
-    "if os.path.exists(a):\n print('HAVE',flush=True)\n"
+    "import hashlib,json,os,stat,sys\n"
+    "a,h,n=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
+    "def no(m):\n print(json.dumps({'ok':False,'error':m}),flush=True);sys.exit(0)\n"
+    "d=os.path.dirname(a) or '.';w=os.path.dirname(d) or '.'\n"
+    "for p in (w,d):\n"
+    " try:os.makedirs(p,0o700)\n"
+    " except FileExistsError:pass\n"
+    " except OSError as e:no('cannot create the work dir %s: %s'%(p,e.strerror))\n"
+    " s=os.stat(p) if p==w else os.lstat(p)\n"
+    " if not stat.S_ISDIR(s.st_mode):no('%s is not a directory'%p)\n"
+    " if s.st_mode&0o002:no('the work dir %s is writable by others (mode %o); refusing to run the agent from it'"
+    "%(os.path.abspath(p),stat.S_IMODE(s.st_mode)))\n"
+    " if s.st_uid not in (os.geteuid(),0):no('the work dir %s belongs to uid %d, not to this user; refusing to run the"
+    " agent from it'%(os.path.abspath(p),s.st_uid))\n"
+    "try:\n with open(a,'rb') as f:b=f.read()\n"
+    "except OSError:b=None\n"
+    "if b is not None and hashlib.sha256(b).hexdigest()==h:print('HAVE',flush=True)\n"
     "else:\n"
     " print('NEED',flush=True);b=b''\n"
-    " while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c: sys.exit(97)\n  b+=c\n"
-    " os.makedirs(os.path.dirname(a) or '.',exist_ok=True);t=a+'.tmp.%d'%os.getpid()\n"
-    " f=open(t,'wb');f.write(b);f.close();os.replace(t,a)\n"
-    "sys.argv=[a]+sys.argv[3:]\nimport runpy\nrunpy.run_path(a,run_name='__main__')\n"
+    " while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c:sys.exit(97)\n  b+=c\n"
+    " if hashlib.sha256(b).hexdigest()!=h:no('the agent arrived corrupted (sha256 mismatch)')\n"
+    " t='%s.tmp.%d'%(a,os.getpid())\n"
+    " try:\n"
+    "  fd=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600);os.write(fd,b);os.fsync(fd);os.close(fd);os.replace(t,a)\n"
+    " except OSError as e:no('cannot install the agent in %s: %s'%(d,e.strerror))\n"
+    "sys.argv=[a]+sys.argv[4:]\n"
+    "exec(compile(b,a,'exec'),{'__name__':'__main__','__file__':a,'__builtins__':__builtins__})\n"
 )
 
 

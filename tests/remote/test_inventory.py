@@ -98,6 +98,20 @@ def agent(tmp_path):
     return mod
 
 
+def hold_lock(agent, token: str) -> int:
+    """Take the deploy lock as the lock agent does (the flock on W/lock, and lock.json naming this process by pid and
+    start time); the returned descriptor holds it until closed."""
+    import fcntl
+    import os
+
+    Path(agent.W).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(agent.W) / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    start = agent._proc_starttime(os.getpid())[0]
+    (Path(agent.W) / "lock.json").write_text(json.dumps({"token": token, "pid": os.getpid(), "starttime": start}))
+    return fd
+
+
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\b", ""])
 def test_agent_refuses_paths_escaping_the_release(agent, bad):
     with pytest.raises(agent.AgentError, match="unsafe path"):
@@ -108,13 +122,13 @@ def test_agent_materialize_refuses_escape_and_needs_lock(agent, tmp_path):
     rel = {"id": "r1", "payload": {"files": {"../../evil": {"sha256": "0" * 64}}}}
     with pytest.raises(agent.AgentError, match="lock is not held"):
         agent.op_materialize({"release": rel})
-    Path(agent.W).mkdir(parents=True)
-    (Path(agent.W) / "lock.json").write_text(json.dumps({"token": "t", "pid": __import__("os").getpid()}))
+    fd = hold_lock(agent, "t")
     with pytest.raises(agent.AgentError, match="unsafe path"):
         agent.op_materialize({"release": rel, "lock_token": "t"})
     assert not (tmp_path / "evil").exists()
     with pytest.raises(agent.AgentError, match="bad release id"):
         agent.op_materialize({"release": {"id": "../x"}, "lock_token": "t"})
+    __import__("os").close(fd)
 
 
 def test_agent_commit_verifies_sha256(agent):

@@ -8,6 +8,7 @@ server_args) on --host/--port. Knobs (environment, set through the profile's `en
     STANDIN_EXIT=3             exit with that status right after start (a server that crashes)
     STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM (stop must escalate to SIGKILL)
     STANDIN_SERVE=key=value    report `key` as `value` in /get_server_info (a server that runs something else)
+    STANDIN_PRINT_ENV=NAME     print NAME=value of that environment variable at start (a server logging a secret)
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
@@ -54,6 +55,9 @@ def main():
     started = time.time()
     print(f"[standin] pid {os.getpid()} argv {json.dumps(argv)}", flush=True)
     print(f"[standin] cwd {os.getcwd()} release {os.environ.get('DDTCTL_RELEASE')}", flush=True)
+    if os.environ.get("STANDIN_PRINT_ENV"):
+        name = os.environ["STANDIN_PRINT_ENV"]
+        print(f"[standin] {name}={os.environ.get(name)}", flush=True)
     if os.environ.get("STANDIN_EXIT"):
         print("[standin] crashing on purpose (STANDIN_EXIT)", flush=True)
         sys.exit(int(os.environ["STANDIN_EXIT"]))
