@@ -44,10 +44,11 @@ SEED ?=
 fidelity-fuzz: setup sglang-env
 	$(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED))
 
-# Long random runs of the kernel property tests: a fresh seed each run (printed), 20x the examples. CI's `make test`
-# runs the same tests from a fixed, printed seed.
+# Long random runs of every property test (the kernels', the unified-diff round trip's): a fresh seed each run
+# (printed), 20x the examples. CI's `make test` runs the same tests from a fixed, printed seed
+# (tests/seeded_hypothesis.py).
 fuzz: setup
-	DDTCTL_FUZZ=1 $(BIN)/python -m pytest -q tests/kernels -m hypothesis
+	DDTCTL_FUZZ=1 $(BIN)/python -m pytest -q tests/kernels tests/overlay/test_udiff.py -m hypothesis
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from kernels_hypothesis import seeded
+from seeded_hypothesis import seeded
 
 from ddtctl.kernels import reference as R
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
-from kernels_hypothesis import seeded
+from seeded_hypothesis import seeded
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")

@@ -1,12 +1,14 @@
-"""Seeded hypothesis settings for the kernel property tests (issue #14: a property test failed once on a fresh clone).
+"""Seeded hypothesis settings for every random property test (issue #14: a property test failed once on a fresh clone;
+a test that fails one run in N blocks any submission at random). Used by tests/kernels and tests/overlay/test_udiff.py;
+tests/conftest.py prints the seed.
 
-CI, the default: every property test here starts from one fixed seed (`SEED`) with no example database, so `make test`
+CI, the default: every property test starts from one fixed seed (`SEED`) with no example database, so `make test`
 tries the same examples on every machine and every run. The seed is printed in pytest's summary and beside any
-failure (tests/kernels/conftest.py).
+failure.
 
-Fuzz, ``DDTCTL_FUZZ=1``: a fresh random seed per run (printed at the start and in the summary) and every test's
-example count times ``DDTCTL_FUZZ_SCALE`` (default 20). ``DDTCTL_HYPOTHESIS_SEED=N`` replays seed N in either mode.
-Run them with ``DDTCTL_FUZZ=1 .venv/bin/python -m pytest -q tests/kernels -m hypothesis``.
+Fuzz, ``DDTCTL_FUZZ=1`` (`make fuzz`): a fresh random seed per run (printed at the start and in the summary) and every
+test's example count times ``DDTCTL_FUZZ_SCALE`` (default 20). ``DDTCTL_HYPOTHESIS_SEED=N`` replays seed N in either
+mode.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ SCALE = max(1, int(os.environ.get("DDTCTL_FUZZ_SCALE", "20"))) if FUZZ else 1
 
 def describe() -> str:
     mode = f"fuzz, {SCALE}x examples" if FUZZ else "fixed for CI"
-    return f"kernel property tests: hypothesis seed {SEED} ({mode}; replay with DDTCTL_HYPOTHESIS_SEED={SEED})"
+    return f"property tests: hypothesis seed {SEED} ({mode}; replay with DDTCTL_HYPOTHESIS_SEED={SEED})"
 
 
 def seeded(max_examples: int, **kw):
     """``@settings`` + ``@seed(SEED)`` for a ``@given`` test: max_examples (times SCALE under fuzz), no deadline (the
-    Triton interpreter's first call compiles), no example database (replaying saved failures would make runs
-    differ by machine)."""
+    Triton interpreter's first call compiles; CI machines vary), no example database (replaying saved failures would
+    make runs differ by machine)."""
     def decorate(test):
         test = settings(max_examples=max_examples * SCALE, deadline=None, database=None, **kw)(test)
         return seed(SEED)(test)
