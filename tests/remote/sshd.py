@@ -32,8 +32,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _keygen(path: Path, kind: str = "ed25519") -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "ddtctl-test", "-f", str(path)], check=True)
+def _keygen(path: Path, kind: str = "ed25519", keygen: str = "ssh-keygen", env: dict | None = None) -> None:
+    subprocess.run([keygen, "-q", "-t", kind, "-N", "", "-C", "ddtctl-test", "-f", str(path)], check=True, env=env)
 
 
 @dataclass
@@ -78,22 +78,25 @@ class Sshd:
                 self.proc.wait(5)
 
 
-def start_sshd(root: Path) -> Sshd:
-    sshd = find_sshd()
+def start_sshd(root: Path, *, sshd: str | None = None, sftp: str | None = None, keygen: str = "ssh-keygen",
+               env: dict | None = None, extra_config: str = "") -> Sshd:
+    """Start sshd (default: the system's) on a free port. bench/deploy_gpu.py passes unpacked Debian binaries
+    (sshd, sftp-server, ssh-keygen), `env` for them (LD_LIBRARY_PATH) and `extra_config` (SetEnv lines)."""
+    sshd = sshd or find_sshd()
     if not sshd:
         raise RuntimeError("sshd not found; install openssh-server (make system-deps)")
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    _keygen(root / "host_ed25519")
-    _keygen(root / "client_ed25519")
+    _keygen(root / "host_ed25519", keygen=keygen, env=env)
+    _keygen(root / "client_ed25519", keygen=keygen, env=env)
     (root / "authorized_keys").write_text((root / "client_ed25519.pub").read_text())
     os.chmod(root / "authorized_keys", 0o600)
     user = getpass.getuser()
     # sshd refuses to start without its privilege-separation dir when run as root
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    sftp = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
-                             "/usr/lib/ssh/sftp-server") if os.path.exists(p)), "internal-sftp")
+    sftp = sftp or next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                                     "/usr/lib/ssh/sftp-server") if os.path.exists(p)), "internal-sftp")
     last_err = ""
     for _attempt in range(5):
         port = _free_port()
@@ -116,11 +119,11 @@ MaxStartups 64:30:128
 MaxSessions 64
 LogLevel VERBOSE
 Subsystem sftp {sftp}
-"""
+{extra_config}"""
         )
         log = open(root / "sshd.log", "ab")
         proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=env)
         deadline = time.time() + 10
         while time.time() < deadline and proc.poll() is None:
             try:

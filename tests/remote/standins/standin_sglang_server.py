@@ -9,6 +9,9 @@ server_args) on --host/--port. Knobs (environment, set through the profile's `en
     STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM (stop must escalate to SIGKILL)
     STANDIN_SERVE=key=value    report `key` as `value` in /get_server_info (a server that runs something else)
     STANDIN_PRINT_ENV=NAME     print NAME=value of that environment variable at start (a server logging a secret)
+POST /generate ({"input_ids": [...], "sampling_params": {"max_new_tokens": N}}) answers `output_ids`: a fixed
+function of the prompt, the same whatever the algorithm (as greedy decoding must be), so bench/deploy_gpu.py's CPU
+rehearsal can compare a deployed server's outputs with a plain one's. STANDIN_GENERATE_SALT=x changes that function.
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
@@ -47,6 +50,19 @@ def coerce(v):
         except ValueError:
             pass
     return v
+
+
+def continuation(ids, n, salt=""):
+    """`n` token ids after `ids`: each a hash of the last 8 ids (a deterministic stand-in for greedy decoding)."""
+    import hashlib
+
+    seq, out = list(ids), []
+    for _ in range(n):
+        h = hashlib.blake2b((salt + ",".join(map(str, seq[-8:]))).encode(), digest_size=8).digest()
+        tok = 1000 + int.from_bytes(h, "little") % 150000
+        out.append(tok)
+        seq.append(tok)
+    return out
 
 
 def main():
@@ -98,6 +114,21 @@ def main():
                 self._send(200, json.dumps(info).encode())
             else:
                 self._send(404)
+
+        def do_POST(self):
+            if self.path != "/generate":
+                return self._send(404)
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            n = int((body.get("sampling_params") or {}).get("max_new_tokens", 16))
+            out = continuation(body.get("input_ids") or [], n, os.environ.get("STANDIN_GENERATE_SALT", ""))
+            meta = {"completion_tokens": len(out)}
+            if args.get("speculative_algorithm"):
+                meta.update(spec_accept_length=1.0, spec_verify_ct=len(out))
+            if body.get("return_logprob"):
+                meta["output_token_logprobs"] = [[-0.1, t, None] for t in out]
+                if body.get("top_logprobs_num"):
+                    meta["output_top_logprobs"] = [[[-0.1, t, None], [-2.5, t + 1, None]] for t in out]
+            self._send(200, json.dumps({"output_ids": out, "meta_info": meta}).encode())
 
     srv = ThreadingHTTPServer((str(args.get("host", "127.0.0.1")), int(args.get("port", 30000))), Handler)
     print(f"[standin] serving on {srv.server_address}", flush=True)
