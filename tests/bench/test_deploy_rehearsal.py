@@ -1,0 +1,127 @@
+"""bench/deploy_gpu.py (issue #16's one-call `ddtctl deploy` on the H200) on the CPU: its helpers, and the whole
+CPU rehearsal -- every phase against a real local sshd, the managed SGLang env as the host's SGLang (real payload
+build, SGLang's resolver on the host, the overlay installer), tests/remote's stand-in server instead of SGLang."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dg():
+    spec = importlib.util.spec_from_file_location("deploy_gpu", REPO / "bench" / "deploy_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+def _events(*lines):
+    return [(0.0, ln) for ln in lines]
+
+
+def test_stage_times_attribute_each_interval_to_the_stage_that_reports_it(dg):
+    ev = _events("  0.01s · facts     [h200] connecting", "  0.40s · facts     [h200] vm: 1x H200",
+                 "  0.42s ✓ preflight [h200] gpus ok", "  1.00s · plan      [h200] first deploy",
+                 "  3.00s ✓ ship      [h200] 28 file(s) sent", "  3.00s · dry-run   [h200] resolver",
+                 "        [h200] | a server log line 99.00s · facts",
+                 " 20.00s ✓ dry-run   [h200] accepted", " 30.00s ✗ health    [h200] the server process exited",
+                 " 31.00s ! rollback  [h200] restoring release r1", " 90.00s · health    [h200] /health 200",
+                 " 91.00s ✓ rollback  [h200] release r1: healthy")
+    t = dict(dg.stage_times(ev, wall_s=92.5))
+    assert t["facts"] == pytest.approx(0.40) and t["ship"] == pytest.approx(2.0)
+    assert t["dry-run"] == pytest.approx(17.0) and t["health"] == pytest.approx(10.0)
+    assert t["rollback"] == pytest.approx(61.0)  # the old release's restart and health wait
+    assert t["(cli start + exit)"] == pytest.approx(1.5)
+    assert sum(t.values()) == pytest.approx(92.5)
+
+
+def test_setenv_is_one_directive_with_the_cuda_environment_only(dg):
+    line = dg.setenv_line({"PATH": "/usr/local/cuda/bin:/usr/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+                           "NCCL_NVLS_ENABLE": "0", "HF_TOKEN": "x", "CUDA_API_KEY": "y", "HOME": "/root",
+                           "CUDA_ODD": 'has "quotes"'})
+    assert line.count("SetEnv") == 1 and line.endswith("\n")  # sshd keeps only its first SetEnv line
+    assert '"PATH=/usr/local/cuda/bin:/usr/bin"' in line and '"NCCL_NVLS_ENABLE=0"' in line
+    assert "TOKEN" not in line and "API_KEY" not in line and "HOME" not in line and "ODD" not in line
+    assert dg.setenv_line({"HOME": "/root"}) == ""
+
+
+def _ar(members: dict[str, bytes]) -> bytes:
+    out = b"!<arch>\n"
+    for name, data in members.items():
+        out += f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode() + data
+        out += b"\n" if len(data) % 2 else b""
+    return out
+
+
+def test_unpack_deb_writes_files_and_relative_links_inside_the_destination(dg, tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tf:
+        def add(name, data=b"", kind=tarfile.REGTYPE, link=""):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size, info.mode = kind, link, len(data), 0o755
+            tf.addfile(info, io.BytesIO(data) if data else None)
+        add("./usr/sbin", kind=tarfile.DIRTYPE)
+        add("./usr/sbin/sshd", b"\x7fELF fake")
+        add("./usr/bin/slogin", kind=tarfile.SYMTYPE, link="ssh")
+        add("./usr/lib/evil", kind=tarfile.SYMTYPE, link="/etc/passwd")
+        add("../outside", b"no")
+    deb = tmp_path / "x.deb"
+    deb.write_bytes(_ar({"debian-binary": b"2.0\n", "control.tar.xz": b"", "data.tar.xz": buf.getvalue()}))
+    dest = tmp_path / "root"
+    written = dg.unpack_deb(deb, dest)
+    assert (dest / "usr/sbin/sshd").read_bytes() == b"\x7fELF fake" and os.access(dest / "usr/sbin/sshd", os.X_OK)
+    assert os.readlink(dest / "usr/bin/slogin") == "ssh"
+    assert not (dest / "usr/lib/evil").exists() and not (tmp_path / "outside").exists()
+    assert sorted(written) == ["usr/bin/slogin", "usr/sbin/sshd"]
+
+
+@pytest.mark.ssh
+@pytest.mark.sglang
+def test_cpu_rehearsal_runs_every_phase(tmp_path):
+    from ddtctl import envs
+
+    sys.path.insert(0, str(REPO / "tests" / "remote"))
+    from sshd import find_sshd
+
+    env = envs.managed_env("0.5.23")
+    if not env.exists or getattr(env, "status", "ready") != "ready":
+        pytest.skip("managed SGLang 0.5.23 env not built (make sglang-env)")
+    if not find_sshd():
+        pytest.skip("sshd not installed (make system-deps)")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", "--work",
+                        str(tmp_path / "work"), "--budget-s", "150"], env={**os.environ, "OUT": str(out)},
+                       capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    res = json.loads((out / "deploy_gpu.json").read_text())
+    assert res["ok"] and [ph["status"] for ph in res["phases"]] == ["ok"] * 11
+    assert res["deploys"]["deploy"]["status"] == "deployed"
+    assert res["deploys"]["redeploy"]["status"] == "unchanged"
+    assert res["deploys"]["broken"]["status"] == "rolled_back"
+    timings = (out / "timings.txt").read_text()
+    for stage in ("ship", "dry-run", "warmup", "health", "rollback"):
+        assert f"\n{stage} " in timings
+    transcript = (out / "transcript.txt").read_text()
+    assert "hosts.yaml:" in transcript and "$ ddtctl stop h200" in transcript and "stopped release" in transcript
+    # the payload went into the host-site copy only: the managed env's SGLang files are still pristine
+    manifest = json.loads((tmp_path / "work" / "payload-build" / "payload" / "ddtree-manifest.json").read_text())
+    site = Path(res["meta"]["host_python"]["sites"][1])
+    patched = [e for e in manifest["files"] if e.get("base_sha256")]
+    assert patched
+    for e in patched:
+        assert hashlib.sha256((site / e["path"]).read_bytes()).hexdigest() == e["base_sha256"], e["path"]
+    assert not (site / "ddtree_sglang").exists()
