@@ -29,7 +29,16 @@ from ddtctl.remote.payload import (Manifest, ShipResult, build_manifest, list_st
 from ddtctl.remote.transport import AGENT_SOURCE, Connection, ConnectionLost, LockHeld
 
 SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
-SECRET_FLAG = re.compile(r"(api-key|token|secret|password|passwd|credential)", re.I)
+# A flag is secret by its words (dash-separated), not by substrings: `--api-key`, `--admin-api-key`, `--hf-token`,
+# `--ssl-keyfile-password`, `--watermark-key-b` are; `--max-total-tokens`, `--skip-tokenizer-init` and
+# `--speculative-token-map` (a path) are not.
+SECRET_WORDS = frozenset({"key", "apikey", "secret", "password", "passwd", "credential", "credentials"})
+
+
+def is_secret_flag(flag: str) -> bool:
+    words = flag.lstrip("-").split("=", 1)[0].replace("_", "-").lower().split("-")
+    return bool(SECRET_WORDS & set(words)) or words[-1] == "token"
+
 # Served fields that must equal what was resolved (the identity of the launch).
 IDENTITY_FIELDS = ("speculative_algorithm", "tp_size", "pp_size", "dp_size", "nnodes", "node_rank")
 DDTREE_PREFIX = "speculative_ddtree_"
@@ -75,7 +84,7 @@ def mask_argv(argv: list[str]) -> list[str]:
     """`--api-key X` -> `--api-key ***` (also `--x-token=X`): secrets never reach a terminal or a JSON report."""
     out = list(argv)
     for i, a in enumerate(out):
-        if a.startswith("--") and SECRET_FLAG.search(a):
+        if a.startswith("--") and is_secret_flag(a):
             if "=" in a:
                 out[i] = a.split("=", 1)[0] + "=***"
             elif i + 1 < len(out) and not out[i + 1].startswith("--"):
@@ -86,12 +95,25 @@ def mask_argv(argv: list[str]) -> list[str]:
 def secret_values(argv: list[str], env: dict[str, str]) -> set[str]:
     vals = {v for k, v in env.items() if SECRET_ENV.search(k)}
     for i, a in enumerate(argv):
-        if a.startswith("--") and SECRET_FLAG.search(a):
+        if a.startswith("--") and is_secret_flag(a):
             if "=" in a:
                 vals.add(a.split("=", 1)[1])
-            elif i + 1 < len(argv):
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):  # a switch takes no value
                 vals.add(argv[i + 1])
     return {v for v in vals if len(v) >= 4}
+
+
+def _mask_strings(value, secrets: set[str]):
+    """Every string inside a JSON value with each secret replaced (keys too); numbers and structure untouched."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "***")
+        return value
+    if isinstance(value, list):
+        return [_mask_strings(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {_mask_strings(k, secrets): _mask_strings(v, secrets) for k, v in value.items()}
+    return value
 
 
 def mask_info(info: dict | None) -> dict | None:
@@ -99,7 +121,7 @@ def mask_info(info: dict | None) -> dict | None:
         return info
     out = {}
     for k, v in info.items():
-        if SECRET_FLAG.search(k.replace("_", "-")) and v not in (None, "", False):
+        if is_secret_flag(k) and v not in (None, "", False):
             out[k] = "***"
         elif k in ("argv", "launch_argv", "launch_command") and isinstance(v, list):
             out[k] = mask_argv([str(x) for x in v])
@@ -458,7 +480,7 @@ class HostPlan:
         d = dict(self.__dict__)
         d["env"] = mask_env(self.env)
         d["launch_argv"] = mask_argv(self.launch_argv)
-        d["argv_diff"] = [(k, "***" if SECRET_FLAG.search(k) else o, "***" if SECRET_FLAG.search(k) else n)
+        d["argv_diff"] = [(k, "***" if is_secret_flag(k) else o, "***" if is_secret_flag(k) else n)
                           for k, o, n in self.argv_diff]
         d["unchanged"] = self.unchanged
         return d
@@ -828,10 +850,7 @@ class DeployResult:
 
     def to_json(self) -> dict:
         """Secrets (from the profile's argv/env) are masked everywhere in the report, SGLang's answers included."""
-        text = json.dumps(self._json(), default=str)
-        for secret in self.secrets:
-            text = text.replace(json.dumps(secret)[1:-1], "***")
-        return json.loads(text)
+        return _mask_strings(json.loads(json.dumps(self._json(), default=str)), self.secrets)
 
     def _json(self) -> dict:
         return {
@@ -1117,7 +1136,7 @@ def _describe_plan(hp: HostPlan) -> str:
     if hp.start:
         parts.append("start server")
     if hp.argv_diff:
-        parts.append("argv: " + ", ".join(f"--{k} {o!r} -> {n!r}" if not SECRET_FLAG.search(k) else f"--{k} changed"
+        parts.append("argv: " + ", ".join(f"--{k} {o!r} -> {n!r}" if not is_secret_flag(k) else f"--{k} changed"
                                           for k, o, n in hp.argv_diff[:8]))
     return "; ".join(parts)
 
