@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
+# C0 controls but tab, DEL and C1 controls: a newline would break the one-line contract, an ESC lets a profile key or
+# a file name repaint the user's terminal (issue #14 corpus: `"\x1b[31mred": 1` under `server:`).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """`text` with control characters written as escapes (\\n, \\x1b), safe to print on one terminal line."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
 
 class ExitCode:
     OK = 0
@@ -31,7 +43,7 @@ class DdtctlError(Exception):
         parts.append(self.message)
         if self.fix:
             parts.append(f" (fix: {self.fix})")
-        return "".join(parts)
+        return printable("".join(parts))
 
     def __str__(self) -> str:
         return self.one_line()

@@ -281,14 +281,17 @@ def discover_profiles(paths: list[str]) -> list[Path]:
                 if not inside:
                     raise ProfileError("directory holds no profiles (*.yaml, *.yml)", where=str(p))
                 found.extend(inside)
-            elif p.exists():
+            elif p.exists() or p.is_symlink():  # a dangling or looping link: reading it says which
                 found.append(p)
             else:
                 raise ProfileError("no such file", where=str(p))
     seen: set[Path] = set()
     unique = []
     for p in found:
-        key = p.resolve()
+        try:
+            key = p.resolve()
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            key = p.absolute()
         if key not in seen:
             seen.add(key)
             unique.append(p)

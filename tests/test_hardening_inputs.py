@@ -338,3 +338,17 @@ def test_defect11_a_1mb_profile_of_unknown_keys_validates_in_seconds(tmp_path):
     run = ddtctl("validate", "--format", "json", path, timeout=120)
     assert run.returncode == 1 and run.stdout.count('"DDT001"') == i
     assert time.monotonic() - start < 30  # before: ~100 s (two difflib searches per key)
+
+
+# -- beyond the 15: control characters from the input reached the terminal raw (found by the bad-input corpus) ----------
+def test_control_characters_from_the_input_are_escaped_in_the_output(tmp_path):
+    path = tmp_path / "cc.yaml"
+    path.write_text('name: t\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  "tp-size\\nport": 1\n'
+                    '  "\\x1b[2J\\x1b[31mred": 2\n')
+    run = ddtctl("validate", path)
+    assert run.returncode == 1 and "\x1b" not in run.stdout  # before: ESC[2J cleared the user's screen
+    assert "--\\x1b[2j\\x1b[31mred" in run.stdout and "--tp-size\\nport" in run.stdout
+    assert all(line.startswith(("\u2717", "  ")) for line in run.stdout.splitlines())  # no line broken by the key
+    run = ddtctl("diff-flags", path, REPO / "profiles" / "qwen3-8b-ddtree.yaml")
+    one_line_error(run, 2, "server.tp-size\\nport: unknown SGLang 0.5.23 flag")
+    assert run.stderr.count("\n") == 1 and "\x1b" not in run.stderr

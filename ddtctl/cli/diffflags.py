@@ -27,7 +27,9 @@ def _field_change(change) -> str:
 def _esc(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    from ddtctl.errors import printable
+
+    return escape(printable(text))  # keys and values come from the input: no raw control characters out
 
 
 def _print_catalog_diff(diff, *, all_added: bool = True) -> None:

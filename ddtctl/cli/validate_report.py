@@ -83,23 +83,25 @@ def _apply_fixes(results, gpu):
 def _print_results(results, *, quiet: bool) -> None:
     """Plain text with ANSI colour on a terminal (no rich: this is the hot path of every pre-commit run)."""
     from ddtctl.cli.term import Term
+    from ddtctl.errors import printable as p
 
     t = Term()
     valid = sum(1 for r in results if r.valid and not r.error)
     for r in results:
+        source = p(r.source)  # file names, keys and values come from the input: no raw control characters out
         if r.error:
-            t.line(f"{t.red('✗')} {r.source}: {t.red(r.error)}")
+            t.line(f"{t.red('✗')} {source}: {t.red(p(r.error))}")
             continue
         if r.valid and quiet:
             continue
-        t.line(f"{t.green('✓') if r.valid else t.red('✗')} {r.source}" + ("" if r.valid else ": " + t.red("invalid")))
+        t.line(f"{t.green('✓') if r.valid else t.red('✗')} {source}" + ("" if r.valid else ": " + t.red("invalid")))
         if r.fix_refused:
-            t.line(f"  {t.red('--fix refused:')} {r.fix_refused}")
+            t.line(f"  {t.red('--fix refused:')} {p(r.fix_refused)}")
         for f in r.findings:
-            where = f"{r.source}:{f.line}" if f.line else r.source
-            t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {f.message}")
+            where = f"{source}:{f.line}" if f.line else source
+            t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {p(f.message)}")
             if f.fix:
-                t.line(f"          {t.dim('fix:')} {f.fix}")
+                t.line(f"          {t.dim('fix:')} {p(f.fix)}")
     if len(results) > 1:
         t.line(f"{valid}/{len(results)} valid")
     t.flush()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ddtctl.errors import UsageError
 
+MAX_LOGITS_BYTES = 512 * 1024 * 1024  # one request's draft logits: L rows over a vocabulary (16 x 152k float32: 10 MB)
+
 
 @dataclass
 class TreeNode:
@@ -38,13 +40,21 @@ class TreeReport:
 def load_logits(path: str):
     import numpy as np
 
-    p = Path(path)
-    if not p.is_file():
+    import io
+
+    from ddtctl.safeio import read_regular
+
+    if not Path(path).exists() and not Path(path).is_symlink():
         raise UsageError(f"no such file: {path}", fix="give a .npy file holding draft logits [L, V]")
+    # a regular file of bounded size (a FIFO or /dev/zero is refused, not read), parsed from memory
+    raw = read_regular(path, MAX_LOGITS_BYTES, what=".npy logits", fix="give a .npy file holding draft logits [L, V]")
+    if raw.startswith(b"PK"):
+        raise UsageError(f"{path}: holds several arrays (.npz), expected one [L, V] array", fix="save with numpy.save")
+    _check_npy_header(path, raw)
     try:
-        x = np.load(p, allow_pickle=False)
+        x = np.load(io.BytesIO(raw), allow_pickle=False)
     except Exception as err:
-        raise UsageError(f"cannot read {path} as .npy: {err}", fix="save the logits with numpy.save") from None
+        raise UsageError(f"cannot read {path} as .npy: {str(err)[:200]}", fix="save the logits with numpy.save") from None
     if x.ndim == 3 and x.shape[0] == 1:
         x = x[0]
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:
@@ -67,6 +77,30 @@ def load_logits(path: str):
             x = x - x.max(axis=1, keepdims=True)
     with np.errstate(over="ignore"):
         return x.astype(np.float32)
+
+
+def _check_npy_header(path: str, raw: bytes) -> None:
+    """The .npy header must describe exactly the bytes that follow it: a header claiming a 37 GiB array over 24 bytes
+    of data made numpy try to allocate it (found by the bad-input corpus), and a text file was read as a pickle."""
+    import io
+
+    import numpy as np
+    from numpy.lib import format as npformat
+
+    f = io.BytesIO(raw)
+    try:
+        version = npformat.read_magic(f)
+        read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+        shape, _, dtype = read(f)
+    except Exception as err:  # no NUMPY magic, or a header numpy cannot parse
+        raise UsageError(f"{path}: not a .npy file ({str(err)[:120]})", fix="save the logits with numpy.save") from None
+    if dtype.hasobject:
+        raise UsageError(f"{path}: holds Python objects (a pickle), not numbers", fix="save float logits")
+    want = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    have = len(raw) - f.tell()
+    if want != have:
+        raise UsageError(f"{path}: the header says shape {tuple(shape)} ({want} bytes) but {have} bytes follow it",
+                         fix="the file is truncated or forged; save the logits again with numpy.save")
 
 
 def tree_report(path: str, budget: int) -> TreeReport:

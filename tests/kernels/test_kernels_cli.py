@@ -79,6 +79,23 @@ def test_tree_float64_logits_beyond_float32_range_give_no_nan(tmp_path):
     assert all(0.0 <= n["prob"] <= 1.0 for n in nodes)
 
 
+def test_tree_refuses_a_forged_npy_header_without_allocating_it(tmp_path):
+    """Found by the bad-input corpus (issue #14): a header claiming a (99999, 99999) float32 array over 24 bytes of
+    data made numpy try to allocate 37 GiB."""
+    import io
+
+    from numpy.lib import format as npformat
+
+    buf = io.BytesIO()
+    npformat.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (99999, 99999)})
+    buf.write(np.zeros((2, 3), dtype=np.float32).tobytes())
+    path = tmp_path / "forged.npy"
+    path.write_bytes(buf.getvalue())
+    run = ddtctl("kernels", "tree", "--logits", path, "--budget", 2)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "the header says shape (99999, 99999)" in run.stderr and "allocate" not in run.stderr
+
+
 def test_selftest_cpu_passes_and_reports_json():
     run = ddtctl("kernels", "selftest", "--device", "cpu", "--quick", "--format", "json", timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
