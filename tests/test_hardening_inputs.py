@@ -213,7 +213,7 @@ def test_defect4_fix_inserts_after_a_block_list_not_inside_it(tmp_path):
     run = ddtctl("validate", "--fix", path)
     assert run.returncode == 0, run.stdout + run.stderr
     server = yaml.safe_load(path.read_text())["server"]
-    assert server["cuda-graph-bs-decode"] == [1, 2]  # before: the keys landed between `cuda-graph-bs-decode:` and its items
+    assert server["cuda-graph-bs-decode"] == [1, 2]  # before: the keys landed between the key and its items
     assert server["mamba-radix-cache-strategy"] == "extra_buffer" and server["mamba-full-memory-ratio"] == 0.5
 
 
@@ -266,7 +266,7 @@ def test_defect8_valid_numbers_still_pass():
     assert r.valid, [f.message for f in r.errors]
 
 
-# -- 9: crashes instead of one-line errors ------------------------------------------------------------------------------
+# -- 9: crashes instead of one-line errors -----------------------------------------------------------------------------
 def _deep(n: int) -> str:
     return "name: t\nmodel: {path: /m}\nserver:\n  cuda-graph-bs-decode: " + "[" * n + "]" * n + "\n"
 
@@ -340,7 +340,7 @@ def test_defect11_a_1mb_profile_of_unknown_keys_validates_in_seconds(tmp_path):
     assert time.monotonic() - start < 30  # before: ~100 s (two difflib searches per key)
 
 
-# -- beyond the 15: control characters from the input reached the terminal raw (found by the bad-input corpus) ----------
+# -- beyond the 15: control characters from the input reached the terminal raw (found by the bad-input corpus) ---------
 def test_control_characters_from_the_input_are_escaped_in_the_output(tmp_path):
     path = tmp_path / "cc.yaml"
     path.write_text('name: t\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  "tp-size\\nport": 1\n'

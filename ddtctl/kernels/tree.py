@@ -54,7 +54,8 @@ def load_logits(path: str):
     try:
         x = np.load(io.BytesIO(raw), allow_pickle=False)
     except Exception as err:
-        raise UsageError(f"cannot read {path} as .npy: {str(err)[:200]}", fix="save the logits with numpy.save") from None
+        raise UsageError(f"cannot read {path} as .npy: {str(err)[:200]}",
+                         fix="save the logits with numpy.save") from None
     if x.ndim == 3 and x.shape[0] == 1:
         x = x[0]
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 2:

@@ -83,7 +83,7 @@ def test_defect6_a_work_dir_writable_by_others_is_refused(lab):
         conn.agent("hello")
 
 
-# -- 7: secrets at rest, and in `ddtctl logs` ---------------------------------------------------------------------------
+# -- 7: secrets at rest, and in `ddtctl logs` --------------------------------------------------------------------------
 @pytest.mark.ssh
 def test_defect7_secrets_are_private_at_rest_and_masked_in_logs(lab):
     from ddtctl.deploy import DeployOptions, deploy, host_logs, spec_from_profile
@@ -111,7 +111,7 @@ def test_defect7_secrets_are_private_at_rest_and_masked_in_logs(lab):
     assert token not in "".join(got) and api_key not in "".join(got)
 
 
-# -- 9 (inventory): numbers in hosts.yaml --------------------------------------------------------------------------------
+# -- 9 (inventory): numbers in hosts.yaml ------------------------------------------------------------------------------
 @pytest.mark.parametrize("entry, needle", [
     ("connect_timeout_s: soon", "connect_timeout_s must be a number, got 'soon'"),
     ("command_timeout_s: .nan", "command_timeout_s must be between"),
@@ -188,7 +188,7 @@ def test_defect14_a_host_listed_twice_is_refused(tmp_path):
         load_inventory(inv)
 
 
-# -- 15: the deploy lock ------------------------------------------------------------------------------------------------
+# -- 15: the deploy lock -----------------------------------------------------------------------------------------------
 def _agent(op: str, work: Path, stdin=subprocess.DEVNULL, **params) -> subprocess.Popen:
     blob = base64.b64encode(json.dumps(dict(params, work_dir=str(work))).encode()).decode()
     return subprocess.Popen([sys.executable, str(AGENT), op, blob], stdin=stdin, stdout=subprocess.PIPE,
