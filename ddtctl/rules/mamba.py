@@ -13,27 +13,40 @@ def _strategy(ctx: Context) -> str:
     return ctx.get("mamba_radix_cache_strategy") or "auto"
 
 
+def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
+    """(page size, attention backend, radix cache off) when SGLang validates the mamba cache (model_hook.py:737,
+    after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 / 64 on SM100)."""
+    from ddtctl.rules.hooks import resolve
+
+    res = resolve(ctx)
+    if res is None:
+        return ctx.given.get("page_size"), ctx.get("attention_backend"), bool(ctx.get("disable_radix_cache"))
+    return res.page_at_mamba, res.attention_at_mamba, res.radix_at_mamba
+
+
 def _mamba_cache_active(ctx: Context) -> bool:
-    return bool(ctx.is_hybrid) and not ctx.get("disable_radix_cache")
+    return bool(ctx.is_hybrid) and not _at_mamba(ctx)[2]
 
 
 def _effective_strategy(ctx: Context) -> str:
-    """What `auto` resolves to (overrides.py _mamba_radix_cache_resolution)."""
+    """What `auto` resolves to (overrides.py:454-487 _mamba_radix_cache_resolution)."""
     strategy = _strategy(ctx)
     if strategy != "auto":
         return strategy
     wants_overlap = not ctx.get("disable_overlap_schedule")
-    wants_paging = (ctx.get("page_size") or 1) > 1
+    wants_paging = (_at_mamba(ctx)[0] or 1) > 1
     supported = ctx.model is not None and ctx.model.architecture in EXTRA_BUFFER_ARCHITECTURES and \
         (ctx.get("linear_attn_backend") or "triton") == "triton"
     return "extra_buffer" if (wants_overlap or wants_paging) and supported else "no_buffer"
 
 
 @rule("DDT501", "an extra-buffer mamba strategy needs a hybrid model", reads=("mamba_radix_cache_strategy",),
-      needs=(FACT_MODEL,), applies=lambda ctx: _strategy(ctx) in EXTRA, reference="sglang 0.5.23 model_hook.py handle_mamba_radix_cache")
+      needs=(FACT_MODEL,), applies=lambda ctx: _strategy(ctx) in EXTRA and not _at_mamba(ctx)[2],
+      reference="sglang 0.5.23 model_hook.py:1057-1067 handle_mamba_radix_cache; "
+                "model_override_base.py:260-265 mamba_extra_buffer_of")
 def extra_buffer_non_mamba(ctx: Context):
     """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba state
-    SGLang refuses (`needs mamba state`)."""
+    SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
     if not ctx.is_hybrid:
         return Hit(f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
                    f"got {ctx.model.architecture}", fix="remove mamba-radix-cache-strategy",
@@ -59,41 +72,70 @@ def extra_buffer_supported(ctx: Context):
       applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
       and ctx.algorithm is not None, reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)")
 def track_interval(ctx: Context):
-    """With extra_buffer, `mamba_track_interval >= speculative_num_draft_tokens` (a bare AssertionError in SGLang).
-    SGLang runs this check before the speculative hook, so a block size given only through
-    `--speculative-dflash-block-size` slips through and breaks at runtime: ddtctl checks the resolved block size."""
-    tokens = ctx.given.get("speculative_num_draft_tokens") or ctx.draft_tokens()
+    """With extra_buffer, `mamba_track_interval >= speculative_num_draft_tokens` (a bare AssertionError in SGLang),
+    for an explicit `--speculative-num-draft-tokens` (SGLang checks before deriving it; DDT509 covers the derived
+    count)."""
+    tokens = ctx.given.get("speculative_num_draft_tokens")
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
         return Hit(f"--mamba-track-interval ({interval}) must be >= the speculative draft tokens ({tokens})",
                    fix=f"set mamba-track-interval to at least {tokens}", edits={"mamba_track_interval": max(tokens, 256)})
 
 
+@rule("DDT509", "mamba track interval covers the speculative block SGLang derives",
+      reads=("mamba_track_interval", "speculative_dflash_block_size"), needs=(FACT_MODEL,),
+      applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
+      and ctx.algorithm is not None and not ctx.is_set("speculative_num_draft_tokens"),
+      reference=f"{MAMBA_HOOK}:132-133 validate_mamba_extra_buffer (assert), run before speculative_hook.py "
+                "resolves the draft tokens", sglang_enforces=False)
+def track_interval_derived(ctx: Context):
+    """SGLang asserts `mamba_track_interval >= speculative_num_draft_tokens` (mamba_hook.py:132-133) before its
+    speculative hook fills the draft tokens in from `--speculative-dflash-block-size` or the DFlash drafter's
+    block size, so a launch that sets only those passes the assert with an interval below the verify block, which
+    the assert exists to prevent: ddtctl checks the derived count (stricter than SGLang's resolver)."""
+    tokens = ctx.draft_tokens()
+    interval = ctx.get("mamba_track_interval")
+    if tokens and interval is not None and interval < tokens:
+        return Hit(f"--mamba-track-interval ({interval}) is below the {tokens} draft tokens per verify that SGLang "
+                   "derives later (its own assert runs before, so it does not catch this)",
+                   fix=f"set mamba-track-interval to at least {tokens}",
+                   edits={"mamba_track_interval": max(tokens, 256)})
+
+
 @rule("DDT504", "mamba track interval is a multiple of the page size", reads=("mamba_track_interval", "page_size"),
       needs=(FACT_MODEL,), applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
-      and ctx.is_set("page_size"), reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)")
+      and _at_mamba(ctx)[0] is not None, reference=f"{MAMBA_HOOK}:134-135 validate_mamba_extra_buffer (assert); "
+      "model_hook.py:737; model_overrides/qwen3_5.py:24-48")
 def track_interval_page(ctx: Context):
-    """With extra_buffer, `mamba_track_interval % page_size == 0` (a bare AssertionError in SGLang)."""
-    interval, page = ctx.get("mamba_track_interval"), ctx.get("page_size")
+    """With extra_buffer, `mamba_track_interval % page_size == 0` (a bare AssertionError in SGLang). The page size
+    is the one SGLang has when it checks: on SM100 without --attention-backend, Qwen3-Next / Qwen3.5 / Qwen3.6
+    hybrids get page size 64 (trtllm_mha) or 1 (triton) from their model override, whatever --page-size says."""
+    interval, page = ctx.get("mamba_track_interval"), _at_mamba(ctx)[0]
     if interval is not None and page and interval % page:
-        return Hit(f"--mamba-track-interval ({interval}) must be a multiple of --page-size ({page})",
+        given = ctx.given.get("page_size")
+        source = f"--page-size ({page})" if given == page else \
+            f"the page size SGLang sets for {ctx.model.architecture} on this GPU ({page})"
+        return Hit(f"--mamba-track-interval ({interval}) must be a multiple of {source}",
                    fix=f"set mamba-track-interval to a multiple of {page}")
 
 
 @rule("DDT505", "no_buffer needs page size 1, overlap off and no trtllm_mha",
       reads=("mamba_radix_cache_strategy", "page_size", "disable_overlap_schedule"), needs=(FACT_MODEL,),
-      applies=lambda ctx: _mamba_cache_active(ctx) and _strategy(ctx) == "no_buffer",
-      reference=f"{MAMBA_HOOK} validate_mamba_no_buffer (assert)")
+      applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) == "no_buffer",
+      reference=f"{MAMBA_HOOK}:156-165 validate_mamba_no_buffer (assert); overrides.py:477-486")
 def no_buffer(ctx: Context):
     """no_buffer keeps no state snapshots: it only supports page_size 1, no overlap scheduling, and not the
-    trtllm_mha backend."""
-    if (ctx.get("page_size") or 1) != 1:
-        yield Hit("mamba strategy no_buffer only supports --page-size 1", about="page_size", fix="set page-size: 1",
+    trtllm_mha backend. `auto` falls back to no_buffer where extra_buffer is unsupported (a linear-attention
+    backend other than triton), turning overlap off itself but not the page size."""
+    page, attention, _ = _at_mamba(ctx)
+    if (page or 1) != 1:
+        yield Hit("mamba strategy no_buffer" + (" (what auto resolves to here)" if _strategy(ctx) == "auto" else "")
+                  + " only supports --page-size 1", about="page_size", fix="set page-size: 1",
                   edits={"page_size": 1})
-    if not ctx.get("disable_overlap_schedule"):
+    if _strategy(ctx) == "no_buffer" and not ctx.get("disable_overlap_schedule"):
         yield Hit("mamba strategy no_buffer does not support overlap scheduling", about="disable_overlap_schedule",
                   fix="set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True})
-    if ctx.get("attention_backend") == "trtllm_mha":
+    if attention == "trtllm_mha":
         yield Hit("mamba strategy no_buffer does not support the trtllm_mha backend", about="attention_backend")
 
 

@@ -77,29 +77,46 @@ def pipeline(ctx: Context):
 
 
 @rule("DDT606", "chunked prefill size is a multiple of the page size", reads=("chunked_prefill_size", "page_size"),
-      applies=lambda ctx: ctx.is_set("chunked_prefill_size") and ctx.is_set("page_size"), reference=VALIDATION)
+      applies=lambda ctx: ctx.is_set("chunked_prefill_size"),
+      reference=f"{VALIDATION}:240-246 check_server_args (assert); the page size as resolved "
+                "(ddtctl/rules/hooks.py resolve)")
 def chunked_page(ctx: Context):
-    """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes."""
-    size, page = ctx.get("chunked_prefill_size"), ctx.get("page_size")
+    """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes. The
+    page size is SGLang's resolved one: attention backends snap it (trtllm_mha / trtllm_mla to 64, fa4 on SM100 to
+    128, ...), and hybrid Qwen3.5/3.6 targets get 1 or 64 from their model override on SM100."""
+    from ddtctl.rules.hooks import resolved_page
+
+    size, page = ctx.get("chunked_prefill_size"), resolved_page(ctx)
     if size > 0 and page and size % page and ctx.get("disaggregation_mode") != "decode":
-        return Hit(f"--chunked-prefill-size ({size}) must be divisible by --page-size ({page})",
+        given = ctx.given.get("page_size")
+        what = f"--page-size ({page})" if given == page else f"the page size SGLang resolves here ({page})"
+        return Hit(f"--chunked-prefill-size ({size}) must be divisible by {what}",
                    fix=f"set chunked-prefill-size to a multiple of {page}")
 
 
-@rule("DDT701", "GPU generation supports the chosen attention backend", reads=("attention_backend",), needs=(FACT_GPU,),
-      applies=lambda ctx: ctx.get("attention_backend") in ("fa3", "trtllm_mha"),
-      reference="sglang 0.5.23 srt/arg_groups/attention_hook.py (trtllm_mha); fa3: FlashAttention-3 kernels at load")
+def _fa3_backends(ctx: Context) -> set:
+    """The backends the model runner creates (prefill / decode as resolved; fa3 + fp8_e5m2 becomes triton)."""
+    from ddtctl.rules.hooks import backends
+
+    return set(backends(ctx))
+
+
+@rule("DDT701", "FlashAttention-3 runs on SM80 / SM90 only", reads=("attention_backend",), needs=(FACT_GPU,),
+      applies=lambda ctx: "fa3" in _fa3_backends(ctx),
+      reference="sglang 0.5.23 srt/layers/attention/attention_registry.py:238-249 create_flashattention_v3_backend "
+                "(assert at model load; the resolver accepts it)", sglang_enforces=False)
 def backend_generation(ctx: Context):
-    """trtllm_mha runs on SM90, SM100 and SM120 only (SGLang refuses others). fa3 (FlashAttention-3) has kernels for
-    SM80-SM90 only: SGLang accepts the flag on Blackwell and fails when the backend initialises, so ddtctl is
-    stricter there."""
-    backend, sm = ctx.get("attention_backend"), ctx.gpu.sm
-    if backend == "fa3" and not 80 <= sm <= 90:
-        return Hit(f"attention backend fa3 has no kernels for {ctx.gpu.name} (sm{sm}); it fails at startup",
-                   fix="use attention-backend: triton or flashinfer", edits={"attention_backend": None})
-    if backend == "trtllm_mha" and sm not in (90, 100, 120):
-        return Hit(f"attention backend trtllm_mha needs SM90, SM100 or SM120, not {ctx.gpu.name} (sm{sm})",
-                   fix="use attention-backend: triton or flashinfer", edits={"attention_backend": None})
+    """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA models)
+    and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating the backend
+    ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the resolver here. The
+    trtllm_mha generations are DDT937."""
+    sm = ctx.gpu.sm
+    from ddtctl.rules.hooks import is_mla
+
+    if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
+        return Hit(f"attention backend fa3 has no kernels for {ctx.gpu.name} (sm{sm}); the model runner fails "
+                   "creating it at startup", fix="use attention-backend: triton or flashinfer",
+                   edits={"attention_backend": None} if ctx.get("attention_backend") == "fa3" else {})
 
 
 @rule("DDT607", "torch.compile with CUDA-graph padding disabled", reads=("disable_cuda_graph_padding",),

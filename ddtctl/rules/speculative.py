@@ -221,14 +221,45 @@ def dflash_block_unknown(ctx: Context):
 
 # ---------------------------------------------------------------- EAGLE / EAGLE3 / NEXTN / STANDALONE
 
+def adaptive_effective(ctx: Context) -> bool:
+    """Whether `--speculative-adaptive` survives adaptive_spec_params.py:56-100 adaptive_unsupported_reason."""
+    from ddtctl.rules.hooks import attn_dp_size
+
+    if not ctx.get("speculative_adaptive") or ctx.algorithm not in ("EAGLE", "EAGLE3"):
+        return False
+    topk = ctx.given.get("speculative_eagle_topk")
+    return topk in (None, 1) and attn_dp_size(ctx) <= 1 and not ctx.get("enable_two_batch_overlap") \
+        and not ctx.get("enable_pdmux")
+
+
+ADAPTIVE_CANDIDATE_STEPS = (0, 1, 3, 5, 7)  # adaptive_spec_params.py:28-53 DEFAULT_ADAPTIVE_CONFIG
+
+
+@rule("DDT308", "adaptive speculative decoding steps are candidate steps", reads=("speculative_num_steps",),
+      applies=lambda ctx: adaptive_effective(ctx) and ctx.is_set("speculative_num_steps")
+      and not ctx.is_set("speculative_adaptive_config"),
+      reference=f"{SPEC_HOOK}:1392-1421 _init_adaptive_speculative_params")
+def adaptive_steps(ctx: Context):
+    """With `--speculative-adaptive` (and SGLang's default adaptive config) `--speculative-num-steps` must be one of
+    the config's candidate steps 0, 1, 3, 5, 7."""
+    steps = ctx.get("speculative_num_steps")
+    if steps not in ADAPTIVE_CANDIDATE_STEPS:
+        return Hit(f"--speculative-num-steps {steps} is not a candidate step of the default adaptive config "
+                   f"({', '.join(map(str, ADAPTIVE_CANDIDATE_STEPS))})", about="speculative_num_steps",
+                   fix="set speculative-num-steps: 3", edits={"speculative_num_steps": 3})
+
+
 @rule("DDT301", "EAGLE steps, topk and draft tokens are set together",
       reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.get("speculative_adaptive"),
-      reference=f"{SPEC_HOOK} _handle_eagle_family (assert / TypeError)")
+      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not adaptive_effective(ctx),
+      reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); speculative_hook.py:261-264, "
+                "1369-1389 _maybe_disable_adaptive")
 def eagle_params(ctx: Context):
     """When `--speculative-num-steps` is unset SGLang chooses steps/topk/draft tokens itself and *asserts* that
     topk and draft tokens are unset too (a bare AssertionError). When steps are set, topk must be set too: SGLang
-    compares it with numbers and fails with a TypeError on None."""
+    compares it with numbers and fails with a TypeError on None. `--speculative-adaptive` fills steps and topk
+    itself, but only where adaptive runs (EAGLE/EAGLE3 with topk 1, no attention DP, no two-batch overlap, no
+    PDMux); elsewhere SGLang turns it off first and the rule applies."""
     if not ctx.is_set("speculative_num_steps"):
         given = [d for d in ("speculative_eagle_topk", "speculative_num_draft_tokens") if ctx.is_set(d)]
         if given:

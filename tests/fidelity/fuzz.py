@@ -9,7 +9,9 @@ sm120). Every case goes through `ddtctl.validate.validate_argv` and through SGLa
 resolve_once + check_server_args in ONE warm resolver process of the managed env (ddtctl/bridge).
 
 Outcomes per case: agree (same verdict), stricter-by-design (static rejects only through rules that declare
-`sglang_enforces=False`, each documenting the runtime failure SGLang's resolver misses), disagree. Disagreements are
+`sglang_enforces=False`, or findings listed under `stricter_findings` in fuzz_known.yaml, each documenting the
+runtime failure SGLang's resolver misses), disagree, oracle-artefact (SGLang's verdict comes from the dry-run
+environment, not the launch: ORACLE_ARTEFACTS). Disagreements are
 grouped into classes: `miss: <SGLang hook>: <message template>` (SGLang rejects, static accepts) and
 `false-reject: <rule ids>` (static rejects what SGLang accepts).
 
@@ -108,6 +110,10 @@ ORACLE_ARTEFACTS = {
                                              "flashinfer wheel (a GPU host's SGLang install does)",
     "--enable-http2 requires the": "serving_hook.py:107-113 imports the optional granian package, absent "
                                    "from the managed env",
+    "plugin is not installed; install sgl-nvidia-mega": "kernel_plugins/nvidia/binding.py:288-298: "
+                                                        "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin "
+                                                        "installed next to SGLang on the server host (a host "
+                                                        "property; ddtctl warns, DDT939)",
 }
 
 
@@ -246,9 +252,36 @@ def template(message: str) -> str:
     return text[:150]
 
 
-def classify(case: FuzzCase, sglang, static) -> Outcome:
+KNOWN_FILE = HERE / "fuzz_known.yaml"
+
+
+def stricter_findings() -> list[tuple[str, re.Pattern, str]]:
+    """Static findings from outside ddtctl/rules (no `sglang_enforces` flag there: ddtctl/flags.py's value checks)
+    that are stricter than SGLang's resolver by design: (rule, message pattern, evidence) from fuzz_known.yaml."""
+    import yaml
+
+    if not KNOWN_FILE.exists():
+        return []
+    data = yaml.safe_load(KNOWN_FILE.read_text(encoding="utf-8")) or {}
+    return [(str(e["rule"]), re.compile(str(e["message"])), str(e["evidence"]))
+            for e in data.get("stricter_findings") or []]
+
+
+_STRICTER: list | None = None
+
+
+def _stricter(rule: str, message: str) -> bool:
     from ddtctl.rules.engine import RULES
 
+    global _STRICTER
+    if rule in RULES:
+        return not RULES[rule].sglang_enforces
+    if _STRICTER is None:
+        _STRICTER = stricter_findings()
+    return any(rule == r and pattern.search(message) for r, pattern, _ in _STRICTER)
+
+
+def classify(case: FuzzCase, sglang, static) -> Outcome:
     errors = [(f.rule, f.message) for f in static.findings if f.severity == "error"]
     if sglang.setup_error:
         return Outcome(case, "setup-error", False, sglang.error, errors,
@@ -261,7 +294,7 @@ def classify(case: FuzzCase, sglang, static) -> Outcome:
     if sglang.accepted == static.valid:
         return Outcome(case, "agree", sglang.accepted, sglang.error, errors)
     if sglang.accepted:
-        if rules and all(r in RULES and not RULES[r].sglang_enforces for r in rules):
+        if errors and all(_stricter(r, m) for r, m in errors):
             return Outcome(case, "stricter-by-design", True, None, errors, cls=f"stricter: {' '.join(rules)}")
         return Outcome(case, "disagree", True, None, errors, cls=f"false-reject: {' '.join(rules)}")
     err = sglang.error or {}

@@ -41,9 +41,23 @@ def client():
     c.close()
 
 
+@pytest.fixture(scope="module")
+def sample(client):
+    """The fixed-seed cases and SGLang's verdict on each (one warm resolver)."""
+    from ddtctl.dryrun import dry_run_argvs
+
+    cases = fuzz.generate(N, SEED)
+    live = {r.source: r for r in dry_run_argvs([(c.id, c.argv, c.gpu) for c in cases], client=client)}
+    return cases, live
+
+
 @pytest.mark.sglang
-def test_fixed_seed_sample_agrees_with_sglang(client, capsys):
-    outcomes = fuzz.run(fuzz.generate(N, SEED), client=client)
+def test_fixed_seed_sample_agrees_with_sglang(sample, capsys):
+    from ddtctl.validate import validate_argv
+
+    cases, live = sample
+    outcomes = [fuzz.classify(c, live[c.id], validate_argv(c.argv, gpu=c.gpu, sglang=fuzz.SGLANG, source=c.id))
+                for c in cases]
     text = fuzz.table(outcomes, seed=SEED, examples=1)
     with capsys.disabled():
         print(f"\nfidelity-fuzz CI sample: seed {SEED}, N {N}\n{text}")
@@ -54,23 +68,60 @@ def test_fixed_seed_sample_agrees_with_sglang(client, capsys):
 
 @pytest.mark.sglang
 def test_hook_rule_cases_agree_with_sglang(client):
-    """Each rule of ddtctl/rules/hooks.py: its failing case is rejected by SGLang and its passing case accepted."""
+    """Each rule of ddtctl/rules/hooks.py: its failing case is rejected by SGLang and its passing case accepted; the
+    same for the extra pairs (HOOK_EXTRA) of rules whose verdict depends on what SGLang resolves."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
-    from test_rules import HOOK_CASES
+    from test_rules import HOOK_CASES, HOOK_EXTRA
 
     from ddtctl.dryrun import dry_run_argvs
 
+    pairs = {rid: case for rid, case in HOOK_CASES.items()}
+    pairs.update({f"{rid}#{i}": (bad, good, gpu) for i, (rid, bad, good, gpu) in enumerate(HOOK_EXTRA)})
     items = []
-    for rid, (bad, good, gpu) in sorted(HOOK_CASES.items()):
+    for rid, (bad, good, gpu) in sorted(pairs.items()):
         items += [(f"{rid}-bad", bad, gpu or "H200"), (f"{rid}-good", good, gpu or "H200")]
     results = {r.source: r for r in dry_run_argvs(items, client=client)}
     wrong = []
-    for rid in sorted(HOOK_CASES):
+    for rid in sorted(pairs):
         bad, good = results[f"{rid}-bad"], results[f"{rid}-good"]
         if bad.accepted:
             wrong.append(f"{rid}: SGLang accepts the failing case")
         if not good.accepted:
             wrong.append(f"{rid}: SGLang rejects the passing case: {good.error}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.sglang
+def test_resolution_model_matches_sglang(sample):
+    """ddtctl/rules/hooks.py `resolve` (the attention backends and page size SGLang's pipeline settles on, which many
+    rules read) gives SGLang's own resolved values on every accepted launch of the sample."""
+    from ddtctl.rules import hooks
+    from ddtctl.rules.engine import Context
+    from ddtctl.schema.extensions import extended_catalog
+    from ddtctl.schema.gpus import resolve_gpu
+    from ddtctl.validate import validate_argv
+
+    cases, live = sample
+    defaults = {s.dest: s.default for s in extended_catalog(fuzz.SGLANG).flags}
+    wrong, checked = [], 0
+    for c in cases:
+        r = live[c.id]
+        if not r.accepted:
+            continue
+        v = validate_argv(c.argv, gpu=c.gpu, sglang=fuzz.SGLANG, source=c.id)
+        ctx = Context(given=v.flags.given, defaults=defaults, lines={}, keys={}, model=v.model, draft=v.draft,
+                      gpu=resolve_gpu(c.gpu))
+        res = hooks.resolve(ctx)
+        if res is None:
+            continue
+        checked += 1
+        main = r.resolved.get("attention_backend")
+        theirs = (main, r.resolved.get("prefill_attention_backend") or main,
+                  r.resolved.get("decode_attention_backend") or main, r.resolved.get("page_size") or 1)
+        mine = (res.attention, *res.pair, res.page)
+        if mine != theirs:
+            wrong.append(f"[{c.gpu}] {c.text()}\n    ddtctl {mine}, SGLang {theirs}")
+    assert checked > 150
+    assert not wrong, f"{len(wrong)} of {checked}:\n" + "\n".join(wrong[:10])

@@ -101,10 +101,19 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--linear-attn-backend", "triton"], None),
     "DDT503": (HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
                          M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
+                         "--speculative-num-draft-tokens", "16", "--mamba-track-interval", "8"],
+               HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                         M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
+                         "--speculative-num-draft-tokens", "16", "--mamba-track-interval", "16"], None),
+    # stricter than SGLang: the draft tokens come from the drafter's block size, after SGLang's own assert ran
+    "DDT509": (HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                         M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
                          "--mamba-track-interval", "8"],
                HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
                          M["qwen3.6-27b-dflash-b16"], "--mamba-radix-cache-strategy", "extra_buffer",
                          "--mamba-track-interval", "16"], None),
+    # a warning: the plugin lives on the server host
+    "DDT939": (DENSE + ["--enable-nvidia-megakernel"], DENSE, None),
     "DDT504": (HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
                          "96"],
                HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
@@ -192,7 +201,88 @@ HOOK_CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT926": (DENSE + ["--enable-dsa-cache-layer-split"], DENSE, "H200"),
     "DDT925": (DENSE + ["--disaggregation-decode-allocation-policy", "prefill_complete"],
                DENSE + ["--disaggregation-decode-allocation-policy", "early"], "H200"),
+    "DDT308": (EAGLE3 + ["--speculative-adaptive", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                         "--speculative-num-draft-tokens", "3"],
+               EAGLE3 + ["--speculative-adaptive", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                         "--speculative-num-draft-tokens", "4"], "H200"),
+    "DDT927": (DENSE + ["--kv-cache-dtype", "nvfp4", "--attention-backend", "triton"],
+               DENSE + ["--kv-cache-dtype", "nvfp4"], "B200"),
+    "DDT928": (EAGLE3 + ["--enable-lmcache"], DENSE + ["--enable-lmcache"], "H200"),
+    "DDT929": (DENSE + ["--language-model-only"], HYBRID + ["--enable-prefix-mm-cache", "--encoder-only"], "H200"),
+    "DDT930": (DENSE + ["--moe-runner-backend", "flashinfer_cutedsl"],
+               DENSE + ["--moe-runner-backend", "flashinfer_cutlass"], "H200"),
+    "DDT931": (MOE + ["--moe-a2a-backend", "mori"],
+               MOE + ["--moe-a2a-backend", "mori", "--chunked-prefill-size", "4096"], "H200"),
+    "DDT932": (MOE + ["--enable-eplb"], MOE + ["--enable-eplb", "--tp-size", "2", "--ep-size", "2"], "H200"),
+    "DDT933": (DENSE + ["--linear-attn-backend", "flashinfer"],
+               DENSE + ["--linear-attn-backend", "flashinfer", "--mamba-ssm-dtype", "bfloat16"], "B200"),
+    "DDT934": (DENSE + ["--shared-experts-tp-size", "1"], DENSE, "H200"),
+    "DDT935": (DENSE + ["--prefill-decode-interval-min-bs", "-1"], DENSE + ["--prefill-decode-interval-min-bs", "0"],
+               "H200"),
+    "DDT936": (DENSE + ["--enable-pdmux", "--disable-overlap-schedule"],
+               DENSE + ["--enable-pdmux", "--disable-overlap-schedule", "--chunked-prefill-size", "-1"], "H200"),
+    "DDT937": (DENSE + ["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"],
+               DENSE + ["--attention-backend", "trtllm_mha"], "RTX_PRO_6000_BLACKWELL"),
+    "DDT940": (EAGLE3 + ["--enable-unified-memory"], DENSE + ["--enable-unified-memory"], "H200"),
+    "DDT938": (DENSE + ["--retraction-policy", "priority"],
+               DENSE + ["--retraction-policy", "priority", "--enable-priority-scheduling"], "H200"),
 }
+HYBRID_DFLASH = HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                          M["qwen3.6-27b-dflash-b16"]]
+NEXT = ["--model-path", M["qwen3-next-80b-a3b"]]
+# More (rule, argv SGLang rejects, argv it accepts, gpu) pairs for rules whose verdict depends on what SGLang
+# resolves (attention backend, page size, radix cache): each found as a fuzz disagreement class, checked statically
+# here and against SGLang in tests/fidelity/test_fuzz.py.
+HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
+    # nvfp4 picks flashinfer prefill + trtllm_mha decode on SM120: accepted; fp4_mx_block16 keeps flashinfer
+    ("DDT911", DENSE + ["--kv-cache-dtype", "fp4_mx_block16"], DENSE + ["--kv-cache-dtype", "nvfp4"],
+     "RTX_PRO_6000_BLACKWELL"),
+    # a plain --speculative-eagle-topk > 1 keeps trtllm_mha from being the SM100 default
+    ("DDT911", DENSE + ["--kv-cache-dtype", "fp4_mx_block16", "--speculative-eagle-topk", "8"],
+     DENSE + ["--kv-cache-dtype", "fp4_mx_block16"], "B200"),
+    # Qwen3.6's model override picks trtllm_mha on SM100 before deterministic inference checks the backend
+    ("DDT913", HYBRID_DFLASH + ["--enable-deterministic-inference"],
+     HYBRID_DFLASH + ["--enable-deterministic-inference", "--attention-backend", "triton"], "B200"),
+    # DeepSeek's override picks trtllm_mla on SM100; MLA models need a radix-capable deterministic backend
+    ("DDT913", MLA + ["--enable-deterministic-inference"],
+     MLA + ["--enable-deterministic-inference", "--attention-backend", "triton"], "B200"),
+    ("DDT913", MLA + ["--rl-on-policy-target", "fsdp", "--attention-backend", "flashinfer"],
+     MLA + ["--rl-on-policy-target", "fsdp", "--attention-backend", "fa3"], "H200"),
+    # deterministic inference on flashinfer turns the radix cache off, which hierarchical caching needs
+    ("DDT915", DENSE + ["--enable-deterministic-inference", "--enable-hierarchical-cache"],
+     DENSE + ["--enable-deterministic-inference", "--enable-hierarchical-cache", "--attention-backend", "triton"],
+     "B200"),
+    # the model override sets page 64 (trtllm_mha) for a DFLASH hybrid on SM100, or page 1 (triton) without spec
+    ("DDT504", HYBRID_DFLASH + ["--mamba-track-interval", "16"],
+     NEXT + ["--mamba-track-interval", "8", "--page-size", "64"], "B200"),
+    # tokenspeed_mla is cutedsl_mla (SM100 only); DeepSeek on SM100 gets trtllm_mla, which refuses fp8_e5m2
+    ("DDT912", DENSE + ["--decode-attention-backend", "tokenspeed_mla"], DENSE + ["--decode-attention-backend",
+                                                                                 "triton"], "RTX_PRO_6000_BLACKWELL"),
+    ("DDT912", MLA + ["--kv-cache-dtype", "fp8_e5m2"], MLA + ["--kv-cache-dtype", "fp8_e4m3"], "B200"),
+    # the page size the chunk must divide is SGLang's: trtllm_mha (the SM100 default) snaps it to 64
+    ("DDT606", DENSE + ["--chunked-prefill-size", "1000"], DENSE + ["--chunked-prefill-size", "1024"], "B200"),
+    # an extra-buffer strategy is inert without the radix cache
+    ("DDT501", DENSE + ["--mamba-radix-cache-strategy", "extra_buffer"],
+     DENSE + ["--mamba-radix-cache-strategy", "extra_buffer", "--disable-radix-cache"], "H200"),
+    # a tokenspeed_mla prefill backend becomes trtllm_mla (serving_hook.py:320-322), not cutedsl_mla
+    ("DDT912", DENSE + ["--decode-attention-backend", "tokenspeed_mla"],
+     DENSE + ["--prefill-attention-backend", "tokenspeed_mla"], "H200"),
+    ("DDT916", DENSE + ["--max-loras-per-batch", "0"], DENSE + ["--max-loras-per-batch", "1"], "H200"),
+    ("DDT907", MOE + ["--elastic-ep-join-rank-offset", "256"], MOE, "H200"),
+    ("DDT931", MOE + ["--flashinfer-a2a-dispatch-type", "bf16"], MOE + ["--flashinfer-a2a-dispatch-type", "auto"],
+     "H200"),
+    ("DDT503", HYBRID_DFLASH + ["--mamba-radix-cache-strategy", "extra_buffer", "--speculative-num-draft-tokens", "16",
+                                "--mamba-track-interval", "8"],
+     HYBRID_DFLASH + ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-track-interval", "8"], "H200"),
+    # MegaMoE on Qwen3 MoE: SGLang's default chunked prefill on a B200 (16384) exceeds the 8192-token rank budget
+    ("DDT931", MOE + ["--moe-a2a-backend", "megamoe"],
+     MOE + ["--moe-a2a-backend", "megamoe", "--chunked-prefill-size", "8192"], "B200"),
+    # flashinfer all-to-all needs attention DP even at tp 1
+    ("DDT905", MOE + ["--moe-a2a-backend", "flashinfer"], MOE, "H200"),
+    # adaptive fills steps and topk only where it runs (topk 1); topk 4 turns it off and the EAGLE assert fires
+    ("DDT301", EAGLE3 + ["--speculative-adaptive", "--speculative-eagle-topk", "4"],
+     EAGLE3 + ["--speculative-adaptive", "--speculative-eagle-topk", "1"], "H200"),
+]
 CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
@@ -279,3 +369,10 @@ def test_mla_backend_needs_blackwell():
     argv = ["--model-path", M["deepseek-v3-nextn"], "--attention-backend", "trtllm_mla"]
     assert "DDT912" in _rules_of(argv, "H200", count=None)
     assert "DDT912" not in _rules_of(argv, "B200", count=None)
+
+
+@pytest.mark.parametrize("index", range(len(HOOK_EXTRA)))
+def test_hook_extra_cases(index):
+    rule_id, bad, good, gpu = HOOK_EXTRA[index]
+    assert rule_id in _rules_of(bad, gpu)
+    assert rule_id not in _rules_of(good, gpu)
