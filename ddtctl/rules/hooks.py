@@ -586,14 +586,27 @@ def flex_spec(ctx: Context):
 @rule("DDT915", "hierarchical cache and KV offload need the radix cache / decode side",
       reads=("enable_hierarchical_cache", "disaggregation_decode_enable_offload_kvcache"),
       applies=lambda ctx: bool(ctx.get("enable_hierarchical_cache"))
-      or bool(ctx.get("disaggregation_decode_enable_offload_kvcache")),
-      reference=f"{AG}kv_cache_hook.py:393-403 handle_cache_compatibility; attention_hook.py:656-662; "
+      or bool(ctx.get("disaggregation_decode_enable_offload_kvcache"))
+      or ctx.get("disaggregation_decode_retraction_backup") == "host_pool",
+      reference=f"{AG}kv_cache_hook.py:353-374, 393-403 handle_cache_compatibility; attention_hook.py:656-662; "
                 f"pd_disaggregation_hook.py:98-129; attention_hook.py:556-562")
 def hicache(ctx: Context):
     """`--enable-hierarchical-cache` needs the radix cache: not with `--disable-radix-cache`, nor where SGLang turns
     it off itself (deterministic inference on a backend other than ascend/fa3/fa4/triton, a PD decode server without
     `--disaggregation-decode-enable-radix-cache`, `--enable-mis`). `--disaggregation-decode-enable-offload-kvcache`
-    is only for `--disaggregation-mode decode`."""
+    is only for `--disaggregation-mode decode`, as is `--disaggregation-decode-retraction-backup host_pool` (no
+    --dcp-size > 1; with priority scheduling it needs --disable-priority-preemption)."""
+    if ctx.get("disaggregation_decode_retraction_backup") == "host_pool":
+        if ctx.get("disaggregation_mode") != "decode":
+            return Hit("--disaggregation-decode-retraction-backup host_pool is only supported on a PD decode server",
+                       about="disaggregation_decode_retraction_backup",
+                       edits={"disaggregation_decode_retraction_backup": None})
+        if (ctx.get("dcp_size", 1) or 1) > 1:
+            return Hit("--disaggregation-decode-retraction-backup host_pool does not support --dcp-size > 1",
+                       about="disaggregation_decode_retraction_backup")
+        if ctx.get("enable_priority_scheduling") and not ctx.get("disable_priority_preemption"):
+            return Hit("--disaggregation-decode-retraction-backup host_pool with priority scheduling needs "
+                       "--disable-priority-preemption", about="disaggregation_decode_retraction_backup")
     res = resolve(ctx)
     radix_off = res.radix_disabled if res is not None else bool(ctx.get("disable_radix_cache"))
     if ctx.get("enable_hierarchical_cache") and radix_off:
@@ -1012,12 +1025,15 @@ def default_chunked_prefill(ctx: Context) -> int | None:
 
 
 def chunked_prefill(ctx: Context) -> int | None:
-    given = ctx.given.get("chunked_prefill_size")
-    if given is not None:
-        return given
-    if ctx.get("enable_mis"):
-        return -1
-    return default_chunked_prefill(ctx)
+    """chunked_prefill_size as the checks after handle_data_parallelism read it: the given or default size, divided
+    by the attention-DP groups (parallel_hook.py:314-331)."""
+    size = ctx.given.get("chunked_prefill_size")
+    if size is None:
+        size = -1 if ctx.get("enable_mis") else default_chunked_prefill(ctx)
+    dp = attn_dp_size(ctx)
+    if size is not None and dp > 1:
+        size = size // dp
+    return size
 
 
 _FLASHINFER_MEGAMOE_ARCHITECTURES = (  # moe_hook.py:240-254 validate_flashinfer_megamoe_model
@@ -1453,6 +1469,32 @@ def nvidia_megakernel(ctx: Context):
                about="enable_nvidia_megakernel")
 
 
+def _page_major_problem(ctx: Context) -> str | None:
+    """kv_cache_hook.py:790-862 handle_page_major_kv_layout: the backends that read the page-major (strided) KV and
+    state layout."""
+    res = resolve(ctx)
+    if res is not None:
+        mla = is_mla(ctx)
+        allowed = {"triton", "fa3", "trtllm_mla", "flashinfer", "cutedsl_mla", "flashmla"} if mla else \
+            {"triton", "fa3", "fa4", "flashinfer", "trtllm_mha"}
+        used = {b for b in res.pair if b is not None}
+        if not used <= allowed and not (not mla and (ctx.model.raw or {}).get("v_head_dim")):
+            return (f"the resolved attention backends {'/'.join(sorted(used))} are not among "
+                    f"{', '.join(sorted(allowed))}")
+    mla = is_mla(ctx) if ctx.model is not None and ctx.model.known else False
+    decode_ok = {"triton", "flashinfer"} | ({"cutedsl", "helion"} if mla else set())
+    prefill_ok = {"triton", "flashkda", "flashinfer"} | ({"cutedsl", "helion"} if mla else set())
+    decode = ctx.get("linear_attn_decode_backend") or ctx.get("linear_attn_backend")
+    prefill = ctx.get("linear_attn_prefill_backend") or ctx.get("linear_attn_backend")
+    if decode not in decode_ok | {None}:
+        return f"the linear-attention decode backend must be one of {', '.join(sorted(decode_ok))}, not {decode}"
+    if prefill not in prefill_ok | {None}:
+        return f"the linear-attention prefill backend must be one of {', '.join(sorted(prefill_ok))}, not {prefill}"
+    if ctx.get("mamba_backend") not in (None, "triton"):
+        return f"it needs --mamba-backend triton, not {ctx.get('mamba_backend')}"
+    return None
+
+
 _SPEC_VERIFY_AUDITED = ("triton", "trtllm_mla", "cutedsl_mla", "flashmla", "flashinfer", "fa3")  # kv_cache_hook.py:475
 _SPEC_MHA_AUDITED = ("triton", "flashinfer", "fa3", "trtllm_mha")  # kv_cache_hook.py:490
 
@@ -1460,13 +1502,18 @@ _SPEC_MHA_AUDITED = ("triton", "flashinfer", "fa3", "trtllm_mha")  # kv_cache_ho
 @rule("DDT940", "the unified memory pool's audited combinations", reads=("enable_unified_memory",),
       needs=(FACT_MODEL,), applies=lambda ctx: bool(ctx.get("enable_unified_memory")),
       reference=f"{AG}kv_cache_hook.py:528-640 handle_unified_memory_pool (assert); kv_cache_hook.py:496-525 "
-                "_assert_spec_verify_backends")
+                "_assert_spec_verify_backends; kv_cache_hook.py:770-862 handle_page_major_kv_layout")
 def unified_memory(ctx: Context):
-    """`--enable-unified-memory` is audited for speculative algorithms DSPARK, DFLASH, EAGLE and EAGLE3 with a linear
-    draft chain (topk 1) only; EAGLE/EAGLE3 need a unified target (a Mamba or sliding-window hybrid) and no
-    hierarchical cache; DFLASH verifies on triton/flashinfer/fa3/trtllm_mha; no two-batch overlap, LMCache or
-    unified-cache external linker; with PD disaggregation no pipeline parallelism and no speculative decoding over
-    Mooncake."""
+    """`--enable-unified-memory` implies the page-major KV layout (its attention, linear-attention and mamba
+    backend allow-lists, kv_cache_hook.py:770-862). It is audited for speculative algorithms DSPARK, DFLASH,
+    EAGLE and EAGLE3 with a linear draft chain (topk 1) only; EAGLE/EAGLE3 need a unified target (a Mamba or
+    sliding-window hybrid) and no hierarchical cache; DFLASH verifies on triton/flashinfer/fa3/trtllm_mha; no
+    two-batch overlap, LMCache or unified-cache external linker; with PD disaggregation no pipeline parallelism and
+    no speculative decoding over Mooncake."""
+    problem = _page_major_problem(ctx)
+    if problem:
+        return Hit(f"--enable-unified-memory implies --enable-page-major-kv-layout: {problem}",
+                   about="enable_unified_memory")
     algo, topk = ctx.algorithm, ctx.given.get("speculative_eagle_topk")
     pd = (ctx.get("disaggregation_mode") or "null") != "null"
     if pd and (ctx.get("pp_size", 1) or 1) != 1:
@@ -1501,3 +1548,26 @@ def unified_memory(ctx: Context):
                        ("enable_unified_cache_external_linker", "--enable-unified-cache-external-linker")):
         if ctx.get(dest):
             return Hit(f"--enable-unified-memory does not support {what}", about=dest)
+
+
+@rule("DDT941", "attention DP groups divide tp and exclude DP replicas", reads=("attn_dp_size", "dp_size", "tp_size"),
+      applies=lambda ctx: ctx.is_set("attn_dp_size") or bool(ctx.get("enable_dp_attention")),
+      reference=f"{AG}parallel_hook.py:39-61 handle_deprecated_dp_attention; parallel_hook.py:285-323 "
+                "handle_data_parallelism")
+def attention_dp(ctx: Context):
+    """Attention DP (`--attn-dp-size N`, or the deprecated `--dp-size N --enable-dp-attention`) needs a positive
+    group count that divides `--tp-size`, and no data-parallel replicas (`--dp-size > 1`) next to an explicit
+    `--attn-dp-size > 1`."""
+    given = ctx.given.get("attn_dp_size")
+    if isinstance(given, int) and given < 1:
+        return Hit(f"--attn-dp-size must be positive, got {given}", about="attn_dp_size")
+    dp_attn, tp = attn_dp_size(ctx), ctx.get("tp_size", 1) or 1
+    replicas = ctx.get("dp_size", 1) or 1
+    if ctx.get("enable_dp_attention") and (given or 1) == 1:
+        replicas = 1  # the deprecated spelling moves --dp-size into attn_dp_size
+    if dp_attn > 1 and replicas > 1:
+        return Hit(f"--dp-size {replicas} (replicas) with --attn-dp-size {dp_attn} is not supported",
+                   about="dp_size")
+    if dp_attn > 1 and tp % dp_attn:
+        return Hit(f"--tp-size ({tp}) must be divisible by the attention-DP size ({dp_attn})", about="attn_dp_size",
+                   fix=f"set tp-size to a multiple of {dp_attn}")

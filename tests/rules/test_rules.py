@@ -224,6 +224,7 @@ HOOK_CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT937": (DENSE + ["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"],
                DENSE + ["--attention-backend", "trtllm_mha"], "RTX_PRO_6000_BLACKWELL"),
     "DDT940": (EAGLE3 + ["--enable-unified-memory"], DENSE + ["--enable-unified-memory"], "H200"),
+    "DDT941": (MOE + ["--attn-dp-size", "4"], MOE + ["--attn-dp-size", "4", "--tp-size", "4"], "H200"),
     "DDT938": (DENSE + ["--retraction-policy", "priority"],
                DENSE + ["--retraction-policy", "priority", "--enable-priority-scheduling"], "H200"),
 }
@@ -277,6 +278,10 @@ HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
     # MegaMoE on Qwen3 MoE: SGLang's default chunked prefill on a B200 (16384) exceeds the 8192-token rank budget
     ("DDT931", MOE + ["--moe-a2a-backend", "megamoe"],
      MOE + ["--moe-a2a-backend", "megamoe", "--chunked-prefill-size", "8192"], "B200"),
+    ("DDT915", DENSE + ["--disaggregation-decode-retraction-backup", "host_pool"], DENSE, "H200"),
+    # the unified pool implies the page-major layout and its backend allow-list
+    ("DDT940", NEXT + ["--enable-unified-memory", "--attention-backend", "trtllm_mla"],
+     NEXT + ["--enable-unified-memory", "--attention-backend", "triton"], "B200"),
     # flashinfer all-to-all needs attention DP even at tp 1
     ("DDT905", MOE + ["--moe-a2a-backend", "flashinfer"], MOE, "H200"),
     # adaptive fills steps and topk only where it runs (topk 1); topk 4 turns it off and the EAGLE assert fires
