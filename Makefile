@@ -37,12 +37,14 @@ fidelity: setup sglang-env
 	$(BIN)/python tests/fidelity/report.py
 
 # Differential fuzzing of the static validator against SGLang's resolver: N sampled launches (a fresh seed unless
-# SEED is given; printed), the agreement table and the disagreement classes. CI runs a fixed-seed sample
+# SEED is given; printed), the agreement table and the disagreement classes. DDTREE=1 fuzzes DDTREE launches through
+# the resolver with the built DDTREE payload view first on sys.path. CI runs a fixed-seed sample
 # (tests/fidelity/test_fuzz.py).
 N ?= 2000
 SEED ?=
+DDTREE ?=
 fidelity-fuzz: setup sglang-env
-	$(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED)) $(if $(DDTREE),--ddtree)
 
 # Long random runs of every property test (the kernels', the unified-diff round trip's): a fresh seed each run
 # (printed), 20x the examples. CI's `make test` runs the same tests from a fixed, printed seed

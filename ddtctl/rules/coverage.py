@@ -1,14 +1,19 @@
 """Raise-site coverage: every raise / assert / exit reachable from SGLang's prepare_server_args + resolve_once +
 check_server_args in the pinned wheel, each mapped to a ddtctl rule or an exemption (ddtctl/rules/coverage.yaml).
 
-    python tools/raise_sites.py [--sglang-root DIR] [--all] [--json]     (or: ddtctl rules --coverage)
+    python tools/raise_sites.py [--sglang-root DIR] [--all] [--json] [--overrides]     (or: ddtctl rules --coverage)
 
 The walk is static (ast): a function index over the resolution code (sglang/srt/arg_groups/**, server_args.py,
 configs/model_config.py, speculative/spec_info.py, spec_registry.py, runtime_context.py), roots = the three entry
 points, run_resolution_pipeline and every @register_post_process pass; the closure follows calls and function
 references by name within that index (an over-approximation). A site's key is `file::function::kind::message`
 (message = the first string of the exception / assert message, else the condition), stable across line shifts.
-`ddtctl rules --coverage` prints the same table. Stdlib + PyYAML only; never imports sglang.
+`ddtctl rules --coverage` prints the same table.
+
+The override inventory (`--overrides`; ddtctl/rules/overrides.yaml) does the same for every place the resolution
+replaces a value (declare_resolution, @register_post_process returns, model-override providers): each is reported by
+an info rule (with an example launch the tests check, statically and against SGLang) or exempted with its reason.
+Stdlib + PyYAML only; never imports sglang.
 """
 
 from __future__ import annotations
@@ -172,6 +177,114 @@ def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, 
         if len(uncovered) > limit:
             lines.append(f"  ... {len(uncovered) - limit} more")
     lines += ["", f"uncovered: {len(uncovered)}"]
+    try:
+        orows = classify_overrides(override_sites(), load_override_mapping())
+    except Exception as err:  # the raise-site table stands on its own
+        lines += ["", f"override inventory unavailable: {err}"]
+    else:
+        lines += ["", override_table(orows, limit=20)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- override inventory
+
+OVERRIDE_MAPPING = Path(__file__).resolve().parent / "overrides.yaml"
+OVERRIDE_KINDS = ("declare", "post_process", "model_override")
+
+
+@dataclass
+class OverrideSite:
+    file: str
+    line: int
+    function: str
+    kind: str  # declare (declare_resolution call) | post_process (@register_post_process return) | model_override
+    fields: tuple[str, ...]  # "**" for a **kwargs declaration
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}::{self.function}::{self.kind}::{','.join(self.fields)}"
+
+
+def _override_roots(index) -> list[tuple[str, ast.AST]]:
+    """The resolution roots plus the model-override registry (@_register_for providers, reached by the registry,
+    not by name)."""
+    out = _roots(index)
+    for defs in index.values():
+        for rel, node in defs:
+            if any("_register_for" in ast.unparse(d) for d in node.decorator_list):
+                out.append((rel, node))
+    return out
+
+
+def override_sites(root: Path | None = None) -> list[OverrideSite]:
+    """Every place SGLang's resolution replaces a field's value: declare_resolution(...) calls, the dict a
+    @register_post_process pass returns, and the dict a model-override provider (@_register_for) returns, in the
+    functions reachable from the same roots as the raise sites."""
+    root = root or default_root()
+    index = _functions(root)
+    seen: set[int] = set()
+    order = []
+    stack = _override_roots(index)
+    while stack:
+        rel, node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append((rel, node))
+        for name in _referenced(node):
+            for target in index.get(name, ()):
+                if id(target[1]) not in seen:
+                    stack.append(target)
+    out: list[OverrideSite] = []
+    for rel, fn in order:
+        decorators = [ast.unparse(d) for d in fn.decorator_list]
+        returns = "post_process" if any("register_post_process" in d for d in decorators) else \
+            "model_override" if any("_register_for" in d for d in decorators) else None
+        for node in ast.walk(fn):
+            if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("declare_resolution"):
+                fields = tuple(sorted(k.arg or "**" for k in node.keywords))
+                out.append(OverrideSite(rel, node.lineno, fn.name, "declare", fields))
+            elif returns and isinstance(node, ast.Return) and isinstance(node.value, ast.Dict) and node.value.keys:
+                fields = tuple(sorted(ast.unparse(k).strip("'\"") for k in node.value.keys if k is not None))
+                out.append(OverrideSite(rel, node.lineno, fn.name, returns, fields))
+            elif returns and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                    isinstance(node.targets[0], ast.Subscript) and isinstance(node.targets[0].slice, ast.Constant) \
+                    and isinstance(node.targets[0].slice.value, str):
+                out.append(OverrideSite(rel, node.lineno, fn.name, returns, (node.targets[0].slice.value,)))
+    unique = {}
+    for site in out:
+        unique.setdefault((site.file, site.line), site)
+    return sorted(unique.values(), key=lambda s: (s.file, s.line))
+
+
+def load_override_mapping(path: Path = OVERRIDE_MAPPING) -> list[dict]:
+    import yaml
+
+    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("overrides") or [])
+
+
+def classify_overrides(all_sites: list[OverrideSite], mapping: list[dict]) -> list[tuple[OverrideSite, dict | None]]:
+    return [(s, next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)) for s in all_sites]
+
+
+def override_table(rows: list[tuple[OverrideSite, dict | None]], *, limit: int = 60) -> str:
+    from collections import Counter
+
+    modelled = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
+    exempt = Counter(m["category"].split(":")[0] for _, m in rows if m and not m.get("rule"))
+    unmapped = [s for s, m in rows if m is None]
+    lines = ["override inventory: SGLang 0.5.23 declare_resolution / register_post_process / model-override sites",
+             "", "| sites | reported by an info rule | exempted | unmapped |", "|---:|---:|---:|---:|",
+             f"| {len(rows)} | {sum(modelled.values())} | {sum(exempt.values())} | {len(unmapped)} |", "",
+             "exemptions by category:"]
+    lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
+    lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(modelled.items()))]
+    if unmapped:
+        lines += ["", f"unmapped ({len(unmapped)}):"]
+        lines += [f"  {s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}" for s in unmapped[:limit]]
+    lines += ["", f"unmapped overrides: {len(unmapped)}"]
     return "\n".join(lines)
 
 
@@ -182,7 +295,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sglang-root", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--all", action="store_true", help="list every uncovered site")
+    ap.add_argument("--overrides", action="store_true", help="the override inventory instead of the raise sites")
     args = ap.parse_args(argv)
+    if args.overrides:
+        orows = classify_overrides(override_sites(args.sglang_root), load_override_mapping())
+        if args.json:
+            print(json.dumps([{"key": s.key, "line": s.line, "mapped": m} for s, m in orows], indent=1))
+        else:
+            print(override_table(orows, limit=10**6 if args.all else 60))
+        return 1 if any(m is None for _, m in orows) else 0
     rows = classify(sites(args.sglang_root), load_mapping())
     if args.json:
         print(json.dumps([{"key": s.key, "line": s.line, "mapped": m} for s, m in rows], indent=1))

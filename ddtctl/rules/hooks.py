@@ -78,11 +78,25 @@ class Resolution:
     deterministic: bool
     radix_disabled: bool  # --disable-radix-cache, or turned off by deterministic inference
     errors: list = field(default_factory=list)  # (kind, reference, message): raises met while resolving
+    # what runs in the end: the DDTREE payload declares attention_backend=triton in the speculative hook when no
+    # backend is set (DDT115), after the checks above read the GPU's default (whose page snap stays)
+    final_attention: str | None = None
+    final_page: int | None = None
+
+    def __post_init__(self):
+        if self.final_attention is None:
+            self.final_attention = self.attention
+        if self.final_page is None:
+            self.final_page = self.page
 
     @property
     def pair(self) -> tuple[str | None, str | None]:
         """(prefill, decode) as attention_backends_of reads them (model_override_base.py:138-152)."""
         return self.prefill or self.attention, self.decode or self.attention
+
+    @property
+    def final_pair(self) -> tuple[str | None, str | None]:
+        return self.prefill or self.final_attention, self.decode or self.final_attention
 
 
 def is_deterministic(ctx: Context) -> bool:
@@ -105,10 +119,9 @@ def _default_backend(ctx: Context, page, mla: bool) -> str:
         return {90: "fa3", 100: "flashinfer", 103: "flashinfer"}.get(sm, "triton")
     if sm == 90 and _no_spec_or_topk_one(topk, page):
         return "fa3"
-    # DFLASH's topk is declared later (model_override_base.py:268 _forces_eagle_topk_one); the DDTREE payload
-    # inherits DFLASH's resolution.
+    # DFLASH's topk is declared later (model_override_base.py:268 _forces_eagle_topk_one, by name: not DDTREE)
     if sm in (100, 103) and _no_spec_or_topk_one(topk, page) and (
-            raw_algo is None or topk is not None or raw_algo in ("DFLASH", "DDTREE")):
+            raw_algo is None or topk is not None or raw_algo == "DFLASH"):
         return "trtllm_mha"
     return "flashinfer"
 
@@ -222,8 +235,14 @@ def resolve(ctx: Context) -> Resolution | None:
             page_now = 128  # overrides.py:1324-1337
     if ctx.get("enable_mis"):
         radix_off = True  # attention_hook.py:556-562 handle_multi_item_scoring
-    return Resolution(att, pre, dec, draft, page_now or 1, page_at_mamba, attention_at_mamba, radix_at_mamba, kv,
-                      deterministic, radix_off, errors)
+    out = Resolution(att, pre, dec, draft, page_now or 1, page_at_mamba, attention_at_mamba, radix_at_mamba, kv,
+                     deterministic, radix_off, errors)
+    if algo == "DDTREE" and all(raw[d] is None for d in ("attention_backend", "prefill_attention_backend",
+                                                         "decode_attention_backend")):
+        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the page
+        # size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
+        out.final_attention = "triton"
+    return out
 
 
 def resolved_attention(ctx: Context) -> str | None:
@@ -234,13 +253,13 @@ def resolved_attention(ctx: Context) -> str | None:
         if prefill is not None and prefill == decode:
             return prefill
         return ctx.get("attention_backend")
-    return res.attention
+    return res.final_attention
 
 
 def resolved_page(ctx: Context, backend: str | None = None) -> int:
     """The page size SGLang runs with (see `resolve`); without GPU / model facts, the given one."""
     res = resolve(ctx)
-    return res.page if res is not None else (ctx.get("page_size") or 1)
+    return res.final_page if res is not None else (ctx.get("page_size") or 1)
 
 
 def backends(ctx: Context) -> tuple[str | None, str | None]:
@@ -269,7 +288,7 @@ def moe_dense_tp(ctx: Context):
       reference=f"{AG}validation_hook.py:763-771 check_two_batch_overlap")
 def two_batch_overlap(ctx: Context):
     """`--enable-two-batch-overlap` with `--moe-a2a-backend none` is only valid on the DP-attention TP-MoE path."""
-    if (ctx.get("moe_a2a_backend") or "none") == "none" and attn_dp_size(ctx) <= 1:
+    if _a2a(ctx) == "none" and attn_dp_size(ctx) <= 1:
         return Hit("--enable-two-batch-overlap without an EP all-to-all backend (--moe-a2a-backend none) requires "
                    "attention DP (--attn-dp-size > 1)", fix="remove enable-two-batch-overlap",
                    edits={"enable_two_batch_overlap": None})
@@ -990,10 +1009,12 @@ _EP_SPANNING = ("megamoe", "deepep", "deepep_v2", "mooncake", "nixl", "ascend_fu
 
 def _a2a(ctx: Context) -> str:
     """--moe-a2a-backend as resolved: `--moe-runner-backend megamoe` is an alias for `--moe-a2a-backend megamoe`
-    (mega_moe_hook.py:259-276); Waterfill forces deepep (overrides.py:1596-1607)."""
+    (mega_moe_hook.py:259-276); Waterfill forces deepep (overrides.py:1596-1607); ascend_tp runs as none."""
     if ctx.get("moe_runner_backend") == "megamoe":
         return "megamoe"
     backend = ctx.get("moe_a2a_backend") or "none"
+    if backend == "ascend_tp":
+        return "none"  # moe_hook.py:459-468
     if ctx.get("enable_waterfill") and backend not in ("deepep", "megamoe"):
         return "deepep"
     return backend
@@ -1364,12 +1385,12 @@ def _involved(ctx: Context) -> set:
           ctx.get("enable_deepseek_v4_fp4_indexer"), ctx.get("prefill_only_disable_kv_cache"),
           ctx.get("enable_page_major_kv_layout"), ctx.get("enable_linker_mla_dedup"), ctx.get("quantize_and_serve"),
           ctx.get("enable_kv_cache_sharding"), ctx.get("enable_linear_replayssm"),
-          ctx.get("enable_linear_replayssm_spec"),
+          ctx.get("enable_linear_replayssm_spec"), ctx.get("radix_eviction_policy") == "tlru",
           ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a"))),
       reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; attention_hook.py:572-576, 409-437; "
                 "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-884, "
                 "770-789; hicache_hook.py:39-43; configs/model_config.py:1968-1990; kv_shard_hook.py:99-104; "
-                "parallel_hook.py:251-257; attention_hook.py:450-505")
+                "parallel_hook.py:251-257; attention_hook.py:450-505; kv_cache_hook.py:375-391")
 def feature_modes(ctx: Context):
     """Switches SGLang refuses outside their mode: Mamba SSM stochastic rounding needs `--mamba-ssm-dtype float16`
     (and SM100 with the triton mamba backend); `--kv-canary-sweep-interval` needs `--kv-canary log|raise`;
@@ -1380,8 +1401,9 @@ def feature_modes(ctx: Context):
     `--quantize-and-serve` needs a ModelOpt `--quantization`; `--enable-kv-cache-sharding` runs on PD prefill workers
     only; `--enable-linear-replayssm` needs a triton/helion linear decode backend, the no_buffer mamba strategy and
     no PD disaggregation; `--enable-linear-replayssm-spec` needs a linear draft chain, a triton/flashinfer linear
-    decode backend, no PD prefill role and not `--enable-linear-replayssm` as well; `--dcp-comm-backend a2a|fi_a2a`
-    needs `--dcp-size > 1`."""
+    decode backend, no PD prefill role and not `--enable-linear-replayssm` as well; `--radix-eviction-policy tlru`
+    needs a threshold above next_prompt_estimate (both 0 unless configured); `--dcp-comm-backend a2a|fi_a2a` needs
+    `--dcp-size > 1`."""
     sm = ctx.gpu.sm if ctx.gpu is not None else None
     if ctx.get("enable_mamba_cache_stochastic_rounding"):
         if ctx.get("mamba_ssm_dtype") != "float16":
@@ -1453,6 +1475,26 @@ def feature_modes(ctx: Context):
         elif ctx.get("enable_linear_replayssm"):
             yield Hit("--enable-linear-replayssm-spec and --enable-linear-replayssm exclude each other",
                       about="enable_linear_replayssm_spec")
+    if ctx.get("radix_eviction_policy") == "tlru":
+        config = ctx.get("radix_eviction_policy_config") or {}
+        if isinstance(config, str):
+            import json
+
+            try:
+                config = json.loads(config)
+            except ValueError:
+                config = None
+        if isinstance(config, dict):
+            threshold, estimate = config.get("threshold", 0), config.get("next_prompt_estimate", 0)
+            if not (isinstance(threshold, (int, float)) and isinstance(estimate, (int, float))):
+                pass
+            elif threshold < 0 or estimate < 0:
+                yield Hit("--radix-eviction-policy tlru needs non-negative threshold and next_prompt_estimate",
+                          about="radix_eviction_policy_config")
+            elif threshold <= estimate:
+                yield Hit(f"--radix-eviction-policy tlru needs a threshold above next_prompt_estimate in "
+                          f"--radix-eviction-policy-config (got {threshold} <= {estimate}; both default to 0)",
+                          about="radix_eviction_policy", fix="set radix-eviction-policy-config with a threshold")
     if ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a") and (ctx.get("dcp_size", 1) or 1) <= 1:
         yield Hit(f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} requires --dcp-size > 1",
                   about="dcp_comm_backend", edits={"dcp_comm_backend": None})
@@ -1571,3 +1613,125 @@ def attention_dp(ctx: Context):
     if dp_attn > 1 and tp % dp_attn:
         return Hit(f"--tp-size ({tp}) must be divisible by the attention-DP size ({dp_attn})", about="attn_dp_size",
                    fix=f"set tp-size to a multiple of {dp_attn}")
+
+
+# ---------------------------------------------------------------- overrides of values the launch sets (info)
+
+# choices.py:103-111 DRAFT_ATTENTION_BACKEND_CHOICES
+DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu")
+
+
+def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
+    """speculative_hook.py:886-986 _resolve_dflash_draft_attention_backend (CUDA)."""
+    backend = ctx.get("speculative_draft_attention_backend")
+    if backend is None:
+        backend = res.pair[0]
+    if backend is None:
+        return "flashinfer"
+    if backend not in DRAFT_ATTENTION_BACKENDS:
+        return "flashinfer"
+    if backend == "trtllm_mha":
+        raw = (ctx.draft.raw if ctx.draft is not None else None) or {}
+        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        layers = (raw.get("dflash_config") or {}).get("layer_types") or text.get("layer_types") or ()
+        all_sliding = layers and len(layers) == text.get("num_hidden_layers") and set(layers) == {"sliding_attention"}
+        if not (all_sliding or text.get("is_causal") is True):
+            return "fa4" if ctx.gpu.sm in (100, 103) else "flashinfer"
+    return backend
+
+
+def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
+    """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver replaces, as
+    far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Rules that report their
+    own override (DDT110, DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904) are not repeated here."""
+    out: list[tuple[str, object, object, str]] = []
+    raw_algo = ctx.given.get("speculative_algorithm")
+    algo = ctx.algorithm
+    if raw_algo is not None and algo is not None and str(raw_algo) != algo and algo != "DDTREE":
+        out.append(("speculative_algorithm", raw_algo, algo, "speculative_hook.py:162 (NEXTN is EAGLE; names are "
+                                                             "upper-cased)"))
+    if ctx.get("speculative_adaptive") and ctx.given.get("speculative_adaptive") and not _adaptive_effective(ctx):
+        out.append(("speculative_adaptive", True, False, "speculative_hook.py:261-264, 1369-1389 "
+                                                         "_maybe_disable_adaptive (EAGLE/EAGLE3 with topk 1 only)"))
+    topk = ctx.given.get("speculative_eagle_topk")
+    if algo == "NGRAM" and topk is not None:
+        breadth = ctx.get("speculative_ngram_max_bfs_breadth") or 10
+        if topk != breadth:
+            out.append(("speculative_eagle_topk", topk, breadth, "speculative_hook.py:1309-1313 _handle_ngram (topk is "
+                                                                 "the max BFS breadth)"))
+    if algo == "DSPARK":
+        for dest in ("speculative_num_steps", "speculative_eagle_topk"):
+            if ctx.given.get(dest) not in (None, 1):
+                out.append((dest, ctx.given.get(dest), 1, "speculative_hook.py:760-790 _handle_dspark"))
+    if ctx.get("moe_runner_backend") == "megamoe":
+        out.append(("moe_runner_backend", "megamoe", "auto", "mega_moe_hook.py:259-276 (an alias for "
+                                                             "--moe-a2a-backend megamoe)"))
+    a2a_given = ctx.given.get("moe_a2a_backend")
+    a2a = _a2a(ctx)
+    if a2a_given is not None and a2a != a2a_given:
+        out.append(("moe_a2a_backend", a2a_given, a2a, "moe_hook.py:459-468 (ascend_tp), overrides.py:1596-1607 "
+                                                       "(Waterfill), mega_moe_hook.py:259-276"))
+    ep_given = ctx.given.get("ep_size")
+    if ep_given is not None and _a2a(ctx) in _EP_SPANNING and ep_given != (ctx.get("tp_size", 1) or 1):
+        out.append(("ep_size", ep_given, ctx.get("tp_size", 1) or 1, "overrides.py:1610-1620 _a2a_ep_size"))
+    if is_deterministic(ctx) and ctx.given.get("sampling_backend") not in (None, "pytorch", "ascend"):
+        out.append(("sampling_backend", ctx.given.get("sampling_backend"), "pytorch",
+                    "overrides.py:1029-1036 _deterministic_sampling_backend"))
+    if ctx.get("enable_dp_attention") and (ctx.given.get("attn_dp_size") or 1) == 1 and \
+            (ctx.given.get("dp_size") or 1) > 1:
+        out.append(("dp_size", ctx.given.get("dp_size"), 1, "parallel_hook.py:39-61 handle_deprecated_dp_attention "
+                                                           f"(the deprecated spelling of --attn-dp-size "
+                                                           f"{ctx.given.get('dp_size')})"))
+    res = resolve(ctx)
+    if res is None:
+        return out
+    if res.radix_disabled and not ctx.get("disable_radix_cache") and not ctx.given.get("enable_hierarchical_cache"):
+        why = ("deterministic inference on attention backend " + repr(res.attention) +
+               " (attention_hook.py:656-662)" if res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
+               else "a PD decode server (pd_disaggregation_hook.py:98-129)"
+               if ctx.get("disaggregation_mode") == "decode" else "--enable-mis (attention_hook.py:556-562)")
+        out.append(("disable_radix_cache", False, True, f"no prefix caching: {why}"))
+    mem = ctx.given.get("mem_fraction_static")
+    context = ctx.given.get("context_length") or derived_context_length(ctx.model.raw or {}) or 0
+    if res.attention == "aiter" and isinstance(mem, (int, float)) and context > 8192:
+        out.append(("mem_fraction_static", mem, round(mem * 0.85, 6), "attention_hook.py:244-268 (aiter with a "
+                                                                      "context above 8192 keeps 15% for workspace)"))
+    for dest, value in (("attention_backend", res.final_attention), ("prefill_attention_backend", res.prefill),
+                        ("decode_attention_backend", res.decode)):
+        given = ctx.given.get(dest)
+        if given is not None and value is not None and value != given:
+            out.append((dest, given, value, "serving_hook.py:304-333 (deprecated spellings), kv_cache_hook.py:34-92 "
+                                            "(NVFP4), overrides.py:1126-1266 (default fill, fa3 + fp8_e5m2)"))
+    given_kv = ctx.given.get("kv_cache_dtype")
+    if given_kv is not None and res.kv_cache_dtype != given_kv:
+        out.append(("kv_cache_dtype", given_kv, res.kv_cache_dtype, "serving_hook.py:324-329 (tokenspeed_mla "
+                                                                    "implies fp8_e4m3)"))
+    page = ctx.given.get("page_size")
+    if page is not None and res.final_page != page:
+        out.append(("page_size", page, res.final_page, "model_overrides/qwen3_5.py:24-48, overrides.py:1142-1337 (the "
+                                                 "attention backend's page sizes)"))
+    if algo == "DFLASH" and ctx.given.get("speculative_draft_attention_backend") is not None:
+        draft = _dflash_draft_backend(ctx, res)
+        if draft != ctx.given.get("speculative_draft_attention_backend"):
+            out.append(("speculative_draft_attention_backend", ctx.given.get("speculative_draft_attention_backend"),
+                        draft, "speculative_hook.py:886-986 _resolve_dflash_draft_attention_backend"))
+    return out
+
+
+def _adaptive_effective(ctx: Context) -> bool:
+    from ddtctl.rules.speculative import adaptive_effective
+
+    return adaptive_effective(ctx)
+
+
+@rule("DDT950", "SGLang overrides a value this launch sets", severity=INFO, reads=(),
+      applies=lambda ctx: bool(predicted_overrides(ctx)),
+      reference=f"{AG} declare_resolution / register_post_process overrides (inventory: ddtctl/rules/overrides.yaml)")
+def overridden(ctx: Context):
+    """SGLang accepts the launch but runs with a different value than the one given: a deprecated or lower-case
+    spelling, a backend or page size the attention backend or the model needs, an all-to-all backend's EP size,
+    adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say what runs."""
+    for dest, given, value, where in predicted_overrides(ctx):
+        flag = dest.replace("_", "-")
+        yield Hit(f"SGLang runs --{flag} {value} instead of {given} ({where})", about=dest, severity=INFO,
+                  fix=f"set {flag}: {value}", edits={dest: value})

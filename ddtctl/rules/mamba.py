@@ -160,7 +160,7 @@ def auto_strategy(ctx: Context):
     an error. Say what you want explicitly."""
     if _effective_strategy(ctx) == "no_buffer":
         return Hit("mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
-                   fix="set mamba-radix-cache-strategy explicitly", edits={})
+                   about="disable_overlap_schedule", fix="set mamba-radix-cache-strategy explicitly", edits={})
 
 
 @rule("DDT508", "mamba state counters are valid", reads=("mamba_max_states_per_path", "mamba_cache_philox_rounds"),

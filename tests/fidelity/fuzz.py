@@ -1,9 +1,10 @@
 """Differential fuzzing of ddtctl's static validator against SGLang 0.5.23's own resolver.
 
-    .venv/bin/python tests/fidelity/fuzz.py [--n 2000] [--seed S] [--json OUT] [--examples 2]
+    .venv/bin/python tests/fidelity/fuzz.py [--n 2000] [--seed S] [--json OUT] [--examples 2] [--ddtree]
 
-`make fidelity-fuzz N=2000 SEED=...` runs it. Each case is a launch argv sampled from the flag catalog's types and
-choices (ddtctl/schema/catalogs), weighted toward the speculative, mamba, attention, parallel and page/kv flags, over
+`make fidelity-fuzz N=2000 SEED=...` runs it (`DDTREE=1`: DDTREE launches through the resolver with the payload view
+first on sys.path, as `ddtctl dry-run --overlay auto` does). Each case is a launch argv sampled from the flag
+catalog's types and choices (ddtctl/schema/catalogs), weighted toward the speculative, mamba, attention, parallel and page/kv flags, over
 the config.json-only model dirs of tests/fidelity/models and the three GPU generations ddtctl declares (sm90, sm100,
 sm120). Every case goes through `ddtctl.validate.validate_argv` and through SGLang's prepare_server_args +
 resolve_once + check_server_args in ONE warm resolver process of the managed env (ddtctl/bridge).
@@ -52,9 +53,13 @@ TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 TARGET_WEIGHTS = {"qwen3-8b": 4, "qwen3-30b-a3b": 2, "deepseek-v3-nextn": 2, "qwen3-next-80b-a3b": 2,
                   "qwen3.5-27b-text": 1, "qwen3.6-27b": 2, "qwen3.6-35b-a3b": 1}
-# DDTREE needs the payload view (see fidelity's ddtree_cases.yaml); the plain resolver fuzzes SGLang's own algorithms.
+# DDTREE needs the payload view (see fidelity's ddtree_cases.yaml): `--ddtree` fuzzes it through the resolver with
+# the built payload first on sys.path; the plain resolver fuzzes SGLang's own algorithms.
 ALGORITHMS = {None: 24, "DFLASH": 20, "EAGLE3": 14, "EAGLE": 8, "NEXTN": 6, "STANDALONE": 5, "NGRAM": 10,
               "DSPARK": 2, "UNO": 1, "FROZEN_KV_MTP": 1, "dflash": 2, "eagle3": 1, "nextn": 1}
+DDTREE_ALGORITHMS = {"DDTREE": 20, "ddtree": 1}
+# DDTREE's own flags (the payload's catalog extension), weighted like the speculative focus group
+DDTREE_FOCUS = (r"^speculative-ddtree-", 3.0)
 
 # Flags the generator samples, by group: (name regex, weight). Values come from the catalog (choices, type).
 FOCUS = [
@@ -93,6 +98,8 @@ INT_VALUES = {
     "speculative-num-draft-tokens": (2, 4, 8, 16, 32), "speculative-dflash-block-size": (0, 8, 16, 16, -4),
     "speculative-draft-window-size": (0, 8, 16, 32, 512), "speculative-draft-sink-size": (-1, 0, 4),
     "speculative-ngram-max-bfs-breadth": (1, 4, 10), "speculative-ngram-min-bfs-breadth": (1, 2, 12),
+    "speculative-ddtree-budget": (0, 1, 8, 15, 16, 32, 64, 256, 4096, 5000),
+    "speculative-ddtree-topk-cap": (0, 1, 2, 4, 8, 64),
 }
 FLOAT_VALUES = {
     "mamba-full-memory-ratio": (-1.0, 0.0, 0.5, 0.9, 1.0, 1.5), "mem-fraction-static": (0.5, 0.8, 0.95, 1.2),
@@ -141,11 +148,11 @@ class Outcome:
 
 
 # -- generation -----------------------------------------------------------------------------------------------------
-def _pool(catalog) -> tuple[list, list[float]]:
+def _pool(catalog, ddtree: bool = False) -> tuple[list, list[float]]:
     specs, weights = [], []
-    focus = [(re.compile(p), w) for p, w in FOCUS]
+    focus = [(re.compile(p), w) for p, w in FOCUS + ([DDTREE_FOCUS] if ddtree else [])]
     for spec in catalog.flags:
-        if spec.deprecated or spec.alias_of or spec.name.startswith("speculative-ddtree"):
+        if spec.deprecated or spec.alias_of or (spec.name.startswith("speculative-ddtree") and not ddtree):
             continue
         weight = next((w for pat, w in focus if pat.search(spec.name)), None)
         if weight is None:
@@ -187,25 +194,27 @@ def _weighted(rng: random.Random, table: dict) -> Any:
     return rng.choices(keys, weights=[table[k] for k in keys])[0]
 
 
-def generate(n: int, seed: int) -> list[FuzzCase]:
+def generate(n: int, seed: int, *, ddtree: bool = False) -> list[FuzzCase]:
+    """n launches from `seed`. ddtree: every launch runs DDTREE (a DFlash drafter 90% of the time, its own flags in
+    the pool, overlap scheduling off 70% of the time), for the resolver with the payload view."""
     from ddtctl.schema.extensions import extended_catalog
 
     rng = random.Random(seed)
     catalog = extended_catalog(SGLANG)
-    specs, weights = _pool(catalog)
+    specs, weights = _pool(catalog, ddtree)
     cases = []
     for i in range(n):
         target = _weighted(rng, TARGET_WEIGHTS)
         gpu = rng.choice(GPUS)
         argv = ["--model-path", str(MODELS / target)]
-        algo = _weighted(rng, ALGORITHMS)
+        algo = _weighted(rng, DDTREE_ALGORITHMS if ddtree else ALGORITHMS)
         if algo is not None:
             argv += ["--speculative-algorithm", algo]
             family = str(algo).upper()
             drafts = TARGETS[target]
             draft = None
             roll = rng.random()
-            if family in ("DFLASH", "DSPARK"):
+            if family in ("DFLASH", "DSPARK", "DDTREE"):
                 draft = rng.choice(drafts["dflash"]) if roll < 0.9 else None
             elif family in ("EAGLE", "EAGLE3", "NEXTN"):
                 if target == "deepseek-v3-nextn":
@@ -224,6 +233,8 @@ def generate(n: int, seed: int) -> list[FuzzCase]:
                 tokens = steps + 1 if topk == 1 else rng.choice((steps + 1, 4, 8, 16))
                 argv += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
                          "--speculative-num-draft-tokens", str(tokens)]
+        if ddtree and rng.random() < 0.7:
+            argv.append("--disable-overlap-schedule")
         k = rng.choice((0, 1, 1, 2, 2, 3, 3, 4, 5, 6))
         seen = {a for a in argv if a.startswith("--")}
         for spec in rng.choices(specs, weights=weights, k=k):
@@ -233,7 +244,7 @@ def generate(n: int, seed: int) -> list[FuzzCase]:
             if tokens:
                 seen.add(spec.option)
                 argv += tokens
-        cases.append(FuzzCase(id=f"fuzz-{seed}-{i}", gpu=gpu, argv=argv))
+        cases.append(FuzzCase(id=f"fuzz-{'ddtree-' if ddtree else ''}{seed}-{i}", gpu=gpu, argv=argv))
     return cases
 
 
@@ -302,22 +313,32 @@ def classify(case: FuzzCase, sglang, static) -> Outcome:
                    cls=f"miss: {err.get('type')} in {err.get('hook')}: {template(err.get('message', ''))}")
 
 
-def run(cases: list[FuzzCase], client=None) -> list[Outcome]:
+def ddtree_sys_path() -> list[str]:
+    """The built DDTREE payload view (ddtctl overlay build, reused when current), for the resolver's sys.path."""
+    from corpus import overlay_path
+
+    return overlay_path("ddtree")
+
+
+def run(cases: list[FuzzCase], client=None, extra_sys_path=()) -> list[Outcome]:
     from ddtctl.dryrun import dry_run_argvs
     from ddtctl.validate import validate_argv
 
-    live = {r.source: r for r in dry_run_argvs([(c.id, c.argv, c.gpu) for c in cases], client=client)}
+    live = {r.source: r for r in dry_run_argvs([(c.id, c.argv, c.gpu) for c in cases], client=client,
+                                               extra_sys_path=list(extra_sys_path))}
     return [classify(c, live[c.id], validate_argv(c.argv, gpu=c.gpu, sglang=SGLANG, source=c.id)) for c in cases]
 
 
-def table(outcomes: list[Outcome], *, seed: int, examples: int = 1, elapsed: float | None = None) -> str:
+def table(outcomes: list[Outcome], *, seed: int, examples: int = 1, elapsed: float | None = None,
+          mode: str = "plain") -> str:
     n = len(outcomes)
     count = Counter(o.outcome for o in outcomes)
     rejected = sum(not o.sglang_accepted for o in outcomes)
     judged = n - count["oracle-artefact"]
     agree_pct = 100.0 * (count["agree"] + count["stricter-by-design"]) / judged if judged else 100.0
     lines = [
-        f"fidelity-fuzz: static `validate` vs SGLang {SGLANG}'s own resolver (seed {seed})",
+        f"fidelity-fuzz: static `validate` vs SGLang {SGLANG}'s own resolver (seed {seed})"
+        + (" with the DDTREE payload" if mode == "ddtree" else ""),
         "",
         "| seed | N | SGLang rejects | agree | stricter-by-design | disagree | oracle artefacts | setup errors "
         "| agreement |",
@@ -364,17 +385,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh one (printed)")
     ap.add_argument("--examples", type=int, default=1, help="example argvs per class")
     ap.add_argument("--json", type=Path, default=None, help="write every disagreeing case here")
+    ap.add_argument("--ddtree", action="store_true",
+                    help="DDTREE launches, resolved with the built DDTREE payload view first on sys.path")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
-    print(f"fidelity-fuzz: seed {seed}, N {args.n}", flush=True)
-    cases = generate(args.n, seed)
+    mode = "ddtree" if args.ddtree else "plain"
+    print(f"fidelity-fuzz: seed {seed}, N {args.n}{', DDTREE' if args.ddtree else ''}", flush=True)
+    cases = generate(args.n, seed, ddtree=args.ddtree)
     t0 = time.monotonic()
     try:
-        outcomes = run(cases)
+        outcomes = run(cases, extra_sys_path=ddtree_sys_path() if args.ddtree else ())
     except DdtctlError as err:
         print(f"fidelity-fuzz: {err.one_line()}", file=sys.stderr)
         return 2
-    print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0))
+    print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0, mode=mode))
     if args.json is not None:
         rows = [{"id": o.case.id, "gpu": o.case.gpu, "argv": o.case.text(), "outcome": o.outcome, "class": o.cls,
                  "sglang": o.sglang_error, "static": o.static_errors}

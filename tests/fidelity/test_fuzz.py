@@ -120,8 +120,83 @@ def test_resolution_model_matches_sglang(sample):
         main = r.resolved.get("attention_backend")
         theirs = (main, r.resolved.get("prefill_attention_backend") or main,
                   r.resolved.get("decode_attention_backend") or main, r.resolved.get("page_size") or 1)
-        mine = (res.attention, *res.pair, res.page)
+        mine = (res.final_attention, *res.final_pair, res.final_page)
         if mine != theirs:
             wrong.append(f"[{c.gpu}] {c.text()}\n    ddtctl {mine}, SGLang {theirs}")
     assert checked > 150
     assert not wrong, f"{len(wrong)} of {checked}:\n" + "\n".join(wrong[:10])
+
+
+@pytest.mark.sglang
+def test_override_examples_are_sglang_overrides(client):
+    """Each override ddtctl/rules/overrides.yaml maps to an info rule: SGLang accepts its example launch and replaces
+    a value the launch gives in one of the site's fields (what the info finding says)."""
+    import shlex
+
+    from ddtctl.dryrun import dry_run_argvs
+    from ddtctl.rules import coverage as cov
+
+    rows = cov.classify_overrides(cov.override_sites(), cov.load_override_mapping())
+    entries = [e for e in cov.load_override_mapping() if e.get("rule")]
+    items = [(e["match"], shlex.split(e["example"]["argv"].replace("{models}", str(fuzz.MODELS))),
+              e["example"]["gpu"]) for e in entries]
+    results = {r.source: r for r in dry_run_argvs(items, client=client)}
+    wrong = []
+    for e in entries:
+        r = results[e["match"]]
+        fields = {f for s, m in rows if m is not None and m["match"] == e["match"] for f in s.fields}
+        changed = {o["field"] for o in r.changed if o["raw"] != o["resolved"]}
+        if not r.accepted:
+            wrong.append(f"{e['match']}: SGLang rejects the example: {r.error}")
+        elif "**" not in fields and not changed & fields:
+            wrong.append(f"{e['match']}: SGLang changes {sorted(changed)}, none of {sorted(fields)}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.sglang
+def test_sample_overrides_are_reported(sample):
+    """On the fixed-seed sample, every value a launch gives that SGLang's resolver replaces (other than `auto`) is
+    reported by a static finding on that flag (DDT950 and the rules that report their own override)."""
+    from ddtctl.validate import validate_argv
+
+    cases, live = sample
+    missed, total = [], 0
+    for c in cases:
+        r = live[c.id]
+        if not r.accepted:
+            continue
+        flags = {a for a in c.argv if a.startswith("--")}
+        overridden = [o for o in r.changed if o["raw"] != o["resolved"] and o["raw"] != "auto"
+                      and "--" + o["field"].replace("_", "-") in flags]
+        if not overridden:
+            continue
+        findings = validate_argv(c.argv, gpu=c.gpu, sglang=fuzz.SGLANG, source=c.id).findings
+        keys = {(f.key or "").lstrip("-") for f in findings} | {k for f in findings for k in f.edits}
+        for o in overridden:
+            total += 1
+            if o["field"].replace("_", "-") not in keys:
+                missed.append(f"{o['field']}: {o['raw']!r} -> {o['resolved']!r} ({o['hook']}) [{c.gpu}] {c.text()}")
+    assert total > 20
+    assert not missed, f"{len(missed)} of {total} overrides unreported:\n" + "\n".join(missed[:10])
+
+
+DDTREE_SEED, DDTREE_N = 20261201, 120
+
+
+@pytest.mark.sglang
+def test_fixed_seed_ddtree_sample_agrees_with_sglang(capsys):
+    """DDTREE launches through SGLang's resolver with the built DDTREE payload view first on sys.path (what
+    `ddtctl dry-run --overlay auto` runs), against the static validator."""
+    from ddtctl.dryrun import dry_run_argvs
+    from ddtctl.validate import validate_argv
+
+    cases = fuzz.generate(DDTREE_N, DDTREE_SEED, ddtree=True)
+    live = {r.source: r for r in dry_run_argvs([(c.id, c.argv, c.gpu) for c in cases],
+                                               extra_sys_path=fuzz.ddtree_sys_path())}
+    outcomes = [fuzz.classify(c, live[c.id], validate_argv(c.argv, gpu=c.gpu, sglang=fuzz.SGLANG, source=c.id))
+                for c in cases]
+    with capsys.disabled():
+        print(f"\nfidelity-fuzz DDTREE CI sample: seed {DDTREE_SEED}, N {DDTREE_N}\n"
+              + fuzz.table(outcomes, seed=DDTREE_SEED, examples=1, mode="ddtree"))
+    unexplained = sorted({o.cls for o in outcomes if o.outcome in ("disagree", "setup-error")} - set(_known()))
+    assert not unexplained, "disagreement classes not in fuzz_known.yaml:\n  " + "\n  ".join(unexplained)

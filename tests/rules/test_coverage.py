@@ -48,3 +48,65 @@ def test_known_sites_map_to_their_rules(rows):
             by_rule.setdefault(m["rule"], []).append(s)
     for rule_id in ("DDT201", "DDT203", "DDT606", "DDT901", "DDT911", "DDT912"):
         assert rule_id in by_rule, rule_id
+
+
+# ---------------------------------------------------------------- override inventory (ddtctl/rules/overrides.yaml)
+
+@pytest.fixture(scope="module")
+def override_rows():
+    try:
+        return cov.classify_overrides(cov.override_sites(), cov.load_override_mapping())
+    except EnvironmentMissing as err:
+        pytest.fail(f"{err.one_line()} — run `make sglang-env`")
+
+
+def test_every_override_site_is_mapped(override_rows):
+    assert len(override_rows) > 400  # the walk found the resolver's overrides at all
+    unmapped = [f"{s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}" for s, m in override_rows
+                if m is None]
+    assert not unmapped, f"{len(unmapped)} unmapped override sites:\n  " + "\n  ".join(unmapped[:40])
+
+
+def test_override_mapping_names_info_rules_with_examples_or_reasons(override_rows):
+    from ddtctl.rules.engine import RULES
+
+    all_rules()
+    keys = [s.key for s, _ in override_rows]
+    for entry in cov.load_override_mapping():
+        if entry.get("rule"):
+            assert entry["rule"] in RULES, entry
+            assert entry.get("example", {}).get("argv"), entry
+            assert any(fnmatch.fnmatchcase(k, entry["match"]) for k in keys), f"stale: {entry['match']}"
+        else:
+            assert len(entry.get("category") or "") > 40, entry
+
+
+def _example_argv(example) -> list[str]:
+    import shlex
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[1] / "fidelity" / "models"
+    return shlex.split(example["argv"].replace("{models}", str(models)))
+
+
+def _fields_of(entry, rows) -> set[str]:
+    return {f for s, m in rows if m is not None and m["match"] == entry["match"] for f in s.fields}
+
+
+def test_override_examples_are_reported_as_info(override_rows):
+    """Each override mapped to a rule is modelled as an info finding: the rule reports its example launch at severity
+    info, on one of the fields the override replaces."""
+    from ddtctl.validate import validate_argv
+
+    wrong = []
+    for entry in cov.load_override_mapping():
+        if not entry.get("rule"):
+            continue
+        fields = {f.replace("_", "-") for f in _fields_of(entry, override_rows)}
+        result = validate_argv(_example_argv(entry["example"]), gpu=entry["example"]["gpu"])
+        infos = [f for f in result.findings if f.rule == entry["rule"] and f.severity == "info"]
+        if not infos:
+            wrong.append(f"{entry['match']}: {entry['rule']} reports no info finding for its example")
+        elif "**" not in fields and not any((f.key or "").lstrip("-") in fields for f in infos):
+            wrong.append(f"{entry['match']}: {entry['rule']} reports {[f.key for f in infos]}, not {sorted(fields)}")
+    assert not wrong, "\n".join(wrong)

@@ -114,6 +114,10 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                          "--mamba-track-interval", "16"], None),
     # a warning: the plugin lives on the server host
     "DDT939": (DENSE + ["--enable-nvidia-megakernel"], DENSE, None),
+    # info: SGLang upper-cases the algorithm (and runs NEXTN as EAGLE); every override it reports is checked against
+    # SGLang by tests/fidelity/test_fuzz.py (override examples of ddtctl/rules/overrides.yaml, the sample's overrides)
+    "DDT950": (DENSE + ["--speculative-algorithm", "eagle3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"]],
+               EAGLE3, "H200"),
     "DDT504": (HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
                          "96"],
                HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64", "--mamba-track-interval",
@@ -282,6 +286,13 @@ HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
     # the unified pool implies the page-major layout and its backend allow-list
     ("DDT940", NEXT + ["--enable-unified-memory", "--attention-backend", "trtllm_mla"],
      NEXT + ["--enable-unified-memory", "--attention-backend", "triton"], "B200"),
+    # ascend_tp runs as none on CUDA (moe_hook.py:459-468): two-batch overlap then needs attention DP
+    ("DDT902", DENSE + ["--enable-two-batch-overlap", "--moe-a2a-backend", "ascend_tp"],
+     DENSE + ["--enable-two-batch-overlap", "--moe-a2a-backend", "ascend_tp", "--tp-size", "2", "--attn-dp-size", "2"],
+     "H200"),
+    ("DDT938", DENSE + ["--radix-eviction-policy", "tlru"],
+     DENSE + ["--radix-eviction-policy", "tlru", "--radix-eviction-policy-config",
+              '{"threshold": 8, "next_prompt_estimate": 2}'], "H200"),
     # flashinfer all-to-all needs attention DP even at tp 1
     ("DDT905", MOE + ["--moe-a2a-backend", "flashinfer"], MOE, "H200"),
     # adaptive fills steps and topk only where it runs (topk 1); topk 4 turns it off and the EAGLE assert fires
