@@ -5,7 +5,6 @@ build, SGLang's resolver on the host, the overlay installer), tests/remote's sta
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -15,18 +14,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def dg():
-    spec = importlib.util.spec_from_file_location("deploy_gpu", REPO / "bench" / "deploy_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    yield from load_bench("deploy_gpu")
 
 
 def _events(*lines):

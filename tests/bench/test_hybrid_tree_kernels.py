@@ -4,14 +4,13 @@ SGLang env), including that both negative controls mismatch and that a failed ch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -22,16 +21,7 @@ SCRIPT = REPO / "bench" / "hybrid_tree_kernels.py"
 
 @pytest.fixture(scope="module")
 def htk():
-    spec = importlib.util.spec_from_file_location("hybrid_tree_kernels", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[spec.name]
-        raise
-    yield mod
-    sys.modules.pop(spec.name, None)
+    yield from load_bench("hybrid_tree_kernels")
 
 
 def _setup(htk, budget=15, bs=3, width=4, bias=True, seed=1):

@@ -3,30 +3,21 @@ that make that comparison meaningful. The GPU run itself is bench/sglang_e2e_gpu
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("sglang_e2e_gpu", REPO / "bench" / "sglang_e2e_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[spec.name]
-        raise
-    mod.OUT = tmp_path_factory.mktemp("out")
-    yield mod
-    sys.modules.pop(spec.name, None)
+    for mod in load_bench("sglang_e2e_gpu"):
+        mod.OUT = tmp_path_factory.mktemp("out")
+        yield mod
 
 
 def _server(mod, name, algo, outputs, graphs=False, budget=None):

@@ -4,25 +4,17 @@ drafter and batch, the table, and the profiler-trace summary. The GPU run itself
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from bench_scripts import load_bench
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def st():
-    spec = importlib.util.spec_from_file_location("spec_throughput_gpu", REPO / "bench" / "spec_throughput_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    yield from load_bench("spec_throughput_gpu")
 
 
 def _args(**kw):
