@@ -558,3 +558,59 @@ class DDTreePlan:
         self.topk(logits)
         self.build()
         return self.compile(root_tokens, starts)
+
+
+@triton.jit(do_not_specialize=["L"])
+def _move_chain_rows_kernel(ptrs, tgt, src, L, ROW_WORDS: tl.constexpr, BLOCK: tl.constexpr):
+    """grid (buffers, batch, row chunks): row src[b, j] -> row tgt[b, j] of buffer `ptrs[layer]`, j ascending.
+
+    Chain commits read node acc[j] >= j into chain position j (a node at depth j has j ancestors before it in the
+    build order), so walking j upwards inside one program never reads a row this program already wrote; programs of
+    different requests or row chunks touch disjoint words."""
+    layer = tl.program_id(0)
+    req = tl.program_id(1)
+    offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < ROW_WORDS
+    base = tl.load(ptrs + layer).to(tl.pointer_type(tl.int32))
+    for j in range(L):
+        s = tl.load(src + req * L + j).to(tl.int64)
+        d = tl.load(tgt + req * L + j).to(tl.int64)
+        if s != d:
+            x = tl.load(base + s * ROW_WORDS + offs, mask=mask)
+            tl.store(base + d * ROW_WORDS + offs, x, mask=mask)
+
+
+class ChainRowMover:
+    """Commit accepted tree nodes' KV rows into chain order across all layers in one launch per row width, instead
+    of a gather and a scatter per layer (2 x layers launches). Buffers: equal-shape contiguous [slots, ...] tensors
+    (one per layer, K and V alike); rows are moved as 32-bit words."""
+
+    def __init__(self, buffers: list[torch.Tensor]):
+        if not buffers:
+            raise ValueError("no buffers")
+        self.groups: list[tuple[torch.Tensor, int]] = []
+        by_shape: dict[tuple, list[torch.Tensor]] = {}
+        for b in buffers:
+            if not b.is_contiguous():
+                raise ValueError("KV buffers must be contiguous")
+            row_bytes = b[0].numel() * b.element_size()
+            if row_bytes % 4:
+                raise ValueError(f"a KV row of {row_bytes} bytes is not a whole number of 32-bit words")
+            by_shape.setdefault((tuple(b.shape), b.element_size()), []).append(b)
+        for group in by_shape.values():
+            row_words = group[0][0].numel() * group[0].element_size() // 4
+            ptrs = torch.tensor([b.data_ptr() for b in group], dtype=torch.int64, device=group[0].device)
+            self.groups.append((ptrs, row_words))
+        self._keep = buffers  # the pointers are only valid while the buffers live
+
+    def move(self, tgt: torch.Tensor, src: torch.Tensor) -> None:
+        """tgt / src: [batch, L] slot ids (int), src[b, j] >= tgt's chain order (see the kernel)."""
+        bs, length = tgt.shape
+        if bs == 0 or length == 0:
+            return
+        tgt = tgt.to(torch.int64).contiguous()
+        src = src.to(torch.int64).contiguous()
+        for ptrs, row_words in self.groups:
+            block = min(1024, _next_pow2(row_words))
+            _move_chain_rows_kernel[(ptrs.numel(), bs, _cdiv(row_words, block))](
+                ptrs, tgt, src, length, ROW_WORDS=row_words, BLOCK=block, num_warps=4)
