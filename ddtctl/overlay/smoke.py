@@ -207,21 +207,25 @@ def check_resolve_basic(ctx) -> str:
 
 
 def check_rules(ctx) -> str:
-    """DDTREE's rules inside resolution: an error is raised with its rule id and fix (DDT104, budget 0), and an
-    override is declared (DDT110: without --disable-overlap-schedule, DDTREE resolves with overlap scheduling off)."""
+    """DDTREE's rules inside resolution: an error is raised with its rule id and fix (DDT104, budget 0), an override
+    is declared (DDT115: no attention backend given -> triton), and the overlap scheduler stays on (DDTREE runs under
+    it, as DFLASH does)."""
     model, draft = ctx["models"]
     try:
-        _resolve(_argv(model, draft, "--disable-overlap-schedule", "--speculative-ddtree-budget", "0"))
+        _resolve(_argv(model, draft, "--speculative-ddtree-budget", "0"))
     except ValueError as exc:
         if "DDT104" not in str(exc) or "fix:" not in str(exc):
             raise Failed(f"rejected, but not by rule DDT104 with a fix: {exc}") from None
     else:
         raise Failed("a DDTREE argv with --speculative-ddtree-budget 0 was accepted")
     _, get = _resolve(_argv(model, draft))
-    if get("disable_overlap_schedule") is not True:
-        raise Failed(f"without --disable-overlap-schedule DDTREE resolved disable_overlap_schedule="
-                     f"{get('disable_overlap_schedule')!r}, expected the DDT110 override to True")
-    return "budget 0 rejected by [DDT104] with its fix; no --disable-overlap-schedule: overridden off (DDT110)"
+    if get("attention_backend") != "triton":
+        raise Failed(f"without an attention backend DDTREE resolved attention_backend={get('attention_backend')!r}, "
+                     "expected the DDT115 override to 'triton'")
+    if get("disable_overlap_schedule") is not False:
+        raise Failed(f"DDTREE resolved disable_overlap_schedule={get('disable_overlap_schedule')!r}: the overlap "
+                     "scheduler was switched off")
+    return "budget 0 rejected by [DDT104] with its fix; no attention backend: triton (DDT115); overlap scheduler on"
 
 
 def check_launch_refused(ctx) -> str:

@@ -28,14 +28,6 @@ _DOCS = {
     "DDT108": ("DDTREE runs with pipeline parallel size 1", "Like DFLASH, DDTREE supports only `pp_size == 1`."),
     "DDT109": ("DDTREE does not support constrained decoding", "A grammar mask is per position of one sequence; "
                "tree branches share positions, so `--grammar-backend` must be unset or none."),
-    "DDT110": ("DDTREE runs without overlap scheduling (SGLang overrides it)",
-               "DDTREE verifies a tree whose accepted depth is known only after verification, so the next step cannot "
-               "be scheduled ahead of it. Without `--disable-overlap-schedule`, SGLang with the DDTREE payload "
-               "declares `disable_overlap_schedule=True` in its resolution and logs a warning with this reason: "
-               "SGLang 0.5.23's own convention for a feature that cannot overlap (pipeline parallelism, diffusion "
-               "LLMs, the no_buffer mamba cache). `ddtctl dry-run` lists it as a change made by "
-               "`speculative_hook.handle_speculative_decoding`. An info finding, never an error: set "
-               "`disable-overlap-schedule: true` to say it in the launch."),
     "DDT111": ("DDTREE on a hybrid model needs extra-buffer mamba caching", "On hybrid Mamba/GDN targets, tree "
                "verification keeps recurrent-state snapshots per draft node: `--mamba-radix-cache-strategy "
                "extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required. One finding names "
@@ -67,7 +59,7 @@ _DOCS = {
                "an explicit other backend is DDT120's warning instead."),
 }
 # Rules of the core that are not errors (the engine reports their hits with this severity).
-_SEVERITY = {"DDT110": INFO, "DDT113": WARNING, "DDT115": INFO}
+_SEVERITY = {"DDT113": WARNING, "DDT115": INFO}
 # Rules of the core that need the model's facts (hybrid or not) to run.
 _NEEDS_MODEL = ("DDT111", "DDT113")
 

@@ -30,8 +30,6 @@ DDTREE_FLAGS: dict[str, Any] = {
 MAX_VERIFY_BUDGET = 4096
 ERROR, WARNING, INFO = "error", "warning", "info"
 ATTENTION_BACKEND_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
-OVERLAP_REASON = ("DDTREE verifies a tree whose accepted depth is known only after verification; the overlap "
-                  "scheduler is disabled")
 
 
 @dataclass(frozen=True)
@@ -165,13 +163,6 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
             "a grammar mask cannot be applied across tree branches.",
             "remove grammar-backend or set it to none", edits={"grammar_backend": None},
             reads=("grammar_backend",)))
-
-    if not flags.get("disable_overlap_schedule"):
-        out.append(DdtreeViolation(
-            "DDT110", f"{OVERLAP_REASON} (SGLang with the DDTREE payload declares disable_overlap_schedule=True, as "
-            "it does for pipeline parallelism).",
-            "nothing to do; set disable-overlap-schedule: true to say so in the launch",
-            reads=("disable_overlap_schedule",), severity=INFO, overrides={"disable_overlap_schedule": True}))
 
     if all(flags.get(k) is None for k in ATTENTION_BACKEND_FLAGS):
         out.append(DdtreeViolation(

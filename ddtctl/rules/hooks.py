@@ -1643,7 +1643,7 @@ def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
 def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
     """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver replaces, as
     far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Rules that report their
-    own override (DDT110, DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904) are not repeated here."""
+    own override (DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904) are not repeated here."""
     out: list[tuple[str, object, object, str]] = []
     raw_algo = ctx.given.get("speculative_algorithm")
     algo = ctx.algorithm

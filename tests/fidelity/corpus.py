@@ -26,7 +26,7 @@ class Case:
     sglang_hook: str | None = None
     sglang_message: str | None = None
     expect_rules: list[str] = field(default_factory=list)
-    # non-error static findings the case must show (e.g. DDT110: "SGLang overrides this"), and the values SGLang must
+    # non-error static findings the case must show (e.g. DDT115: "SGLang overrides this"), and the values SGLang must
     # resolve in place of the user's for them (field -> value, checked against the live resolver)
     expect_findings: list[str] = field(default_factory=list)
     sglang_overrides: dict[str, Any] = field(default_factory=dict)

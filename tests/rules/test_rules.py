@@ -146,7 +146,6 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                DDTREE + ["--speculative-ddtree-budget", "15", "--speculative-ddtree-topk-cap", "1"], None),
     "DDT108": (DDTREE + ["--pp-size", "2"], DDTREE + ["--pp-size", "1"], None),
     "DDT109": (DDTREE + ["--grammar-backend", "xgrammar"], DDTREE + ["--grammar-backend", "none"], None),
-    "DDT110": ([a for a in DDTREE if a != "--disable-overlap-schedule"], DDTREE, None),
     "DDT111": (HDDTREE + ["--speculative-ddtree-shadow-linear"], HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear"],
                None),
     "DDT112": (HDDTREE + HYBRID_OK + ["--speculative-ddtree-shadow-linear", "--speculative-ddtree-allow-hybrid-unsafe"],

@@ -138,16 +138,15 @@ def ddtree_decode(model, prompts, news, budget, depth, oracle, sgl_verify, mode=
         draft = torch.stack([noisy_oracle_logits(oracle[b], prefix[b], depth, f"r{b}") for b in range(bs)])
         vi = prep.prepare(draft.float(), torch.tensor(bonus), prefix_t)
         n = vi.width
-        mask = tp.custom_mask(vi.visibility, prefix_t)
+        mask = tp.tree_mask(vi.visibility, prefix_t, tp.mask_total_bound(n, prefix_t + n))  # an upper-bound size
         predict = torch.empty(bs, n, dtype=torch.int64)
         verify_logits = []
         off = 0
-        for b in range(bs):  # read the mask exactly as SGLang's kernel does: row-major [n, prefix + n] per request
-            p = prefix[b]
-            m = mask[off: off + n * (p + n)].view(n, p + n)
+        for b in range(bs):  # read the mask as SGLang's kernel does: row-major [n, prefix + n] per request, and the
+            p = prefix[b]     # prefix columns never read (skip_prefix_custom_mask): every prefix slot is visible
+            m = mask[off: off + n * (p + n)].view(n, p + n)[:, p:].bool()
             off += n * (p + n)
-            cols = torch.cat([rows[b][:p], rows[b][p: p + n]])  # prefix slots, then the verify window
-            allowed = [cols[m[i]] for i in range(n)]
+            allowed = [torch.cat([rows[b][:p], rows[b][p: p + n][m[i]]]) for i in range(n)]
             logits = model.forward(vi.input_ids[b], vi.positions[b], rows[b][p: p + n], allowed)
             verify_logits.append(logits)
             predict[b] = logits.argmax(-1)

@@ -175,3 +175,21 @@ def test_oracle_topk_row_puts_the_oracle_on_top_and_keeps_the_drafters_order():
     full = torch.zeros(100)
     full[torch.tensor([5, 9, 3, 7])] = torch.tensor([12.0, 11.0, 10.0, 9.0])
     assert lps[0] == pytest.approx((12.0 - torch.logsumexp(full, 0)).item(), abs=1e-3)
+
+
+def test_calibrated_oracle_states_its_own_accuracy():
+    """DDTREE_TEST_ORACLE_CALIBRATED=1: the drafter's softmax gives the true token's rank the probability it has."""
+    sys.path.insert(0, str(REPO / "tests" / "gpu_standins"))
+    try:
+        import oracle_drafter as od
+    finally:
+        sys.path.pop(0)
+    vocab, rank_p = 151936, (0.88, 0.08, 0.02)
+    values = od.calibrated_values(rank_p, vocab)
+    full = torch.zeros(vocab, dtype=torch.float64)
+    full[:4] = torch.tensor(values, dtype=torch.float64)
+    probs = torch.softmax(full, 0)[:4].tolist()
+    assert probs[:3] == pytest.approx(list(rank_p), rel=1e-6)
+    assert probs[3] == pytest.approx(0.01, rel=1e-6)
+    assert list(values) == sorted(values, reverse=True)
+    assert od.top_values(vocab) == od.TOP_VALUES  # the e2e proofs keep their fixed values unless asked

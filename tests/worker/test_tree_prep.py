@@ -175,11 +175,53 @@ def test_commit_batch_with_nothing_and_everything_accepted():
     assert cm.commit_lens.tolist() == [1, 4]
 
 
-@pytest.mark.parametrize("block,width,expect", [(16, 2, 16), (16, 16, 16), (16, 33, 17), (16, 65, 33), (4, 9, 5)])
-def test_decode_reservation_covers_the_draft_block_and_the_verify_window(block, width, expect):
+@pytest.mark.parametrize("block,width,expect", [(16, 2, 16), (16, 16, 16), (16, 33, 25), (16, 65, 41), (4, 9, 7)])
+def test_decode_reservation_covers_the_step_in_flight_and_the_next_window(block, width, expect):
+    """Overlap scheduler: the committed length lags the step in flight (up to `block` more tokens), and the next
+    round writes max(block, width) slots past that; DFLASH's prepare_for_decode reserves 2 * tokens."""
     tokens = tp.decode_reserve_tokens(block, width)
     assert tokens == expect
-    assert 2 * tokens >= max(block, width)
+    assert 2 * tokens >= block + max(block, width)
+    assert 2 * (tokens - 1) < block + max(block, width) or tokens == block  # no more than needed
+
+
+@pytest.mark.parametrize("bs,budget,depth,vocab", CASES)
+def test_tree_mask_writes_only_the_tree_cells_at_the_kernel_offsets(bs, budget, depth, vocab):
+    """tree_mask == custom_mask on every tree cell, at SGLang's offsets, for an exact and an upper-bound size; the
+    prefix cells (never read: skip_prefix_custom_mask) are not written, so the work is O(n^2) per request."""
+    logits = _logits(budget, bs, depth, vocab)
+    prefix = torch.tensor([11, 0, 5][:bs])
+    prep = tp.TreePreparer(depth=depth, vocab=vocab, budget=budget, topk_cap=None, mode="reference", device="cpu")
+    vi = prep.prepare(logits, torch.arange(bs) + 3, prefix)
+    n = vi.width
+    full = tp.custom_mask(vi.visibility, prefix)
+    exact = tp.mask_total_bound(n, prefix)
+    assert exact == full.numel()
+    for total in (exact, tp.mask_total_bound(n, prefix + 2 * n)):  # the allocated lengths bound the real ones
+        mask = tp.tree_mask(vi.visibility, prefix, total)
+        assert mask.numel() == total and mask.dtype == torch.uint8
+        off = 0
+        for b in range(bs):
+            p = int(prefix[b])
+            rows = mask[off: off + n * (p + n)].view(n, p + n)
+            assert rows[:, p:].bool().equal(vi.visibility[b])  # the tree columns
+            assert full[off: off + n * (p + n)].view(n, p + n)[:, :p].all()  # what the kernel assumes of the rest
+            off += n * (p + n)
+    idx = tp.tree_mask_offsets(prefix, n).reshape(-1)
+    assert idx.numel() == bs * n * n and idx.unique().numel() == idx.numel() and int(idx.max()) < exact
+    assert tp.mask_total_bound(n, None) is None
+
+
+def test_metrics_accumulate_on_the_device_and_read_back_only_in_the_summary():
+    m = dmetrics.DdtreeMetrics(budget=16, verify_width=17, prep_mode="triton", accept_mode="sglang", interval=50)
+    m.record_device(torch.tensor([3, 0, 15]), torch.tensor([1, 0, 2]), 0.001, max_depth=15, graph=True)
+    m.record_device(torch.tensor([20]), torch.tensor([0]), 0.001, max_depth=15)  # clamped to the depth
+    assert m.steps == 2 and m.requests == 4 and m.accepted == 0  # nothing read back yet
+    s = m.summary()
+    assert s["accepted_hist"] == {0: 1, 3: 1, 15: 2} and s["max_accepted_drafts"] == 15
+    assert s["accepted_branch_nodes"] == 3 and s["verify_graph_steps"] == 1
+    assert s["mean_accepted_drafts"] == pytest.approx(33 / 4)
+    assert m.summary()["accepted_hist"] == {0: 1, 3: 1, 15: 2}  # read back once, not twice
 
 
 def test_metrics_summary_and_log_line():

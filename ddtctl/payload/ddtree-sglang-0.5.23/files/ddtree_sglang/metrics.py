@@ -19,20 +19,57 @@ class DdtreeMetrics:
         self.prep_s = 0.0
         self.graph_steps = 0
         self.branch_nodes = 0
+        self.head_graph_steps = 0  # steps whose draft top-K came from the draft CUDA graph's tail
         self.hist: dict[int, int] = {}
+
+        # Device-side accumulators (record_device): read back only by summary(), so a decode step never waits for
+        # the GPU to report its accept lengths (that would serialise the overlap scheduler).
+        self._hist_dev = None  # int64 [max_depth + 1] on the device
+        self._branch_dev = None  # int64 [] on the device
 
     def record(self, accept_lens: list[int], prep_s: float, graph: bool = False, branch_nodes: int = 0) -> None:
         self.steps += 1
         self.branch_nodes += int(branch_nodes)
         self.graph_steps += int(bool(graph))
         self.requests += len(accept_lens)
-        self.accepted += sum(accept_lens)
-        for a in accept_lens:
-            self.hist[a] = self.hist.get(a, 0) + 1
-            self.max_accepted = max(self.max_accepted, a)
+        self._add_hist(_count(accept_lens))
         self.prep_s += prep_s
 
+    def record_device(self, accept_lens, branch_nodes, prep_s: float, max_depth: int, graph: bool = False) -> None:
+        """One step from device tensors (accept_lens [bs] int, branch_nodes [] int): no device-to-host sync."""
+        import torch
+
+        self.steps += 1
+        self.graph_steps += int(bool(graph))
+        self.requests += int(accept_lens.numel())
+        self.prep_s += prep_s
+        if self._hist_dev is None or self._hist_dev.device != accept_lens.device:
+            self._flush()
+            self._hist_dev = torch.zeros(max_depth + 1, dtype=torch.int64, device=accept_lens.device)
+            self._branch_dev = torch.zeros((), dtype=torch.int64, device=accept_lens.device)
+        idx = accept_lens.view(-1).to(torch.int64).clamp(0, max_depth)
+        self._hist_dev.scatter_add_(0, idx, torch.ones_like(idx))
+        self._branch_dev += branch_nodes.to(torch.int64).sum()
+
+    def _add_hist(self, counts: dict[int, int]) -> None:
+        for a, c in counts.items():
+            if c:
+                self.hist[a] = self.hist.get(a, 0) + c
+                self.accepted += a * c
+                self.max_accepted = max(self.max_accepted, a)
+
+    def _flush(self) -> None:
+        """Fold the device accumulators into the host counters (one sync; only when the metrics are read)."""
+        if self._hist_dev is None:
+            return
+        hist = self._hist_dev.tolist()
+        self.branch_nodes += int(self._branch_dev.item())
+        self._hist_dev.zero_()
+        self._branch_dev.zero_()
+        self._add_hist(dict(enumerate(hist)))
+
     def summary(self) -> dict:
+        self._flush()
         reqs = max(1, self.requests)
         return {
             "algorithm": ALGORITHM,
@@ -50,6 +87,7 @@ class DdtreeMetrics:
             "mean_prep_ms": 1000.0 * self.prep_s / max(1, self.steps),
             "verify_graph_steps": self.graph_steps,
             "accepted_branch_nodes": self.branch_nodes,
+            "draft_head_graph_steps": self.head_graph_steps,
         }
 
     def line(self) -> str:
@@ -58,9 +96,17 @@ class DdtreeMetrics:
             f"DDTREE metrics: steps={s['steps']} mean_accept_len={s['mean_accept_len']:.3f} "
             f"max_accepted={s['max_accepted_drafts']} tree_size={s['tree_size']} verify_width={s['verify_width']} "
             f"prep_ms={s['mean_prep_ms']:.3f} graph_steps={s['verify_graph_steps']} "
-            f"branch_nodes={s['accepted_branch_nodes']} prep={s['prep_mode']} "
+            f"branch_nodes={s['accepted_branch_nodes']} head_graph_steps={s['draft_head_graph_steps']} "
+            f"prep={s['prep_mode']} "
             f"accept={s['accept_mode']}"
         )
+
+
+def _count(values: list[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        out[int(v)] = out.get(int(v), 0) + 1
+    return out
 
 
 _LIVE: list[DdtreeMetrics] = []

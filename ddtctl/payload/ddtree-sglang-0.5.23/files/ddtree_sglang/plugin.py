@@ -62,7 +62,7 @@ def register() -> None:
     from ddtree_sglang.resolution import install_hooks
 
     if get_spec(ALGORITHM) is None:
-        SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=False, spec_class=DdtreeSpecAlgo)(worker_factory)
+        SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=DdtreeSpecAlgo)(worker_factory)
     install_hooks()
     if not _launch_gate_registered:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType

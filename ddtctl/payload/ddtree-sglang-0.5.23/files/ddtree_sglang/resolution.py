@@ -4,8 +4,8 @@ One resolution hook wraps the built-in step `handle_speculative_decoding` (sglan
   1. before it, DDTREE's launch rules run on what the user gave (the record's raw input) and the model's facts as
      SGLang reads them; an error finding raises ValueError("[rule id] message (fix: ...)"). The other findings are
      logged as warnings, and the values a finding overrides are declared (`declare_resolution`, SGLang's own way,
-     e.g. overrides.py _pipeline_parallel_overlap_disable): DDTREE without --disable-overlap-schedule resolves with
-     disable_overlap_schedule=True (DDT110). The rules are rules_core.py, a byte-identical copy of
+     e.g. overrides.py _pipeline_parallel_overlap_disable): DDTREE without an attention backend resolves with
+     attention_backend=triton (DDT115). The rules are rules_core.py, a byte-identical copy of
      ddtctl/rules/ddtree_core.py, so `ddtctl validate` and SGLang-with-payload apply one set of rules;
   2. the built-in step runs (alias resolution, registered-algorithm callbacks);
   3. DDTREE then takes the DFLASH family's resolution (drafter checks, num_steps/topk = 1, draft tokens from the

@@ -49,8 +49,11 @@ def effective_k(depth: int, vocab: int, budget: int, topk_cap: int | None) -> in
 
 def decode_reserve_tokens(block: int, verify_width: int) -> int:
     """The draft-token count DFLASH's prepare_for_decode should see: it reserves twice that past the committed
-    length, and one DDTREE round writes the draft block (block) and the verify window (verify_width) there."""
-    return max(int(block), (int(verify_width) + 1) // 2)
+    length. Under the overlap scheduler the committed length lags the step in flight, which may still commit up to
+    `block` tokens; the next round then writes its window (the draft block and the verify window, max(block,
+    verify_width) slots) past those. So 2 * tokens >= block + max(block, verify_width)."""
+    window = max(int(block), int(verify_width))
+    return max(int(block), (int(block) + window + 1) // 2)
 
 
 def topk_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,6 +175,37 @@ def custom_mask(visibility: torch.Tensor, prefix_lens: torch.Tensor, total: int 
     in_tree = c >= p
     tree_val = visibility[req, r, (c - p).clamp(min=0)]
     return torch.where(in_tree, tree_val, torch.ones_like(tree_val))
+
+
+def tree_mask_offsets(prefix_lens: torch.Tensor, n: int) -> torch.Tensor:
+    """Flat positions [bs, n, n] of the tree cells in SGLang's TARGET_VERIFY mask layout (per request row-major
+    [n, prefix + n], requests back to back): request b's cell (r, c) sits at start_b + r * (p_b + n) + p_b + c."""
+    p = prefix_lens.to(torch.int64).view(-1)
+    seg = n * (p + n)
+    starts = torch.cumsum(seg, 0) - seg
+    ar = torch.arange(n, device=p.device, dtype=torch.int64)
+    return (starts + p)[:, None, None] + ar[None, :, None] * (p + n)[:, None, None] + ar[None, None, :]
+
+
+def tree_mask(visibility: torch.Tensor, prefix_lens: torch.Tensor, total: int) -> torch.Tensor:
+    """The TARGET_VERIFY custom mask with only its tree cells written: O(bs * n^2) work per step whatever the prefix
+    length. SGLang's triton extend/verify kernel never reads the prefix columns of a custom mask
+    (extend_attention_fwd's skip_prefix_custom_mask defaults to True: every prefix token is visible), so they are
+    left unwritten. ``total`` is a host-side size >= sum n * (prefix + n) (an upper bound is fine: the kernel
+    addresses the mask through mask_indptr, computed on the device from the real prefix lengths), so building the
+    mask needs no device-to-host sync."""
+    bs, n, _ = visibility.shape
+    out = torch.empty((int(total),), dtype=torch.uint8, device=visibility.device)
+    idx = tree_mask_offsets(prefix_lens, n).reshape(-1)
+    out.index_copy_(0, idx, visibility.reshape(-1).to(torch.uint8))
+    return out
+
+
+def mask_total_bound(n: int, host_lens: torch.Tensor | None) -> int | None:
+    """sum n * (len + n) over host lengths (the exact prefix lengths, or the allocated lengths, an upper bound)."""
+    if host_lens is None:
+        return None
+    return int((n * (host_lens.to(torch.int64) + n)).sum())
 
 
 @dataclass

@@ -5,7 +5,9 @@ drafter's vocab-parallel top-K + log-sum-exp, one target verify pass of width B 
 (and, on hybrid Mamba/GDN targets, parent-indexed recurrent state: hybrid.py), SGLang's tree walk to accept (the
 prediction broadcast from TP rank 0, as DFLASH does), and a commit that compacts the accepted nodes' KV into chain
 order, commits the last accepted node's recurrent state and hands the accepted hidden states to the drafter.
-Runs with the non-overlap scheduler (DDTREE resolves --disable-overlap-schedule on, see resolution.py).
+Runs under SGLang's overlap scheduler (spec v2), as DFLASH does: a decode step never waits for the device (no
+host sync: the mask is sized from host-side lengths, the metrics accumulate on the device), the committed lengths are
+published as soon as the accept is known, and the KV reservation covers the step still in flight.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardMode,
     enable_num_token_non_padded,
 )
-from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.runtime_context import get_exec, get_parallel, get_spec
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
@@ -39,7 +41,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
 from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, draft_tp_context
 
-from ddtree_sglang import tree_prep
+from ddtree_sglang import draft_head, tree_prep
 from ddtree_sglang import hybrid
 from ddtree_sglang.graphs import verify_graph_ready, verify_graphs_enabled
 from ddtree_sglang.metrics import DdtreeMetrics, register
@@ -68,8 +70,8 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         import sglang.srt.speculative.dflash_info_v2 as info_v2
 
         block = int(get_spec().speculative_num_draft_tokens)
-        # DFLASH reserves 2 * tokens past the committed length (non-overlap: committed is exact); the verify window
-        # needs max(block, B + 1).
+        # DFLASH reserves 2 * tokens past the committed length; under overlap that length lags the step in flight
+        # (up to `block` more tokens), and the next window needs max(block, B + 1).
         tokens = tree_prep.decode_reserve_tokens(block, int(type(self).reserve_tokens or 0))
         if tokens == block:
             return super().prepare_for_decode(batch)
@@ -177,9 +179,23 @@ class DDTreeWorker(DFlashWorkerV2):
                 "hybrid=%s", block, self.depth, self.budget, self.preparer.k, self.verify_width, prep_mode,
                 self.accept_mode, self.tp_size, self.hybrid_mode)
 
-    # DFLASH folds its greedy head into the draft graph; DDTREE needs the hidden states (draft logits).
+    # DFLASH folds its greedy head into the draft graph; DDTREE folds its top-K + log-sum-exp there instead
+    # (draft_head.DraftTopK: static buffers the worker reads after a replayed draft pass).
     def _maybe_build_draft_sampler(self):
-        return None
+        server_args = getattr(self, "server_args", None)
+        depth = int(self.block_size) - 1
+        vocab = int(self.model_runner.model_config.vocab_size)
+        budget = int(_spec_value(server_args, "speculative_ddtree_budget", depth))
+        cap = _spec_value(server_args, "speculative_ddtree_topk_cap", None)
+        k = tree_prep.effective_k(depth, vocab, budget, None if cap is None else int(cap))
+        lm_head = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None))
+        tp_group = get_parallel().tp_group
+        head, why = draft_head.build(lm_head, block_size=int(self.block_size), k=k,
+                                     max_bs=max(get_exec().graph.cuda_graph_config.decode.bs),
+                                     tp_group=tp_group if int(tp_group.world_size) > 1 else None)
+        if get_parallel().tp_rank == 0:
+            logger.info("DDTREE draft top-%d head: %s", k, why)
+        return head
 
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return _make_input(bonus_tokens, seq_lens)
@@ -267,15 +283,25 @@ class DDTreeWorker(DFlashWorkerV2):
         kv_loc_plan.bind(forward_batch, self.draft_model_runner.kv_index_translator, cols=slice(0, block))
         with torch.inference_mode(), draft_tp_context(self.draft_parallel_layout):
             draft_out = self.draft_model_runner.forward(forward_batch)
-        hidden = draft_out.logits_output.hidden_states
-        if hidden is None:
-            raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
-        hidden = hidden[: bs * block].view(bs, block, -1)[:, 1:, :].reshape(bs * self.depth, -1)
         k = self.preparer.k
-        ids, vals, lse = candidate_topk(hidden, lm_head, k, with_partition=True)
-        lp = (vals.float() - lse.float().view(-1, 1)).view(bs, self.depth, k)
-        lp, order = torch.sort(lp, dim=-1, descending=True)  # the tree build reads each depth best-first
-        ids = torch.gather(ids.view(bs, self.depth, k), -1, order)
+        head = self._draft_sampler if isinstance(self._draft_sampler, draft_head.DraftTopK) else None
+        if head is not None and head.captured and getattr(draft_out, "can_run_graph", False):
+            lp, ids = head.read(bs)  # the replayed draft graph's tail computed them (sorted, descending)
+            self.metrics.head_graph_steps += 1
+        else:
+            hidden = draft_out.logits_output.hidden_states
+            if hidden is None:
+                raise RuntimeError("DDTREE: the DFlash draft model returned no hidden states.")
+            hidden = hidden[: bs * block].view(bs, block, -1)[:, 1:, :].reshape(bs * self.depth, -1)
+            head = head or self._eager_head(lm_head, k)
+            if head is not None:
+                lp, ids = head.compute(hidden)
+                lp, ids = lp.view(bs, self.depth, k), ids.view(bs, self.depth, k)
+            else:
+                ids, vals, lse = candidate_topk(hidden, lm_head, k, with_partition=True)
+                lp = (vals.float() - lse.float().view(-1, 1)).view(bs, self.depth, k)
+                lp, order = torch.sort(lp, dim=-1, descending=True)  # the tree build reads each depth best-first
+                ids = torch.gather(ids.view(bs, self.depth, k), -1, order)
         if self._test_hook is not None:
             lp, ids = self._test_hook(reqs=batch.reqs, prefix_lens=prefix_lens, root_tokens=block_ids[:, 0], lp=lp,
                                       ids=ids, vocab=self.vocab_size)
@@ -334,11 +360,23 @@ class DDTreeWorker(DFlashWorkerV2):
         bonus = torch.gather(predict.to(torch.int64), 1, last[:, None])[:, 0]
         return tree_prep.Accepted(acc, alen, bonus), accept_index
 
-    @staticmethod
-    def _move_target_kv(pool, dst: torch.Tensor, src: torch.Tensor) -> None:
-        """KV rows src -> dst in every layer, all sources read before any destination is written (an accepted node
-        can be both a source and another node's destination). The pool's own Triton copy path copies locations in
-        parallel, so the native gather-then-scatter is used."""
+    _kv_mover = None
+    _eager_draft_head = None
+
+    def _eager_head(self, lm_head, k: int):
+        """The same top-K head for draft passes that ran eagerly (no draft graph, or a batch above its sizes)."""
+        if self._eager_draft_head is None:
+            tp_group = get_parallel().tp_group
+            head, _ = draft_head.build(lm_head, block_size=int(self.block_size), k=k, max_bs=1, graph=False,
+                                       tp_group=tp_group if int(tp_group.world_size) > 1 else None)
+            self._eager_draft_head = head or False
+        return self._eager_draft_head or None
+
+    def _move_target_kv(self, pool, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """KV rows src -> dst ([bs, L] slots, chain order) in every layer, never reading a row after it was written
+        (an accepted node can be both a source and another node's destination, so the pool's own parallel Triton
+        copy cannot be used): ChainRowMover walks each request's chain positions in order, all layers in one
+        launch; the native gather-then-scatter per layer otherwise (DDTREE_KV_MOVE=native, scaled KV)."""
         pool = getattr(pool, "full_kv_pool", pool)  # hybrid targets: the full-attention layers' pool
         k_buffer, v_buffer = getattr(pool, "k_buffer", None), getattr(pool, "v_buffer", None)
         if k_buffer is None or v_buffer is None or getattr(pool, "use_hnd", False):
@@ -346,11 +384,36 @@ class DDTreeWorker(DFlashWorkerV2):
                                       f"(got {type(pool).__name__}).")
         from sglang.srt.mem_cache.memory_pool import move_kv_cache_native
 
-        move_kv_cache_native(k_buffer, v_buffer, dst, src)
+        if getattr(pool, "k_scale_buffer", None) is None and dst.is_cuda and \
+                os.environ.get("DDTREE_KV_MOVE", "chain") == "chain":
+            mover = self._kv_mover
+            if mover is None or mover.key != (k_buffer[0].data_ptr(), len(k_buffer)):
+                mover = tree_prep._triton_kernels().ChainRowMover(list(k_buffer) + list(v_buffer))
+                mover.key = (k_buffer[0].data_ptr(), len(k_buffer))
+                self._kv_mover = mover
+            mover.move(dst, src)  # every layer in one launch, chain positions in order (acc[j] >= j)
+            return
+        move_kv_cache_native(k_buffer, v_buffer, dst.reshape(-1), src.reshape(-1))
         if getattr(pool, "k_scale_buffer", None) is not None:
-            move_kv_cache_native(pool.k_scale_buffer, pool.v_scale_buffer, dst, src)
+            move_kv_cache_native(pool.k_scale_buffer, pool.v_scale_buffer, dst.reshape(-1), src.reshape(-1))
 
     # -- one decode round ----------------------------------------------------------------------------------------
+    def _tree_mask(self, vi, batch, draft_input, prefix_lens, bs: int, n: int) -> torch.Tensor:
+        """The verify pass's custom mask, tree cells only (tree_prep.tree_mask), sized from host-side lengths: the
+        exact prefix lengths when the batch has them, else the allocated lengths of prepare_for_decode (an upper
+        bound; under the overlap scheduler the exact ones are on the device only). A replayed verify graph copies
+        the mask into the attention backend's buffer, so the size never exceeds that buffer."""
+        host = batch.seq_lens_cpu[:bs] if batch.seq_lens_cpu is not None else draft_input.nxt_kv_lens_cpu
+        total = tree_prep.mask_total_bound(n, host[:bs] if host is not None else None)
+        if total is None:  # no host lengths at all: size it from the device (one sync)
+            total = int((n * (prefix_lens.to(torch.int64) + n)).sum())
+        backend = getattr(self.target_worker.model_runner, "attn_backend", None)
+        backend = getattr(backend, "full_attn_backend", None) or backend
+        buffer = getattr(getattr(backend, "_verify_mask", None), "buffer", None)
+        if buffer is not None:
+            total = min(total, int(buffer.numel()))
+        return tree_prep.tree_mask(vi.visibility, prefix_lens, total)
+
     def _check_tree_backend(self) -> None:
         """Tree mode needs the target's GDN backend in its topk > 1 mode (hybrid.py's hook). The scheduler builds
         the target's attention backends after the speculative worker, so this runs at the first decode."""
@@ -366,6 +429,8 @@ class DDTreeWorker(DFlashWorkerV2):
         if self.hybrid_mode == "tree" and not self._tree_backend_checked:
             self._check_tree_backend()
         draft_input = batch.spec_info
+        # carried over from the previous overlap iteration; may have been produced on another stream
+        batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         bs = len(batch.seq_lens)
         block = int(self.block_size)
         n = self.verify_width
@@ -403,12 +468,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._metrics_sync:
             torch.cuda.synchronize()
         prep_s = time.perf_counter() - t0
-        # The mask's length from the host copy of the prefix lengths when the batch has one: reading it off the device
-        # would stall the launch of the verify pass until the draft pass and the tree build have finished.
-        mask_total = None
-        if batch.seq_lens_cpu is not None:
-            mask_total = int((n * (batch.seq_lens_cpu[:bs].to(torch.int64) + n)).sum())
-        custom_mask = tree_prep.custom_mask(vi.visibility, prefix_lens, mask_total)
+        custom_mask = self._tree_mask(vi, batch, draft_input, prefix_lens, bs, n)
 
         # 3) target verify, width n
         verify_input = DFlashVerifyInput(
@@ -468,6 +528,9 @@ class DDTreeWorker(DFlashWorkerV2):
         cm = tree_prep.commit(vi.input_ids, acc, block)
         commit_lens = cm.commit_lens
         new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
+        if on_publish is not None:
+            # the next step's schedule (resolve, reservation) waits on this, not on the commit below
+            on_publish(new_seq_lens)
         if batch.return_logprob:
             # DFLASH's chain layout: logits row (b, j) is the one that produced out token (b, j) -- here the row of
             # accepted node acc[j] (its prediction is out token j; the last one is the bonus).
@@ -493,7 +556,7 @@ class DDTreeWorker(DFlashWorkerV2):
         dst_local = torch.arange(src_local.shape[1], device=device).expand_as(src_local)
         src_slots = torch.gather(target_slots, 1, src_local)
         dst_slots = torch.gather(target_slots, 1, dst_local)
-        self._move_target_kv(runner.token_to_kv_pool, dst_slots.reshape(-1), src_slots.reshape(-1))
+        self._move_target_kv(runner.token_to_kv_pool, dst_slots, src_slots)
 
         hidden = logits_output.hidden_states
         if hidden is None:
@@ -511,11 +574,9 @@ class DDTreeWorker(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
         logits_output.hidden_states = None
-        if on_publish is not None:
-            on_publish(new_seq_lens)
 
-        branches = int(tree_prep.branch_accepts(acc, vi.retrive_next_token).sum())
-        self.metrics.record(acc.accept_len.tolist(), prep_s, graph=bool(graph), branch_nodes=branches)
+        self.metrics.record_device(acc.accept_len, tree_prep.branch_accepts(acc, vi.retrive_next_token), prep_s,
+                                   max_depth=self.depth, graph=bool(graph))
         if self.metrics.steps % self.metrics.interval == 0 and get_parallel().tp_rank == 0:
             logger.info(self.metrics.line())
 
