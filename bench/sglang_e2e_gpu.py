@@ -164,6 +164,7 @@ class Server:
     verify_graph: bool = True
     extras: bool = False  # after the greedy batch: a logprob batch and a T>0 batch (see run_extras)
     extra_env: dict = field(default_factory=dict)
+    extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule (the synchronous scheduler)
     unsafe: bool = False  # DDTREE --speculative-ddtree-allow-hybrid-unsafe: a negative control that must diverge
     proc: subprocess.Popen | None = None
     argv: list[str] = field(default_factory=list)
@@ -200,7 +201,7 @@ def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
         argv += ["--speculative-algorithm", s.algo, "--speculative-draft-model-path", str(draft),
                  "--max-running-requests", "8"]
     if s.algo == "DDTREE":
-        # no --disable-overlap-schedule: DDTREE resolves it itself (a declared override), as the seed's command
+        # no --disable-overlap-schedule: DDTREE runs under the overlap scheduler (SGLang's default), as DFLASH does
         argv += ["--speculative-ddtree-budget", str(s.budget)]
         if TARGET[0] == "hybrid":
             argv += ["--speculative-ddtree-allow-hybrid-unsafe" if s.unsafe else "--speculative-ddtree-shadow-linear"]
@@ -210,7 +211,7 @@ def server_argv(s: Server, target: Path, draft: Path) -> list[str]:
             argv += ["--max-running-requests", "8"]
     if TP[0] > 1:
         argv += ["--tp-size", str(TP[0]), "--disable-custom-all-reduce"]
-    return argv
+    return argv + list(s.extra_args)
 
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0):
@@ -218,7 +219,10 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0)
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         raw = r.read()
-        return r.status, (json.loads(raw) if raw else None)
+        try:
+            return r.status, (json.loads(raw) if raw else None)
+        except ValueError:  # e.g. /start_profile answers plain text
+            return r.status, raw.decode(errors="replace")
 
 
 def start(s: Server, target: Path, draft: Path, env: dict, oracle_path: Path) -> None:
@@ -677,10 +681,15 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         base = dflash.get(r["graphs"])
         acc = r["mean_accept_len"]
         ok = r["ok"] and isinstance(branch, (int, float)) and branch > 0 and bool(acc) and bool(base) and acc > base
+        # the scheduler it served under: overlap unless the launch asked for the synchronous one
+        want_sync = "--disable-overlap-schedule" in (r.get("argv") or [])
+        sync = (r.get("served") or {}).get("disable_overlap_schedule")
+        ok = ok and sync is not None and bool(sync) == want_sync
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
-                    "dflash_mean_accept_len": base,
+                    "dflash_mean_accept_len": base, "disable_overlap_schedule": sync,
                     "what": f"branch nodes {branch}, mean acc len {acc if acc is None else round(acc, 2)} vs "
-                            f"DFLASH {base if base is None else round(base, 2)}"})
+                            f"DFLASH {base if base is None else round(base, 2)}, "
+                            f"{'synchronous' if sync else 'overlap'} scheduler"})
     return out
 
 
@@ -706,6 +715,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         eager = mk("ddtree-b32-g1-eagerverify", "DDTREE", True, 32, oracle=True)
         eager.verify_graph = False
         wave2.append(eager)
+        sync = mk("ddtree-b15-g1-sync", "DDTREE", True, 15, oracle=True)
+        sync.extra_args = ["--disable-overlap-schedule"]  # the synchronous scheduler must agree too
+        wave2.append(sync)
         refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
         refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
         wave2.append(refprep)
@@ -719,6 +731,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
             unsafe.unsafe = True
             wave2.append(unsafe)
         wave2.append(mk("ddtree-b15-g1-random", "DDTREE", True, 15, oracle=False))
+        sync = mk("ddtree-b15-g1-sync", "DDTREE", True, 15, oracle=True)
+        sync.extra_args = ["--disable-overlap-schedule"]
+        wave2.append(sync)
         extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),

@@ -7,10 +7,12 @@ $OUT. Run from the repo root on the lent H200 (python3 = the image's torch), wit
     python3 bench/spec_throughput_gpu.py --target qwen3-8b --drafter random,calibrated --budgets 16,64
 
 Targets (SGLang's `--load-format dummy` weights, bf16, CUDA graphs on, a 5-layer DFlash drafter of block 16):
-  qwen3-8b    Qwen3-8B's shape (hidden 4096, 36 layers, 32/8 heads, vocab 151936): servers start side by side (~16 GB
-              of weights each) and are then measured one at a time, so no two servers share the GPU while timed;
+  qwen3-8b    Qwen3-8B's shape (hidden 4096, 36 layers, 32/8 heads, vocab 151936, ~16 GB of weights);
   qwen36-27b  Qwen3.6-27B's shape (Gated-DeltaNet hybrid, 64 layers, full attention every 4th, hidden 5120, vocab
-              248320; 50 GB of weights): one server at a time, so name few servers (`--servers`).
+              248320; 50 GB of weights).
+One server at a time per GPU, alone on it while measured; `--gpus 0,1,2,3` runs one lane per GPU in parallel (plain
+first: its outputs are the calibrated drafter's oracle). `--sync-budgets 16` adds DDTREE servers launched with
+--disable-overlap-schedule, to measure what the overlap scheduler is worth.
 Drafters (the same for DFLASH and DDTREE):
   random      the dummy drafter: about one token per step, so 1 / throughput is the step time;
   calibrated  the test-only oracle drafter (tests/gpu_standins/oracle_drafter.py) with rank probabilities that put
@@ -30,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,7 +56,7 @@ TARGETS = {
         "target": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
                    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                    "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False},
-        "draft_layers": [1, 9, 17, 25, 33], "hybrid": False, "side_by_side": True,
+        "draft_layers": [1, 9, 17, 25, 33], "hybrid": False, "side_by_side": False,
     },
     "qwen36-27b": {
         "target": {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": 5120,
@@ -105,6 +108,8 @@ class Bench:
     startup_s: float | None = None
     results: dict = field(default_factory=dict)  # batch -> measurement
     profile: list | None = None
+    extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
     @property
     def log_path(self) -> Path:
@@ -128,12 +133,14 @@ def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, 
         argv += ["--speculative-ddtree-budget", str(b.budget)]
         if hybrid:
             argv += ["--speculative-ddtree-shadow-linear"]
-    return argv
+    return argv + list(b.extra_args)
 
 
 def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, spec: dict) -> None:
     b.argv = server_argv(b, target, draft, spec["hybrid"], max(args.batches), spec["side_by_side"])
     e = dict(env)
+    if b.gpu is not None:
+        e["CUDA_VISIBLE_DEVICES"] = b.gpu
     e["SGLANG_TORCH_PROFILER_DIR"] = str(WORK / "profiles" / b.name)
     if b.algo == "DDTREE":
         e["DDTREE_LOG_INTERVAL"] = "200"
@@ -141,11 +148,30 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
         e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
         e["DDTREE_TEST_ORACLE"] = str(oracle)
         e["DDTREE_TEST_ORACLE_RANK_P"] = args.rank_p
+        e["DDTREE_TEST_ORACLE_CALIBRATED"] = "1"  # the drafter's probabilities state its accuracy
     b.log_path.parent.mkdir(parents=True, exist_ok=True)
     b.proc = subprocess.Popen(b.argv, env=e, stdout=open(b.log_path, "w"), stderr=subprocess.STDOUT,
                               start_new_session=True, cwd=WORK)
     b.status = "starting"
     b._t_start = time.monotonic()  # type: ignore[attr-defined]
+
+
+def wait_gpu_idle(gpu: str | None, timeout: float = 60.0, below_mib: int = 4000) -> float:
+    """Seconds waited until the GPU's used memory is below `below_mib` (the previous server's processes gone):
+    a server started while its predecessor still holds the card fails its memory check."""
+    if gpu is None:
+        return 0.0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+                                   gpu], capture_output=True, text=True, timeout=10).stdout.strip()
+            if int(used.splitlines()[0]) < below_mib:
+                break
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            break
+        time.sleep(1.0)
+    return time.monotonic() - t0
 
 
 def prompts(n: int, vocab: int) -> list[list[int]]:
@@ -199,8 +225,12 @@ def profile(b: Bench, req: list[int], steps: int) -> None:
         b.profile = [{"error": f"{type(exc).__name__}: {exc}"}]
 
 
-def summarise_traces(trace_dir: Path, top: int = 25) -> list[dict]:
-    """Top ops/kernels by total duration over the chrome traces SGLang wrote (gzipped or not)."""
+TRACE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cpu_op")  # device work, and the torch ops that launch it
+
+
+def summarise_traces(trace_dir: Path, top: int = 40) -> list[dict]:
+    """Top GPU kernels / memcpys and torch CPU ops by total duration over the chrome traces SGLang wrote (gzipped
+    or not); Python frames and annotations (which nest everything) are left out."""
     import gzip
 
     totals: dict[tuple[str, str], list[float]] = {}
@@ -209,7 +239,7 @@ def summarise_traces(trace_dir: Path, top: int = 25) -> list[dict]:
         with opener(path, "rt") as f:
             doc = json.load(f)
         for ev in doc.get("traceEvents", []) if isinstance(doc, dict) else doc:
-            if ev.get("ph") != "X" or "dur" not in ev:
+            if ev.get("ph") != "X" or "dur" not in ev or ev.get("cat") not in TRACE_CATS:
                 continue
             key = (str(ev.get("cat", "")), str(ev.get("name", ""))[:90])
             slot = totals.setdefault(key, [0.0, 0])
@@ -222,28 +252,43 @@ def summarise_traces(trace_dir: Path, top: int = 25) -> list[dict]:
 
 def ratios(benches: list[Bench]) -> list[dict]:
     """One row per (server, batch): tokens/s and ms/step, with ratios to the DFLASH server of the same drafter."""
-    dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" for bs, r in b.results.items()}
+    dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" and not b.extra_args
+              for bs, r in b.results.items()}
+    # step cost of each configuration with the random drafter (no test hook in the loop), by (algo, budget, sync)
+    step = {(b.algo, b.budget, bool(b.extra_args), bs): r["ms_per_step"] for b in benches if b.drafter == "random"
+            for bs, r in b.results.items()}
     rows = []
     for b in benches:
         for bs, r in sorted(b.results.items()):
             ref = dflash.get((b.drafter, bs))
-            rows.append({"server": b.name, "algo": b.algo, "budget": b.budget, "drafter": b.drafter, "batch": bs,
-                         "tokens_per_s": r["tokens_per_s"], "ms_per_step": r["ms_per_step"],
-                         "mean_accept_len": r["mean_accept_len"],
-                         "speed_vs_dflash": (r["tokens_per_s"] / ref["tokens_per_s"]) if ref else None,
-                         "step_vs_dflash": (r["ms_per_step"] / ref["ms_per_step"]) if ref else None})
+            row = {"server": b.name, "algo": b.algo, "budget": b.budget, "drafter": b.drafter, "batch": bs,
+                   "tokens_per_s": r["tokens_per_s"], "ms_per_step": r["ms_per_step"],
+                   "mean_accept_len": r["mean_accept_len"],
+                   "speed_vs_dflash": (r["tokens_per_s"] / ref["tokens_per_s"]) if ref else None,
+                   "step_vs_dflash": (r["ms_per_step"] / ref["ms_per_step"]) if ref else None,
+                   "projected_vs_dflash": None}
+            # calibrated drafter: its accepted length over the random drafter's step time of the same server kind,
+            # against DFLASH's. The test-only oracle hook runs per request on the host inside each step, which the
+            # measured ratio pays and a real drafter does not.
+            if b.drafter == "calibrated" and ref and r["mean_accept_len"] and ref["mean_accept_len"]:
+                mine = step.get((b.algo, b.budget, bool(b.extra_args), bs))
+                base = step.get(("DFLASH", None, False, bs))
+                if mine and base:
+                    row["projected_vs_dflash"] = (r["mean_accept_len"] / mine) / (ref["mean_accept_len"] / base)
+            rows.append(row)
     return rows
 
 
 def table(rows: list[dict], meta: dict) -> str:
-    hdr = (f"{'server':<24} {'drafter':<10} {'batch':>5} {'tok/s':>9} {'ms/step':>8} {'acc_len':>7} "
-           f"{'tok/s vs DFLASH':>15} {'step vs DFLASH':>14}")
+    hdr = (f"{'server':<28} {'drafter':<10} {'batch':>5} {'tok/s':>9} {'ms/step':>8} {'acc_len':>7} "
+           f"{'tok/s vs DFLASH':>15} {'step vs DFLASH':>14} {'projected':>9}")
     lines = [f"# {meta.get('date')} {meta.get('nvidia_smi')} target={meta.get('target')}", hdr, "-" * len(hdr)]
     for r in rows:
         f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-        lines.append(f"{r['server']:<24} {r['drafter']:<10} {r['batch']:>5} {f(r['tokens_per_s'], '.1f'):>9} "
+        lines.append(f"{r['server']:<28} {r['drafter']:<10} {r['batch']:>5} {f(r['tokens_per_s'], '.1f'):>9} "
                      f"{f(r['ms_per_step'], '.2f'):>8} {f(r['mean_accept_len'], '.2f'):>7} "
-                     f"{f(r['speed_vs_dflash'], '.3f'):>15} {f(r['step_vs_dflash'], '.3f'):>14}")
+                     f"{f(r['speed_vs_dflash'], '.3f'):>15} {f(r['step_vs_dflash'], '.3f'):>14} "
+                     f"{f(r.get('projected_vs_dflash'), '.3f'):>9}")
     return "\n".join(lines)
 
 
@@ -255,11 +300,15 @@ def plan(args) -> list[Bench]:
         port[0] += 1
         out.append(Bench(name, algo, budget, drafter, port[0]))
 
-    mk("plain", "plain", None, "-")
+    if not getattr(args, "skip_plain", False) or "calibrated" in args.drafter.split(","):
+        mk("plain", "plain", None, "-")  # the calibrated drafter's oracle (and plain's step time)
     for drafter in args.drafter.split(","):
         mk(f"dflash-{drafter}", "DFLASH", None, drafter)
         for budget in (int(x) for x in args.budgets.split(",") if x):
             mk(f"ddtree-b{budget}-{drafter}", "DDTREE", budget, drafter)
+    for budget in (int(x) for x in args.sync_budgets.split(",") if x):  # the synchronous scheduler, for contrast
+        mk(f"ddtree-b{budget}-random-sync", "DDTREE", budget, "random")
+        out[-1].extra_args = ["--disable-overlap-schedule"]
     if args.servers:
         keep = set(args.servers.split(","))
         out = [b for b in out if b.name in keep or b.algo == "plain"]
@@ -278,6 +327,11 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--port-base", type=int, default=35000)
     ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--gpus", default="", help="comma-separated GPU ids: one server at a time per GPU, run in "
+                    "parallel lanes (each server alone on its GPU while measured)")
+    ap.add_argument("--server-s", type=float, default=110, help="do not start a server with less time than this left")
+    ap.add_argument("--skip-plain", action="store_true", help="no plain server (random drafters only)")
+    ap.add_argument("--sync-budgets", default="", help="DDTREE budgets also run with --disable-overlap-schedule")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
@@ -293,33 +347,67 @@ def main() -> int:
     benches = plan(args)
     WORK.mkdir(parents=True, exist_ok=True)
     oracle = WORK / "oracle.json"
+    gpus = [g for g in args.gpus.split(",") if g] or [None]
     try:
         site, env = e2e.setup(args)
         e2e.overlay_install(site, env)
         target, draft = make_models(args.target)
         vocab = spec["target"]["vocab_size"]
         reqs = prompts(max(args.batches), vocab)
-        order = benches if spec["side_by_side"] else benches[:1]
-        for b in order:
-            start(b, target, draft, env, oracle, args, spec)
-        for b in benches:
-            if b.proc is None:
+        # plain first (the calibrated drafter's oracle), then the random drafter's servers, calibrated last
+        queue = sorted(benches, key=lambda b: (b.algo != "plain", b.drafter == "calibrated"))
+        lock, oracle_ready = threading.Lock(), threading.Event()
+
+        def lane(gpu):
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    b = queue.pop(0)
+                if deadline - time.monotonic() < args.server_s:
+                    b.status, b.error = "skipped", "no time left in this call"
+                    continue
+                b.gpu = gpu
+                waited = wait_gpu_idle(gpu)
+                if waited > 1:
+                    log(f"{b.name}: waited {waited:.0f}s for GPU {gpu} to be released")
                 start(b, target, draft, env, oracle, args, spec)
-            if not e2e.wait_healthy(b, deadline - 20):  # same health loop as the e2e script
-                log(f"{b.name}: {b.status} {b.error}")
-                continue
-            log(f"{b.name} healthy after {b.startup_s:.0f}s")
-            if b.algo == "plain":  # the reference continuations: the calibrated drafter's oracle
-                _, out = generate(b, reqs, args.new_tokens + 40)
-                seqs = {",".join(map(str, ids)): ids + r.get("output_ids", []) for ids, r in zip(reqs, out)}
-                oracle.write_text(json.dumps({"sequences": seqs}))
-            measure(b, reqs, args.batches, args.new_tokens)
-            if args.profile and b.name in (f"dflash-{args.drafter.split(',')[0]}",
-                                           f"ddtree-b{args.budgets.split(',')[0]}-{args.drafter.split(',')[0]}"):
-                profile(b, reqs[0], 5)
-            b.status = "done"
-            if not spec["side_by_side"]:
-                e2e.stop(b)
+                try:
+                    healthy = e2e.wait_healthy(b, deadline - 20)  # same health loop as the e2e script
+                    if not healthy and b.status == "died" and deadline - time.monotonic() > args.server_s:
+                        log(f"{b.name}: died at start-up, once more: {b.error}")
+                        (WORK / "logs" / f"{b.name}.first.log").write_text(b.log_path.read_text(errors="replace"))
+                        wait_gpu_idle(gpu)
+                        start(b, target, draft, env, oracle, args, spec)
+                        healthy = e2e.wait_healthy(b, deadline - 20)
+                    if not healthy:
+                        log(f"{b.name}: {b.status} {b.error}")
+                        continue
+                    log(f"{b.name} healthy after {b.startup_s:.0f}s on GPU {gpu}")
+                    if b.algo == "plain":  # the reference continuations: the calibrated drafter's oracle
+                        _, out = generate(b, reqs, args.new_tokens + 40)
+                        seqs = {",".join(map(str, ids)): ids + r.get("output_ids", []) for ids, r in zip(reqs, out)}
+                        oracle.write_text(json.dumps({"sequences": seqs}))
+                        oracle_ready.set()
+                    elif b.drafter == "calibrated" and not oracle_ready.wait(max(0.0, deadline - time.monotonic())):
+                        b.status, b.error = "skipped", "the plain server's oracle never came"
+                        continue
+                    measure(b, reqs, args.batches, args.new_tokens)
+                    if args.profile and b.name in (f"dflash-{args.drafter.split(',')[0]}",
+                                                   f"ddtree-b{args.budgets.split(',')[0]}-{args.drafter.split(',')[0]}"):
+                        profile(b, reqs[0], 5)
+                    b.status = "done"
+                except Exception as exc:  # noqa: BLE001
+                    b.status, b.error = "error", f"{type(exc).__name__}: {exc}"
+                    log(f"{b.name}: {b.error}")
+                finally:
+                    e2e.stop(b)
+
+        threads = [threading.Thread(target=lane, args=(g,), daemon=True) for g in gpus]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(1.0, deadline - time.monotonic()))
     except Exception as exc:  # noqa: BLE001
         meta["error"] = f"{type(exc).__name__}: {exc}"
         log(f"ERROR {meta['error']}")
@@ -334,11 +422,15 @@ def main() -> int:
                                                   "startup_s": b.startup_s, "argv": b.argv, "profile": b.profile,
                                                   "results": b.results} for b in benches]}, default=str))
     (OUT / "spec_throughput_table.txt").write_text(text + "\n")
+    logs = OUT / "server_logs"
+    logs.mkdir(exist_ok=True)
+    for path in sorted((WORK / "logs").glob("*.log")):  # the last lines of every server's log, for post-mortems
+        (logs / path.name).write_text("\n".join(path.read_text(errors="replace").splitlines()[-80:]) + "\n")
     print("\n" + text, flush=True)
     for b in benches:
         if b.profile:
             print(f"\nprofile {b.name} (top ops by total duration, us):", flush=True)
-            for p in b.profile[:15]:
+            for p in b.profile[:30]:
                 print(f"  {p.get('total_us', 0):>12.0f} {p.get('count', 0):>6} {p.get('cat', '')[:12]:<12} "
                       f"{p.get('name', p.get('error', ''))}", flush=True)
     bad = [b.name for b in benches if b.status != "done"]

@@ -64,7 +64,7 @@ def test_report_fails_when_nothing_ran(e2e):
     assert e2e.report([], None, {"error": "setup failed"}, []) == 1
 
 
-def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, unsafe_out=None):
+def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, unsafe_out=None, sync=False):
     plain = _server(e2e, "plain-g0", "plain", ref)
     plain.top2_gaps = [[1.0] * 3, [1.0] * 3]
     plain.extras, plain.logprob_outputs, plain.logprobs = True, ref, [[-1.0] * 3, [-1.0] * 3]
@@ -73,7 +73,8 @@ def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, 
     dflash.accept_lengths = [dflash_acc, dflash_acc]
     ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
     ddtree.accept_lengths = [ddtree_acc, ddtree_acc]
-    ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch}}]}
+    ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch}}],
+                          "disable_overlap_schedule": sync}
     out = [plain, dflash, ddtree]
     if unsafe_out is not None:
         control = _server(e2e, "ddtree-b15-g0-unsafe", "DDTREE", unsafe_out, budget=15)
@@ -99,6 +100,18 @@ def test_a_tree_that_never_branches_or_accepts_no_more_than_dflash_fails_the_cla
                                "oracle": True, "unsafe": False, "budget": 7, "ok": True, "server": "t",
                                "ddtree_metrics": {"accepted_branch_nodes": kw.get("branch", 4)}}])
     assert [c["ok"] for c in claims] == [False]
+
+
+def test_a_tree_served_by_another_scheduler_than_launched_fails_the_claims(e2e):
+    """Launched without --disable-overlap-schedule, DDTREE must serve under the overlap scheduler (and vice versa)."""
+    assert e2e.report(_servers(e2e, REF, REF, sync=True), REF, {}, REQS) == 1
+    row = {"algo": "DDTREE", "graphs": False, "mean_accept_len": 3.0, "oracle": True, "unsafe": False, "budget": 7,
+           "ok": True, "server": "t", "ddtree_metrics": {"accepted_branch_nodes": 4}}
+    dflash = {"algo": "DFLASH", "graphs": False, "mean_accept_len": 2.0}
+    assert [c["ok"] for c in e2e.tree_claims([dflash, {**row, "served": {"disable_overlap_schedule": False}}])] == [True]
+    sync_row = {**row, "argv": ["--disable-overlap-schedule"], "served": {"disable_overlap_schedule": True}}
+    assert [c["ok"] for c in e2e.tree_claims([dflash, sync_row])] == [True]
+    assert [c["ok"] for c in e2e.tree_claims([dflash, {**row, "served": {}}])] == [False]
 
 
 def test_the_unsafe_control_must_diverge(e2e):

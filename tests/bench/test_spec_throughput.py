@@ -18,7 +18,7 @@ def st():
 
 
 def _args(**kw):
-    base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="")
+    base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -30,6 +30,30 @@ def test_plan_has_plain_then_dflash_and_ddtree_per_drafter_on_distinct_ports(st)
     assert len({b.port for b in benches}) == len(benches)
     only = st.plan(_args(servers="dflash-random,ddtree-b64-random"))
     assert [b.name for b in only] == ["plain", "dflash-random", "ddtree-b64-random"]  # plain: the oracle's source
+    sync = st.plan(_args(drafter="random", budgets="16", sync_budgets="16"))
+    assert [b.name for b in sync][-1] == "ddtree-b16-random-sync"
+    assert sync[-1].extra_args == ["--disable-overlap-schedule"] and not sync[-2].extra_args
+    argv = st.server_argv(sync[-1], st.Path("/t"), st.Path("/d"), False, 8, False)
+    assert argv[-1] == "--disable-overlap-schedule" and "--disable-overlap-schedule" not in st.server_argv(
+        sync[-2], st.Path("/t"), st.Path("/d"), False, 8, False)
+
+
+def test_projected_ratio_uses_calibrated_lengths_over_random_step_times(st):
+    """tokens/s the calibrated drafter would give without the test hook's host work: its accepted length over the
+    random drafter's step time of the same server kind, against DFLASH's."""
+    benches = st.plan(_args(budgets="16", sync_budgets="16"))
+    by = {b.name: b for b in benches}
+    r = lambda tps, ms, acc: {1: {"tokens_per_s": tps, "ms_per_step": ms, "mean_accept_len": acc}}  # noqa: E731
+    by["dflash-random"].results = r(100.0, 10.0, 1.0)
+    by["ddtree-b16-random"].results = r(90.0, 11.0, 1.0)
+    by["ddtree-b16-random-sync"].results = r(70.0, 14.0, 1.0)
+    by["dflash-calibrated"].results = r(500.0, 14.0, 7.0)
+    by["ddtree-b16-calibrated"].results = r(600.0, 15.0, 9.0)
+    rows = {x["server"]: x for x in st.ratios(benches)}
+    assert rows["ddtree-b16-calibrated"]["projected_vs_dflash"] == pytest.approx((9.0 / 11.0) / (7.0 / 10.0))
+    assert rows["dflash-calibrated"]["projected_vs_dflash"] == pytest.approx(1.0)
+    assert rows["ddtree-b16-random"]["projected_vs_dflash"] is None  # random rows: measured ratios only
+    assert rows["ddtree-b16-random-sync"]["step_vs_dflash"] == pytest.approx(1.4)  # vs the overlapped DFLASH
 
 
 def test_ratios_compare_with_dflash_of_the_same_drafter_and_batch(st):
@@ -52,9 +76,11 @@ def test_trace_summary_sums_durations_by_op(st, tmp_path):
     (tmp_path / "a.trace.json").write_text(json.dumps({"traceEvents": events[:2]}))
     with gzip.open(tmp_path / "b.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": events[2:]}, f)
+    (tmp_path / "c.trace.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "python_function", "name": "module.py: _call_impl", "dur": 99.0}]}))
     rows = st.summarise_traces(tmp_path)
     assert rows[0] == {"cat": "kernel", "name": "gemm", "total_us": 12.0, "count": 2}
-    assert rows[1]["name"] == "aten::topk" and len(rows) == 2
+    assert rows[1]["name"] == "aten::topk" and len(rows) == 2  # Python frames nest everything: left out
 
 
 def test_calibrated_drafter_expects_a_dflash_length_in_the_papers_range(st):

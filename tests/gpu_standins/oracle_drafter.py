@@ -27,6 +27,24 @@ RANK_P = tuple(float(x) for x in os.environ.get("DDTREE_TEST_ORACLE_RANK_P", "0.
 TOP_VALUES = (12.0, 11.0, 10.0, 9.0)
 
 
+def calibrated_values(rank_p: tuple[float, ...], vocab: int) -> tuple[float, ...]:
+    """Top-4 logits whose softmax (against V - 4 logits of 0) states the oracle's own accuracy: P(rank r) = rank_p[r]
+    for r < 3, and the mass left over split between the 4th slot and the rest of the vocabulary. A drafter that says
+    how sure it is, as a trained one does; with the fixed TOP_VALUES the drafter claims ~40% for a top-1 that is
+    right rank_p[0] of the time, which starves deep chains in a best-first tree."""
+    left = max(1.0 - sum(rank_p[:3]), 1e-6)
+    rest = left / 2
+    probs = list(rank_p[:3]) + [left / 2]
+    return tuple(math.log(p / rest * max(vocab - 4, 1)) for p in probs)
+
+
+def top_values(vocab: int) -> tuple[float, ...]:
+    """DDTREE_TEST_ORACLE_CALIBRATED=1: calibrated_values(RANK_P); otherwise the fixed TOP_VALUES."""
+    if os.environ.get("DDTREE_TEST_ORACLE_CALIBRATED") == "1":
+        return calibrated_values(RANK_P, vocab)
+    return TOP_VALUES
+
+
 def _oracle() -> dict:
     global _ORACLE
     if _ORACLE is None:
@@ -67,9 +85,10 @@ def draft_rows(key: str, full: list[int], root_pos: int, depth: int, vocab: int)
         distract = [(true_tok + 1 + int(_u(key, pos, f"d{i}") * (vocab - 2))) % vocab for i in range(4)]
         distract = [t if t != true_tok else (t + 1) % vocab for t in distract]
         row = []
+        values = top_values(vocab)
         for slot in range(4):
             tok = true_tok if slot == r else distract[slot]
-            row.append((tok, TOP_VALUES[slot]))
+            row.append((tok, values[slot]))
         rows.append(row)
     return rows
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue #12 in one device call on nvidia-h200-x4 (notes/step-cost-h200.md): DDTREE under the overlap scheduler,
+# proven exact and timed against DFLASH side by side.
+#   GPU 0      the exactness proofs (bench/sglang_e2e_gpu.py): the dense worker suite (float32) and the GDN-hybrid
+#              suite (bf16), tiny models, every DDTREE server on the overlap scheduler plus one synchronous one;
+#   GPUs 1..3  bench/spec_throughput_gpu.py lanes, one real-size server per GPU at a time (alone on it while
+#              timed): plain, DFLASH, DDTREE budgets, random and calibrated drafters, and DDTREE launched with
+#              --disable-overlap-schedule for contrast.
+# Needs .carry/ (tools/fetch_gpu_carry.sh) carried. Usage on the device: bash bench/step_cost_x4.sh
+# Env: TARGET (qwen3-8b | qwen36-27b), LANES (GPU ids for the throughput lanes), BUDGETS, SYNC_BUDGETS, BATCHES,
+#      DRAFTERS, SKIP_E2E=1, CALL_S (seconds this call may use).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0
+mkdir -p "$OUT"
+CALL_S=${CALL_S:-560}
+e2e() {  # target dtype suite port-base budgets
+  OUT=$OUT/e2e-$1 DDTREE_E2E_WORK=/tmp/ddtree-e2e-$1 CUDA_VISIBLE_DEVICES=0 timeout $((CALL_S - 10)) \
+    python3 bench/sglang_e2e_gpu.py --target "$1" --dtype "$2" --suite "$3" --port-base "$4" --budgets "$5" \
+    --budget-s $((CALL_S - 60)) > "$OUT/e2e_$1.log" 2>&1
+}
+pids=()
+if [ "${SKIP_E2E:-0}" != 1 ]; then
+  e2e dense float32 worker 31000 "${E2E_BUDGETS:-15}" & pids+=($!)
+  e2e hybrid bfloat16 hybrid 33000 "${E2E_BUDGETS:-15}" & pids+=($!)
+fi
+OUT=$OUT/throughput DDTREE_E2E_WORK=/tmp/spec-throughput timeout $((CALL_S - 5)) python3 bench/spec_throughput_gpu.py \
+  --target "${TARGET:-qwen3-8b}" --gpus "${LANES:-1,2,3}" --drafter "${DRAFTERS:-random,calibrated}" \
+  --budgets "${BUDGETS:-16,32,64}" --sync-budgets "${SYNC_BUDGETS-16}" --batches "${BATCHES:-1,8,32}" \
+  --profile --port-base 35000 --budget-s $((CALL_S - 25)) ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+wait $tp || rc=1
+for t in dense hybrid; do
+  [ -f "$OUT/e2e_$t.log" ] && { echo "=== e2e $t"; grep -v whl "$OUT/e2e_$t.log" | tail -40; }
+done
+echo "=== throughput"; grep -v whl "$OUT/throughput.log" | tail -60
+exit $rc
