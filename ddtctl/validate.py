@@ -143,8 +143,10 @@ def validate_paths(paths: list[str], *, gpu: str | None = None) -> list[Validati
 def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINNED_SGLANG,
                   source: str = "argv") -> ValidationResult:
     from ddtctl.schema.extensions import extended_catalog
+    from ddtctl.sglang_config import expand_config_argv
 
     catalog = extended_catalog(sglang)
+    argv = expand_config_argv(list(argv), catalog)  # SGLang's own --config FILE, expanded as SGLang does
     flags = flags_from_argv(list(argv), catalog)
     flags.findings = [f for f in flags.findings if f.rule != "DDT008"]  # a raw argv carries --model-path itself
     model_path = _option_value(argv, catalog.get("model-path"))
