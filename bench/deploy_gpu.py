@@ -40,6 +40,12 @@ the phase table and the stage-timings table are printed and written to $OUT what
   ops        `ddtctl status`, `logs`, `releases`, `stop`, then `status` again (exit 5: not running).
 Output ($OUT): transcript.txt, timings.txt (both tables), deploy_gpu.json (everything), logs.tar.gz (server, warm-up,
 sshd and plain-server logs).
+
+`--flagship-tp N` (issue #18, bench/flagship_tp8.sh) deploys the flagship instead of the tiny model: a
+Qwen3.6-27B-shaped GDN hybrid (bench/spec_throughput_gpu.py's qwen36-27b config, bf16, SGLang's dummy weights) with the
+seed's DDTREE flags at --tp-size N (budget 64, topk-cap 64, shadow-linear, extra_buffer 0.5). The plain reference
+runs at tp N too. An extra phase, throughput, times the deployed server against a DFLASH server of the same model
+and tp at --batches (random, oracle or calibrated drafter).
 """
 
 from __future__ import annotations
@@ -303,6 +309,19 @@ def load_e2e(work: Path):
     return mod
 
 
+def load_bench_module(name: str):
+    """Another bench script as a module, sharing this run's bench/sglang_e2e_gpu.py module (one set of globals)."""
+    e2e = sys.modules.get("sglang_e2e_gpu")
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    if e2e is not None:
+        sys.modules["sglang_e2e_gpu"] = e2e
+        mod.e2e = e2e
+    return mod
+
+
 def unpack_deb(deb: Path, dest: Path) -> list[str]:
     """`dpkg -x` in Python (an ar archive holding data.tar.*): regular files, directories and relative symlinks that
     stay inside dest. Returns the paths written."""
@@ -505,7 +524,8 @@ def setup(w: World, until: float) -> str:
         hook = None
         smi = w.work / "host" / "nvidia-smi"
         smi.parent.mkdir(parents=True, exist_ok=True)
-        smi.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN_SMI} --gpus 1 --name 'NVIDIA H200' \"$@\"\n")
+        smi.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN_SMI} --gpus {w.flagship or 1} --name 'NVIDIA H200' "
+                       f"\"$@\"\n")
         smi.chmod(0o755)
         w.nvidia_smi = str(smi)
     # ddtctl itself must import in the controller's environment
@@ -524,8 +544,16 @@ def setup(w: World, until: float) -> str:
     h = make_host_python(source_python, w.pristine, w.work / "host" / "py", hook)
     w.host_python, w.host_site = h["python"], h["host_site"]
     w.meta["host_python"] = h
-    w.e2e.DTYPE[0] = "float32"
-    w.target, w.draft = w.e2e.make_models("informative")
+    if w.flagship:  # issue #18: the Qwen3.6-27B-shaped GDN hybrid, bf16, dummy weights, at tp N
+        w.e2e.TARGET[0], w.e2e.TP[0], w.e2e.DTYPE[0] = "hybrid", w.flagship, "bfloat16"
+        w.server_env.pop("DDTREE_TEST_WEIGHTS", None) if w.gpu else None
+        w.st = load_bench_module("spec_throughput_gpu")
+        w.st.WORK = w.work
+        w.target, w.draft = w.st.make_models("qwen36-27b")
+        notes.append(f"flagship: Qwen3.6-27B-shaped hybrid at tp {w.flagship}")
+    else:
+        w.e2e.DTYPE[0] = "float32"
+        w.target, w.draft = w.e2e.make_models("informative")
     w.reqs = w.e2e.prompts()
     return "; ".join(notes)
 
@@ -635,7 +663,28 @@ def start_sshd_phase(w: World, until: float) -> str:
     return f"sshd {'carried' if w.openssh else 'system'} on 127.0.0.1:{w.sshd.port}; " + "; ".join(notes)
 
 
+def flagship_server(w: World) -> dict:
+    """The seed's DDTREE flags on the 27B-shaped hybrid at tp N (issue #18), sized to share the GPUs with one
+    reference server at a time."""
+    return {
+        "host": "127.0.0.1", "port": DEPLOY_PORT, "tp-size": w.flagship, "load-format": "dummy",
+        "dtype": "bfloat16", "attention-backend": "triton", "sampling-backend": "pytorch", "grammar-backend": "none",
+        "disable-radix-cache": True, "disable-custom-all-reduce": True, "mem-fraction-static": 0.45,
+        "max-running-requests": max(w.args.batches), "cuda-graph-max-bs-decode": max(w.args.batches),
+        "disable-prefill-cuda-graph": True, "random-seed": 0, "log-level": "info",
+        "speculative-algorithm": "DDTREE", "speculative-draft-model-path": str(w.draft),
+        "speculative-dflash-block-size": 16, "speculative-ddtree-budget": w.budget,
+        "speculative-ddtree-topk-cap": w.budget, "speculative-ddtree-shadow-linear": True,
+        "mamba-radix-cache-strategy": "extra_buffer", "mamba-full-memory-ratio": 0.5,
+        "linear-attn-backend": "triton", "linear-attn-prefill-backend": "triton", "mamba-ssm-dtype": "float32",
+        "skip-tokenizer-init": True}
+
+
 def profile_doc(w: World, name: str, env: dict) -> dict:
+    if w.flagship:
+        return {"name": name, "sglang": SGLANG, "host": HOST, "hardware": {"gpu": "H200", "count": w.flagship},
+                "model": {"path": str(w.target), "architecture": "Qwen3_5ForCausalLM"},
+                "server": flagship_server(w), "env": env, "launch": {"health_timeout_s": w.args.health_timeout}}
     return {
         "name": name,
         "sglang": SGLANG,
@@ -651,7 +700,7 @@ def profile_doc(w: World, name: str, env: dict) -> dict:
             "sampling-backend": "pytorch", "grammar-backend": "none", "disable-radix-cache": True,
             "mem-fraction-static": 0.15, "random-seed": 0, "log-level": "info", "cuda-graph-max-bs-decode": 4,
             "dtype": "float32", "enable-fp32-lm-head": True, "speculative-algorithm": "DDTREE",
-            "speculative-draft-model-path": str(w.draft), "speculative-ddtree-budget": BUDGET,
+            "speculative-draft-model-path": str(w.draft), "speculative-ddtree-budget": w.budget,
             "max-running-requests": 8, "skip-tokenizer-init": True},
         "env": env,
         "launch": {"health_timeout_s": w.args.health_timeout},
@@ -680,8 +729,10 @@ def write_inventory(w: World) -> None:
         env = {"PYTHONPATH": str(REPO / "tests" / "gpu_standins"), "DDTREE_GPU_STANDINS": "1",
                "DDTREE_STANDIN_FLASHINFER_DIR": w.flashinfer_dir, "SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK": "1",
                "DDTREE_TEST_WEIGHTS": "informative", "DDTREE_TEST_DRAFT_DTYPE_GUARD": "1", "NCCL_NVLS_ENABLE": "0"}
-        if w.args.drafter == "oracle":
-            env.update(DDTREE_TEST_DRAFT_HOOK="oracle_drafter:override", DDTREE_TEST_ORACLE=str(w.oracle))
+        if w.flagship:
+            env.pop("DDTREE_TEST_WEIGHTS")  # SGLang's dummy weights at 27B
+        if w.args.drafter in ("oracle", "calibrated"):
+            env.update(oracle_env(w))
         extra: dict = {}
     else:
         env = {}
@@ -766,7 +817,7 @@ def deploy_first(w: World, until: float) -> str:
     health = r.get("health") or {}
     info = health.get("server_info") or {}
     if not health.get("ok") or str(info.get("speculative_algorithm")).upper() != "DDTREE" \
-            or int(info.get("speculative_ddtree_budget") or 0) != BUDGET:
+            or int(info.get("speculative_ddtree_budget") or 0) != w.budget:
         problems.append(f"health {health.get('message')}: served {info.get('speculative_algorithm')} "
                         f"budget {info.get('speculative_ddtree_budget')}")
     warnings = [f"{ch['name']}" for ch in r.get("checks") or [] if not ch["ok"]]
@@ -782,7 +833,7 @@ def _compare(w: World, label: str, until: float) -> str:
     e2e = w.e2e
     if not w.runner.join("plain", until):
         raise RuntimeError("no plain reference outputs")
-    s = e2e.Server(label, "DDTREE", True, BUDGET, port=DEPLOY_PORT)
+    s = e2e.Server(label, "DDTREE", True, w.budget, port=DEPLOY_PORT)
     e2e.generate_all(s, w.reqs)
     ok, verdict = e2e.verdict(s.outputs, w.plain.outputs, w.plain.top2_gaps)
     acc = [a for a in (s.accept_lengths or []) if a is not None]
@@ -795,6 +846,50 @@ def _compare(w: World, label: str, until: float) -> str:
             + (f"; mean accepted length {sum(acc) / len(acc):.2f}" if acc else "")
             + (f"; DDTREE branch nodes {m.get('accepted_branch_nodes')}" if m.get("accepted_branch_nodes")
                is not None else ""))
+
+
+def oracle_env(w: World) -> dict:
+    env = {"DDTREE_TEST_DRAFT_HOOK": "oracle_drafter:override", "DDTREE_TEST_ORACLE": str(w.oracle)}
+    if w.args.drafter == "calibrated":
+        env.update(DDTREE_TEST_ORACLE_CALIBRATED="1", DDTREE_TEST_ORACLE_RANK_P=w.st.CALIBRATED_RANK_P)
+    return env
+
+
+def throughput(w: World, until: float) -> str:
+    """Issue #18: tokens/s of the deployed DDTREE server and of a DFLASH server of the same model and tp (started
+    outside ddtctl beside it, then stopped), random drafter or the oracle, batches --batches."""
+    st = w.st
+    ddtree = st.Bench("ddtree-deployed", "DDTREE", w.budget, w.args.drafter, DEPLOY_PORT)
+    dflash = st.Bench("dflash", "DFLASH", None, w.args.drafter, DEPLOY_PORT + 1)
+    reqs = st.prompts(max(w.args.batches), 150000)
+    st.measure(ddtree, reqs, w.args.batches, w.args.new_tokens)
+    if w.gpu:
+        dflash.argv = st.server_argv(dflash, w.target, w.draft, True, max(w.args.batches), True)
+        dflash.argv += ["--tp-size", str(w.flagship), "--disable-custom-all-reduce", "--disable-prefill-cuda-graph"]
+        env = dict(w.server_env)
+        if w.args.drafter in ("oracle", "calibrated"):
+            env.update(oracle_env(w))
+    else:
+        dflash.argv = [sys.executable, str(STANDIN_SERVER), "--model-path", str(w.target), "--host", "127.0.0.1",
+                       "--port", str(dflash.port)]
+        env = dict(os.environ)
+    dflash.log_path.parent.mkdir(parents=True, exist_ok=True)
+    dflash.proc = subprocess.Popen(dflash.argv, env=env, stdout=open(dflash.log_path, "w"), stderr=subprocess.STDOUT,
+                                   start_new_session=True, cwd=w.work)
+    dflash._t_start = time.monotonic()  # type: ignore[attr-defined]
+    try:
+        if not w.e2e.wait_healthy(dflash, until):
+            raise RuntimeError(f"DFLASH server {dflash.status}: {dflash.error}")
+        st.measure(dflash, reqs, w.args.batches, w.args.new_tokens)
+    finally:
+        w.e2e.stop(dflash)
+    w.throughput = st.ratios([dflash, ddtree])
+    w.throughput_table = st.table(w.throughput, {"date": w.meta["date"], "nvidia_smi": w.meta.get("device"),
+                                                 "target": f"qwen36-27b tp {w.flagship}"})
+    TRANSCRIPT.append(w.throughput_table)
+    row = next((r for r in w.throughput if r["algo"] == "DDTREE" and r["batch"] == min(w.args.batches)), {})
+    return (f"DFLASH healthy after {dflash.startup_s:.0f}s; batch {min(w.args.batches)}: DDTREE "
+            f"{row.get('tokens_per_s', 0):.1f} tok/s, {row.get('speed_vs_dflash') or 0:.3f} x DFLASH")
 
 
 def redeploy(w: World, until: float) -> str:
@@ -898,6 +993,8 @@ def tables(w: World) -> str:
             lines.append(f"{s:<20}" + "".join(f"{per[c.label][s]:>10.2f}" if s in per[c.label] else f"{'-':>10}"
                                                for c in deploys))
         lines.append(f"{'wall (exit code)':<20}" + "".join(f"{c.wall_s:>6.1f} ({c.rc})" for c in deploys))
+    if getattr(w, "throughput_table", None):
+        lines += ["", w.throughput_table]
     other = [c for c in w.commands if c.label not in ("deploy", "redeploy", "broken")]
     if other:
         lines += ["", "other commands: " + "; ".join(f"{c.label} {c.wall_s:.1f}s (exit {c.rc})" for c in other)]
@@ -914,7 +1011,7 @@ def write_out(w: World, ok: bool) -> None:
     (out / "timings.txt").write_text(head + "\n" + table + "\n")
     result = {"ok": ok, "meta": w.meta, "phases": [p.__dict__ for p in w.runner.phases],
               "commands": [c.to_json() for c in w.commands], "facts": getattr(w, "facts", None),
-              "deploys": w.deploys, "compare": w.compare,
+              "deploys": w.deploys, "compare": w.compare, "throughput": getattr(w, "throughput", None),
               "plain": {"outputs": getattr(getattr(w, "plain", None), "outputs", None)}}
     (out / "deploy_gpu.json").write_text(json.dumps(result, indent=1, default=str))
     try:
@@ -938,12 +1035,19 @@ def main(argv=None) -> int:
                                                  "the rehearsal)")
     ap.add_argument("--budget-s", type=float, default=None, help="all phases (default 570 GPU, 240 rehearsal)")
     ap.add_argument("--health-timeout", type=int, default=None, help="the profile's launch.health_timeout_s")
-    ap.add_argument("--drafter", choices=("oracle", "random"), default="oracle",
+    ap.add_argument("--drafter", choices=("oracle", "calibrated", "random"), default="oracle",
                     help="GPU: the deployed DDTREE server's drafter (oracle: tests/gpu_standins/oracle_drafter.py fed "
-                         "by the plain server's outputs, so trees accept deeply; random: dummy weights' drafter)")
+                         "by the plain server's outputs, so trees accept deeply; calibrated: the same oracle stating "
+                         "its accuracy, bench/spec_throughput_gpu.py's; random: dummy weights' drafter)")
+    ap.add_argument("--flagship-tp", type=int, default=0, help="issue #18: deploy the Qwen3.6-27B-shaped hybrid with "
+                    "the seed's DDTREE flags (budget 64, topk-cap 64, shadow-linear, extra_buffer 0.5) at this "
+                    "--tp-size instead of the tiny model, and time it against DFLASH (phase throughput)")
+    ap.add_argument("--batches", default="1,8", help="flagship: concurrent requests per throughput measurement")
+    ap.add_argument("--new-tokens", type=int, default=128, help="flagship: tokens per request when timing")
     ap.add_argument("--stop-after", default=None, help="(debugging) skip the phases after this one")
     ap.add_argument("--nvidia-smi", default=None, help="(debugging) the host's nvidia-smi (default: the one on PATH)")
     args = ap.parse_args(argv)
+    args.batches = [int(x) for x in str(args.batches).split(",") if x]
     gpu = not args.cpu_rehearsal
     if args.work:
         work = Path(args.work)
@@ -959,6 +1063,7 @@ def main(argv=None) -> int:
     w = World(args=args, gpu=gpu, work=work, out=Path(os.environ.get("OUT") or "/tmp/deploy-gpu-out"),
               runner=Runner(budget, args.stop_after), commands=[], deploys={}, compare={}, oracle=work / "oracle.json",
               ctl_python=sys.executable, openssh=None, sshd=None, release1=None,
+              flagship=args.flagship_tp, budget=64 if args.flagship_tp else BUDGET,
               ctl_env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(work / "xdg"),
                        "COLUMNS": "240", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"},
               meta={"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv,
@@ -979,6 +1084,9 @@ def main(argv=None) -> int:
               needs=("payload", "facts"))
         r.run("requests", lim(200, 60), "deployed outputs vs the plain server's", lambda u: _compare(w, "requests", u),
               needs=("deploy",))
+        if w.flagship:
+            r.run("throughput", lim(300, 60), "tokens/s: the deployed DDTREE server against DFLASH",
+                  lambda u: throughput(w, u), needs=("deploy",))
         r.run("redeploy", lim(90, 40), "the same profile again: 0 files, server left running",
               lambda u: redeploy(w, u), needs=("deploy",))
         r.run("broken", lim(360, 90), "a variant that fails health: rollback to the first release",
@@ -992,9 +1100,10 @@ def main(argv=None) -> int:
         if "plain" in r.background:
             r.join("plain", time.monotonic() + 1)
         cleanup(w)
-    ok = all(p.status == "ok" for p in r.phases) and len(r.phases) == 11
+    phases = 12 if w.flagship else 11
+    ok = all(p.status == "ok" for p in r.phases) and len(r.phases) == phases
     write_out(w, ok)
-    print(f"\nRESULT: {'PASS' if ok else 'FAIL'} ({sum(p.status == 'ok' for p in r.phases)}/11 phases ok; "
+    print(f"\nRESULT: {'PASS' if ok else 'FAIL'} ({sum(p.status == 'ok' for p in r.phases)}/{phases} phases ok; "
           f"{w.out}/transcript.txt, timings.txt, deploy_gpu.json, logs.tar.gz)", flush=True)
     return 0 if ok else 1
 

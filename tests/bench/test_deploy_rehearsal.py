@@ -120,3 +120,39 @@ def test_cpu_rehearsal_runs_every_phase(tmp_path):
     for e in patched:
         assert hashlib.sha256((site / e["path"]).read_bytes()).hexdigest() == e["base_sha256"], e["path"]
     assert not (site / "ddtree_sglang").exists()
+
+
+@pytest.mark.ssh
+@pytest.mark.sglang
+def test_cpu_rehearsal_of_the_flagship_at_tp_8(tmp_path):
+    """Issue #18's device call on the CPU: the seed's DDTREE flags on the 27B-shaped hybrid at tp 8 go through every
+    deploy stage (preflight sees 8 stand-in GPUs, SGLang's resolver on the host accepts the launch), then the
+    throughput phase times the deployed server against a DFLASH server side by side."""
+    from ddtctl import envs
+
+    sys.path.insert(0, str(REPO / "tests" / "remote"))
+    from sshd import find_sshd
+
+    env = envs.managed_env("0.5.23")
+    if not env.exists or getattr(env, "status", "ready") != "ready":
+        pytest.skip("managed SGLang 0.5.23 env not built (make sglang-env)")
+    if not find_sshd():
+        pytest.skip("sshd not installed (make system-deps)")
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", "--flagship-tp", "8",
+                        "--work", str(tmp_path / "work"), "--budget-s", "150"], env={**os.environ, "OUT": str(out)},
+                       capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    res = json.loads((out / "deploy_gpu.json").read_text())
+    assert {ph["name"] for ph in res["phases"] if ph["status"] == "ok"} == {
+        "setup", "payload", "plain", "sshd", "facts", "deploy", "requests", "throughput", "redeploy", "broken",
+        "requests2", "ops"}
+    assert res["ok"] and len(res["phases"]) == 12
+    served = res["compare"]["requests"]["served"]
+    assert res["deploys"]["deploy"]["status"] == "deployed" and served.get("speculative_algorithm") == "DDTREE"
+    resolved = res["deploys"]["deploy"]["dry_run"]["resolved"]
+    assert resolved["tp_size"] == 8 and resolved["speculative_ddtree_budget"] == 64
+    assert resolved["speculative_ddtree_shadow_linear"] is True
+    rows = {(r["algo"], r["batch"]) for r in res["throughput"]}
+    assert rows == {("DFLASH", 1), ("DFLASH", 8), ("DDTREE", 1), ("DDTREE", 8)}
+    assert "target=qwen36-27b tp 8" in (out / "timings.txt").read_text()
