@@ -18,6 +18,8 @@ def load_app():
     from ddtctl.cli import remote as _remote  # noqa: F401
     from ddtctl.cli import overlay as _overlay  # noqa: F401
     from ddtctl.cli import kernels as _kernels  # noqa: F401
+    from ddtctl.cli import basics as _basics  # noqa: F401
+    from ddtctl.cli import render as _render  # noqa: F401
 
     return app
 
@@ -29,9 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args or os.environ.get("DDTCTL_DEBUG") == "1"
     try:
         if not debug and os.environ.get("DDTCTL_NO_FASTPATH") != "1":
-            from ddtctl.cli.fastpath import try_validate
+            from ddtctl.cli.fastpath import try_basics, try_validate
 
             code = try_validate(args)
+            if code is None:
+                code = try_basics(args)  # --version, completion SHELL
             if code is not None:
                 sys.exit(code)
         app = load_app()

@@ -20,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every subcommand and sub-app
     help="Checked, repeatable SGLang launches for speculative decoding (DDTree, DFlash, EAGLE).",
 )
 
@@ -52,8 +53,19 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def _print_version(value: bool) -> None:
+    """`ddtctl --version` when the fast path is off (--debug, DDTCTL_NO_FASTPATH=1); same text as the fast path."""
+    if value:
+        from ddtctl.cli.fastpath import version_text
+
+        typer.echo(version_text())
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
+                                 help="Print the ddtctl version and the SGLang release it targets, and exit."),
 ) -> None:
     settings.debug = settings.debug or debug

@@ -3,6 +3,9 @@
 pre-commit runs `ddtctl validate` on every commit; building the typer/click app (and the pydantic adapters typer
 creates for parameters) costs more than validating a profile. This parser mirrors the typer command's options;
 `--help` and anything it does not understand go to typer. tests/cli/test_fastpath.py checks that both paths agree.
+
+`ddtctl --version` and `ddtctl completion SHELL` are answered here too (try_basics), without typer; the typer app
+has the same `--version` option and `completion` command, used with --debug or DDTCTL_NO_FASTPATH=1.
 """
 
 from __future__ import annotations
@@ -46,3 +49,32 @@ def try_validate(args: list[str]) -> int | None:
     from ddtctl.cli.validate_report import run_validate
 
     return run_validate(paths, **opts)  # type: ignore[arg-type]
+
+
+def version_text() -> str:
+    from ddtctl import PINNED_SGLANG, __version__
+
+    return f"ddtctl {__version__} (targets SGLang {PINNED_SGLANG})"
+
+
+def try_basics(args: list[str]) -> int | None:
+    """`ddtctl --version` and `ddtctl completion bash|zsh|fish`: exit code, or None to let typer handle it."""
+    lead = []
+    for a in args:  # the root options before the command, as click sees them (--version is eager there)
+        if not a.startswith("-"):
+            break
+        lead.append(a)
+    if "--version" in lead and set(lead) <= {"--version", "--debug"}:
+        import sys
+
+        sys.stdout.write(version_text() + "\n")
+        return 0
+    if len(args) == 2 and args[0] == "completion":
+        from ddtctl.cli.completion import SHELLS, script
+
+        if args[1] in SHELLS:
+            import sys
+
+            sys.stdout.write(script(args[1]))
+            return 0
+    return None

@@ -74,6 +74,15 @@ def _resolve(host: str, inventory: str | None):
     return host_by_name(host, inventory)
 
 
+def _deprecated_alias(used: bool, old: str, new: str) -> bool:
+    """A hidden deprecated option: still works, with one line on stderr."""
+    if used:
+        import sys
+
+        sys.stderr.write(f"ddtctl: warning: `deploy {old}` is deprecated, use `deploy {new}`\n")
+    return used
+
+
 @app.command()
 def deploy(
     host: str = typer.Argument(None, help="Inventory host (default: the profile's host/hosts)"),
@@ -81,23 +90,29 @@ def deploy(
     algo: str = typer.Option(None, "--algo", help="Override server.speculative-algorithm (e.g. DDTREE)"),
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
     inventory: str = _INVENTORY,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Stop after printing the plan (nothing changes)"),
-    check: bool = typer.Option(False, "--check", help="Preflight in full (ship to the host's store, SGLang's resolver "
+    plan: bool = typer.Option(False, "--plan", help="Stop after printing the plan (read-only: nothing changes)"),
+    stage: bool = typer.Option(False, "--stage", help="Preflight in full (ship to the host's store, SGLang's resolver "
                                                       "on the host), then stop: nothing installed or restarted"),
+    dry_run: bool = typer.Option(False, "--dry-run", hidden=True, help="Deprecated alias of --plan"),
+    check: bool = typer.Option(False, "--check", hidden=True, help="Deprecated alias of --stage"),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation"),
     restart: bool = typer.Option(False, "--restart", help="Restart even if the release is unchanged"),
     trust_new_host: bool = _TRUST,
     lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)"),
     skip_dry_run: bool = typer.Option(False, "--skip-remote-dry-run",
                                       help="Do not run SGLang's resolver on the host before launching"),
-    health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"),
+    health_timeout: float = typer.Option(None, "--health-timeout",
+                                         help="Seconds (default: profile launch.health_timeout_s)"),
     fmt: OutputFormat = _FORMAT,
 ) -> None:
     """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
 
     Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files, sha256-verified),
-    install, launch, health, record. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
+    install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
+    the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
     """
+    plan = _deprecated_alias(dry_run, "--dry-run", "--plan") or plan
+    stage = _deprecated_alias(check, "--check", "--stage") or stage
     from ddtctl.deploy import DeployOptions, deploy as run_deploy, spec_from_profile
     from ddtctl.errors import UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
@@ -127,8 +142,9 @@ def deploy(
             raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
         return typer.confirm("Apply this plan?", default=False)
 
-    opts = DeployOptions(dry_run=dry_run, check_only=check, restart=restart, trust_new_host=trust_new_host, lock_wait_s=lock_wait,
-                         remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout, confirm=confirm)
+    opts = DeployOptions(dry_run=plan, check_only=stage, restart=restart, trust_new_host=trust_new_host,
+                         lock_wait_s=lock_wait, remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout,
+                         confirm=confirm)
     with _Live(fmt) as live:
         opts.on_event = live.on_event
         opts.on_ship_progress = live.ship_progress
@@ -145,8 +161,8 @@ def deploy(
         line = {
             "deployed": f"deployed {spec.name} -> {rel} in {result.elapsed_s:.1f}s",
             "unchanged": f"unchanged: {rel} already serving {spec.name} ({result.elapsed_s:.1f}s)",
-            "planned": "plan only (--dry-run): nothing changed",
-            "checked": "check passed (--check): nothing installed or restarted",
+            "planned": "plan only (--plan): nothing changed",
+            "checked": "staged and checked on the host (--stage): nothing installed or restarted",
             "aborted": "aborted: nothing changed",
         }.get(result.status)
         if line:
@@ -212,17 +228,25 @@ def facts(
 
 @app.command()
 def status(
-    host: str = typer.Argument(..., help="Inventory host"),
+    host: str = typer.Argument(None, help="Inventory host (default: every host of the inventory, as a table)"),
+    probe: bool = typer.Option(False, "--probe", help="Without HOST: also connect to every host (in parallel) for its "
+                                                      "release, server and health"),
     inventory: str = _INVENTORY,
     trust_new_host: bool = _TRUST,
     fmt: OutputFormat = _FORMAT,
 ) -> None:
-    """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy."""
+    """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy.
+
+    Without HOST: the inventory's hosts (name, address, user, profile) without connecting; with --probe, each host's
+    release, server and /health too (exit 0 when all are healthy, 3 when one could not be reached, else 5).
+    """
     from ddtctl.deploy import host_status
     from ddtctl.errors import ExitCode
 
+    if host is None:
+        raise typer.Exit(_status_all(inventory, probe=probe, trust_new_host=trust_new_host, fmt=fmt))
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
-    healthy = bool(st.server and st.server.get("running") and st.health == 200)
+    healthy = _healthy(st)
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
 
@@ -245,6 +269,81 @@ def status(
         con.print(f"  payload installed: {inst.get('hash', '')[:12] or 'none'}"
                   + (f" (from {inst.get('release')})" if inst else ""))
     raise typer.Exit(ExitCode.OK if healthy else ExitCode.DEPLOY)
+
+
+def _healthy(st) -> bool:
+    return bool(st.server and st.server.get("running") and st.health == 200)
+
+
+def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
+    """`ddtctl status` without HOST: one row per inventory host; with `probe`, host_status of each (in parallel)."""
+    from ddtctl.errors import DdtctlError, ExitCode
+    from ddtctl.remote.inventory import load_inventory
+
+    inv = load_inventory(inventory)
+    hosts = list(inv.hosts.values())
+    rows: list[dict] = [{"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
+                        for h in hosts]
+    code = ExitCode.OK
+    if probe and hosts:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ddtctl.deploy import host_status
+
+        def one(h):
+            try:
+                return host_status(h, trust_new_host=trust_new_host), None
+            except DdtctlError as err:
+                return None, err
+
+        # --trust-new-host writes known_hosts: one host at a time then
+        with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
+            results = list(pool.map(one, hosts))
+        for row, (st, err) in zip(rows, results):
+            if err is not None:
+                row.update(status=None, healthy=False, error=err.one_line())
+                code = ExitCode.REMOTE
+            else:
+                row.update(status=st.to_json(), healthy=_healthy(st), error=None)
+                if not row["healthy"] and code == ExitCode.OK:
+                    code = ExitCode.DEPLOY
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        print_json(rows)
+        return code
+    from ddtctl.cli._app import stderr_console, stdout_console
+
+    where = str(inv.path) if inv.path else "no inventory file (hosts.yaml or $DDTCTL_INVENTORY)"
+    if not rows:
+        stderr_console().print(f"no hosts in the inventory: {where}", markup=False)
+        return code
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    cols = ["host", "address", "user", "profile"] + (["release", "server", "health"] if probe else [])
+    for col in cols:
+        table.add_column(col, no_wrap=col in ("host", "address", "release"))
+    for r in rows:
+        cells = [r["host"], f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"], r["user"],
+                 r["profile"] or "-"]
+        if probe:
+            st = r["status"]
+            if st is None:
+                cells += ["-", "unreachable", "-"]
+            else:
+                srv = st.get("server") or {}
+                server = f"pid {srv.get('pid')} port {srv.get('port')}" if srv.get("running") else "not running"
+                health = "ok" if r["healthy"] else (f"/health {st.get('health')}" if srv.get("running") else "-")
+                cells += [st.get("current") or "none", server, health]
+        table.add_row(*(escape(str(c)) for c in cells))  # plain text, never markup
+    con = stdout_console()
+    con.print(table)
+    for r in rows:
+        if r.get("error"):
+            con.print(r["error"], markup=False)  # names the host
+    return code
 
 
 @app.command()
