@@ -22,6 +22,7 @@ class ExitCode:
     REMOTE = 3  # SSH / remote host failure
     OVERLAY = 4  # payload build / verify / install failure
     DEPLOY = 5  # deploy failed (and was rolled back)
+    INTERNAL = 70  # a ddtctl bug (EX_SOFTWARE): an exception nothing maps to a user error
     INTERRUPTED = 130
 
 

@@ -57,4 +57,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(
             f"ddtctl: internal error: {type(err).__name__}: {err} (re-run with --debug for the traceback)\n"
         )
-        sys.exit(70)
+        sys.exit(ExitCode.INTERNAL)

@@ -333,11 +333,7 @@ TREE = {'help': 'Checked, repeatable SGLang launches for speculative decoding...
                                                               False,
                                                               [],
                                                               'Show this message and exit'],
-                                                             [['--out'],
-                                                              True,
-                                                              [],
-                                                              'Build directory (default: '
-                                                              '~/.cache/ddtctl/overlay/<name>-<sglang>)'],
+                                                             [['--out'], True, [], 'Build directory (default...'],
                                                              [['--payload'],
                                                               True,
                                                               [],

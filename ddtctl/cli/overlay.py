@@ -39,7 +39,7 @@ def build_cmd(
     payload: str = typer.Option(None, "--payload", help=_PAYLOAD),
     sglang_root: str = typer.Option(None, "--sglang-root", help=_ROOT),
     python: str = typer.Option(None, "--python", help=_PY),
-    out: str = typer.Option(None, "--out", help="Build directory (default: ~/.cache/ddtctl/overlay/<name>-<sglang>)."),
+    out: str = typer.Option(None, "--out", help="Build directory (default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>)."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add its
@@ -110,7 +110,7 @@ def install_cmd(
                                                        "built against --sglang-root's own pristine files)."),
     python: str = typer.Option(None, "--python", help=_PY),
     state_dir: str = typer.Option(None, "--state-dir", help="Backups, journal and install record "
-                                                           "(default: ~/.cache/ddtctl/overlay/state/<root hash>)."),
+                                                           "(default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>)."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is rolled

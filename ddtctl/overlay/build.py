@@ -73,7 +73,9 @@ class BuildResult:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("DDTCTL_CACHE_DIR") or "~/.cache/ddtctl").expanduser() / "overlay"
+    from ddtctl.paths import overlay_root
+
+    return overlay_root()
 
 
 def default_build_dir(m: SourceManifest) -> Path:

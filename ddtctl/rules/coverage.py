@@ -35,7 +35,9 @@ def default_root(version: str = "0.5.23") -> Path:
     import glob
     import os
 
-    base = Path(os.path.expanduser(f"~/.cache/ddtctl/sglang-{version}"))
+    from ddtctl.paths import cache_root
+
+    base = cache_root() / f"sglang-{version}"
     for candidate in sorted(glob.glob(str(base / "lib" / "python*" / "site-packages" / "sglang"))):
         return Path(candidate)
     from ddtctl.errors import EnvironmentMissing
