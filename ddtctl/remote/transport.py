@@ -2,6 +2,7 @@
 
 Every remote command is an argv list joined with shlex.quote; nothing user-supplied is ever interpolated into a
 shell string unquoted. Dropped connections become RemoteError; read-only commands may be retried once.
+ProxyJump hops are Connections of their own (verified the same way), closed with the connection they carry.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import paramiko
 
 from ddtctl.errors import RemoteError
 from ddtctl.remote.inventory import Host
+from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
@@ -100,24 +102,91 @@ class Connection:
         self.agent_path: str | None = None
         self.trusted_key: str | None = None
         self._agent_seen = False
+        self._sock: Any = None  # what the session runs over: a socket, a ProxyCommand or a jump host's channel
+        self._hops: list[Connection] = []
 
     # -------------------------------------------------------------------------------------------- connect
-    def open(self) -> "Connection":
+    def open(self, sock: Any = None) -> "Connection":
+        """Connect (through the host's ProxyJump hops or ProxyCommand, if any); `sock`: an already open path to
+        the host (the channel a previous hop opened)."""
+        hops: list[Connection] = []
+        try:
+            if sock is None:
+                sock = self._route(hops)
+            self._connect(sock)
+        except BaseException:
+            _close_quietly(sock)
+            for hop in reversed(hops):
+                hop.close()
+            raise
+        self._sock, self._hops = sock, hops
+        # keys --trust-new-host added for jump hosts too (they went to the same known_hosts): report them all
+        trusted = [self.trusted_key] + [f"{hop.trusted_key} of {hop.host.name}" for hop in hops if hop.trusted_key]
+        self.trusted_key = "; ".join(t for t in trusted if t) or None
+        return self
+
+    def _route(self, hops: list["Connection"]) -> Any:
+        """The socket-like object the SSH session to self.host runs over; opened hops are appended to `hops`."""
+        h = self.host
+        if h.proxy_jump:
+            prev: Connection | None = None
+            for jump in h.proxy_jump:
+                hop = Connection(jump, trust_new_host=self.trust_new_host, log=self.log)
+                hop.open(None if prev is None else prev._forward(jump))
+                hops.append(hop)
+                prev = hop
+            assert prev is not None
+            return prev._forward(h)
+        if h.proxy_command:
+            try:
+                return ShellProxyCommand(h.proxy_command)
+            except OSError as err:
+                raise RemoteError(f"cannot start ProxyCommand `{h.proxy_command}`: {err}", where=h.name,
+                                  fix="check the ProxyCommand line in the ssh config") from None
+        try:
+            return dial(h)
+        except (socket.timeout, TimeoutError):
+            raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
+                              where=h.name, fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}"
+                              ) from None
+        except OSError as err:
+            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {err.strerror or err}", where=h.name,
+                              fix=fix_hint(h)) from None
+
+    def _forward(self, dest: Host) -> paramiko.Channel:
+        """A direct-tcpip channel from this (jump) host to `dest`, to carry dest's SSH session."""
+        j = self.host
+        what = f"jump host {j.user}@{j.address}:{j.port} could not open a connection to {dest.address}:{dest.port}"
+        try:
+            return self._transport().open_channel("direct-tcpip", (dest.address, dest.port), ("127.0.0.1", 0),
+                                                  timeout=j.connect_timeout_s)
+        except paramiko.ChannelException as err:
+            if err.code == 1:  # SSH_OPEN_ADMINISTRATIVELY_PROHIBITED
+                fix = "the jump host's sshd must allow TCP forwarding (AllowTcpForwarding yes in sshd_config)"
+            else:
+                fix = f"check that {dest.address}:{dest.port} is reachable from the jump host; {fix_hint(dest)}"
+            raise RemoteError(f"{what}: {err.text or 'refused'}", where=dest.name, fix=fix) from None
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise RemoteError(f"{what}: {err or type(err).__name__}", where=dest.name, fix=fix_hint(dest)) from None
+
+    def _connect(self, sock: Any) -> None:
         h = self.host
         known = Path(os.path.expanduser(h.known_hosts))
         client = paramiko.SSHClient()
-        if known.exists():
+        for path in (known, *(Path(os.path.expanduser(p)) for p in h.more_known_hosts)):
+            if not path.exists():
+                continue
             try:
-                client.load_host_keys(str(known))
+                client.get_host_keys().load(str(path))
             except (OSError, paramiko.SSHException) as err:
-                raise RemoteError(f"cannot read known_hosts: {err}", where=str(known)) from None
+                raise RemoteError(f"cannot read known_hosts: {err}", where=str(path)) from None
         policy = _Policy(h, known, self.trust_new_host)
         client.set_missing_host_key_policy(policy)
         try:
             client.connect(
-                h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None,
+                h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None, sock=sock,
                 timeout=h.connect_timeout_s, banner_timeout=h.connect_timeout_s, auth_timeout=h.connect_timeout_s,
-                channel_timeout=h.connect_timeout_s, allow_agent=True, look_for_keys=not h.key_files,
+                channel_timeout=h.connect_timeout_s, allow_agent=h.allow_agent, look_for_keys=not h.key_files,
             )
         except HostKeyError:
             client.close()
@@ -134,14 +203,18 @@ class Connection:
             client.close()
             keys = ", ".join(h.key_files) or "ssh-agent / default keys"
             raise RemoteError(f"authentication failed for {h.user}@{h.address}:{h.port} ({err})", where=h.name,
-                              fix=f"check the key ({keys}) is in the host's authorized_keys") from None
+                              fix=f"check the key ({keys}) is in the host's authorized_keys; {fix_hint(h)}") from None
         except (socket.timeout, TimeoutError):
             client.close()
             raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
-                              where=h.name, fix="check the address/port and that sshd is reachable") from None
+                              where=h.name, fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}"
+                              ) from None
         except (OSError, paramiko.SSHException, EOFError) as err:
             client.close()
-            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {err}", where=h.name) from None
+            said = sock.failure() if isinstance(sock, ShellProxyCommand) else ""
+            detail = f"{err or type(err).__name__}" + (f" ({said})" if said else "")
+            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {detail}", where=h.name,
+                              fix=fix_hint(h)) from None
         self.client = client
         self.trusted_key = policy.trusted
         transport = client.get_transport()
@@ -151,7 +224,6 @@ class Connection:
             transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except (OSError, AttributeError):
             pass
-        return self
 
     def __enter__(self) -> "Connection":
         if self.client is None:
@@ -171,6 +243,11 @@ class Connection:
         if self.client is not None:
             self.client.close()
             self.client = None
+        _close_quietly(self._sock)
+        self._sock = None
+        for hop in reversed(self._hops):  # the jump hosts this connection ran through, nearest first
+            hop.close()
+        self._hops = []
 
     @property
     def alive(self) -> bool:
@@ -321,6 +398,14 @@ class Connection:
         payload = dict(params or {}, work_dir=self._remote_work_dir())
         blob = base64.b64encode(json.dumps(payload).encode()).decode()
         return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
+
+
+def _close_quietly(sock: Any) -> None:
+    if sock is not None:
+        try:
+            sock.close()
+        except Exception:
+            pass
 
 
 def agent_handshake(chan: paramiko.Channel, where: str) -> None:

@@ -32,6 +32,16 @@ def sshd(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def jump_sshd(tmp_path_factory):
+    """A second sshd, which allows TCP forwarding: the ProxyJump host of test_proxy_jump.py."""
+    if not find_sshd():
+        pytest.skip("sshd not installed (make system-deps)")
+    server = start_sshd(tmp_path_factory.mktemp("jump-sshd"), tcp_forwarding=True)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def lab(sshd, tmp_path, monkeypatch) -> Lab:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))

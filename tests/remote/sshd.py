@@ -68,6 +68,26 @@ class Sshd:
                 pids.append(int(d))
         return pids
 
+    def descendant_pids(self) -> set[int]:
+        """PIDs of every process below the listener (per-connection sshd, its privilege-separated children)."""
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d))
+        found: set[int] = set()
+        todo = [self.proc.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        return found
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -79,9 +99,10 @@ class Sshd:
 
 
 def start_sshd(root: Path, *, sshd: str | None = None, sftp: str | None = None, keygen: str = "ssh-keygen",
-               env: dict | None = None, extra_config: str = "") -> Sshd:
+               env: dict | None = None, extra_config: str = "", tcp_forwarding: bool = False) -> Sshd:
     """Start sshd (default: the system's) on a free port. bench/deploy_gpu.py passes unpacked Debian binaries
-    (sshd, sftp-server, ssh-keygen), `env` for them (LD_LIBRARY_PATH) and `extra_config` (SetEnv lines)."""
+    (sshd, sftp-server, ssh-keygen), `env` for them (LD_LIBRARY_PATH) and `extra_config` (SetEnv lines).
+    `tcp_forwarding`: allow direct-tcpip channels (a ProxyJump host for tests/remote/test_proxy_jump.py)."""
     sshd = sshd or find_sshd()
     if not sshd:
         raise RuntimeError("sshd not found; install openssh-server (make system-deps)")
@@ -112,7 +133,7 @@ KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
-AllowTcpForwarding no
+AllowTcpForwarding {'yes' if tcp_forwarding else 'no'}
 X11Forwarding no
 PrintMotd no
 MaxStartups 64:30:128
