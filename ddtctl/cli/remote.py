@@ -9,7 +9,8 @@ import typer
 
 from ddtctl.cli._app import OutputFormat, app
 
-_INVENTORY = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY or ./hosts.yaml)")
+_INVENTORY = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml "
+                          "here or in the nearest parent directory)")
 _TRUST = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)")
 _FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
 

@@ -106,17 +106,24 @@ class Host:
 class Inventory:
     path: Path | None
     hosts: dict[str, Host]
+    searched: list[str] = field(default_factory=list)  # where hosts.yaml was looked for, when none was found
 
     def get(self, name: str) -> Host:
         if name in self.hosts:
             return self.hosts[name]
         import difflib
 
-        where = str(self.path) if self.path else "inventory"
+        if self.path is None:
+            tried = self.searched[0] if self.searched else DEFAULT_INVENTORY
+            more = f" and its {len(self.searched) - 1} parent directories" if len(self.searched) > 1 else ""
+            raise UsageError(f"unknown host {name!r}: no inventory (searched {tried}{more}; $DDTCTL_INVENTORY is "
+                             "unset) and no such Host in ~/.ssh/config",
+                             fix="create hosts.yaml from hosts.example.yaml, pass --inventory PATH, or add a Host "
+                                 "entry to ~/.ssh/config")
         close = difflib.get_close_matches(name, list(self.hosts), n=3)
         known = ", ".join(sorted(self.hosts)) or "none"
         hint = f"did you mean {', '.join(close)}?" if close else f"known hosts: {known}"
-        raise UsageError(f"unknown host {name!r}", where=where, fix=f"add it to the inventory; {hint}")
+        raise UsageError(f"unknown host {name!r}", where=str(self.path), fix=f"add it to the inventory; {hint}")
 
 
 def _expand(path: str | None) -> str | None:
@@ -578,17 +585,35 @@ def _unique_key_loader():
     return UniqueKeyLoader
 
 
+def find_inventory(start: Path | None = None) -> tuple[Path | None, list[Path]]:
+    """hosts.yaml in the current directory or the nearest parent that has one (as git finds .git), and the paths
+    looked at."""
+    here = (start or Path.cwd()).resolve()
+    searched = []
+    for d in (here, *here.parents):
+        candidate = d / DEFAULT_INVENTORY
+        searched.append(candidate)
+        if candidate.is_file():
+            return candidate, searched
+    return None, searched
+
+
 def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | None = None) -> Inventory:
-    """Read hosts.yaml. Missing file with no explicit path -> an empty inventory (ssh-config aliases still work)."""
+    """Read hosts.yaml: --inventory, else $DDTCTL_INVENTORY, else ./hosts.yaml or the nearest parent directory's.
+    None found without an explicit path -> an empty inventory (ssh-config aliases still work)."""
     import yaml
 
     explicit = path is not None or bool(os.environ.get("DDTCTL_INVENTORY"))
-    p = Path(path or os.environ.get("DDTCTL_INVENTORY") or DEFAULT_INVENTORY).expanduser()
-    if not p.exists():
-        if explicit:
+    if explicit:
+        p = Path(path or os.environ.get("DDTCTL_INVENTORY") or DEFAULT_INVENTORY).expanduser()
+        if not p.exists():
             raise UsageError("inventory file not found", where=str(p),
                              fix="create it from hosts.example.yaml or pass --inventory PATH")
-        return Inventory(path=None, hosts={})
+    else:
+        found, searched = find_inventory()
+        if found is None:
+            return Inventory(path=None, hosts={}, searched=[str(x) for x in searched])
+        p = found
     from ddtctl.safeio import read_regular
 
     raw = read_regular(p, MAX_INVENTORY_BYTES, what="inventory")  # a FIFO or /dev/zero is refused, never read

@@ -163,3 +163,32 @@ hosts:
     assert warmup_argv(spec, spec.targets([inv.get("custom")])[0]) == ["/py", "-m", "my.warm", "--fast"]
     spec.payload = Manifest(None, {})  # a payload without kernels: nothing to warm
     assert warmup_argv(spec, spec.targets([inv.get("auto")])[0]) is None
+
+
+def test_hosts_yaml_is_found_in_the_nearest_parent_directory(tmp_path, monkeypatch):
+    """As git finds .git: a command run in a subdirectory of the deployment repo still finds its hosts.yaml."""
+    monkeypatch.delenv("DDTCTL_INVENTORY", raising=False)
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  ct200: {address: 10.0.0.2, user: root}\n")
+    deep = tmp_path / "profiles" / "team"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    inv = load_inventory(ssh_config=str(tmp_path / "no-ssh-config"))
+    assert inv.path == tmp_path / "hosts.yaml" and inv.hosts["ct200"].address == "10.0.0.2"
+    (deep / "hosts.yaml").write_text("hosts:\n  near: {address: 10.0.0.9, user: root}\n")
+    assert set(load_inventory(ssh_config=str(tmp_path / "no-ssh-config")).hosts) == {"near"}  # the nearest wins
+
+
+def test_no_inventory_anywhere_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv("DDTCTL_INVENTORY", raising=False)
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    inv = load_inventory(ssh_config=str(tmp_path / "no-ssh-config"))
+    assert inv.path is None and inv.searched[0] == str(deep / "hosts.yaml")
+    assert len(inv.searched) == len(deep.parents) + 1
+    with pytest.raises(UsageError) as err:
+        resolve_host("ct200", inv, ssh_config=str(tmp_path / "no-ssh-config"))
+    msg = str(err.value)
+    assert f"searched {deep / 'hosts.yaml'} and its {len(deep.parents)} parent directories" in msg
+    assert "$DDTCTL_INVENTORY is unset" in msg and "hosts.example.yaml" in err.value.fix
+    assert "known hosts: none" not in msg
