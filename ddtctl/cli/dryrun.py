@@ -66,19 +66,24 @@ def dry_run(
             raise UsageError("--argv needs SGLang arguments", fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
         if gpu is None and "--device" not in items:
             raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation", fix="pass --gpu H200 (or sm90, B200, ...)")
+        from ddtctl.cli.progress import working
         from ddtctl.overlay.dryrun_support import overlay_sys_path
 
-        sys_path = list(sys_path or ()) + overlay_sys_path(overlay, argvs=[items], python=python)
-        results = dryrun.dry_run_argvs([("argv", items, gpu)], python=python, extra_sys_path=sys_path or (),
-                                       timeout_s=timeout)
+        with working("dry-run: starting SGLang's resolver (a few seconds; the overlay is built first if needed)"):
+            sys_path = list(sys_path or ()) + overlay_sys_path(overlay, argvs=[items], python=python)
+            results = dryrun.dry_run_argvs([("argv", items, gpu)], python=python, extra_sys_path=sys_path or (),
+                                           timeout_s=timeout)
     else:
         if not items:
             raise UsageError("no profiles given", fix="ddtctl dry-run PROFILE... (or --argv -- ARGS...)")
+        from ddtctl.cli.progress import working
         from ddtctl.overlay.dryrun_support import overlay_sys_path
 
-        sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
-        results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
-                                          timeout_s=timeout)
+        with working(f"dry-run: {len(items)} profile path(s) through SGLang's resolver (a few seconds; the overlay is "
+                     "built first if needed)"):
+            sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
+            results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
+                                              timeout_s=timeout)
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
 

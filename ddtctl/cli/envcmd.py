@@ -45,10 +45,14 @@ def create(
     err = stderr_console()
     t0 = time.monotonic()
 
-    def progress(i: int, n: int, msg: str) -> None:
-        err.print(f"[{i}/{n}] {msg}  (+{time.monotonic() - t0:.0f}s)")
+    from ddtctl.cli.progress import working
 
-    result = envs.create_env(sglang, force=force, base_python=python, progress=progress, verbose=verbose)
+    with working(f"env create: the managed SGLang {sglang} env") as update:
+        def progress(i: int, n: int, msg: str) -> None:
+            err.print(f"[{i}/{n}] {msg}  (+{time.monotonic() - t0:.0f}s)")
+            update(f"env create [{i}/{n}] {msg}")
+
+        result = envs.create_env(sglang, force=force, base_python=python, progress=progress, verbose=verbose)
     env = result.env
     if result.built:
         err.print(f"built {env.root} in {result.seconds:.0f}s")

@@ -48,7 +48,10 @@ def build_cmd(
 
     from ddtctl.overlay.build import build
 
-    r = build(payload, sglang_root=sglang_root, python=python, out_dir=out)
+    from ddtctl.cli.progress import working
+
+    with working("overlay build: patching, byte-compiling and checking the payload against SGLang's files"):
+        r = build(payload, sglang_root=sglang_root, python=python, out_dir=out)
     if fmt == OutputFormat.json:
         _json(r.to_json())
         return
