@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from ddtctl.errors import ExitCode
+
 app = typer.Typer(
     name="ddtctl",
     no_args_is_help=True,
@@ -59,7 +61,7 @@ def _print_version(value: bool) -> None:
         from ddtctl.cli.fastpath import version_text
 
         typer.echo(version_text())
-        raise typer.Exit(0)
+        raise typer.Exit(ExitCode.OK)
 
 
 @app.callback()

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 
 from ddtctl.cli._app import OutputFormat, app, print_json, stdout_console
+from ddtctl.errors import ExitCode
 
 
 def _short(value: Any, width: int = 60, *, plain: bool = False) -> str:
@@ -175,7 +176,7 @@ def diff_flags(
             print_json(pd.to_json())
         else:
             _print_profile_diff(pd)
-        raise typer.Exit(0)
+        raise typer.Exit(ExitCode.OK)
 
     if installed:
         from ddtctl.diffflags import diff_installed
@@ -191,7 +192,7 @@ def diff_flags(
             _print_catalog_diff(res.diff, all_added=not brief)
             con.print("[bold red]drift[/]" if res.drift else "[bold green]no drift[/]: the installed SGLang parses "
                       "exactly the flags of the catalog")
-        raise typer.Exit(1 if res.drift else 0)
+        raise typer.Exit(ExitCode.INVALID if res.drift else ExitCode.OK)
 
     from ddtctl import PINNED_SGLANG
     from ddtctl.diffflags import diff_versions
@@ -203,7 +204,7 @@ def diff_flags(
         print_json(diff.to_json())
     else:
         _print_catalog_diff(diff, all_added=not brief)
-    raise typer.Exit(0)
+    raise typer.Exit(ExitCode.OK)
 
 
 @app.command("migrate")
@@ -254,4 +255,4 @@ def migrate(
                 style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
                 con.print(f"[{style}]{_esc(line)}[/]")
             con.print("[dim](not written: add --write to apply)[/]")
-    raise typer.Exit(0 if result.complete else 1)
+    raise typer.Exit(ExitCode.OK if result.complete else ExitCode.INVALID)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli._app import OutputFormat, app
+from ddtctl.errors import ExitCode
 
 env_app = typer.Typer(
     name="env",
@@ -100,7 +101,7 @@ def show(
         if not env.ready:
             out.print(f"  create it with: ddtctl env create --sglang {sglang}")
     ok = env.ready and data.get("check", {"ok": True})["ok"]
-    raise typer.Exit(0 if ok else 2)
+    raise typer.Exit(ExitCode.OK if ok else ExitCode.USAGE)
 
 
 @env_app.command("remove")

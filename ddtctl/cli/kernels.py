@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli._app import OutputFormat, app, print_json
+from ddtctl.errors import ExitCode
 
 kernels_app = typer.Typer(no_args_is_help=True, help="DDTree kernels: self-test and tree inspection.")
 app.add_typer(kernels_app, name="kernels")
@@ -33,7 +34,7 @@ def selftest_cmd(
         versions = ", ".join(f"{k} {v}" for k, v in result.versions.items())
         typer.echo(f"{'passed' if result.ok else 'FAILED'}: {sum(c.ok for c in result.checks)}/{len(result.checks)} "
                    f"checks on {result.device} ({versions}) in {result.seconds:.1f} s")
-    raise typer.Exit(0 if result.ok else 1)
+    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.INVALID)
 
 
 @kernels_app.command("tree")
