@@ -56,7 +56,7 @@ def run_scp(sshd, src: Path, known: Path, dest: str) -> float:
 
 
 def run_ship(host, manifest) -> tuple[float, int, int]:
-    from ddtctl.remote.payload import ship
+    from ddtctl.remote.ship import ship
     from ddtctl.remote.transport import Connection
 
     t = time.perf_counter()
@@ -72,7 +72,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from ddtctl.remote.inventory import make_host
-    from ddtctl.remote.payload import build_manifest
+    from ddtctl.remote.ship import build_manifest
 
     tmp = Path(tempfile.mkdtemp(prefix="ddtctl-bench-"))
     sshd = start_sshd(tmp / "sshd")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from ddtctl.errors import RemoteError, UsageError
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
-from ddtctl.remote.payload import (Manifest, ShipResult, build_manifest, list_store, manifest_from_files,
+from ddtctl.remote.ship import (Manifest, ShipResult, build_manifest, list_store, manifest_from_files,
                                    missing_objects, ship)
 from ddtctl.remote.transport import AGENT_SOURCE, Connection, ConnectionLost, LockHeld
 
@@ -401,7 +401,7 @@ BUNDLED_WORKER = "ddtree_sglang/worker.py"
 def ships_bundled_worker(spec: DeploySpec) -> bool:
     """Whether the payload of this deploy carries ddtctl's own DDTREE worker, byte for byte (a payload built from
     the bundled sources does; a hand-made one may carry another worker, which DDT120 says nothing about)."""
-    from ddtctl.overlay.payload import PAYLOADS_DIR, sha256_file
+    from ddtctl.overlay.source import PAYLOADS_DIR, sha256_file
 
     if spec.payload is None:
         return False

@@ -1,6 +1,6 @@
 """The DDTREE integration payload for SGLang and its manager (`ddtctl overlay ...`).
 
-    payload.py         payload sources: manifest.json, patches, added files (ddtctl/payload/<name>-<sglang>/)
+    source.py          payload sources: manifest.json, patches, added files (ddtctl/payload/<name>-<sglang>/)
     udiff.py           strict unified diffs (exact apply, no fuzz)
     build.py           build(): pristine files + patches -> staged payload + dry-run view, base hashes checked
     installer.py       stdlib-only, standalone: atomic install / exact uninstall / status / view (shipped by deploy)

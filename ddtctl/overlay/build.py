@@ -25,7 +25,7 @@ from typing import Any
 
 from ddtctl.errors import EnvironmentMissing, OverlayError
 from ddtctl.overlay import installer
-from ddtctl.overlay.payload import (
+from ddtctl.overlay.source import (
     FORMAT,
     SourceManifest,
     load_source_manifest,

@@ -19,7 +19,7 @@ from typing import Any
 
 from ddtctl.errors import OverlayError
 from ddtctl.overlay.build import resolve_target
-from ddtctl.overlay.payload import (
+from ddtctl.overlay.source import (
     FORMAT,
     MANIFEST,
     AddedFile,

@@ -19,7 +19,7 @@ from typing import Any
 from ddtctl.errors import EnvironmentMissing, OverlayError
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import BuildResult, Target, build, cache_root, resolve_target
-from ddtctl.overlay.payload import load_source_manifest
+from ddtctl.overlay.source import load_source_manifest
 
 _HERE = Path(__file__).resolve().parent
 

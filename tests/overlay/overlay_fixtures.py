@@ -16,7 +16,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ddtctl.overlay.payload import FORMAT, AddedFile, SourceManifest, sha256_bytes
+from ddtctl.overlay.source import FORMAT, AddedFile, SourceManifest, sha256_bytes
 from ddtctl.overlay.udiff import make_patch
 
 OVERLAY_DIR = Path(__file__).resolve().parent
@@ -59,7 +59,7 @@ def make_payload(root: Path, site: Path, *, name: str = "fake-ddtree", version: 
              + "\n\ndef ddtree():\n    return 'tree'\n"}
     if with_b:
         edits["sglang/srt/sub/b.py"] = B_PY.replace('("EAGLE", "DFLASH")', f'("EAGLE", "DFLASH", "{b_tag}")')
-    from ddtctl.overlay.payload import PatchedFile, patch_name
+    from ddtctl.overlay.source import PatchedFile, patch_name
 
     for rel, new in edits.items():
         base = (site / rel).read_text(encoding="utf-8")

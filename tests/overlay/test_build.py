@@ -12,7 +12,7 @@ import pytest
 from ddtctl.errors import OverlayError
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import build
-from ddtctl.overlay.payload import load_source_manifest, sha256_file
+from ddtctl.overlay.source import load_source_manifest, sha256_file
 
 from overlay_fixtures import make_payload, snapshot, write
 

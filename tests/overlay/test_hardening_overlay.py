@@ -16,7 +16,7 @@ from ddtctl.errors import OverlayError
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import build
 from ddtctl.overlay.importer import import_dir
-from ddtctl.overlay.payload import load_source_manifest
+from ddtctl.overlay.source import load_source_manifest
 
 from overlay_fixtures import A_PY, B_PY, snapshot, write
 

@@ -8,7 +8,7 @@ import pytest
 
 from ddtctl.errors import UsageError
 from ddtctl.overlay.dryrun_support import argv_uses_ddtree, overlay_sys_path, view_for
-from ddtctl.overlay.payload import DDTCTL_ROOT, default_payload_dir, load_source_manifest, sha256_file
+from ddtctl.overlay.source import DDTCTL_ROOT, default_payload_dir, load_source_manifest, sha256_file
 
 M = load_source_manifest()
 

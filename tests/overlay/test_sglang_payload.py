@@ -15,7 +15,7 @@ import pytest
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import build
 from ddtctl.overlay.importer import check_manifest
-from ddtctl.overlay.payload import default_payload_dir, sha256_file
+from ddtctl.overlay.source import default_payload_dir, sha256_file
 
 from overlay_fixtures import FIXTURES, OVERLAY_DIR, snapshot
 

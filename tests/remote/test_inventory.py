@@ -147,7 +147,7 @@ def test_agent_commit_verifies_sha256(agent):
 
 def test_warmup_default_is_the_payloads_kernel_selftest(tmp_path):
     from ddtctl.deploy import KERNEL_SELFTEST, warmup_argv
-    from ddtctl.remote.payload import FileEntry, Manifest
+    from ddtctl.remote.ship import FileEntry, Manifest
 
     inv = load_inventory(_inv(tmp_path, """
 hosts:

@@ -109,7 +109,7 @@ def test_big_file_ships_as_ranges_and_is_verified_on_the_host(lab, tmp_path):
     import hashlib
     import os
 
-    from ddtctl.remote.payload import RANGE_MIN_BYTES, _plan_uploads, build_manifest, ship
+    from ddtctl.remote.ship import RANGE_MIN_BYTES, _plan_uploads, build_manifest, ship
 
     src = tmp_path / "big"
     src.mkdir()
@@ -135,7 +135,7 @@ def test_home_relative_work_dir(lab):
     from dataclasses import replace
     from pathlib import Path
 
-    from ddtctl.remote.payload import list_store
+    from ddtctl.remote.ship import list_store
 
     name = f".ddtctl-test-{uuid.uuid4().hex[:8]}"
     host = replace(lab.host(), work_dir=f"~/{name}")
