@@ -24,8 +24,15 @@ from typing import Any, Callable, Iterator
 from ddtctl.errors import RemoteError, UsageError
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
-from ddtctl.remote.ship import (Manifest, ShipResult, build_manifest, list_store, manifest_from_files,
-                                   missing_objects, ship)
+from ddtctl.remote.ship import (
+    Manifest,
+    ShipResult,
+    build_manifest,
+    list_store,
+    manifest_from_files,
+    missing_objects,
+    ship,
+)
 from ddtctl.remote.transport import AGENT_SOURCE, Connection, ConnectionLost, LockHeld
 
 SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
@@ -898,17 +905,17 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
         for t in targets:
             emit("facts", f"connecting to {t.host.describe()}", t.name)
         opened = _parallel(lambda t: connect(t.host, trust_new_host=opts.trust_new_host, emit=emit), targets)
-        conns = {t.name: c for t, c in zip(targets, opened)}
+        conns = {t.name: c for t, c in zip(targets, opened, strict=True)}
         facts = _parallel(lambda t: gather_facts(conns[t.name], model_paths=spec.model_paths), targets)
-        result.facts = {t.name: f for t, f in zip(targets, facts)}
-        for t, f in zip(targets, facts):
+        result.facts = {t.name: f for t, f in zip(targets, facts, strict=True)}
+        for t, f in zip(targets, facts, strict=True):
             gpus = f"{len(f.gpus)}x {f.gpu_name}" if f.gpus else f"no GPUs ({f.gpu_error})"
             emit("facts", f"{f.hostname}: {gpus}, CUDA {f.cuda}, python {f.python_version}, sglang "
                           f"{f.sglang_version or 'absent'}, {f.disk_free_bytes / 2**30:.0f} GiB free, server "
                           f"{'running ' + str(f.server.get('release')) if f.server_running else 'not running'}",
                  t.name)
         # 2. preflight (static, with host facts)
-        for t, f in zip(targets, facts):
+        for t, f in zip(targets, facts, strict=True):
             result.checks.extend(preflight_checks(spec, t, f, remote_dry_run=opts.remote_dry_run))
         for c in result.checks:
             emit("preflight", f"{c.name}: {c.message}" + (f" (fix: {c.fix})" if c.fix and not c.ok else ""), c.host,
@@ -939,8 +946,8 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             return st, missing_objects(listing, manifests), listing
 
         surveys = _parallel(_survey, targets)
-        states = {t.name: s[0] for t, s in zip(targets, surveys)}
-        plan = Plan([make_plan_for_host(spec, t, s[0], s[1], restart=opts.restart) for t, s in zip(targets, surveys)])
+        states = {t.name: s[0] for t, s in zip(targets, surveys, strict=True)}
+        plan = Plan([make_plan_for_host(spec, t, s[0], s[1], restart=opts.restart) for t, s in zip(targets, surveys, strict=True)])
         result.plan = plan
         for hp in plan.hosts:
             emit("plan", _describe_plan(hp), hp.host)
@@ -966,9 +973,9 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             return ship(c, manifests, listing=listing, on_progress=progress,
                         then=[("materialize", {"release": _release_record(spec, t, hp)})])
 
-        shipped = _parallel(_ship, list(zip(targets, surveys)))
-        result.shipped = {t.name: s for t, s in zip(targets, shipped)}
-        for t, s in zip(targets, shipped):
+        shipped = _parallel(_ship, list(zip(targets, surveys, strict=True)))
+        result.shipped = {t.name: s for t, s in zip(targets, shipped, strict=True)}
+        for t, s in zip(targets, shipped, strict=True):
             emit("ship", f"{s.files_sent} file(s) sent ({s.bytes_sent} bytes), {s.skipped} skipped (already there, "
                          f"same sha256), {s.verified} verified on the host"
                  + (f", {s.reused} reused from an interrupted deploy" if s.reused else ""), t.name, "ok")
@@ -981,7 +988,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             result.dry_run = dr
             if not dr.accepted:
                 err = dr.error or {}
-                for t, hp in zip(targets, plan.hosts):
+                for t, hp in zip(targets, plan.hosts, strict=True):
                     if hp.release_id != hp.current_release:
                         _locked_agent(conns[t.name], "set_status", {"id": hp.release_id, "status": "rejected",
                                                                     "note": err.get("message")})
@@ -991,7 +998,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                 return result
             emit("dry-run", f"accepted ({len(dr.overrides)} value(s) resolved by SGLang)", rank0.name, "ok")
         # 5a. kernel warm-up on the host's GPU, before anything running is touched
-        for t, hp in zip(targets, plan.hosts):
+        for t, hp in zip(targets, plan.hosts, strict=True):
             wargv = warmup_argv(spec, t)
             if not wargv or not hp.start:
                 continue
@@ -1015,7 +1022,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             emit("plan", "check only: preflight passed; nothing installed or restarted", None, "ok")
             return result
         # 5. launch: stop old, install payload, start (other ranks first, rank 0 last)
-        for t, hp in zip(targets, plan.hosts):
+        for t, hp in zip(targets, plan.hosts, strict=True):
             c = conns[t.name]
             ops: list[tuple[str, dict]] = []
             if hp.stop:
@@ -1025,7 +1032,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
             if not ops:
                 continue
             res = _locked_agent(c, "batch", {"ops": ops}, timeout=opts.stop_grace_s + 630)
-            for (name, _), r in zip(ops, res):
+            for (name, _), r in zip(ops, res, strict=True):
                 if name == "stop" and r.get("was_running"):
                     emit("launch", f"stopped release {r.get('release')} (pid {r['pid']}"
                                    f"{', forced with SIGKILL' if r.get('forced') else ''})", t.name)
@@ -1033,7 +1040,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
                     emit("install", "payload installed into " + str(result.facts[t.name].sglang_root)
                          if spec.payload else "payload uninstalled", t.name, "ok")
         offsets = {}
-        for t, hp in sorted(zip(targets, plan.hosts), key=lambda th: -th[0].rank):
+        for t, hp in sorted(zip(targets, plan.hosts, strict=True), key=lambda th: -th[0].rank):
             if hp.start:
                 r = _locked_agent(conns[t.name], "start", {"id": hp.release_id})
                 offsets[t.name] = r.get("log_offset", 0)
@@ -1054,7 +1061,7 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
         if health.ok:
             emit("health", health.message, rank0.name, "ok")
             # 7. record
-            for t, hp in zip(targets, plan.hosts):
+            for t, hp in zip(targets, plan.hosts, strict=True):
                 _, gc = _locked_agent(conns[t.name], "batch", {"ops": [
                     ("set_status", {"id": hp.release_id, "status": "ok", "make_current": True}),
                     ("gc", {"keep": opts.keep_releases})]})
@@ -1143,7 +1150,7 @@ def _describe_plan(hp: HostPlan) -> str:
 
 def _rollback_after_failure(spec, targets, plan, conns, states, result, opts, emit) -> bool:
     ok = True
-    for t, hp in zip(targets, plan.hosts):
+    for t, hp in zip(targets, plan.hosts, strict=True):
         c = conns[t.name]
         _locked_agent(c, "stop", {"grace_s": opts.stop_grace_s}, timeout=opts.stop_grace_s + 30)
         _locked_agent(c, "set_status", {"id": hp.release_id, "status": "failed", "note": result.error})
@@ -1157,7 +1164,7 @@ def _rollback_after_failure(spec, targets, plan, conns, states, result, opts, em
             _locked_agent(c, "uninstall", {"sglang_root": result.facts[t.name].sglang_root}, timeout=600)
     # restart previous releases (other ranks first)
     offsets = {}
-    for t, hp in sorted(zip(targets, plan.hosts), key=lambda th: -th[0].rank):
+    for t, _hp in sorted(zip(targets, plan.hosts, strict=True), key=lambda th: -th[0].rank):
         prev = result.rolled_back_to.get(t.name)
         if prev:
             offsets[t.name] = _locked_agent(conns[t.name], "start", {"id": prev}).get("log_offset", 0)

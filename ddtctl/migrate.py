@@ -279,7 +279,6 @@ def _check_value(result: MigrationResult, target, new_name: str, value: Any, lin
 def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None,
                     write: bool = False) -> MigrationResult:
     from ddtctl.profile import read_profile_document
-
     from ddtctl.safeio import rewrite
 
     doc = read_profile_document(path)  # size, encoding and I/O errors as one-line ProfileErrors

@@ -281,15 +281,13 @@ class Worker:
             except Exception:  # already defined (a matching torchvision build is installed)
                 pass
 
-        import sglang
-        import sglang.srt.server_args as server_args_mod
-
-        from sglang.srt.arg_groups import overrides, pipeline  # noqa: F401
-
         # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points of
         # group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op otherwise.
         from importlib.metadata import entry_points
 
+        import sglang
+        import sglang.srt.server_args as server_args_mod
+        from sglang.srt.arg_groups import overrides, pipeline  # noqa: F401
         from sglang.srt.plugins import load_plugins
 
         self.plugins = sorted({ep.name for ep in entry_points(group="sglang.srt.plugins")})
@@ -460,7 +458,7 @@ class Worker:
             attribution.append(self.tracker.stack[-1] if self.tracker.stack else "resolve_once")
         fields = [f for f in REPORTED_FIELDS if f in raw or hasattr(sa, f)]
         last_source: dict[str, tuple[str, str]] = {}
-        for (source, declared), step in zip(stash, attribution):
+        for (source, declared), step in zip(stash, attribution, strict=True):
             for name in declared:
                 if name.startswith("_"):  # bookkeeping, not configuration
                     continue
@@ -474,7 +472,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 resolved[name] = f"<unreadable: {type(exc).__name__}>"
         overrides = []
-        for name, (step, source) in last_source.items():
+        for name, (step, _source) in last_source.items():
             before = _jsonable(raw.get(name, getattr(sa, name, None)))
             after = resolved.get(name)
             if before != after:

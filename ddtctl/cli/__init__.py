@@ -8,18 +8,17 @@ import sys
 
 def load_app():
     """The typer application with every command registered (imported only when the fast path does not apply)."""
-    from ddtctl.cli._app import app
-
     # Each module registers its commands on `app`. Keep their top-level imports light.
-    from ddtctl.cli import validate as _validate  # noqa: F401
-    from ddtctl.cli import envcmd as _envcmd  # noqa: F401
-    from ddtctl.cli import dryrun as _dryrun  # noqa: F401
-    from ddtctl.cli import diffflags as _diffflags  # noqa: F401
-    from ddtctl.cli import remote as _remote  # noqa: F401
-    from ddtctl.cli import overlay as _overlay  # noqa: F401
-    from ddtctl.cli import kernels as _kernels  # noqa: F401
     from ddtctl.cli import basics as _basics  # noqa: F401
+    from ddtctl.cli import diffflags as _diffflags  # noqa: F401
+    from ddtctl.cli import dryrun as _dryrun  # noqa: F401
+    from ddtctl.cli import envcmd as _envcmd  # noqa: F401
+    from ddtctl.cli import kernels as _kernels  # noqa: F401
+    from ddtctl.cli import overlay as _overlay  # noqa: F401
+    from ddtctl.cli import remote as _remote  # noqa: F401
     from ddtctl.cli import render as _render  # noqa: F401
+    from ddtctl.cli import validate as _validate  # noqa: F401
+    from ddtctl.cli._app import app
 
     return app
 

@@ -46,9 +46,8 @@ def build_cmd(
     modules, byte-compile with the target interpreter, and make the dry-run view."""
     from rich.markup import escape
 
-    from ddtctl.overlay.build import build
-
     from ddtctl.cli.progress import working
+    from ddtctl.overlay.build import build
 
     with working("overlay build: patching, byte-compiling and checking the payload against SGLang's files"):
         r = build(payload, sglang_root=sglang_root, python=python, out_dir=out)

@@ -114,7 +114,8 @@ def deploy(
     """
     plan = _deprecated_alias(dry_run, "--dry-run", "--plan") or plan
     stage = _deprecated_alias(check, "--check", "--stage") or stage
-    from ddtctl.deploy import DeployOptions, deploy as run_deploy, spec_from_profile
+    from ddtctl.deploy import DeployOptions, spec_from_profile
+    from ddtctl.deploy import deploy as run_deploy
     from ddtctl.errors import UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
 
@@ -300,7 +301,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         # --trust-new-host writes known_hosts: one host at a time then
         with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
             results = list(pool.map(one, hosts))
-        for row, (st, err) in zip(rows, results):
+        for row, (st, err) in zip(rows, results, strict=True):
             if err is not None:
                 row.update(status=None, healthy=False, error=err.one_line())
                 code = ExitCode.REMOTE

@@ -75,7 +75,7 @@ def poison(plan) -> None:
     """Fill every output buffer with garbage, so that an element a kernel fails to write cannot match."""
     import torch
 
-    for name, value in vars(plan).items():
+    for _name, value in vars(plan).items():
         if isinstance(value, torch.Tensor):
             if value.dtype == torch.bool:
                 value.copy_(torch.rand(value.shape, device=value.device) < 0.5)

@@ -38,9 +38,9 @@ class TreeReport:
 
 
 def load_logits(path: str):
-    import numpy as np
-
     import io
+
+    import numpy as np
 
     from ddtctl.safeio import read_regular
 

@@ -552,7 +552,7 @@ def op_warmup(params: dict):
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              cwd=_p("releases", rel["id"]), env=env)
     except OSError as err:
-        raise AgentError("cannot run the warm-up %s: %s" % (params["argv"][0], err.strerror or err))
+        raise AgentError("cannot run the warm-up %s: %s" % (params["argv"][0], err.strerror or err)) from err
     with open(log_path, "rb") as f:
         tail = f.read()[-4000:].decode(errors="replace")
     return {"rc": rc, "elapsed_s": time.time() - start, "log": log_path, "tail": tail,
@@ -584,7 +584,7 @@ def op_start(params: dict):
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=_p("releases", rel["id"]), env=env, start_new_session=True, close_fds=True)
     except OSError as err:
-        raise AgentError("cannot start %s: %s" % (argv[0], err.strerror or err))
+        raise AgentError("cannot start %s: %s" % (argv[0], err.strerror or err)) from err
     finally:
         log.close()
     st = _proc_starttime(proc.pid)
@@ -781,7 +781,7 @@ def op_batch(params: dict):
         try:
             results.append(OPS[name](sub))
         except AgentError as err:
-            raise AgentError("%s: %s" % (name, err))
+            raise AgentError("%s: %s" % (name, err)) from err
     return results
 
 

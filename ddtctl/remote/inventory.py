@@ -241,7 +241,7 @@ class _SshConfig:
 
     def where(self, keyword: str) -> tuple[str, str]:
         """(file:line, the keyword as written) of the first line setting `keyword`."""
-        for line, (path, n) in zip(self.lines, self.origins):
+        for line, (path, n) in zip(self.lines, self.origins, strict=True):
             m = _SETTING.match(line.strip())
             if m and m.group(1).lower() == keyword:
                 return f"{path}:{n}", m.group(1)

@@ -71,7 +71,7 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         try:
             return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]
         except (OSError, ValueError) as err:
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err))
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err)) from err
 
     def recv(self, size: int) -> bytes:
         fd = self.process.stdout.fileno()  # type: ignore[union-attr]
@@ -83,7 +83,7 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         except (OSError, ValueError) as err:
             if isinstance(err, socket.timeout):
                 raise
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err))
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err)) from err
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from ddtctl.errors import DdtctlError, OverlayError, RemoteError
-from ddtctl.remote.transport import Connection, ConnectionLost
 from ddtctl.overlay.installer import sha256_file  # the same hashing the host-side installer does
+from ddtctl.remote.transport import Connection, ConnectionLost
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -257,7 +257,7 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
             jobs, n = _plan_uploads(todo, workers)
             remaining = {sha: sum(1 for j in jobs if j[0] == sha) for sha, _ in todo}
             count_lock = threading.Lock()
-            for sha, path, size, offset, length in jobs:
+            for sha, _path, size, offset, length in jobs:
                 if length != size and offset == 0:  # ranged upload: create the full-size file once, up front
                     with conn.sftp().open(f"{incoming}/{sha}.{nonce}", "wb") as f:
                         f.truncate(size)
@@ -306,7 +306,7 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
 
             try:
                 with ThreadPoolExecutor(n) as pool:
-                    for sha, size, length, last in pool.map(_put, jobs):
+                    for sha, _size, length, last in pool.map(_put, jobs):
                         sent_bytes += length
                         if last:
                             tell(f"{sha}.{nonce} {sha}\n")

@@ -33,7 +33,6 @@ def default_root(version: str = "0.5.23") -> Path:
     """The pinned wheel's sglang package: the managed env's (`ddtctl env create`), else the unpacked wheel at
     /tmp/sgl/sglang."""
     import glob
-    import os
 
     from ddtctl.paths import cache_root
 

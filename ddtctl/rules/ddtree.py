@@ -6,7 +6,16 @@ from dataclasses import dataclass
 
 from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import (
-    ERROR, FACT_MODEL, FACT_MODEL_CONFIG, INFO, RULES, WARNING, Context, Hit, Rule, rule,
+    ERROR,
+    FACT_MODEL,
+    FACT_MODEL_CONFIG,
+    INFO,
+    RULES,
+    WARNING,
+    Context,
+    Hit,
+    Rule,
+    rule,
 )
 
 REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"

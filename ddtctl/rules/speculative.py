@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ddtctl.model_facts import BUILTIN_MTP_ARCHITECTURES
 from ddtctl.rules.engine import (
-    DFLASH_FAMILY, EAGLE_FAMILY, FACT_MODEL, INFO, KNOWN_ALGORITHMS, WARNING, Context, Hit, rule,
+    DFLASH_FAMILY,
+    EAGLE_FAMILY,
+    FACT_MODEL,
+    INFO,
+    KNOWN_ALGORITHMS,
+    WARNING,
+    Context,
+    Hit,
+    rule,
 )
 
 SPEC_HOOK = "sglang 0.5.23 srt/arg_groups/speculative_hook.py"
