@@ -3,6 +3,12 @@
 Only block-style mappings are edited (`server:` on its own line, one `key: value` per line). Anything else (a flow
 `server: {...}`, a key inside a flow mapping) is refused with the reason, and every edit is checked before it is
 written: the edited text must parse, and parse to exactly the original profile with the edits applied (`verify`).
+
+Every fix is safe or unsafe (`edit_safety`). Plain `--fix` applies the safe ones; `--unsafe-fixes` the others too.
+Safe: setting a switch or a choice flag to the value the launch needs (`attention-backend: triton`,
+`disable-overlap-schedule: true`). Unsafe: removing a flag the user set, and setting a number or a free-form string
+(a memory ratio, a size, a path), which ddtctl would have to guess and the user must own. A rule can say otherwise
+for its hit (`Hit(..., unsafe=True/False)`); a finding with several edits is unsafe when one of them is.
 """
 
 from __future__ import annotations
@@ -24,6 +30,44 @@ class FixResult:
     changed: bool = False
     edits: dict[str, Any] = field(default_factory=dict)  # dashed flag -> value (None = removed)
     refused: str | None = None  # why the edit cannot be made safely (nothing changed then)
+
+
+SAFE, UNSAFE = "safe", "unsafe"
+
+
+def edit_safety(edits: dict[str, Any], catalog: Any = None, *, unsafe: bool | None = None) -> str | None:
+    """SAFE, UNSAFE, or None (no edit): how `validate --fix` treats these edits (dashed flag -> value).
+    `catalog` (a ddtctl.schema.catalog.Catalog) tells choice flags from free-form ones; without it a string value
+    counts as a choice. `unsafe` is the rule's own verdict, when it gave one."""
+    if not edits:
+        return None
+    if unsafe is not None:
+        return UNSAFE if unsafe else SAFE
+    for key, value in edits.items():
+        if value is None or isinstance(value, (list, dict)):
+            return UNSAFE  # drops a flag the user set / replaces a structure
+        if isinstance(value, bool):
+            continue  # a switch
+        if isinstance(value, (int, float)):
+            return UNSAFE  # a size, a ratio, a count: a guess the user must own
+        spec = catalog.get(key) if catalog is not None else None
+        if catalog is not None and (spec is None or not spec.choices or value not in spec.choices):
+            return UNSAFE  # a free-form string (a path, a name)
+    return SAFE
+
+
+def unified_diff(source: str, before: str, after: str) -> str:
+    """The edit as a unified diff with `a/PATH` `b/PATH` headers ("" when nothing changes)."""
+    import difflib
+
+    if before == after:
+        return ""
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{source.lstrip('/')}", tofile=f"b/{source.lstrip('/')}")
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 def _indent(line: str) -> int:

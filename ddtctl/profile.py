@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ddtctl import PINNED_SGLANG
 from ddtctl.errors import ProfileError
@@ -62,6 +62,29 @@ class Launch(_Strict):
         default=None, description="Command that starts the server (default: python -m sglang.launch_server)")
 
 
+class IgnoreEntry(_Strict):
+    """A finding the profile suppresses on purpose: `{rule: DDT114, reason: "why"}` (`ddtctl validate` counts it
+    and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
+
+    rule: str = Field(min_length=1, max_length=16, description="Rule id to ignore, e.g. DDT114")
+    reason: str = Field(min_length=1, max_length=500, description="Why this finding does not apply (required)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_bare(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            raise ValueError(f"a bare rule id ({data[:16]!r}) is not an ignore entry: write "
+                             f"{{rule: {data[:16]}, reason: \"why it does not apply\"}}")
+        return data
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_says_something(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("reason must say why the rule does not apply")
+        return value
+
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
@@ -76,6 +99,8 @@ class Profile(_Strict):
     server: dict[str, Any] = Field(default_factory=dict, description="SGLang flags by name (dashed or underscored)")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process")
     launch: Launch = Field(default_factory=Launch)
+    ignore: list[IgnoreEntry] = Field(default_factory=list, description="Findings suppressed on purpose, each with "
+                                      "its reason: [{rule: DDT114, reason: ...}]")
 
     @field_validator("env")
     @classmethod
@@ -227,6 +252,8 @@ def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str,
                 msg = "unknown key" + _suggest_top_level(loc)
             elif item["type"] == "missing":
                 msg = "required key is missing"
+            elif item["type"] == "value_error":
+                msg = msg.removeprefix("Value error, ")
             errors.append((loc, msg, line))
         return None, errors
 
@@ -236,6 +263,8 @@ def _suggest_top_level(loc: str) -> str:
 
     parent, _, key = loc.rpartition(".")
     fields = {"": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}.get(parent)
+    if fields is None and parent.startswith("ignore."):
+        fields = IgnoreEntry
     if fields is None:
         return ""
     close = difflib.get_close_matches(key, list(fields.model_fields), n=1)
@@ -243,10 +272,18 @@ def _suggest_top_level(loc: str) -> str:
 
 
 def _nearest_line(lines: dict[str, int], loc: str) -> int | None:
+    loc = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", loc)  # pydantic's `hosts.0` is `hosts[0]` in the line map
     while loc:
         if loc in lines:
             return lines[loc]
-        loc = loc.rpartition(".")[0]
+        if loc.endswith("]"):  # a list item: the line of its first key, if it is a mapping
+            inside = [line for key, line in lines.items() if key.startswith(loc + ".")]
+            if inside:
+                return min(inside)
+        parent = loc.rpartition(".")[0] if "." in loc else re.sub(r"\[\d+\]$", "", loc)
+        if parent == loc:
+            break
+        loc = parent
     return None
 
 

@@ -32,14 +32,20 @@ class ValidationResult:
     text: str | None = None  # the profile text validated, and the file's bytes it came from (for --fix)
     raw: bytes | None = None
     fix_refused: str | None = None  # why --fix could not apply this profile's fixes safely (file unchanged)
+    ignored: list[tuple[Finding, str]] = field(default_factory=list)  # suppressed findings, with the reason
+    diff: str | None = None  # --fix --diff: the edit the file would get (unified diff; "" = none)
+    unapplied: list[str] = field(default_factory=list)  # --fix: rules whose unsafe fixes were left out
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "valid": self.valid,
-                               "findings": [f.as_json() for f in self.findings]}
+                               "findings": [f.as_json() for f in self.findings],
+                               "ignored": [dict(f.as_json(), reason=reason) for f, reason in self.ignored]}
         if self.error:
             out["error"] = self.error
         if self.fix_refused:
             out["fix_refused"] = self.fix_refused
+        if self.diff is not None:
+            out["diff"] = self.diff
         return out
 
     @property
@@ -84,10 +90,116 @@ def check_flags(flags: FlagValues, *, source: str, model: ModelFacts | None, dra
     findings = list(extra or []) + list(flags.findings)
     rule_findings, skipped = run_rules(ctx)
     findings.extend(rule_findings)
+    _mark_fixable(findings, catalog)
     return _finish(source, findings, skipped, flags=flags, model=model, draft=draft, **kw)
 
 
-def validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> ValidationResult:
+def _mark_fixable(findings: list[Finding], catalog) -> None:
+    """`fixable` of each finding whose edits `validate --fix` applies (errors): safe or unsafe (ddtctl.fix)."""
+    from ddtctl.fix import edit_safety
+
+    for f in findings:
+        if f.severity == ERROR and f.edits:
+            f.fixable = edit_safety(f.edits, catalog, unsafe=f.unsafe)
+
+
+# Findings that do not come from a rule of the graph (flag catalog and profile checks): id -> (severity, whether
+# SGLang itself rejects it). Those SGLang (or the profile schema) rejects cannot be ignored, like enforced rules.
+BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
+    "DDT000": (WARNING, False),  # rules that could not run
+    "DDT001": (ERROR, True),  # unknown flag
+    "DDT002": (ERROR, True),  # wrong type / out of range
+    "DDT003": (ERROR, True),  # not a choice
+    "DDT004": (WARNING, True),  # deprecated flag
+    "DDT007": (ERROR, True),  # profile schema
+    "DDT008": (ERROR, True),  # reserved flag in server:
+    "DDT009": (ERROR, True),  # flag given twice
+    "DDT010": (ERROR, False),  # model.architecture differs from config.json
+}
+
+
+def ignore_refusal(rule_id: str) -> str | None:
+    """Why `rule_id` cannot be ignored (unknown, or an error SGLang 0.5.23 rejects itself); None when it can."""
+    from ddtctl.rules.engine import RULES, all_rules
+
+    all_rules()
+    r = RULES.get(rule_id)
+    if r is not None:
+        severity, enforced = r.severity, r.sglang_enforces
+    elif rule_id in BUILTIN_CHECKS:
+        severity, enforced = BUILTIN_CHECKS[rule_id]
+    else:
+        return f"unknown rule {rule_id!r} (`ddtctl rules` lists them)"
+    if severity == ERROR and enforced:
+        return (f"{rule_id} cannot be ignored: SGLang {PINNED_SGLANG} rejects this launch itself "
+                f"(only warnings, info and ddtctl-stricter errors can be ignored)")
+    return None
+
+
+def parse_ignore_option(values: list[str] | None) -> dict[str, str]:
+    """`--ignore DDT114 --ignore DDT805,DDT120` -> {rule id: reason}; UsageError naming an id that cannot be."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        for part in value.split(","):
+            rule_id = part.strip().upper()
+            if not rule_id:
+                continue
+            refusal = ignore_refusal(rule_id)
+            if refusal:
+                raise UsageError(f"--ignore {part.strip()}: {refusal}")
+            out[rule_id] = "--ignore on the command line"
+    return out
+
+
+def apply_ignores(result: ValidationResult, ignores: dict[str, str]) -> ValidationResult:
+    """Move the findings of ignored rules to `result.ignored` (an error SGLang rejects itself stays reported)."""
+    if not ignores or not result.findings:
+        return result
+    from ddtctl.rules.engine import RULES
+
+    kept: list[Finding] = []
+    for f in result.findings:
+        rule_obj = RULES.get(f.rule)
+        enforced = rule_obj.sglang_enforces if rule_obj else BUILTIN_CHECKS.get(f.rule, (ERROR, True))[1]
+        if f.rule in ignores and not (f.severity == ERROR and enforced):
+            result.ignored.append((f, ignores[f.rule]))
+        else:
+            kept.append(f)
+    result.findings = kept
+    result.valid = not any(f.severity == ERROR for f in kept)
+    return result
+
+
+def _profile_ignores(profile: Profile, lines: dict[str, int]) -> tuple[dict[str, str], list[Finding]]:
+    """The profile's `ignore:` entries as {rule id: reason}, and an error finding for each that cannot be."""
+    out: dict[str, str] = {}
+    bad: list[Finding] = []
+    for i, entry in enumerate(profile.ignore):
+        rule_id = entry.rule.strip().upper()
+        refusal = ignore_refusal(rule_id)
+        if refusal:
+            bad.append(Finding(rule="DDT007", severity=ERROR, message=f"ignore[{i}].rule: {refusal}",
+                               line=lines.get(f"ignore[{i}].rule") or lines.get("ignore"),
+                               fix="remove this ignore entry", key="ignore"))
+        else:
+            out[rule_id] = entry.reason
+    return out, bad
+
+
+def validate_document(doc: ProfileDocument, *, gpu: str | None = None,
+                      ignore: dict[str, str] | None = None) -> ValidationResult:
+    """`ignore`: rule id -> reason (from --ignore), added to the profile's own `ignore:` entries."""
+    result = _validate_document(doc, gpu=gpu)
+    if result.profile is None:
+        return apply_ignores(result, dict(ignore or {}))
+    own, bad = _profile_ignores(result.profile, doc.lines)
+    if bad:
+        result.findings = bad + result.findings
+        result.valid = False
+    return apply_ignores(result, {**(ignore or {}), **own})  # the profile's reason wins
+
+
+def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> ValidationResult:
     from ddtctl.schema.extensions import extended_catalog
 
     profile, schema_errors = build_profile(doc)
@@ -123,25 +235,27 @@ def _schema_fix(loc: str, msg: str) -> str | None:
     return None
 
 
-def validate_path(path: str | Path, *, gpu: str | None = None) -> ValidationResult:
+def validate_path(path: str | Path, *, gpu: str | None = None,
+                  ignore: dict[str, str] | None = None) -> ValidationResult:
     try:
         doc = read_profile_document(path)
     except DdtctlError as err:
         return ValidationResult(source=str(path), valid=False, error=err.one_line())
     try:
-        result = validate_document(doc, gpu=gpu)
+        result = validate_document(doc, gpu=gpu, ignore=ignore)
     except UsageError as err:  # e.g. a profile targeting an sglang release without a catalog
         return ValidationResult(source=str(path), valid=False, error=err.one_line())
     result.text, result.raw = doc.text, doc.raw
     return result
 
 
-def validate_paths(paths: list[str], *, gpu: str | None = None) -> list[ValidationResult]:
-    return [validate_path(p, gpu=gpu) for p in discover_profiles(paths)]
+def validate_paths(paths: list[str], *, gpu: str | None = None,
+                   ignore: dict[str, str] | None = None) -> list[ValidationResult]:
+    return [validate_path(p, gpu=gpu, ignore=ignore) for p in discover_profiles(paths)]
 
 
 def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINNED_SGLANG,
-                  source: str = "argv") -> ValidationResult:
+                  source: str = "argv", ignore: dict[str, str] | None = None) -> ValidationResult:
     from ddtctl.schema.extensions import extended_catalog
     from ddtctl.sglang_config import expand_config_argv
 
@@ -155,8 +269,8 @@ def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINN
     model = read_model_facts(model_path)
     draft = read_model_facts(flags.given.get("speculative_draft_model_path"))
     gpu_spec = resolve_gpu(gpu) if gpu else None
-    return check_flags(flags, source=source, model=model, draft=draft, gpu=gpu_spec, gpu_count=None,
-                       catalog=catalog, extra=extra)
+    return apply_ignores(check_flags(flags, source=source, model=model, draft=draft, gpu=gpu_spec, gpu_count=None,
+                                     catalog=catalog, extra=extra), dict(ignore or {}))
 
 
 def _option_value(argv: list[str], spec) -> str | None:
@@ -170,5 +284,5 @@ def _option_value(argv: list[str], spec) -> str | None:
     return value
 
 
-__all__ = ["ValidationResult", "validate_argv", "validate_document", "validate_path", "validate_paths",
-           "ERROR", "WARNING", "INFO"]
+__all__ = ["ValidationResult", "apply_ignores", "ignore_refusal", "parse_ignore_option", "validate_argv",
+           "validate_document", "validate_path", "validate_paths", "ERROR", "WARNING", "INFO"]

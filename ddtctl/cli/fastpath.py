@@ -18,7 +18,8 @@ def try_validate(args: list[str]) -> int | None:
     rest = args[1:]
     if any(a in ("--help", "-h") for a in rest):
         return None
-    opts = {"argv": False, "gpu": None, "sglang": None, "fix": False, "output": "text", "quiet": False}
+    opts = {"argv": False, "gpu": None, "sglang": None, "fix": False, "output": "text", "quiet": False,
+            "diff": False, "unsafe_fixes": False, "ignore": []}
     paths: list[str] = []
     i = 0
     while i < len(rest):
@@ -27,11 +28,11 @@ def try_validate(args: list[str]) -> int | None:
         if a == "--":
             paths.extend(rest[i:])
             break
-        if a in ("--argv", "--fix"):
-            opts[a[2:]] = True
+        if a in ("--argv", "--fix", "--diff", "--unsafe-fixes"):
+            opts[a[2:].replace("-", "_")] = True
         elif a in ("--quiet", "-q"):
             opts["quiet"] = True
-        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format"):
+        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore"):
             name, eq, value = a.partition("=")
             if not eq:
                 if i >= len(rest):
@@ -39,7 +40,10 @@ def try_validate(args: list[str]) -> int | None:
                 value = rest[i]
                 i += 1
             key = {"--format": "output"}.get(name, name[2:])
-            opts[key] = value
+            if key == "ignore":
+                opts["ignore"].append(value)  # type: ignore[union-attr]
+            else:
+                opts[key] = value
         elif a.startswith("-") and a != "-":
             return None  # unknown option: typer reports it the usual way
         else:

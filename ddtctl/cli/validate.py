@@ -20,7 +20,12 @@ def validate(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU to check against (H200, B200, sm90...); "
                                       "default: the profile's hardware.gpu."),
     sglang: Optional[str] = typer.Option(None, "--sglang", help="SGLang release for --argv (default: the pinned one)."),
-    fix: bool = typer.Option(False, "--fix", help="Apply derivable fixes to the files, keeping comments."),
+    fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes to the files, keeping comments."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="With --fix: apply the unsafe fixes too (values "
+                                      "ddtctl guesses, flags it removes)."),
+    diff: bool = typer.Option(False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."),
+    ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Rule id(s) to ignore (repeatable, or "
+                                               "comma-separated); errors SGLang rejects itself cannot be."),
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
@@ -31,7 +36,7 @@ def validate(
     from ddtctl.cli.validate_report import run_validate
 
     raise typer.Exit(run_validate(paths or [], argv=argv, gpu=gpu, sglang=sglang, fix=fix, output=output.value,
-                                  quiet=quiet))
+                                  quiet=quiet, diff=diff, unsafe_fixes=unsafe_fixes, ignore=ignore))
 
 
 def _esc(text: str) -> str:

@@ -14,25 +14,32 @@ def print_json(data) -> None:
 
 
 def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str | None, fix: bool, output: str,
-                 quiet: bool) -> int:
+                 quiet: bool, diff: bool = False, unsafe_fixes: bool = False,
+                 ignore: list[str] | None = None) -> int:
     """The command body, shared by the typer command and the start-up fast path (ddtctl/cli/fastpath.py)."""
     from ddtctl import PINNED_SGLANG
     from ddtctl.errors import UsageError
-    from ddtctl.validate import validate_argv, validate_paths
+    from ddtctl.validate import parse_ignore_option, validate_argv, validate_paths
 
+    for option, given in (("--diff", diff), ("--unsafe-fixes", unsafe_fixes)):
+        if given and not fix:
+            raise UsageError(f"{option} needs --fix", fix=f"ddtctl validate --fix {option} PROFILE")
+    ignores = parse_ignore_option(ignore)
     if argv:
         if not paths:
             raise UsageError("--argv needs the SGLang arguments after `--`",
                              fix="ddtctl validate --argv -- --model-path /m --tp-size 8")
-        results = [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG)]
+        results = [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG, ignore=ignores)]
     else:
         if not paths:
             raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
-        results = validate_paths(paths, gpu=gpu)
+        results = validate_paths(paths, gpu=gpu, ignore=ignores)
         if fix:
-            results = _apply_fixes(results, gpu)
+            results = _apply_fixes(results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores)
     if output == "json":
         print_json([r.as_json() for r in results])
+    elif diff:
+        _print_diffs(results)
     else:
         _print_results(results, quiet=quiet)
     if any(r.error for r in results):
@@ -40,32 +47,49 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
     return 0 if all(r.valid for r in results) else 1
 
 
-def _apply_fixes(results, gpu):
-    """Apply each invalid profile's derivable fixes in place: the edit is made on the text that was validated,
-    checked (it must parse to the intended profile), and written by ddtctl.safeio.rewrite (mode, symlink, line
-    endings kept; refused when the file is read-only or changed since it was read)."""
+def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None):
+    """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the edit is
+    made on the text that was validated, checked (it must parse to the intended profile), and written by
+    ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed since it
+    was read). `dry_run` (--diff): nothing is written; each result carries its diff and is the validation of the
+    edited text, so the exit code is the one validate would give after the fix."""
     import sys
 
     from ddtctl.errors import DdtctlError
-    from ddtctl.fix import apply_fixes, verify
+    from ddtctl.fix import UNSAFE, apply_fixes, unified_diff, verify
     from ddtctl.profile import parse_profile_text
     from ddtctl.safeio import rewrite
-    from ddtctl.validate import validate_path
+    from ddtctl.validate import validate_document, validate_path
 
     out = []
     for result in results:
         if result.error or result.valid or result.profile is None or result.raw is None or result.text is None:
+            if dry_run and not result.error:
+                result.diff = ""
             out.append(result)
             continue
         text = result.text.replace("\r\n", "\n")  # edited with \n; rewrite() writes the file's own line endings
         doc = parse_profile_text(text, result.source)
-        fixed = apply_fixes(text, result.findings, doc.lines)
+        chosen = [f for f in result.findings if f.fixable and (unsafe or f.fixable != UNSAFE)]
+        left_out = sorted({f.rule for f in result.findings if f.fixable == UNSAFE and f not in chosen})
+        fixed = apply_fixes(text, chosen, doc.lines)
         rules = ", ".join(sorted(set(fixed.applied)))
         refused = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, result.source) if fixed.changed
                                     else None)
         if refused:
             result.fix_refused = f"cannot apply {rules} safely: {refused}; the file is unchanged (edit it by hand)"
+            result.unapplied = left_out
+            if dry_run:
+                result.diff = ""
             out.append(result)
+            continue
+        if dry_run:
+            after = validate_document(parse_profile_text(fixed.text, result.source), gpu=gpu, ignore=ignore) \
+                if fixed.changed else result
+            after.text, after.raw = fixed.text, result.raw
+            after.diff = unified_diff(result.source, text, fixed.text)
+            after.unapplied = left_out
+            out.append(after)
             continue
         if fixed.changed:
             try:
@@ -75,9 +99,32 @@ def _apply_fixes(results, gpu):
                 out.append(result)
                 continue
             sys.stderr.write(f"{result.source}: fixed {rules}\n")
-            result = validate_path(result.source, gpu=gpu)
+            result = validate_path(result.source, gpu=gpu, ignore=ignore)
+        result.unapplied = left_out
         out.append(result)
     return out
+
+
+def _print_diffs(results) -> None:
+    """--fix --diff: the diffs on stdout (a patch), what remains on stderr."""
+    from ddtctl.errors import printable as p
+
+    for r in results:
+        if r.diff:
+            sys.stdout.write(r.diff)
+    sys.stdout.flush()
+    for r in results:
+        source = p(r.source)
+        if r.error:
+            sys.stderr.write(f"{source}: {p(r.error)}\n")
+            continue
+        if r.fix_refused:
+            sys.stderr.write(f"{source}: --fix refused: {p(r.fix_refused)}\n")
+        if r.unapplied:
+            sys.stderr.write(f"{source}: unsafe fixes not applied ({', '.join(r.unapplied)}): add --unsafe-fixes\n")
+        errors = sorted({f.rule for f in r.errors})
+        if errors:
+            sys.stderr.write(f"{source}: {len(r.errors)} error(s) would remain ({', '.join(errors)})\n")
 
 
 def _print_results(results, *, quiet: bool) -> None:
@@ -97,11 +144,18 @@ def _print_results(results, *, quiet: bool) -> None:
         t.line(f"{t.green('✓') if r.valid else t.red('✗')} {source}" + ("" if r.valid else ": " + t.red("invalid")))
         if r.fix_refused:
             t.line(f"  {t.red('--fix refused:')} {p(r.fix_refused)}")
+        if r.unapplied:
+            t.line(f"  {t.dim('unsafe fixes not applied:')} {', '.join(r.unapplied)} (add --unsafe-fixes)")
         for f in r.findings:
             where = f"{source}:{f.line}" if f.line else source
-            t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {p(f.message)}")
+            tag = {"safe": " [fix]", "unsafe": " [unsafe fix]"}.get(f.fixable or "", "")
+            t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {p(f.message)}" + (t.dim(tag) if tag else ""))
             if f.fix:
                 t.line(f"          {t.dim('fix:')} {p(f.fix)}")
+        if r.ignored:
+            count = f"{len(r.ignored)} finding{'s' if len(r.ignored) != 1 else ''} ignored"
+            t.line(f"  {t.dim(count)} "
+                   f"({', '.join(sorted({f.rule for f, _ in r.ignored}))})")
     if len(results) > 1:
         t.line(f"{valid}/{len(results)} valid")
     t.flush()

@@ -33,10 +33,12 @@ class Finding:
     fix: str | None = None
     key: str | None = None  # the profile key / option the finding is about
     edits: dict[str, Any] = field(default_factory=dict)  # profile key (dashed flag) -> new value (None = remove)
+    unsafe: bool | None = None  # the rule's own verdict on its edits (None: decided from the edits, ddtctl.fix)
+    fixable: str | None = None  # "safe" | "unsafe" | None: what `validate --fix` can do (set by ddtctl.validate)
 
     def as_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity, "message": self.message, "line": self.line,
-                "fix": self.fix}
+                "fix": self.fix, "fixable": self.fixable}
 
 
 @dataclass
@@ -46,6 +48,11 @@ class Hit:
     about: str | None = None  # dest whose line the finding points at
     edits: dict[str, Any] = field(default_factory=dict)  # dest -> value (None = remove)
     severity: str | None = None  # override the rule's
+    # Whether `edits` is an unsafe fix (applied only with `validate --fix --unsafe-fixes`). None, the default: decided
+    # from the edits themselves (ddtctl.fix.edit_safety: removing a flag or guessing a number is unsafe, setting a
+    # switch or a choice is safe). Set True for a choice that is a guess, False for a number derived from the
+    # user's own values.
+    unsafe: bool | None = None
 
 
 @dataclass
@@ -179,7 +186,7 @@ def run_rules(ctx: Context, rules: Iterable[Rule] | None = None) -> tuple[list[F
                 rule=r.id, severity=hit.severity or r.severity, message=hit.message,
                 line=(ctx.lines.get(about) if about else None) or ctx.anchor_line, fix=hit.fix,
                 key=ctx.keys.get(about, about.replace("_", "-") if about else None) if about else None,
-                edits={d.replace("_", "-"): v for d, v in hit.edits.items()},
+                edits={d.replace("_", "-"): v for d, v in hit.edits.items()}, unsafe=hit.unsafe,
             ))
     return findings, skipped
 

@@ -49,14 +49,16 @@ def test_json_document_is_stable(tmp_path):
     doc = json.loads(run.stdout)
     assert [d["valid"] for d in doc] == [False, True]
     finding = doc[0]["findings"][0]
-    assert set(finding) == {"rule", "severity", "message", "line", "fix"}
+    assert set(finding) == {"rule", "severity", "message", "line", "fix", "fixable"}
     assert finding["rule"] == "DDT111" and isinstance(finding["line"], int)
+    assert finding["fixable"] == "unsafe"  # the memory ratio is a guess the user must own
+    assert doc[0]["ignored"] == [] and doc[1]["ignored"] == []
 
 
 def test_fix_applies_and_keeps_comments(tmp_path):
     path = seed_without_mamba(tmp_path)
     before = path.read_text()
-    run = ddtctl("validate", "--fix", path)
+    run = ddtctl("validate", "--fix", "--unsafe-fixes", path)  # DDT111's ratio is an unsafe fix
     assert run.returncode == 0, run.stdout + run.stderr
     after = path.read_text()
     assert "mamba-radix-cache-strategy: extra_buffer" in after and "mamba-full-memory-ratio: 0.5" in after
