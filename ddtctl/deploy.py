@@ -447,8 +447,9 @@ def _static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> li
         if f.rule == WORKER_CAPABILITY_RULE and bundled_worker:
             # a warning for validate (the configuration itself is right), but this deploy ships the worker that
             # refuses the launch at start: stop before shipping, launching and rolling back
-            out.append(Check(f"validate:{f.rule}", False, f.message + " -- the payload this deploy ships is that worker",
-                             target.name, "error", f.fix))
+            out.append(Check(f"validate:{f.rule}", False,
+                             f.message + " -- the payload this deploy ships is that worker", target.name, "error",
+                             f.fix))
         elif f.severity == "error":
             out.append(Check(f"validate:{f.rule}", False, f.message, target.name, "error", f.fix))
         elif f.severity == "warning":
@@ -947,7 +948,8 @@ def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = Non
 
         surveys = _parallel(_survey, targets)
         states = {t.name: s[0] for t, s in zip(targets, surveys, strict=True)}
-        plan = Plan([make_plan_for_host(spec, t, s[0], s[1], restart=opts.restart) for t, s in zip(targets, surveys, strict=True)])
+        plan = Plan([make_plan_for_host(spec, t, s[0], s[1], restart=opts.restart)
+                     for t, s in zip(targets, surveys, strict=True)])
         result.plan = plan
         for hp in plan.hosts:
             emit("plan", _describe_plan(hp), hp.host)

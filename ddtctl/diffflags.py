@@ -148,7 +148,8 @@ def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Cat
         for version, cat in catalogs:
             spec = _live(cat, frontier)
             if spec is not None and spec.deprecated and spec.alias_of and spec.alias_of not in seen:
-                step = (spec.alias_of, f"sglang {version} declares --{frontier} a deprecated alias of --{spec.alias_of}")
+                step = (spec.alias_of,
+                        f"sglang {version} declares --{frontier} a deprecated alias of --{spec.alias_of}")
                 break
             # reverse direction: some flag of this catalog aliases `frontier`
             for other in cat.flags:

@@ -36,7 +36,8 @@ def _scalar(spec: FlagSpec, value: Any) -> Any:
     """One value typed as the flag's argparse type would produce; ValueError with the reason otherwise."""
     kind = spec.type
     if isinstance(value, (dict, list)) and kind != "json":
-        raise ValueError(f"expected a single {kind or 'value'}, got a {'mapping' if isinstance(value, dict) else 'list'}")
+        got = "mapping" if isinstance(value, dict) else "list"
+        raise ValueError(f"expected a single {kind or 'value'}, got a {got}")
     if kind == "int":
         if isinstance(value, bool):
             raise ValueError("expected an integer, got a boolean")
@@ -148,7 +149,8 @@ def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out:
             if live is not None:
                 return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (in "
                                 f"{version} it {'is a deprecated alias of' if other.deprecated else 'maps to'} "
-                                f"--{live.name})", line, key, fix=f"rename it to {live.name} (ddtctl migrate does this)")
+                                f"--{live.name})", line, key,
+                                fix=f"rename it to {live.name} (ddtctl migrate does this)")
             return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (it exists in "
                             f"{version})", line, key, fix=f"remove it, or target sglang {version}")
     close = catalog.suggest(name)
@@ -159,7 +161,8 @@ def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out:
 def _accept(out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None,
             where: str) -> None:
     if spec.dest in RESERVED:
-        out.findings.append(_finding("DDT008", f"{where}: --{spec.name} belongs in {RESERVED[spec.dest]}, not in server",
+        out.findings.append(_finding("DDT008",
+                                     f"{where}: --{spec.name} belongs in {RESERVED[spec.dest]}, not in server",
                                      line, key, fix=f"move the value to {RESERVED[spec.dest]}"))
         return
     if spec.deprecated:

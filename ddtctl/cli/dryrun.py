@@ -40,7 +40,8 @@ def _fmt_value(key: str, value) -> str:
     context_settings={"allow_interspersed_args": True},
 )
 def dry_run(
-    items: list[str] = typer.Argument(None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments after --"),
+    items: list[str] = typer.Argument(None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments "
+                                                 "after --"),
     gpu: str = typer.Option(None, "--gpu", help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
                                                 "default: the profile's hardware.gpu"),
     argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
@@ -63,9 +64,11 @@ def dry_run(
     items = list(items or [])
     if argv_mode:
         if not items:
-            raise UsageError("--argv needs SGLang arguments", fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
+            raise UsageError("--argv needs SGLang arguments",
+                             fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
         if gpu is None and "--device" not in items:
-            raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation", fix="pass --gpu H200 (or sm90, B200, ...)")
+            raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation",
+                             fix="pass --gpu H200 (or sm90, B200, ...)")
         from ddtctl.cli.progress import working
         from ddtctl.overlay.dryrun_support import overlay_sys_path
 

@@ -39,7 +39,8 @@ def build_cmd(
     payload: str = typer.Option(None, "--payload", help=_PAYLOAD),
     sglang_root: str = typer.Option(None, "--sglang-root", help=_ROOT),
     python: str = typer.Option(None, "--python", help=_PY),
-    out: str = typer.Option(None, "--out", help="Build directory (default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>)."),
+    out: str = typer.Option(None, "--out", help="Build directory (default: "
+                            "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>)."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add its
@@ -111,8 +112,8 @@ def install_cmd(
     payload: str = typer.Option(None, "--payload", help="Payload source or built payload (default: the bundled one, "
                                                        "built against --sglang-root's own pristine files)."),
     python: str = typer.Option(None, "--python", help=_PY),
-    state_dir: str = typer.Option(None, "--state-dir", help="Backups, journal and install record "
-                                                           "(default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>)."),
+    state_dir: str = typer.Option(None, "--state-dir", help="Backups, journal and install record (default: "
+                                  "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>)."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is rolled
@@ -188,7 +189,8 @@ def import_cmd(
     out: str = typer.Option(..., "--out", help="Payload source directory to write."),
     name: str = typer.Option("ddtree-sglang-imported", "--name", help="Payload name."),
     version: str = typer.Option("0.0.1", "--version", help="Payload version."),
-    sglang_root: str = typer.Option(None, "--sglang-root", help="Pristine SGLang to diff against (default: managed env)."),
+    sglang_root: str = typer.Option(None, "--sglang-root",
+                                    help="Pristine SGLang to diff against (default: managed env)."),
     python: str = typer.Option(None, "--python", help=_PY),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),

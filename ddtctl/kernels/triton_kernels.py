@@ -458,7 +458,8 @@ class DDTreePlan:
         self.splits = _cdiv(self.n_tiles, self.tiles_per_split)
         self.k_pad = _next_pow2(self.K)
         # pass 2 sorts up to `cap` candidates (the logits >= the K-th largest group maximum); more -> bisection
-        self.cap = _next_pow2(cand_cap) if cand_cap else max(256, 4 * self.k_pad if self.k_pad <= 64 else 2 * self.k_pad)
+        default_cap = max(256, 4 * self.k_pad if self.k_pad <= 64 else 2 * self.k_pad)
+        self.cap = _next_pow2(cand_cap) if cand_cap else default_cap
         self.f = _next_pow2(budget + 1)
         self.build_warps = build_warps or max(1, min(8, self.f // 256))
         self.topk_warps = topk_warps
@@ -494,7 +495,8 @@ class DDTreePlan:
 
     # --- launches -------------------------------------------------------------------------------------------------
     def topk(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """lp [batch, L, K] fp32 (sorted desc) and ids [batch, L, K] int32 from logits [batch, L, V] (fp32/bf16/fp16)."""
+        """lp [batch, L, K] fp32 (sorted desc) and ids [batch, L, K] int32 from logits [batch, L, V]
+        (fp32 / bf16 / fp16)."""
         if tuple(logits.shape) != (self.batch, self.depth, self.vocab):
             raise ValueError(f"logits shape {tuple(logits.shape)} != {(self.batch, self.depth, self.vocab)}")
         if logits.stride(-1) != 1 or logits.stride(1) != self.vocab or logits.stride(0) != self.depth * self.vocab:

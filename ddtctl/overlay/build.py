@@ -94,14 +94,16 @@ def _guess_python(sglang_root: Path) -> Path | None:
 
 
 def _site_of(python: Path) -> Path:
-    code = "import importlib.util,os;s=importlib.util.find_spec('sglang');print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')"
+    code = ("import importlib.util,os;s=importlib.util.find_spec('sglang');"
+            "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')")
     try:
         out = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
     except OSError as exc:
         raise EnvironmentMissing(f"cannot run {python}: {exc}") from None
     root = out.stdout.strip()
     if out.returncode != 0 or not root:
-        raise EnvironmentMissing(f"{python} has no sglang installed", fix="run `ddtctl env create` or pass --sglang-root")
+        raise EnvironmentMissing(f"{python} has no sglang installed",
+                                 fix="run `ddtctl env create` or pass --sglang-root")
     return Path(root)
 
 
@@ -129,7 +131,8 @@ def resolve_target(sglang: str, sglang_root: str | Path | None = None, python: s
     if sglang_root is not None:
         root = Path(sglang_root).expanduser()
         if not (root / "sglang").is_dir():
-            raise OverlayError(f"{root} has no sglang/ package", fix="pass the site-packages directory that holds sglang/")
+            raise OverlayError(f"{root} has no sglang/ package",
+                               fix="pass the site-packages directory that holds sglang/")
         py = Path(python) if python else (_guess_python(root) or Path(sys.executable))
     else:
         py = Path(python) if python else managed_python(sglang)
@@ -139,7 +142,8 @@ def resolve_target(sglang: str, sglang_root: str | Path | None = None, python: s
 
 def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str) -> str:
     if have == result:
-        how = "it already holds this payload's patched version (the payload is installed there; build from a pristine SGLang or uninstall first)"
+        how = ("it already holds this payload's patched version (the payload is installed there; build from a "
+               "pristine SGLang or uninstall first)")
     else:
         how = f"it is not the pristine file of sglang {sglang} (a different release, or locally modified)"
     return f"{rel}: sha256 {have[:16]}... differs from the pristine base {base[:16]}...: {how}"
@@ -175,7 +179,8 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         got = sha256_bytes(result)
         if got != p.result_sha256:
             raise OverlayError(
-                f"{p.path}: the patched result has sha256 {got[:16]}..., the manifest expects {p.result_sha256[:16]}...",
+                f"{p.path}: the patched result has sha256 {got[:16]}..., the manifest expects "
+                f"{p.result_sha256[:16]}...",
                 where=str(m.path), fix="regenerate the patch (ddtctl overlay import) or fix result_sha256",
             )
         dst = files_dir / p.path

@@ -173,7 +173,8 @@ def load_payload(payload_dir: str) -> dict:
         if got != entry["sha256"]:
             raise Refused(
                 f"payload file files/{entry['path']} does not match its manifest hash "
-                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): the payload was modified after it was built"
+                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): the payload was modified after it "
+                "was built"
             )
     return manifest
 

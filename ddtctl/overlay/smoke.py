@@ -172,8 +172,9 @@ def check_flags(ctx) -> str:
             raise Failed(f"{opt} should parse as int, parses with {a.type!r}")
     if "--speculative-ddtree-verify-width" in parser._option_string_actions:
         raise Failed("the resolved verify width must not be a command-line flag")
-    ns = parser.parse_args(["--model-path", "m", "--speculative-ddtree-budget", "64", "--speculative-ddtree-topk-cap", "8",
-                            "--speculative-ddtree-shadow-linear", "--speculative-ddtree-allow-hybrid-unsafe"])
+    ns = parser.parse_args(["--model-path", "m", "--speculative-ddtree-budget", "64",
+                            "--speculative-ddtree-topk-cap", "8", "--speculative-ddtree-shadow-linear",
+                            "--speculative-ddtree-allow-hybrid-unsafe"])
     got = {d: getattr(ns, d) for d in DDTREE_FLAGS}
     want = {"speculative_ddtree_budget": 64, "speculative_ddtree_topk_cap": 8,
             "speculative_ddtree_shadow_linear": True, "speculative_ddtree_allow_hybrid_unsafe": True}
@@ -318,7 +319,8 @@ def check_kernels(ctx) -> str:
 
 CHECKS = {
     "plugin": check_plugin, "registered": check_registered, "family": check_family, "flags": check_flags,
-    "resolve": check_resolve, "resolve_basic": check_resolve_basic, "rules": check_rules, "launch_refused": check_launch_refused, "kernels": check_kernels,
+    "resolve": check_resolve, "resolve_basic": check_resolve_basic, "rules": check_rules,
+    "launch_refused": check_launch_refused, "kernels": check_kernels,
 }
 
 

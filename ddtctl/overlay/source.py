@@ -193,7 +193,8 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise OverlayError(f"no {MANIFEST} in {root}", fix="pass a payload directory (see `ddtctl overlay import`)") from None
+        raise OverlayError(f"no {MANIFEST} in {root}",
+                           fix="pass a payload directory (see `ddtctl overlay import`)") from None
     except (OSError, ValueError) as exc:
         raise OverlayError(f"cannot read the payload manifest: {exc}", where=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -54,7 +54,8 @@ class Manifest:
 
     def to_json(self) -> dict:
         return {"digest": self.digest,
-                "files": {k: {"sha256": v.sha256, "size": v.size, "mode": v.mode} for k, v in sorted(self.files.items())}}
+                "files": {k: {"sha256": v.sha256, "size": v.size, "mode": v.mode}
+                          for k, v in sorted(self.files.items())}}
 
     def path_of(self, rel: str) -> Path:
         assert self.root is not None

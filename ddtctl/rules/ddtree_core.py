@@ -118,7 +118,8 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
     cap = flags.get("speculative_ddtree_topk_cap")
     if budget is not None and budget < 1:
         out.append(DdtreeViolation(
-            "DDT104", f"--speculative-ddtree-budget must be >= 1 (nodes in the draft tree, root excluded), got {budget}.",
+            "DDT104",
+            f"--speculative-ddtree-budget must be >= 1 (nodes in the draft tree, root excluded), got {budget}.",
             "set speculative-ddtree-budget to at least 1 (64 is a good start)",
             edits={"speculative_ddtree_budget": 64}, reads=("speculative_ddtree_budget",)))
     if cap is not None and cap < 1:

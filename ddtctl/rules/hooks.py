@@ -435,7 +435,8 @@ _KV4_FA4_MHA = ("triton", "torch_native", "flex_attention")
 _NATIVE_NVFP4_SPEC = ("EAGLE", "EAGLE3", "NGRAM")  # kv_cache_hook.py:159-164 (NEXTN is EAGLE)
 
 
-@rule("DDT911", "FP4 KV cache runs on the FP4-capable attention backends", reads=("kv_cache_dtype", "attention_backend"),
+@rule("DDT911", "FP4 KV cache runs on the FP4-capable attention backends",
+      reads=("kv_cache_dtype", "attention_backend"),
       needs=(FACT_GPU, FACT_MODEL),
       applies=lambda ctx: ctx.get("kv_cache_dtype") in ("nvfp4", "fp4_mx_block16"),
       reference=f"{AG}kv_cache_hook.py:112-320 handle_kv4_compatibility")
@@ -668,7 +669,8 @@ def lora(ctx: Context):
                   about="enable_lora", fix="set lora-paths, or max-lora-rank and lora-target-modules")
     backend = str(ctx.get("moe_runner_backend") or "")
     if backend.startswith("lora") and not enabled:
-        yield Hit(f"--moe-runner-backend {backend} requires --enable-lora (or --lora-paths)", about="moe_runner_backend")
+        yield Hit(f"--moe-runner-backend {backend} requires --enable-lora (or --lora-paths)",
+                  about="moe_runner_backend")
 
 
 @rule("DDT917", "the intel_xpu sampling backend needs an XPU device", reads=("sampling_backend",),
@@ -746,7 +748,8 @@ def uno(ctx: Context):
 
 @rule("DDT921", "DSPARK needs a draft model and draft tokens = gamma + 1",
       reads=("speculative_draft_model_path", "speculative_num_draft_tokens"),
-      applies=lambda ctx: ctx.algorithm == "DSPARK", reference=f"{AG}speculative_hook.py:749-755, 826-833 _handle_dspark")
+      applies=lambda ctx: ctx.algorithm == "DSPARK",
+      reference=f"{AG}speculative_hook.py:749-755, 826-833 _handle_dspark")
 def dspark(ctx: Context):
     """DSPARK (dense) requires `--speculative-draft-model-path`; an explicit `--speculative-num-draft-tokens` must
     equal the drafter's gamma + 1."""
@@ -772,7 +775,8 @@ def watermark(ctx: Context):
         return Hit(f"--enable-watermark supports speculative algorithms NGRAM, EAGLE and EAGLE3, not {ctx.algorithm}")
 
 
-@rule("DDT924", "serving options that need their companions", reads=("enable_ssl_refresh", "enable_quant_communications"),
+@rule("DDT924", "serving options that need their companions",
+      reads=("enable_ssl_refresh", "enable_quant_communications"),
       applies=lambda ctx: bool(ctx.get("enable_ssl_refresh")) or bool(ctx.get("enable_quant_communications"))
       or bool(ctx.get("enable_prefill_cp")),
       reference=f"{AG}serving_hook.py:83-86 handle_ssl_validation; validation_hook.py:349-353 check_server_args; "
@@ -784,7 +788,8 @@ def companions(ctx: Context):
         yield Hit("--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile", about="enable_ssl_refresh")
     if ctx.get("enable_quant_communications"):
         if (ctx.get("tp_size", 1) or 1) == 1:
-            yield Hit("--enable-quant-communications is only used with --tp-size > 1", about="enable_quant_communications")
+            yield Hit("--enable-quant-communications is only used with --tp-size > 1",
+                      about="enable_quant_communications")
         elif ctx.get("device") != "npu":
             yield Hit("--enable-quant-communications is only supported on the NPU device",
                       about="enable_quant_communications")

@@ -59,7 +59,8 @@ def extra_buffer_non_mamba(ctx: Context):
 def extra_buffer_supported(ctx: Context):
     """extra_buffer needs an architecture with state snapshots and the triton linear-attention backend."""
     if ctx.model.architecture not in EXTRA_BUFFER_ARCHITECTURES:
-        return Hit(f"extra_buffer is not supported for {ctx.model.architecture}", fix="use mamba-radix-cache-strategy: no_buffer",
+        return Hit(f"extra_buffer is not supported for {ctx.model.architecture}",
+                   fix="use mamba-radix-cache-strategy: no_buffer",
                    edits={"mamba_radix_cache_strategy": "no_buffer"})
     backend = ctx.get("linear_attn_backend") or "triton"
     if backend != "triton":
@@ -79,7 +80,8 @@ def track_interval(ctx: Context):
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
         return Hit(f"--mamba-track-interval ({interval}) must be >= the speculative draft tokens ({tokens})",
-                   fix=f"set mamba-track-interval to at least {tokens}", edits={"mamba_track_interval": max(tokens, 256)})
+                   fix=f"set mamba-track-interval to at least {tokens}",
+                   edits={"mamba_track_interval": max(tokens, 256)})
 
 
 @rule("DDT509", "mamba track interval covers the speculative block SGLang derives",
@@ -140,7 +142,8 @@ def no_buffer(ctx: Context):
 
 
 @rule("DDT506", "mamba full memory ratio is a fraction", reads=("mamba_full_memory_ratio",),
-      applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"), reference="sglang 0.5.23 fields/schedule.py (not validated)",
+      applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"),
+      reference="sglang 0.5.23 fields/schedule.py (not validated)",
       sglang_enforces=False)
 def memory_ratio(ctx: Context):
     """SGLang does not validate `--mamba-full-memory-ratio` (-1 passes and breaks memory planning at startup);
@@ -153,7 +156,8 @@ def memory_ratio(ctx: Context):
 
 @rule("DDT507", "auto mamba strategy silently turns overlap scheduling off", severity=INFO,
       reads=("mamba_radix_cache_strategy",), needs=(FACT_MODEL,),
-      applies=lambda ctx: _mamba_cache_active(ctx) and _strategy(ctx) == "auto" and not ctx.get("disable_overlap_schedule"),
+      applies=lambda ctx: (_mamba_cache_active(ctx) and _strategy(ctx) == "auto"
+                           and not ctx.get("disable_overlap_schedule")),
       reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution")
 def auto_strategy(ctx: Context):
     """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off without

@@ -16,7 +16,8 @@ def world_size(ctx: Context):
     per_node_tp = tp * pp // nnodes if (tp * pp) % nnodes == 0 else tp * pp
     needed = per_node_tp * (1 if ctx.dp_attention else dp)
     if needed > ctx.gpu_count:
-        return Hit(f"this launch needs {needed} GPUs per host (tp {tp} x pp {pp}" + ("" if ctx.dp_attention else f" x dp {dp}")
+        return Hit(f"this launch needs {needed} GPUs per host (tp {tp} x pp {pp}"
+                   + ("" if ctx.dp_attention else f" x dp {dp}")
                    + f" / {nnodes} node(s)) but hardware.count is {ctx.gpu_count}",
                    fix=f"set tp-size so that tp x pp fits {ctx.gpu_count} GPUs")
 
@@ -44,7 +45,8 @@ def nodes_divide(ctx: Context):
     """`(tp_size * pp_size) % nnodes == 0`."""
     tp, pp, nnodes = ctx.get("tp_size", 1), ctx.get("pp_size", 1), ctx.get("nnodes", 1)
     if (tp * pp) % nnodes:
-        return Hit(f"tp x pp ({tp * pp}) is not divisible by --nnodes {nnodes}", fix="make tp-size a multiple of nnodes")
+        return Hit(f"tp x pp ({tp * pp}) is not divisible by --nnodes {nnodes}",
+                   fix="make tp-size a multiple of nnodes")
 
 
 @rule("DDT604", "data-parallel replicas are single-node", reads=("dp_size", "nnodes"),

@@ -62,7 +62,8 @@ def sink_size(ctx: Context):
 
 
 @rule("DDT803", "block verification is for EAGLE/EAGLE3/DFLASH/DSPARK on CUDA",
-      reads=("speculative_use_block_verification",), applies=lambda ctx: bool(ctx.get("speculative_use_block_verification")),
+      reads=("speculative_use_block_verification",),
+      applies=lambda ctx: bool(ctx.get("speculative_use_block_verification")),
       reference=SPEC_HOOK)
 def block_verification(ctx: Context):
     """`--speculative-use-block-verification` supports only EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK, on CUDA."""
@@ -110,7 +111,8 @@ MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
 
 
 @rule("DDT806", "mixed chunked prefill is supported by this speculative algorithm",
-      reads=("enable_mixed_chunk",), applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
+      reads=("enable_mixed_chunk",),
+      applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
       reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py")
 def mixed_chunk(ctx: Context):
     """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and FROZEN_KV_MTP
@@ -196,7 +198,8 @@ def dflash_dp_attention(ctx: Context):
 
 
 @rule("DDT207", "DFLASH family needs a CUDA/NPU/XPU device", reads=("device",),
-      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.is_set("device"), reference=f"{SPEC_HOOK} _handle_dflash")
+      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.is_set("device"),
+      reference=f"{SPEC_HOOK} _handle_dflash")
 def dflash_device(ctx: Context):
     """DFLASH is not supported on the CPU platform."""
     device = str(ctx.get("device"))
@@ -284,7 +287,8 @@ def eagle_params(ctx: Context):
 
 
 @rule("DDT302", "STANDALONE does not support DP attention", reads=("enable_dp_attention",),
-      applies=lambda ctx: ctx.algorithm == "STANDALONE" and ctx.dp_attention, reference=f"{SPEC_HOOK} _handle_eagle_family")
+      applies=lambda ctx: ctx.algorithm == "STANDALONE" and ctx.dp_attention,
+      reference=f"{SPEC_HOOK} _handle_eagle_family")
 def standalone_dp(ctx: Context):
     """Standalone speculative decoding does not support DP attention."""
     return Hit("STANDALONE speculative decoding does not support DP attention", fix="remove enable-dp-attention",
@@ -295,7 +299,8 @@ def standalone_dp(ctx: Context):
       reads=("speculative_use_rejection_sampling",), applies=lambda ctx: ctx.algorithm is not None and (
           bool(ctx.get("speculative_use_rejection_sampling")) or (
               bool(ctx.get("speculative_use_block_verification")) and ctx.algorithm in ("EAGLE", "EAGLE3"))),
-      reference=f"{SPEC_HOOK}:175-194 (block verification turns rejection sampling on), :1209-1226 _handle_eagle_family")
+      reference=(f"{SPEC_HOOK}:175-194 (block verification turns rejection sampling on), "
+                 ":1209-1226 _handle_eagle_family"))
 def rejection_sampling(ctx: Context):
     """`--speculative-use-rejection-sampling` works only for EAGLE/EAGLE3/NEXTN, needs topk 1, and ignores the
     accept thresholds (so setting them is an error)."""

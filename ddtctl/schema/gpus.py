@@ -39,7 +39,8 @@ _KNOWN = [
     GpuSpec("RTX_5090", 120, 32, "blackwell"),
 ]
 GPUS: dict[str, GpuSpec] = {g.name: g for g in _KNOWN}
-_FAMILY_BY_SM = {80: "ampere", 86: "ampere", 89: "ada", 90: "hopper", 100: "blackwell", 103: "blackwell", 120: "blackwell"}
+_FAMILY_BY_SM = {80: "ampere", 86: "ampere", 89: "ada", 90: "hopper", 100: "blackwell", 103: "blackwell",
+                 120: "blackwell"}
 
 
 def _normalise(name: str) -> str:
@@ -56,7 +57,8 @@ def resolve_gpu(name: str) -> GpuSpec:
     if match:
         sm = int(match.group(1))
         if sm not in _FAMILY_BY_SM:
-            raise UsageError(f"unknown GPU generation {name!r}", fix=f"use one of sm{', sm'.join(map(str, sorted(_FAMILY_BY_SM)))}")
+            known = ", sm".join(map(str, sorted(_FAMILY_BY_SM)))
+            raise UsageError(f"unknown GPU generation {name!r}", fix=f"use one of sm{known}")
         return GpuSpec(f"sm{sm}", sm, 0, _FAMILY_BY_SM[sm])
     # nvidia-smi names: "NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA H100 80GB HBM3"
     for gpu in sorted(_KNOWN, key=lambda g: -len(g.name)):

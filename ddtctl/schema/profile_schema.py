@@ -11,7 +11,8 @@ def _catalog_property(spec) -> dict[str, Any]:
     if Catalog.is_boolean_switch(spec):
         prop: dict[str, Any] = {"type": "boolean"}
     else:
-        kind = {"int": "integer", "float": "number", "json": ["object", "array", "string"]}.get(spec.type or "", "string")
+        kinds = {"int": "integer", "float": "number", "json": ["object", "array", "string"]}
+        kind = kinds.get(spec.type or "", "string")
         item: dict[str, Any] = {"type": kind}
         if spec.choices:
             item["enum"] = list(spec.choices)
