@@ -17,6 +17,7 @@ def load_app():
     from ddtctl.cli import overlay as _overlay  # noqa: F401
     from ddtctl.cli import remote as _remote  # noqa: F401
     from ddtctl.cli import render as _render  # noqa: F401
+    from ddtctl.cli import tune as _tune  # noqa: F401
     from ddtctl.cli import validate as _validate  # noqa: F401
     from ddtctl.cli._app import app
 

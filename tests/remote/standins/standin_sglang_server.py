@@ -9,6 +9,11 @@ server_args) on --host/--port. Knobs (environment, set through the profile's `en
     STANDIN_IGNORE_SIGTERM=1   ignore SIGTERM (stop must escalate to SIGKILL)
     STANDIN_SERVE=key=value    report `key` as `value` in /get_server_info (a server that runs something else)
     STANDIN_PRINT_ENV=NAME     print NAME=value of that environment variable at start (a server logging a secret)
+    STANDIN_EXIT_IF=key=value  exit with status 3 at start when argv has `key` (dest) = `value` (one point of a
+                               `ddtctl tune` sweep that fails to start)
+With a speculative algorithm, /get_server_info also carries `internal_states` as SGLang's scheduler reports it: an
+`avg_spec_accept_length` that depends on the algorithm and the DDTREE budget (accept_length() below), plus DDTREE's
+own `ddtree` metrics; tests/remote/standins/standin_bench_serving.py turns it into benchmark figures.
 POST /generate ({"input_ids": [...], "sampling_params": {"max_new_tokens": N}}) answers `output_ids`: a fixed
 function of the prompt, the same whatever the algorithm (as greedy decoding must be), so bench/deploy_gpu.py's CPU
 rehearsal can compare a deployed server's outputs with a plain one's. STANDIN_GENERATE_SALT=x changes that function.
@@ -65,6 +70,18 @@ def continuation(ids, n, salt=""):
     return out
 
 
+def accept_length(args):
+    """The stand-in's mean accepted length: DDTREE 1 + 3 (1 - exp(-budget / 16)), DFLASH 2.5, else None."""
+    import math
+
+    algo = str(args.get("speculative_algorithm") or "").upper()
+    if algo == "DDTREE":
+        return 1.0 + 3.0 * (1.0 - math.exp(-float(args.get("speculative_ddtree_budget") or 15) / 16.0))
+    if algo:
+        return 2.5
+    return None
+
+
 def main():
     argv = sys.argv[1:]
     args = parse(argv)
@@ -77,6 +94,11 @@ def main():
     if os.environ.get("STANDIN_EXIT"):
         print("[standin] crashing on purpose (STANDIN_EXIT)", flush=True)
         sys.exit(int(os.environ["STANDIN_EXIT"]))
+    if os.environ.get("STANDIN_EXIT_IF"):
+        key, _, value = os.environ["STANDIN_EXIT_IF"].partition("=")
+        if str(args.get(key)) == value:
+            print(f"[standin] crashing on purpose (STANDIN_EXIT_IF {key}={value})", flush=True)
+            sys.exit(3)
     if os.environ.get("STANDIN_IGNORE_SIGTERM"):
         signal.signal(signal.SIGTERM, lambda *a: print("[standin] ignoring SIGTERM", flush=True))
     else:
@@ -111,6 +133,14 @@ def main():
                     return self._send(503)
                 info = dict(args, version="0.5.23", launch_command=argv, standin=True, pid=os.getpid(),
                             env={k: v for k, v in os.environ.items() if k.startswith(("STANDIN_", "DDTCTL_", "CUDA_", "NCCL_", "TRITON_"))})
+                accept = accept_length(args)
+                if accept is not None:
+                    state = {"avg_spec_accept_length": accept}
+                    if str(args.get("speculative_algorithm")).upper() == "DDTREE":
+                        budget = int(args.get("speculative_ddtree_budget") or 15)
+                        state["ddtree"] = [{"algorithm": "DDTREE", "budget": budget, "tree_size": budget,
+                                            "verify_width": budget + 1, "mean_accept_len": accept}]
+                    info["internal_states"] = [state]
                 self._send(200, json.dumps(info).encode())
             else:
                 self._send(404)

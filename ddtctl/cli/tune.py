@@ -1,0 +1,174 @@
+"""`ddtctl tune`: sweep speculative-decoding settings on a host with SGLang's own benchmark (the logic is
+ddtctl/tune.py; this module parses, shows progress and prints)."""
+
+from __future__ import annotations
+
+import typer
+
+from ddtctl.cli._app import OutputFormat, app
+
+
+def _concurrencies(text: str) -> list[int]:
+    from ddtctl.errors import UsageError
+
+    try:
+        out = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UsageError(f"--concurrency {text!r}: give comma-separated integers", fix="e.g. --concurrency 1,8") \
+            from None
+    if not out or min(out) < 1:
+        raise UsageError(f"--concurrency {text!r}: give positive integers", fix="e.g. --concurrency 1,8")
+    return out
+
+
+@app.command()
+def tune(
+    host: str = typer.Argument(..., help="Inventory host to tune on (one host)"),
+    profile: str = typer.Option(None, "--profile", "-p", help="Profile to tune (default: the host's profile)"),
+    space: str = typer.Option(None, "--space", help="YAML mapping flag -> list of values (default: DDTREE budget x "
+                                                    "topk cap, DFLASH block size, EAGLE steps x topk x draft tokens)"),
+    concurrency: str = typer.Option("1,8", "--concurrency", help="Benchmark concurrency levels, comma-separated"),
+    at: int = typer.Option(None, "--at", help="Concurrency the winner is chosen at (default: the lowest)"),
+    num_prompts: int = typer.Option(64, "--num-prompts", help="Prompts per benchmark run"),
+    input_len: int = typer.Option(512, "--input-len", help="Random dataset: input tokens per prompt"),
+    output_len: int = typer.Option(256, "--output-len", help="Random dataset: output tokens per prompt"),
+    seed: int = typer.Option(1, "--seed", help="Benchmark seed"),
+    baseline: str = typer.Option("auto", "--baseline", help="auto (DDTREE: dflash, else none), dflash, none (no "
+                                                            "speculative decoding) or off"),
+    results: str = typer.Option(None, "--results", help="JSON-lines results file, appended after each point; points "
+                                                        "already there are skipped (default: PROFILE.tune.jsonl)"),
+    keep_best: bool = typer.Option(False, "--keep-best", help="Leave the winner serving (default: the host goes back "
+                                                              "to the release it started from)"),
+    write: bool = typer.Option(False, "--write", help="Put the winner into the profile (comments kept)"),
+    payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
+    bench_cmd: str = typer.Option(None, "--bench-cmd", help="Benchmark command on the host (default: "
+                                                            "'{python} -m sglang.benchmark.serving')"),
+    skip_dry_run: bool = typer.Option(False, "--skip-remote-dry-run",
+                                      help="Do not run SGLang's resolver on the host before each launch"),
+    health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the profile's)"),
+    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock"),
+    inventory: str = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, "
+                                                                  "else hosts.yaml)"),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key"),
+    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
+) -> None:
+    """Find the speculative-decoding settings that serve fastest on HOST.
+
+    A baseline point first (DFLASH, or no speculative decoding), then every point of the search space: validate,
+    deploy (preflight, remote dry-run, launch, health), SGLang's benchmark on the host at each concurrency, the
+    server's /get_server_info. Invalid points are skipped with their rule ids; a point that fails to start is
+    recorded and the sweep goes on. At the end the host is back on its starting release unless --keep-best.
+    Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
+    """
+    import shlex
+
+    from ddtctl.cli._app import stderr_console
+    from ddtctl.errors import ExitCode, UsageError
+    from ddtctl.remote.inventory import load_inventory, resolve_host
+    from ddtctl.tune import BASELINES, TuneOptions, load_space, write_point
+    from ddtctl.tune import tune as run_tune
+
+    if baseline not in BASELINES:
+        raise UsageError(f"--baseline {baseline!r}", fix=f"one of: {', '.join(BASELINES)}")
+    inv = load_inventory(inventory)
+    h = resolve_host(host, inv)
+    if profile is None:
+        if not h.profile:
+            raise UsageError(f"host {host} has no default profile", fix="pass --profile")
+        profile = h.profile
+        if inv.path and not profile.startswith("/") and (inv.path.parent / profile).exists():
+            profile = str(inv.path.parent / profile)
+    opts = TuneOptions(space=load_space(space) if space else None, baseline=baseline,
+                       concurrencies=_concurrencies(concurrency), winner_concurrency=at, num_prompts=num_prompts,
+                       input_len=input_len, output_len=output_len, seed=seed,
+                       bench_cmd=shlex.split(bench_cmd) if bench_cmd else None, results_path=results,
+                       keep_best=keep_best, payload_dir=payload, remote_dry_run=not skip_dry_run,
+                       health_timeout_s=health_timeout, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = stderr_console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("tune", total=None)
+
+        def on_start(i, pt):
+            progress.update(task, description=f"tune: {pt.label}")
+
+        def on_point(i, total, pr):
+            progress.update(task, total=total, completed=i + 1)
+            what = pr.status + (f" ({', '.join(pr.rules)})" if pr.rules else "") + (" (from the results file)"
+                                                                                     if pr.resumed else "")
+            progress.console.print(f"{pr.label}: {what}" + (f": {pr.error}" if pr.error and not pr.rules else ""),
+                                   markup=False)
+
+        def on_event(ev):
+            if ev.level in ("ok", "error", "warn") and ev.stage in ("health", "rollback", "dry-run", "warmup"):
+                progress.update(task, description=f"tune: {ev.stage}: {ev.message[:60]}")
+
+        opts.on_start, opts.on_point, opts.on_event = on_start, on_point, on_event
+        result = run_tune(profile, h, opts)
+    written = None
+    if write and result.winner is not None:
+        written = write_point(profile, result.winner)
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import print_json
+
+        out = result.to_json()
+        out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
+            if written else None
+        print_json(out)
+    else:
+        _print_text(result, written)
+    if result.restore_error:
+        raise typer.Exit(ExitCode.DEPLOY)
+    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.INVALID)
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _print_text(result, written) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ddtctl.cli._app import stdout_console
+
+    con = stdout_console()
+    table = Table(box=None, pad_edge=False, caption="tok/s: output tokens/s; vs base: ratio to the baseline; "
+                  "latencies in ms (TTFT median); * the winner", caption_justify="left")
+    for col in ("point", "conc", "status", "tok/s", "vs base", "accept", "ITL p50", "ITL p99", "TTFT"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("point", "status") else "right")
+    rows = ([result.baseline] if result.baseline else []) + list(result.points)
+    for p in rows:
+        status = p.status + (f" {','.join(p.rules)}" if p.rules else "")
+        if p.status != "ok" or not p.runs:
+            table.add_row(escape(p.label), "-", escape(status), "-", "-", "-", "-", "-", "-")
+            continue
+        for i, c in enumerate(result.concurrencies):
+            r = p.run_at(c)
+            mark = " *" if p is result.winner and c == result.concurrency else ""
+            table.add_row(escape(p.label + mark) if i == 0 else "", str(c), escape(status) if i == 0 else "",
+                          _fmt(r.output_tps if r else None), _fmt(result.ratio(p, c), ".2f"),
+                          _fmt(r.accept_length if r else None, ".2f"), _fmt(r.itl_p50_ms if r else None, ".2f"),
+                          _fmt(r.itl_p99_ms if r else None, ".2f"), _fmt(r.ttft_ms if r else None))
+    con.print(table)
+    w = result.winner
+    if w is None:
+        con.print("[red]no point was measured: no winner[/red]")
+    else:
+        ratio = result.winner_ratio
+        con.print(f"[green]winner at concurrency {result.concurrency}: {escape(w.label)}: "
+                  f"{_fmt(w.tps(result.concurrency))} tokens/s"
+                  + (f", {ratio:.2f}x the baseline" if ratio else "") + "[/green]")
+    if written is not None:
+        con.print(f"{written.path}: " + ("wrote " + ", ".join(f"{k}: {v}" for k, v in written.edits.items())
+                                                 if written.changed else "already has the winner's settings"),
+                  markup=False)
+    if result.restore_error:
+        con.print(f"[red]the host was not restored: {escape(result.restore_error)}[/red]")
+    elif result.kept_best:
+        con.print(f"host {escape(result.host)} keeps serving the winner (release {result.end_release})")
+    else:
+        con.print(f"host {escape(result.host)} is back on release {result.end_release or 'none (server stopped)'}")
+    con.print(f"results: {escape(result.results_path)}", markup=False)

@@ -1,0 +1,586 @@
+"""`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
+
+For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft tokens;
+or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without speculative
+decoding): render the profile variant, validate it statically (invalid points are skipped with their rule ids),
+deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point that fails is recorded and
+the sweep goes on), run SGLang's own benchmark (`python -m sglang.benchmark.serving`) on the host against the server
+at each concurrency, and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a local
+JSON-lines results file as soon as it is done; a re-run skips the points already there. At the end the host is put
+back on the release it started from (ddtctl.deploy.rollback), unless `keep_best`.
+
+Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ddtctl.errors import DdtctlError, UsageError
+
+DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
+DEFAULT_CONCURRENCY = (1, 8)
+BENCH_MARK = "DDTCTL-TUNE "
+BASELINES = ("auto", "dflash", "none", "off")
+
+# Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
+DDTREE_SPACE = {"speculative-ddtree-budget": [16, 32, 64], "speculative-ddtree-topk-cap": [None]}
+EAGLE_SPACE = {"speculative-num-steps": [3, 5], "speculative-eagle-topk": [1, 4],
+               "speculative-num-draft-tokens": [4, 8]}
+DFLASH_BLOCKS = (4, 8, 16)
+DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
+SPECULATIVE = re.compile(r"^speculative-")
+
+# Runs SGLang's benchmark on the host with an --output-file in a private temp dir; prints one marker line with the
+# rows it wrote (JSON lines), its exit status and the tail of its output. Stdlib only (python >= 3.8).
+BENCH_WRAPPER = (
+    "import json,os,shutil,subprocess,sys,tempfile\n"
+    "argv=json.loads(sys.argv[1]);t=float(sys.argv[2])\n"
+    "d=tempfile.mkdtemp(prefix='ddtctl-tune-');out=os.path.join(d,'bench.jsonl');rows=[]\n"
+    "try:\n"
+    " try:\n"
+    "  p=subprocess.run(argv+['--output-file',out],stdout=subprocess.PIPE,stderr=subprocess.STDOUT,timeout=t)\n"
+    "  rc=p.returncode;tail=p.stdout.decode(errors='replace')[-3000:]\n"
+    " except subprocess.TimeoutExpired:\n"
+    "  rc=124;tail='the benchmark timed out after %gs'%t\n"
+    " except OSError as e:\n"
+    "  rc=127;tail='cannot run the benchmark: %s'%e\n"
+    " if os.path.exists(out):\n"
+    "  with open(out) as f:rows=[json.loads(l) for l in f if l.strip()]\n"
+    "finally:\n"
+    " shutil.rmtree(d,ignore_errors=True)\n"
+    "print('" + BENCH_MARK + "'+json.dumps({'rc':rc,'tail':tail,'rows':rows},default=str),flush=True)\n"
+)
+
+
+# ----------------------------------------------------------------------------------------------- results
+@dataclass
+class BenchRun:
+    """One benchmark run at one concurrency (figures from SGLang's benchmark JSON)."""
+
+    concurrency: int
+    ok: bool
+    output_tps: float | None = None
+    ttft_ms: float | None = None  # median
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    accept_length: float | None = None
+    completed: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BenchRun":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class PointResult:
+    key: str
+    label: str
+    kind: str  # baseline | point
+    flags: dict[str, Any]  # the flags this point sets (None = unset)
+    status: str  # ok | invalid | failed
+    rules: list[str] = field(default_factory=list)  # invalid: the rule ids that rejected it
+    error: str | None = None
+    release: str | None = None
+    runs: list[BenchRun] = field(default_factory=list)
+    server_metrics: dict | None = None  # /get_server_info internal state (avg_spec_accept_length, ddtree: [...])
+    argv: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    resumed: bool = False  # read back from the results file, not run now
+
+    def run_at(self, concurrency: int) -> BenchRun | None:
+        return next((r for r in self.runs if r.concurrency == concurrency and r.ok), None)
+
+    def tps(self, concurrency: int) -> float | None:
+        r = self.run_at(concurrency)
+        return r.output_tps if r else None
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("runs", "resumed")}
+        d["runs"] = [r.to_json() for r in self.runs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PointResult":
+        kw = {k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d}
+        return cls(**kw, runs=[BenchRun.from_json(r) for r in d.get("runs") or []], resumed=True)
+
+
+@dataclass
+class TuneResult:
+    host: str
+    profile: str
+    algorithm: str | None
+    concurrency: int  # the concurrency the winner is chosen at
+    concurrencies: list[int]
+    baseline: PointResult | None
+    points: list[PointResult]
+    winner: PointResult | None
+    results_path: str
+    start_release: str | None
+    end_release: str | None = None
+    restored: bool = False  # the host is back on start_release (or stopped, when it had none)
+    kept_best: bool = False
+    restore_error: str | None = None
+    elapsed_s: float = 0.0
+
+    def ratio(self, point: PointResult, concurrency: int | None = None) -> float | None:
+        c = self.concurrency if concurrency is None else concurrency
+        base = self.baseline.tps(c) if self.baseline else None
+        tps = point.tps(c)
+        return tps / base if tps is not None and base else None
+
+    def best_at(self, concurrency: int) -> PointResult | None:
+        """The measured point (baseline excluded) with the highest output tokens/s at that concurrency."""
+        ranked = [p for p in self.points if p.tps(concurrency) is not None]
+        return max(ranked, key=lambda p: p.tps(concurrency) or 0.0) if ranked else None
+
+    @property
+    def winner_ratio(self) -> float | None:
+        return self.ratio(self.winner) if self.winner else None
+
+    @property
+    def ok(self) -> bool:
+        return self.winner is not None and self.restore_error is None
+
+    def to_json(self) -> dict:
+        return {
+            "host": self.host, "profile": self.profile, "algorithm": self.algorithm,
+            "concurrency": self.concurrency, "concurrencies": self.concurrencies,
+            "baseline": self.baseline.to_json() if self.baseline else None,
+            "points": [dict(p.to_json(), resumed=p.resumed,
+                            ratio={str(c): self.ratio(p, c) for c in self.concurrencies}) for p in self.points],
+            "winner": self.winner.to_json() if self.winner else None, "winner_ratio": self.winner_ratio,
+            "results_path": self.results_path, "start_release": self.start_release, "end_release": self.end_release,
+            "restored": self.restored, "kept_best": self.kept_best, "restore_error": self.restore_error,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+# ----------------------------------------------------------------------------------------------- options
+@dataclass
+class TuneOptions:
+    space: dict[str, list[Any]] | None = None  # None: the algorithm's default space
+    baseline: str = "auto"  # auto (DDTREE -> dflash, else none) | dflash | none (no speculative decoding) | off
+    concurrencies: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    winner_concurrency: int | None = None  # default: the lowest
+    num_prompts: int = 64
+    input_len: int = 512
+    output_len: int = 256
+    seed: int = 1
+    bench_cmd: list[str] | None = None  # default [{python}, -m, sglang.benchmark.serving]; {python}: the host's
+    bench_timeout_s: float = 1800.0
+    results_path: str | None = None  # default: <profile>.tune.jsonl next to the profile
+    keep_best: bool = False
+    payload_dir: str | None = None  # the DDTREE payload (default: built, as deploy does), shipped for every point
+    remote_dry_run: bool = True
+    health_timeout_s: float | None = None
+    health_interval_s: float = 0.5
+    stop_grace_s: float = 20.0
+    lock_wait_s: float = 0.0
+    trust_new_host: bool = False
+    on_event: Callable[[Any], None] | None = None  # deploy events (ddtctl.deploy.Event)
+    on_point: Callable[[int, int, "PointResult"], None] | None = None  # (index, total, result) after each point
+    on_start: Callable[[int, "PointSpec"], None] | None = None  # (index, point) before each point
+
+
+@dataclass
+class PointSpec:
+    label: str
+    kind: str  # baseline | point
+    flags: dict[str, Any]  # dashed flag -> value (None = remove the flag)
+
+
+def load_space(path: str) -> dict[str, list[Any]]:
+    """A `--space` YAML: a mapping flag -> list of values (a scalar is a list of one; null = leave unset)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise UsageError(f"cannot read the search space: {err.strerror}", where=path) from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"the search space is not YAML: {str(err).splitlines()[0]}", where=path) from None
+    return normalize_space(data, path)
+
+
+def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
+    from ddtctl.profile import canonical_flag_key
+
+    if not isinstance(data, dict) or not data:
+        raise UsageError("the search space must be a mapping flag -> list of values", where=where,
+                         fix="e.g. speculative-ddtree-budget: [16, 32, 64]")
+    out: dict[str, list[Any]] = {}
+    for key, values in data.items():
+        values = values if isinstance(values, list) else [values]
+        if not values or any(isinstance(v, (dict, list)) for v in values):
+            raise UsageError(f"{key}: give a list of plain values", where=where)
+        out[canonical_flag_key(str(key))] = values
+    return out
+
+
+def default_space(algorithm: str | None, server: dict[str, Any]) -> dict[str, list[Any]]:
+    algo = (algorithm or "").upper()
+    if algo == "DDTREE":
+        return {k: list(v) for k, v in DDTREE_SPACE.items()}
+    if algo in ("EAGLE", "EAGLE3", "NEXTN"):
+        return {k: list(v) for k, v in EAGLE_SPACE.items()}
+    if algo == "DFLASH":
+        from ddtctl.model_facts import read_model_facts
+
+        facts = read_model_facts(server.get("speculative-draft-model-path"))
+        top = (facts.block_size if facts and facts.block_size else None) or server.get("speculative-dflash-block-size")
+        if not top:
+            raise UsageError("the drafter's block size is unknown here", fix="pass --space with "
+                             "speculative-dflash-block-size values")
+        return {"speculative-dflash-block-size": [b for b in DFLASH_BLOCKS if b < int(top)] + [int(top)]}
+    raise UsageError(f"no default search space for speculative-algorithm {algorithm or '(none)'}",
+                     fix="pass --space SPACE.yaml (flag -> list of values)")
+
+
+def points_of(space: dict[str, list[Any]]) -> list[PointSpec]:
+    keys = list(space)
+    out = []
+    for combo in itertools.product(*(space[k] for k in keys)):
+        flags = dict(zip(keys, combo, strict=True))
+        label = " ".join(f"{_short(k)}={'-' if v is None else v}" for k, v in flags.items())
+        out.append(PointSpec(label, "point", flags))
+    return out
+
+
+def _short(flag: str) -> str:
+    return re.sub(r"^speculative-(ddtree-|dflash-|eagle-)?", "", flag)
+
+
+def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> PointSpec | None:
+    """The reference point: the profile with DFLASH (the DDTREE flags removed), or without speculative decoding."""
+    algo = (algorithm or "").upper()
+    if kind == "off":
+        return None
+    if kind == "auto":
+        kind = "dflash" if algo == "DDTREE" else "none"
+    if kind == "dflash":
+        flags: dict[str, Any] = {k: None for k in server if DDTREE_ONLY.match(k)}
+        flags["speculative-algorithm"] = "DFLASH"
+        return PointSpec("baseline DFLASH", "baseline", flags)
+    if kind == "none":
+        return PointSpec("baseline no-spec", "baseline", {k: None for k in server if SPECULATIVE.match(k)})
+    raise UsageError(f"unknown baseline {kind!r}", fix=f"one of: {', '.join(BASELINES)}")
+
+
+# ----------------------------------------------------------------------------------------------- variants
+def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dict[str, Any]:
+    """The profile document (parsed) with `flags` set (None: removed) and a name saying which point it is."""
+    from ddtctl.profile import canonical_flag_key
+
+    out = json.loads(json.dumps(data))
+    server = dict(out.get("server") or {})
+    for key, value in flags.items():
+        canon = canonical_flag_key(key)
+        for k in [k for k in server if canonical_flag_key(k) == canon]:
+            del server[k]
+        if value is not None:
+            server[canon] = value
+    out["server"] = server
+    suffix = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")
+    out["name"] = f"{out.get('name', 'profile')}.tune-{suffix}"[:128]
+    return out
+
+
+def _point_key(host: str, argv: list[str], opts: TuneOptions) -> str:
+    bench = {"concurrencies": sorted(opts.concurrencies), "num_prompts": opts.num_prompts, "seed": opts.seed,
+             "input_len": opts.input_len, "output_len": opts.output_len}
+    blob = json.dumps({"host": host, "argv": argv, "bench": bench}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def read_results(path: str | Path) -> dict[str, PointResult]:
+    """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
+    out: dict[str, PointResult] = {}
+    p = Path(path)
+    if not p.is_file():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and d.get("key"):
+            out[d["key"]] = PointResult.from_json(d)
+    return out
+
+
+def _append(path: str | Path, host: str, profile: str, point: PointResult) -> None:
+    line = json.dumps(dict(point.to_json(), host=host, profile=profile, time=time.time()), default=str)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+
+
+# ----------------------------------------------------------------------------------------------- benchmark
+def bench_argv(cmd: list[str], python: str, *, host: str, port: int, tokenizer: str | None, concurrency: int,
+               opts: TuneOptions) -> list[str]:
+    argv = [str(a).replace("{python}", python) for a in cmd]
+    argv += ["--backend", "sglang", "--host", host, "--port", str(port), "--dataset-name", "random",
+             "--random-input-len", str(opts.input_len), "--random-output-len", str(opts.output_len),
+             "--random-range-ratio", "1.0", "--num-prompts", str(opts.num_prompts),
+             "--max-concurrency", str(concurrency), "--seed", str(opts.seed), "--disable-tqdm"]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    return argv
+
+
+def parse_bench_row(row: dict, concurrency: int) -> BenchRun:
+    """Figures from one line of SGLang's benchmark --output-file (sglang/benchmark/serving.py's `result`)."""
+    def num(*keys):
+        for k in keys:
+            v = row.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+        return None
+
+    tps = num("output_throughput")
+    return BenchRun(concurrency, tps is not None, output_tps=tps, ttft_ms=num("median_ttft_ms", "mean_ttft_ms"),
+                    itl_p50_ms=num("median_itl_ms", "p50_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
+                    accept_length=num("accept_length", "spec_accept_length"),
+                    completed=int(row["completed"]) if isinstance(row.get("completed"), int) else None,
+                    error=None if tps is not None else "no output_throughput in the benchmark's JSON")
+
+
+def run_bench(conn, argv: list[str], concurrency: int, timeout_s: float) -> BenchRun:
+    res = conn.run([conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
+                   timeout=timeout_s + 60)
+    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(BENCH_MARK)), None)
+    if line is None:
+        why = (res.stderr or res.stdout).strip().splitlines()
+        return BenchRun(concurrency, False, error=f"benchmark wrapper failed: {why[-1] if why else res.rc}")
+    out = json.loads(line[len(BENCH_MARK):])
+    if out["rc"] != 0 or not out["rows"]:
+        tail = [ln for ln in str(out.get("tail") or "").splitlines() if ln.strip()]
+        return BenchRun(concurrency, False, error=f"benchmark exit {out['rc']}: {tail[-1] if tail else 'no output'}")
+    return parse_bench_row(out["rows"][-1], concurrency)
+
+
+def server_metrics(info: dict | None) -> dict | None:
+    """The speculative part of /get_server_info: internal_states[0] (avg_spec_accept_length, DDTREE's `ddtree`)."""
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("decode"), list) and info["decode"]:
+        info = info["decode"][0]
+    states = info.get("internal_states")
+    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
+        return None
+    st = states[0]
+    keep = {k: v for k, v in st.items() if "spec" in k or "accept" in k or k == "ddtree"}
+    return keep or None
+
+
+# ----------------------------------------------------------------------------------------------- the sweep
+def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
+    """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
+    import yaml
+
+    from ddtctl.deploy import default_payload_dir, host_status
+    from ddtctl.profile import load_profile, read_profile_document
+    from ddtctl.render import render_argv
+
+    opts = opts or TuneOptions()
+    t0 = time.monotonic()
+    doc = read_profile_document(profile)
+    server = {k: v for k, v in (doc.data.get("server") or {}).items()}
+    algorithm = str(server.get("speculative-algorithm") or "").upper() or None
+    space = opts.space or default_space(algorithm, server)
+    points = points_of(space)
+    base_pt = baseline_point(opts.baseline, algorithm, server)
+    todo = ([base_pt] if base_pt else []) + points
+    concs = sorted(set(int(c) for c in opts.concurrencies))
+    if not concs or min(concs) < 1:
+        raise UsageError("concurrency levels must be positive integers", fix="e.g. --concurrency 1,8")
+    chosen = opts.winner_concurrency if opts.winner_concurrency is not None else concs[0]
+    if chosen not in concs:
+        raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
+    results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
+    done = read_results(results_path)
+    payload_dir = opts.payload_dir
+    if payload_dir is None and any(
+            str(variant_data(doc.data, p.flags, p.label)["server"].get("speculative-algorithm", "")).upper()
+            == "DDTREE" for p in todo):
+        payload_dir = default_payload_dir(str(doc.data.get("sglang") or ""))  # one payload for every point
+    bench_cmd = list(opts.bench_cmd or DEFAULT_BENCH)
+    start = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+    result = TuneResult(host.name, profile, algorithm, chosen, concs, None, [], None, results_path, start.current)
+    dopts = dict(remote_dry_run=opts.remote_dry_run, health_interval_s=opts.health_interval_s,
+                 stop_grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s, trust_new_host=opts.trust_new_host,
+                 health_timeout_s=opts.health_timeout_s, on_event=opts.on_event,
+                 keep_releases=max(5, len(todo) + 3))  # the starting release must survive the sweep's gc
+    variants: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="ddtctl-tune-") as tmp:
+        try:
+            for i, pt in enumerate(todo):
+                if opts.on_start:
+                    opts.on_start(i, pt)
+                data = variant_data(doc.data, pt.flags, pt.label)
+                path = Path(tmp) / f"point-{i}.yaml"
+                path.write_text(yaml.safe_dump(data, sort_keys=False))
+                variants[pt.label] = path
+                try:
+                    argv = render_argv(load_profile(path).profile)
+                except Exception as err:  # an unrenderable variant is judged by the validator below
+                    argv = [f"{k}={v}" for k, v in sorted(data["server"].items())] + [type(err).__name__]
+                key = _point_key(host.name, argv, opts)
+                if key in done:
+                    pr = done[key]  # the same launch argv, host and benchmark settings: not run again
+                    pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
+                else:
+                    pr = _run_point(pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts)
+                    _append(results_path, host.name, profile, pr)
+                if pt.kind == "baseline":
+                    result.baseline = pr
+                else:
+                    result.points.append(pr)
+                if opts.on_point:
+                    opts.on_point(i, len(todo), pr)
+            result.winner = result.best_at(chosen)
+        finally:
+            _finish(result, start, host, opts, variants, payload_dir, dopts)
+    result.elapsed_s = time.monotonic() - t0
+    return result
+
+
+def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, payload_dir: str | None,
+               bench_cmd: list[str], concs: list[int], opts: TuneOptions, dopts: dict) -> PointResult:
+    """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
+    from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
+    from ddtctl.remote.transport import LockHeld
+    from ddtctl.validate import validate_path
+
+    t0 = time.monotonic()
+    pr = PointResult(key, pt.label, pt.kind, dict(pt.flags), "invalid", argv=argv)
+    try:
+        v = validate_path(str(path))
+        if v.error or not v.valid:
+            pr.rules = sorted({f.rule for f in v.errors}) or ["DDT000"]
+            pr.error = v.error or "; ".join(f"{f.rule}: {f.message}" for f in v.errors)[:500]
+            return pr
+        spec = spec_from_profile(str(path), host=host.name, payload_dir=payload_dir)
+        if len(spec.host_names) != 1:
+            raise UsageError("tune runs on one host; this profile deploys to several", where=str(path))
+        r = deploy(spec, [host], DeployOptions(**dopts))
+        pr.release = r.release.get(host.name)
+        if r.status == "rejected":
+            pr.rules = sorted({c.name.split(":", 1)[1] for c in r.checks
+                               if not c.ok and c.severity == "error" and c.name.startswith("validate:")}) \
+                or (["dry-run"] if r.dry_run is not None and not r.dry_run.accepted else ["preflight"])
+            pr.error = r.error
+            return pr
+        if r.status not in ("deployed", "unchanged"):
+            pr.status, pr.error = "failed", r.error or r.status
+            return pr
+        target = spec.targets([host])[0]
+        with connect(host, trust_new_host=opts.trust_new_host) as conn:
+            for c in concs:
+                b = bench_argv(bench_cmd, host.python, host=target.probe_host, port=target.port,
+                               tokenizer=spec.model_paths[0], concurrency=c, opts=opts)
+                pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s))
+            probe = conn.agent("probe", {"port": target.port, "host": target.probe_host, "lines": 0}, retry=True)
+            pr.server_metrics = server_metrics(probe.get("server_info"))
+        bad = [r for r in pr.runs if not r.ok]
+        pr.status = "ok" if not bad else "failed"
+        if bad:
+            pr.error = f"benchmark at concurrency {bad[0].concurrency}: {bad[0].error}"
+        fallback = (pr.server_metrics or {}).get("avg_spec_accept_length")
+        for run in pr.runs:
+            if run.ok and run.accept_length is None and isinstance(fallback, (int, float)):
+                run.accept_length = float(fallback)
+        return pr
+    except LockHeld:
+        raise  # another deploy works on the host: stop the sweep (the host is restored)
+    except DdtctlError as err:  # this point could not be deployed or measured: recorded, the sweep goes on
+        pr.status, pr.error = "failed", err.one_line()
+        return pr
+    finally:
+        pr.elapsed_s = round(time.monotonic() - t0, 3)
+
+
+def _serving(status, release: str | None) -> bool:
+    srv = status.server or {}
+    return bool(release and srv.get("running") and srv.get("release") == release)
+
+
+def _finish(result: TuneResult, start, host, opts: TuneOptions, variants: dict[str, Path], payload_dir: str | None,
+            dopts: dict) -> None:
+    """Put the host back on its starting release (or keep the winner serving, with keep_best)."""
+    from ddtctl.deploy import DeployOptions, deploy, host_status, rollback, spec_from_profile, stop_server
+    try:
+        if opts.keep_best and result.winner is not None and result.winner.label in variants:
+            spec = spec_from_profile(str(variants[result.winner.label]), host=host.name, payload_dir=payload_dir)
+            r = deploy(spec, [host], DeployOptions(**dopts))
+            if r.status not in ("deployed", "unchanged"):
+                raise DdtctlError(f"could not keep the winner serving: {r.error or r.status}")
+            result.kept_best = True
+        else:
+            now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+            was_serving = _serving(start, start.current)
+            if start.current is not None and (now.current != start.current
+                                              or (was_serving and not _serving(now, start.current))):
+                rb = rollback(host, start.current, lock_wait_s=opts.lock_wait_s, stop_grace_s=opts.stop_grace_s,
+                              health_timeout_s=opts.health_timeout_s, on_event=opts.on_event,
+                              trust_new_host=opts.trust_new_host)
+                if not rb.ok:
+                    raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
+                now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+            if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
+                stop_server(host, grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s,
+                            trust_new_host=opts.trust_new_host)
+            result.restored = True
+        result.end_release = host_status(host, trust_new_host=opts.trust_new_host, probe=False).current
+    except DdtctlError as err:
+        result.restore_error = err.one_line()
+
+
+# ----------------------------------------------------------------------------------------------- --write
+@dataclass
+class WriteResult:
+    path: str
+    changed: bool
+    edits: dict[str, Any]
+    diff: str
+
+
+def write_point(profile: str, point: PointResult) -> WriteResult:
+    """Put a point's flags into the profile's `server:` block, keeping comments and layout: the editor of
+    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.verify, written by ddtctl.safeio.rewrite."""
+    from ddtctl.fix import apply_fixes, unified_diff, verify
+    from ddtctl.profile import canonical_flag_key, parse_profile_text, read_profile_document
+    from ddtctl.rules.engine import ERROR, Finding
+    from ddtctl.safeio import rewrite
+
+    doc = read_profile_document(profile)
+    raw = doc.raw
+    text = doc.text.replace("\r\n", "\n")
+    doc = parse_profile_text(text, doc.source) if text != doc.text else doc
+    server = doc.data.get("server") or {}
+    edits = {canonical_flag_key(k): v for k, v in point.flags.items()
+             if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)}
+    edits = {k: v for k, v in edits.items() if not (v is None and k not in server)}
+    finding = Finding(rule="tune", severity=ERROR, message=f"tune winner {point.label}", edits=edits)
+    fixed = apply_fixes(text, [finding], doc.lines)
+    why = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, doc.source) if fixed.changed else None)
+    if why:
+        raise UsageError(f"cannot write the winner into the profile: {why}", where=doc.source,
+                         fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand")
+    if fixed.changed:
+        rewrite(doc.source, fixed.text, original=raw if raw is not None else text.encode(), what="profile")
+    return WriteResult(doc.source, fixed.changed, edits, unified_diff(doc.source, text, fixed.text))

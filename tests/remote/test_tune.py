@@ -1,0 +1,159 @@
+"""`ddtctl tune` end to end against the real loopback sshd: the stand-in server (tests/remote/standins/
+standin_sglang_server.py) deploys per point, and a stand-in for `python -m sglang.benchmark.serving`
+(standin_bench_serving.py) runs on the "host" against it, with figures that depend on the served DDTREE budget:
+at concurrency 1 budget 32 is fastest (239.60 tokens/s; 16: 231.71, 64: 197.25, DFLASH baseline 222.22), at
+concurrency 8 budget 16 is."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from ddtctl.deploy import DeployOptions, deploy, host_status, spec_from_profile
+from ddtctl.tune import TuneOptions, read_results, tune
+from labkit import STANDINS
+
+pytestmark = pytest.mark.ssh
+
+STANDIN_BENCH = STANDINS / "standin_bench_serving.py"
+BUDGET = "speculative-ddtree-budget"
+
+
+def _deploy(lab, profile):
+    spec = spec_from_profile(str(profile), payload_dir=str(lab.payload))
+    r = deploy(spec, [lab.host()], DeployOptions(remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5))
+    assert r.status == "deployed", r.error
+    return r.release["lo"]
+
+
+def _opts(lab, budgets, **kw):
+    kw.setdefault("results_path", str(lab.root / "tune.jsonl"))
+    return TuneOptions(space={BUDGET: budgets, "speculative-ddtree-topk-cap": [None]}, concurrencies=[1, 8],
+                       num_prompts=8, seed=1, bench_cmd=[sys.executable, str(STANDIN_BENCH)],
+                       payload_dir=str(lab.payload), remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5,
+                       health_timeout_s=10, **kw)
+
+
+def _by_budget(result):
+    return {p.flags[BUDGET]: p for p in result.points}
+
+
+def test_sweep_finds_the_fastest_budget_skips_invalid_records_failed_and_restores(lab):
+    start = _deploy(lab, lab.profile(server={BUDGET: 40}))  # the host serves budget 40 before the sweep
+    prof = lab.profile("sweep", server={BUDGET: 40}, env={"STANDIN_EXIT_IF": "speculative_ddtree_budget=48"})
+    seen = []
+    res = tune(str(prof), lab.host(), _opts(lab, [16, 32, 48, 64, 5000],
+                                            on_point=lambda i, n, p: seen.append((i, n, p.label, p.status))))
+    pts = _by_budget(res)
+    # the baseline ran first: the same profile with DFLASH (the DDTREE flags removed)
+    assert seen[0][2] == "baseline DFLASH" and [s[1] for s in seen] == [6] * 6
+    assert res.baseline.status == "ok" and res.baseline.tps(1) == pytest.approx(222.22, abs=0.01)
+    # the winner at the lowest concurrency, with its ratio to the baseline
+    assert res.concurrency == 1 and res.winner is pts[32]
+    assert res.winner.tps(1) == pytest.approx(239.60, abs=0.01)
+    assert res.winner_ratio == pytest.approx(239.60 / 222.22, abs=1e-3)
+    assert res.best_at(8) is pts[16]
+    # figures parsed from the benchmark JSON and from /get_server_info
+    r32 = pts[32].run_at(1)
+    assert r32.accept_length == pytest.approx(3.594, abs=1e-3) and r32.itl_p99_ms == pytest.approx(1.5 * r32.itl_p50_ms)
+    assert pts[32].server_metrics["ddtree"][0]["budget"] == 32
+    # invalid: skipped with the validator's rule id, never deployed
+    assert pts[5000].status == "invalid" and "DDT106" in pts[5000].rules and pts[5000].release is None
+    # a server that fails to start: recorded, and the sweep went on to the next point
+    assert pts[48].status == "failed" and "exited" in pts[48].error
+    assert pts[64].status == "ok" and pts[64].tps(1) == pytest.approx(197.25, abs=0.01)
+    # every point is in the results file
+    lines = [json.loads(x) for x in (lab.root / "tune.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and {x["status"] for x in lines} == {"ok", "invalid", "failed"}
+    # the host is back on its starting release, serving budget 40
+    assert res.restored and res.restore_error is None and res.start_release == start == res.end_release
+    st = host_status(lab.host())
+    assert st.current == start and st.server["release"] == start and st.health == 200
+    assert st.server_info["speculative_ddtree_budget"] == 40
+
+
+def test_rerun_skips_done_points_and_keep_best_leaves_the_winner_serving(lab):
+    start = _deploy(lab, lab.profile(server={BUDGET: 40}))
+    prof = lab.profile(server={BUDGET: 40})
+    first = tune(str(prof), lab.host(), _opts(lab, [16, 32]))
+    assert first.winner.flags[BUDGET] == 32 and host_status(lab.host()).current == start
+    path = lab.root / "tune.jsonl"
+    assert len(path.read_text().splitlines()) == 3
+    deployed = []
+
+    def on_event(ev):
+        if ev.stage == "launch" and ev.message.startswith("started"):
+            deployed.append(ev.message)
+
+    second = tune(str(prof), lab.host(), _opts(lab, [16, 32, 64], keep_best=True, on_event=on_event))
+    assert [p.flags[BUDGET] for p in second.points if not p.resumed] == [64]
+    assert second.baseline.resumed and len(path.read_text().splitlines()) == 4  # only the new point appended
+    assert len(read_results(path)) == 4
+    assert second.winner.flags[BUDGET] == 32 and second.winner_ratio > 1
+    assert len(deployed) == 2  # budget 64, then the winner (32, from the file) again; no baseline, no 16
+    st = host_status(lab.host())
+    assert second.kept_best and st.current != start and st.current == second.end_release
+    assert st.server_info["speculative_ddtree_budget"] == 32 and st.health == 200
+
+
+def test_a_host_without_a_release_is_left_without_a_server(lab):
+    prof = lab.profile(server={BUDGET: 40})
+    res = tune(str(prof), lab.host(), _opts(lab, [32], baseline="off"))
+    assert res.baseline is None and res.winner.flags[BUDGET] == 32 and res.winner_ratio is None
+    assert res.start_release is None and res.restored
+    assert not (host_status(lab.host()).server or {}).get("running")
+
+
+PROFILE_WITH_COMMENTS = """\
+# tuned on the lab host
+name: commented
+sglang: 0.5.23
+host: lo
+hardware: {{gpu: H200, count: 1}}
+model: {{path: {models}/target, architecture: Qwen3ForCausalLM}}
+server:
+  port: {port}   # the lab's port
+  host: 127.0.0.1
+  tp-size: 1
+  speculative-algorithm: DDTREE
+  speculative-draft-model-path: {models}/draft
+  speculative-dflash-block-size: 16
+  speculative-ddtree-budget: 40  # before tuning
+  disable-overlap-schedule: true
+launch: {{health_timeout_s: 20}}
+"""
+
+
+def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
+    from typer.testing import CliRunner
+
+    import ddtctl.cli.tune  # noqa: F401  (registers `tune` on the app)
+    from ddtctl.cli._app import app
+
+    prof = lab.root / "commented.yaml"
+    prof.write_text(PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port))
+    space = lab.root / "space.yaml"
+    space.write_text(f"{BUDGET}: [16, 32]\n")
+    results = lab.root / "cli.jsonl"
+    args = ["tune", "lo", "--profile", str(prof), "--space", str(space), "--concurrency", "1,8", "--num-prompts", "8",
+            "--results", str(results), "--payload", str(lab.payload), "--skip-remote-dry-run",
+            "--bench-cmd", f"{sys.executable} {STANDIN_BENCH}", "--health-timeout", "10", "-i", str(lab.inventory)]
+    run = CliRunner().invoke(app, args + ["--write", "--format", "json"])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert out["winner"]["flags"] == {BUDGET: 32} and out["written"]["changed"]
+    text = prof.read_text()
+    assert "  speculative-ddtree-budget: 32  # before tuning\n" in text
+    assert text.startswith("# tuned on the lab host\n") and "# the lab's port" in text
+    assert text.replace("budget: 32", "budget: 40") == PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port)
+    # again, as text: every point comes from the results file (the profile changed only in the tuned flag)
+    run = CliRunner().invoke(app, args + ["--concurrency", "1,8"])
+    assert run.exit_code == 0, run.output
+    assert "(from the results file)" in run.stderr
+    assert len(results.read_text().splitlines()) == 3
+    rows = run.stdout.splitlines()
+    assert any(r.startswith("budget=32 *") and "239.6" in r and "1.08" in r for r in rows), run.stdout
+    assert "winner at concurrency 1: budget=32 topk-cap=-" not in run.stdout  # the --space had no topk-cap
+    assert "winner at concurrency 1: budget=32: 239.6 tokens/s, 1.08x the baseline" in run.stdout
