@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli._app import OutputFormat, app, stdout_console
 
 
 def _concurrencies(text: str) -> list[int]:
@@ -40,6 +40,8 @@ def tune(
     keep_best: bool = typer.Option(False, "--keep-best", help="Leave the winner serving (default: the host goes back "
                                                               "to the release it started from)"),
     write: bool = typer.Option(False, "--write", help="Put the winner into the profile (comments kept)"),
+    plot: str = typer.Option(None, "--plot", help="Write a PNG: tokens/s against the budget (or point), one line per "
+                             "concurrency, the baseline dashed"),
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
     bench_cmd: str = typer.Option(None, "--bench-cmd", help="Benchmark command on the host (default: "
                                                             "'{python} -m sglang.benchmark.serving')"),
@@ -110,15 +112,23 @@ def tune(
     written = None
     if write and result.winner is not None:
         written = write_point(profile, result.winner)
+    plotted = None
+    if plot:
+        from ddtctl.tune_plot import plot_png
+
+        plotted = str(plot_png(result, plot))
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
 
         out = result.to_json()
         out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
             if written else None
+        out["plot"] = plotted
         print_json(out)
     else:
         _print_text(result, written)
+        if plotted:
+            stdout_console().print(f"plot: {plotted}", markup=False)
     if result.restore_error:
         raise typer.Exit(ExitCode.DEPLOY)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.INVALID)
@@ -131,8 +141,6 @@ def _fmt(v, spec: str = ".1f") -> str:
 def _print_text(result, written) -> None:
     from rich.markup import escape
     from rich.table import Table
-
-    from ddtctl.cli._app import stdout_console
 
     con = stdout_console()
     table = Table(box=None, pad_edge=False, caption="tok/s: output tokens/s; vs base: ratio to the baseline; "

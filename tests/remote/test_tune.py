@@ -149,8 +149,10 @@ def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
     assert text.startswith("# tuned on the lab host\n") and "# the lab's port" in text
     assert text.replace("budget: 32", "budget: 40") == PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port)
     # again, as text: every point comes from the results file (the profile changed only in the tuned flag)
-    run = CliRunner().invoke(app, args + ["--concurrency", "1,8"])
+    png = lab.root / "tune.png"
+    run = CliRunner().invoke(app, args + ["--concurrency", "1,8", "--plot", str(png)])
     assert run.exit_code == 0, run.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {png}" in run.stdout
     assert "(from the results file)" in run.stderr
     assert len(results.read_text().splitlines()) == 3
     rows = run.stdout.splitlines()

@@ -1,0 +1,60 @@
+"""`ddtctl tune --plot`: the PNG's content, checked on the figure's data, and the one-line error with nothing
+measured."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from ddtctl.errors import UsageError  # noqa: E402
+from ddtctl.tune import BenchRun, PointResult, TuneResult  # noqa: E402
+from ddtctl.tune_plot import _x, plot_png  # noqa: E402
+
+BUDGET = "speculative-ddtree-budget"
+
+
+def _point(label, flags, tps, kind="point"):
+    runs = [BenchRun(concurrency=c, ok=True, output_tps=v) for c, v in tps.items()]
+    return PointResult(key=label, label=label, kind=kind, flags=flags, status="ok", runs=runs)
+
+
+def _result(points, baseline=None):
+    return TuneResult(host="lo", profile="p.yaml", algorithm="DDTREE", concurrency=1, concurrencies=[1, 8],
+                      baseline=baseline, points=points, winner=points[0] if points else None, results_path="r",
+                      start_release=None)
+
+
+def test_png_has_one_line_per_concurrency_and_the_baseline(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen = {}
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig) and None)
+    pts = [_point("budget=16", {BUDGET: 16}, {1: 200.0, 8: 900.0}), _point("budget=64", {BUDGET: 64}, {1: 240.0})]
+    base = _point("DFLASH", {}, {1: 210.0, 8: 1000.0}, kind="baseline")
+    out = plot_png(_result(pts, base), tmp_path / "t.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    ax = seen["fig"].axes[0]
+    lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+    assert lines["concurrency 1"] == ([16.0, 64.0], [200.0, 240.0])
+    assert lines["concurrency 8"] == ([16.0], [900.0])  # budget 64 has no run at 8: no point drawn
+    assert lines["baseline (DFLASH), 1"][1] == [210.0, 210.0]
+    assert ax.get_xlabel() == "DDTREE budget"
+    real_close(seen["fig"])
+
+
+def test_points_without_a_budget_are_placed_in_sweep_order():
+    pts = [_point("steps=3", {"speculative-num-steps": 3}, {1: 1.0}), _point("steps=5", {"speculative-num-steps": 5},
+                                                                             {1: 2.0})]
+    assert _x(_result(pts)) == ([0.0, 1.0], ["steps=3", "steps=5"], "point")
+
+
+def test_nothing_measured_is_a_clear_error(tmp_path):
+    failed = PointResult(key="k", label="budget=48", kind="point", flags={BUDGET: 48}, status="failed")
+    with pytest.raises(UsageError, match="nothing to plot"):
+        plot_png(_result([failed]), tmp_path / "t.png")
+    assert not (tmp_path / "t.png").exists()
