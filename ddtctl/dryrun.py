@@ -33,11 +33,11 @@ class DryRunResult:
     error: dict | None = None  # {type, message (full), hook}
     resolved: dict = field(default_factory=dict)
     overrides: list[dict] = field(default_factory=list)  # [{field, raw, resolved, hook}]
+    gpu: str | None = None
+    warnings: list[str] = field(default_factory=list)  # what SGLang logged as warnings while resolving
+    error_at: str | None = None  # sglang file:line of the raise
     # Not part of the JSON contract; shown in text output.
     argv: list[str] = field(default_factory=list)
-    gpu: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    error_at: str | None = None  # sglang file:line of the raise
     elapsed_s: float | None = None
     setup_error: bool = False  # the item could not be resolved at all (missing config, crash, timeout)
 
@@ -48,6 +48,9 @@ class DryRunResult:
             "error": self.error,
             "resolved": self.resolved,
             "overrides": self.overrides,
+            "gpu": self.gpu,
+            "warnings": self.warnings,
+            "error_at": self.error_at,
         }
 
     @property

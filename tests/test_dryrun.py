@@ -140,7 +140,8 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     assert without_env["accepted"] is True
     data = data[:3]
     for d in data:
-        assert set(d) == {"source", "accepted", "error", "resolved", "overrides"}
+        assert set(d) == {"source", "accepted", "error", "resolved", "overrides", "gpu", "warnings", "error_at"}
+        assert isinstance(d["warnings"], list)  # what SGLang logged, as the text output shows it
         for o in d["overrides"]:
             assert set(o) == {"field", "raw", "resolved", "hook"}
     h200, b200, bad = data
@@ -150,6 +151,8 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     assert b200["resolved"]["page_size"] == 64
     assert bad["error"]["type"] == "ValueError" and bad["error"]["hook"] == "speculative_hook.handle_speculative_decoding"
     assert bad["error"]["message"].endswith("window_size=8, block_size=16.")
+    assert (h200["gpu"], b200["gpu"]) == ("H200", "B200") and h200["error_at"] is None
+    assert "speculative_hook.py:" in bad["error_at"]  # the sglang file:line that raised
 
 
 @pytest.mark.sglang
@@ -181,3 +184,16 @@ def test_argv_text_output_shows_silent_overrides(tmp_path):
     assert "mamba strategy no_buffer" in out and "overlap off" in out
 
 
+
+
+@pytest.mark.sglang
+def test_json_keeps_what_sglang_logged_as_warnings():
+    """The text output prints SGLang's warnings; the JSON dropped them. A DDTREE launch without an attention backend
+    is resolved with the payload's DDT115 override, which SGLang logs as a warning."""
+    proc = _run(["dry-run", "--argv", "--gpu", "H200", "--format", "json", "--", "--model-path",
+                 str(MODELS / "qwen3-8b"), "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path",
+                 DRAFT, "--speculative-ddtree-budget", "64"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(proc.stdout)
+    assert result["accepted"] and result["gpu"] == "H200"
+    assert any("[DDT115]" in w for w in result["warnings"]), result["warnings"]
