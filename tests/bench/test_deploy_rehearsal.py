@@ -84,9 +84,8 @@ def test_unpack_deb_writes_files_and_relative_links_inside_the_destination(dg, t
     assert sorted(written) == ["usr/bin/slogin", "usr/sbin/sshd"]
 
 
-@pytest.mark.ssh
-@pytest.mark.sglang
-def test_cpu_rehearsal_runs_every_phase(tmp_path):
+def _rehearse(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """bench/deploy_gpu.py --cpu-rehearsal in tmp_path (skipped without the managed env or sshd); (process, OUT)."""
     from ddtctl import envs
 
     sys.path.insert(0, str(REPO / "tests" / "remote"))
@@ -98,9 +97,16 @@ def test_cpu_rehearsal_runs_every_phase(tmp_path):
     if not find_sshd():
         pytest.skip("sshd not installed (make system-deps)")
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", "--work",
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", *extra, "--work",
                         str(tmp_path / "work"), "--budget-s", "150"], env={**os.environ, "OUT": str(out)},
                        capture_output=True, text=True, timeout=240, cwd=REPO)
+    return p, out
+
+
+@pytest.mark.ssh
+@pytest.mark.sglang
+def test_cpu_rehearsal_runs_every_phase(tmp_path):
+    p, out = _rehearse(tmp_path)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
     res = json.loads((out / "deploy_gpu.json").read_text())
     assert res["ok"] and [ph["status"] for ph in res["phases"]] == ["ok"] * 11
@@ -128,20 +134,7 @@ def test_cpu_rehearsal_of_the_flagship_at_tp_8(tmp_path):
     """Issue #18's device call on the CPU: the seed's DDTREE flags on the 27B-shaped hybrid at tp 8 go through every
     deploy stage (preflight sees 8 stand-in GPUs, SGLang's resolver on the host accepts the launch), then the
     throughput phase times the deployed server against a DFLASH server side by side."""
-    from ddtctl import envs
-
-    sys.path.insert(0, str(REPO / "tests" / "remote"))
-    from sshd import find_sshd
-
-    env = envs.managed_env("0.5.23")
-    if not env.exists or getattr(env, "status", "ready") != "ready":
-        pytest.skip("managed SGLang 0.5.23 env not built (make sglang-env)")
-    if not find_sshd():
-        pytest.skip("sshd not installed (make system-deps)")
-    out = tmp_path / "out"
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", "--flagship-tp", "8",
-                        "--work", str(tmp_path / "work"), "--budget-s", "150"], env={**os.environ, "OUT": str(out)},
-                       capture_output=True, text=True, timeout=240, cwd=REPO)
+    p, out = _rehearse(tmp_path, "--flagship-tp", "8")
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
     res = json.loads((out / "deploy_gpu.json").read_text())
     assert {ph["name"] for ph in res["phases"] if ph["status"] == "ok"} == {

@@ -53,9 +53,10 @@ class Sshd:
         path.write_text(self.known_hosts_line)
         return path
 
-    def session_pids(self) -> list[int]:
-        """PIDs of the per-connection sshd processes (children of the listener)."""
-        pids = []
+    @staticmethod
+    def _parent_of() -> dict[int, int]:
+        """pid -> parent pid of every process in /proc."""
+        out: dict[int, int] = {}
         for d in os.listdir("/proc"):
             if not d.isdigit():
                 continue
@@ -63,22 +64,18 @@ class Sshd:
                 stat = Path(f"/proc/{d}/stat").read_text()
             except OSError:
                 continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if ppid == self.proc.pid:
-                pids.append(int(d))
-        return pids
+            out[int(d)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        return out
+
+    def session_pids(self) -> list[int]:
+        """PIDs of the per-connection sshd processes (children of the listener)."""
+        return [pid for pid, ppid in self._parent_of().items() if ppid == self.proc.pid]
 
     def descendant_pids(self) -> set[int]:
         """PIDs of every process below the listener (per-connection sshd, its privilege-separated children)."""
         children: dict[int, list[int]] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d))
+        for pid, ppid in self._parent_of().items():
+            children.setdefault(ppid, []).append(pid)
         found: set[int] = set()
         todo = [self.proc.pid]
         while todo:
