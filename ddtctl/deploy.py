@@ -758,6 +758,7 @@ def remote_dry_run(conn: Connection, target: Target, release_id: str, spec: Depl
                    *, timeout_s: float = 600) -> "Any":
     """SGLang's own resolver on the host (its python, its model configs) with the release's payload staged as a
     read-only view (installer.py view) first on sys.path. Returns a ddtctl.dryrun.DryRunResult."""
+    from ddtctl.bridge.client import stderr_cause
     from ddtctl.dryrun import DryRunResult, platform_for
 
     wd = conn.work_dir
@@ -789,7 +790,7 @@ def remote_dry_run(conn: Connection, target: Target, release_id: str, spec: Depl
     answer = next((m for m in msgs if m.get("id") == 1), None)
     if not ready or not ready.get("ready") or answer is None:
         why = (ready or {}).get("error") or {}
-        msg = f"{why.get('type')}: {why.get('message')}" if why else (res.stderr.strip().splitlines() or ["?"])[-1]
+        msg = f"{why.get('type')}: {why.get('message')}" if why else stderr_cause(res.stderr)
         return DryRunResult(spec.source, False, {"type": "ResolverStart", "message": msg, "hook": None},
                             argv=argv, setup_error=True)
     return DryRunResult(spec.source, bool(answer.get("accepted")), answer.get("error"), answer.get("resolved") or {},

@@ -16,6 +16,17 @@ from typing import Any, Sequence
 WORKER_SCRIPT = Path(__file__).resolve().parent / "resolver_worker.py"
 
 
+def stderr_cause(stderr: str) -> str:
+    """The line of a dead process's stderr that says why: a C++ abort ends with stack frames, a Python crash with
+    the exception; the last line naming an error or an abort wins over the frames after it."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.strip().startswith("frame #")]
+    for markers in (("what():",), ("Error", "error:", "Exception", "Aborted", "Segmentation fault", "Killed")):
+        for line in reversed(lines):
+            if any(m in line for m in markers):
+                return line
+    return lines[-1] if lines else "no output on stderr"
+
+
 class WorkerError(Exception):
     """The worker could not answer (it crashed, hung, or never started)."""
 

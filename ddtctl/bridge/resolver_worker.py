@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 # The facts each declared GPU generation implies. Keys are sglang.srt.runtime_context platform facts.
 _SM_FLAGS = ("is_sm90", "is_sm100", "is_sm100_or_sm110", "is_sm110", "is_sm120", "is_blackwell")
@@ -98,6 +99,38 @@ def _platform_facts(platform: dict | None) -> dict:
     )
     return facts
 
+
+
+def _import_torchvision(torch: Any) -> None:
+    """Import torchvision the way SGLang will, so a mismatched build cannot break the resolver.
+
+    A torchvision that matches torch (a GPU host's image) registers its own C++ ops: declaring them first from
+    Python makes its library load abort the process. PyPI's torchvision is a CUDA build; beside CPU torch its
+    extension does not load and its import fails with "operator torchvision::nms does not exist". Only then are
+    the op schemas declared and the import retried.
+    """
+    try:
+        import torchvision  # noqa: F401
+        return
+    except ImportError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the mismatched build raises RuntimeError from its meta registrations
+        if "torchvision::" not in str(exc):
+            raise
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    for qualname, schema in (
+        ("torchvision::nms", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"),
+        ("torchvision::qnms", "(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor"),
+    ):
+        try:
+            torch.library.define(qualname, schema)
+        except RuntimeError:  # already declared
+            pass
+    try:
+        import torchvision  # noqa: F401,F811
+    except ImportError:
+        pass
 
 class _Probes:
     """Stubs for the direct device queries a few hooks make (torch.cuda.get_device_capability, the lru-cached
@@ -270,16 +303,7 @@ class Worker:
         os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
         import torch
 
-        # PyPI's torchvision is a CUDA build; beside CPU torch its import fails with
-        # "operator torchvision::nms does not exist". Declaring the op schemas first lets it import.
-        for qualname, schema in (
-            ("torchvision::nms", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"),
-            ("torchvision::qnms", "(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor"),
-        ):
-            try:
-                torch.library.define(qualname, schema)
-            except Exception:  # already defined (a matching torchvision build is installed)
-                pass
+        _import_torchvision(torch)
 
         # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points of
         # group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op otherwise.
