@@ -161,7 +161,7 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
 }
 # Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
-# Rules derived from SGLang's raise sites (ddtctl/rules/hooks.py); every pair is also resolved by SGLang in
+# Rules derived from SGLang's raise sites (ddtctl/rules/hooks/); every pair is also resolved by SGLang in
 # tests/fidelity/test_fuzz.py::test_hook_rule_cases_agree_with_sglang.
 MLA = ["--model-path", M["deepseek-v3-nextn"]]
 MOE = ["--model-path", M["qwen3-30b-a3b"]]
