@@ -25,6 +25,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, TypeVar
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
 
@@ -108,9 +109,15 @@ def _referenced(node: ast.AST) -> set[str]:
 
 def reachable(root: Path) -> list[tuple[str, ast.AST]]:
     index = _functions(root)
+    return _closure(index, _roots(index))
+
+
+def _closure(index: dict[str, list[tuple[str, ast.AST]]],
+             roots: list[tuple[str, ast.AST]]) -> list[tuple[str, ast.AST]]:
+    """The functions reachable from `roots` by calls and references by name within `index`."""
     seen: set[int] = set()
     order = []
-    stack = _roots(index)
+    stack = list(roots)
     while stack:
         rel, node = stack.pop()
         if id(node) in seen:
@@ -124,13 +131,30 @@ def reachable(root: Path) -> list[tuple[str, ast.AST]]:
     return order
 
 
+def _nodes_of(fn: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `fn` except nested def / lambda nodes, which are functions of their own (reached by name).
+    Their bodies are still walked as part of `fn`: callers keep one site per (file, line)."""
+    for node in ast.walk(fn):
+        if node is fn or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield node
+
+
+SiteT = TypeVar("SiteT", "Site", "OverrideSite")
+
+
+def _one_per_line(found: list[SiteT]) -> list[SiteT]:
+    """One site per (file, line), the first found, sorted by file and line."""
+    unique: dict[tuple[str, int], SiteT] = {}
+    for site in found:
+        unique.setdefault((site.file, site.line), site)
+    return sorted(unique.values(), key=lambda s: (s.file, s.line))
+
+
 def sites(root: Path | None = None) -> list[Site]:
     root = root or default_root()
     out: list[Site] = []
     for rel, fn in reachable(root):
-        for node in ast.walk(fn):
-            if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue  # nested defs are functions of their own (reached by name)
+        for node in _nodes_of(fn):
             if isinstance(node, ast.Raise) and node.exc is not None:
                 out.append(Site(rel, node.lineno, fn.name, "raise", _message(node.exc)))
             elif isinstance(node, ast.Assert):
@@ -138,25 +162,22 @@ def sites(root: Path | None = None) -> list[Site]:
                 out.append(Site(rel, node.lineno, fn.name, "assert", msg))
             elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "os._exit", "exit"):
                 out.append(Site(rel, node.lineno, fn.name, "exit", _message(node)))
-    # nested functions are walked twice (as part of their parent too): keep one per (file, line)
-    unique = {}
-    for s in out:
-        unique.setdefault((s.file, s.line), s)
-    return sorted(unique.values(), key=lambda s: (s.file, s.line))
+    return _one_per_line(out)
+
+
+def _entries(path: Path, section: str) -> list[dict]:
+    import yaml
+
+    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(section) or [])
 
 
 def load_mapping(path: Path = MAPPING) -> list[dict]:
-    import yaml
-
-    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("sites") or [])
+    return _entries(path, "sites")
 
 
-def classify(all_sites: list[Site], mapping: list[dict]) -> list[tuple[Site, dict | None]]:
-    out = []
-    for s in all_sites:
-        entry = next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)
-        out.append((s, entry))
-    return out
+def classify(all_sites: list[SiteT], mapping: list[dict]) -> list[tuple[SiteT, dict | None]]:
+    """Each site with the first mapping entry whose `match` glob matches its key (None: unmapped)."""
+    return [(s, next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)) for s in all_sites]
 
 
 def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, limit: int = 60) -> str:
@@ -223,27 +244,12 @@ def override_sites(root: Path | None = None) -> list[OverrideSite]:
     functions reachable from the same roots as the raise sites."""
     root = root or default_root()
     index = _functions(root)
-    seen: set[int] = set()
-    order = []
-    stack = _override_roots(index)
-    while stack:
-        rel, node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        order.append((rel, node))
-        for name in _referenced(node):
-            for target in index.get(name, ()):
-                if id(target[1]) not in seen:
-                    stack.append(target)
     out: list[OverrideSite] = []
-    for rel, fn in order:
+    for rel, fn in _closure(index, _override_roots(index)):
         decorators = [ast.unparse(d) for d in fn.decorator_list]
         returns = "post_process" if any("register_post_process" in d for d in decorators) else \
             "model_override" if any("_register_for" in d for d in decorators) else None
-        for node in ast.walk(fn):
-            if node is not fn and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
+        for node in _nodes_of(fn):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("declare_resolution"):
                 fields = tuple(sorted(k.arg or "**" for k in node.keywords))
                 out.append(OverrideSite(rel, node.lineno, fn.name, "declare", fields))
@@ -254,20 +260,14 @@ def override_sites(root: Path | None = None) -> list[OverrideSite]:
                     isinstance(node.targets[0], ast.Subscript) and isinstance(node.targets[0].slice, ast.Constant) \
                     and isinstance(node.targets[0].slice.value, str):
                 out.append(OverrideSite(rel, node.lineno, fn.name, returns, (node.targets[0].slice.value,)))
-    unique = {}
-    for site in out:
-        unique.setdefault((site.file, site.line), site)
-    return sorted(unique.values(), key=lambda s: (s.file, s.line))
+    return _one_per_line(out)
 
 
 def load_override_mapping(path: Path = OVERRIDE_MAPPING) -> list[dict]:
-    import yaml
-
-    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("overrides") or [])
+    return _entries(path, "overrides")
 
 
-def classify_overrides(all_sites: list[OverrideSite], mapping: list[dict]) -> list[tuple[OverrideSite, dict | None]]:
-    return [(s, next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)) for s in all_sites]
+classify_overrides = classify  # the same first-match rule over override sites
 
 
 def override_table(rows: list[tuple[OverrideSite, dict | None]], *, limit: int = 60) -> str:

@@ -1,8 +1,13 @@
-"""DDTREE rules: thin adapters over `ddtree_core`, the one source of truth shared with the SGLang payload."""
+"""DDTREE rules. DDT101-DDT115 are small checks over `ddtree_core`, the one source of truth shared with the SGLang
+payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check here gives a
+rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix included. DDT120
+(the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own, stricter than SGLang.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import (
@@ -10,108 +15,158 @@ from ddtctl.rules.engine import (
     FACT_MODEL,
     FACT_MODEL_CONFIG,
     INFO,
-    RULES,
     WARNING,
     Context,
     Hit,
-    Rule,
     rule,
 )
 
 REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
-
-_DOCS = {
-    "DDT101": ("DDTREE needs a DFlash drafter", "DDTree builds its tree from one DFlash block-diffusion pass: "
-               "`--speculative-draft-model-path` must name a DFlash draft model."),
-    "DDT102": ("DDTREE block size is positive", "`--speculative-dflash-block-size` must be > 0."),
-    "DDT103": ("DDTREE draft tokens equal the block size", "As for DFLASH, `--speculative-num-draft-tokens` must equal "
-               "the block size (it is derived from it when unset)."),
-    "DDT104": ("DDTREE budget is at least 1", "`--speculative-ddtree-budget` B is the number of draft-tree nodes "
-               "verified per step, root excluded; the verify width is B+1."),
-    "DDT105": ("DDTREE topk cap is at least 1", "`--speculative-ddtree-topk-cap` caps the candidates per depth."),
-    "DDT106": ("DDTREE budget is bounded", f"Budgets above {ddtree_core.MAX_VERIFY_BUDGET} make each verify pass "
-               "too wide for one target forward; the paper's best budgets are 256-512."),
-    "DDT107": ("DDTREE budget can be filled by the drafter", "A drafter of block size S proposes S-1 depths with at "
-               "most K = min(topk cap, vocab) candidates each; a budget above the full tree's node count cannot be "
-               "filled."),
-    "DDT108": ("DDTREE runs with pipeline parallel size 1", "Like DFLASH, DDTREE supports only `pp_size == 1`."),
-    "DDT109": ("DDTREE does not support constrained decoding", "A grammar mask is per position of one sequence; "
-               "tree branches share positions, so `--grammar-backend` must be unset or none."),
-    "DDT111": ("DDTREE on a hybrid model needs extra-buffer mamba caching", "On hybrid Mamba/GDN targets, tree "
-               "verification keeps recurrent-state snapshots per draft node: `--mamba-radix-cache-strategy "
-               "extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required. One finding names "
-               "every missing flag."),
-    "DDT112": ("DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
-               "Two ways to verify a DDTree on a hybrid (Mamba / Gated-DeltaNet) target; they cannot both be set.\n\n"
-               "`--speculative-ddtree-shadow-linear` (and the default on hybrid targets when neither flag is given): "
-               "exact trees. The recurrent (linear-attention) layers give every tree node the state of its own "
-               "root-to-node path: parent-indexed conv windows and SSM states, through SGLang's own EAGLE "
-               "tree kernels (topk > 1) for Gated-DeltaNet. The tree verifies exactly as the target would decode "
-               "each branch; the accepted node's state is committed. Cost: per-verify-token recurrent scratch "
-               "(DDT114).\n\n"
-               "`--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling "
-               "branches share recurrent state and outputs may differ from the target's greedy output. A test / "
-               "negative-control mode (DDT113 warns).\n\n"
-               "On a model without recurrent layers both flags have no effect; together they are still a "
-               "contradiction and rejected."),
-    "DDT113": ("DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
-               "`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the "
-               "chain kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ "
-               "from the target's greedy output. Valid (SGLang with the payload logs the same warning), but meant "
-               "for tests and negative controls; exact trees are the default on hybrid targets."),
-    "DDT115": ("DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
-               "The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on "
-               "SGLang's triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` "
-               "and `--decode-attention-backend` is given, SGLang with the DDTREE payload declares "
-               "`attention_backend=triton` in its resolution (logged, and listed by `ddtctl dry-run`), before SGLang "
-               "would pick the GPU's default (fa3 on Hopper, flashinfer / trtllm_mha on Blackwell). An info finding; "
-               "an explicit other backend is DDT120's warning instead."),
-}
-# Rules of the core that are not errors (the engine reports their hits with this severity).
-_SEVERITY = {"DDT113": WARNING, "DDT115": INFO}
-# Rules of the core that need the model's facts (hybrid or not) to run.
-_NEEDS_MODEL = ("DDT111", "DDT113")
 
 
 def _is_ddtree(ctx: Context) -> bool:
     return ctx.algorithm == "DDTREE"
 
 
-def _run_core(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
-    """The core's verdict for this context, computed once and shared by the DDT1xx rules."""
-    cached = getattr(ctx, "_ddtree_violations", None)
+def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
+    """The core's verdict for this context, computed once and shared by the DDT1xx checks."""
+    cached = ctx.memo.get("ddtree_violations")
     if cached is None:
-        cached = _core_violations(ctx)
-        ctx._ddtree_violations = cached  # type: ignore[attr-defined]
+        flags = dict(ctx.given)
+        flags["speculative_algorithm"] = "DDTREE"
+        model = {"architecture": ctx.model.architecture if ctx.model else None, "is_hybrid": ctx.is_hybrid,
+                 "vocab_size": (ctx.draft.vocab_size if ctx.draft and ctx.draft.vocab_size else
+                                ctx.model.vocab_size if ctx.model else None),
+                 "draft_block_size": ctx.draft.block_size if ctx.draft else None}
+        cached = ctx.memo["ddtree_violations"] = ddtree_core.ddtree_violations(flags, model)
     return cached
 
 
-def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
-    flags = dict(ctx.given)
-    flags["speculative_algorithm"] = "DDTREE"
-    model = {"architecture": ctx.model.architecture if ctx.model else None, "is_hybrid": ctx.is_hybrid,
-             "vocab_size": (ctx.draft.vocab_size if ctx.draft and ctx.draft.vocab_size else
-                            ctx.model.vocab_size if ctx.model else None),
-             "draft_block_size": ctx.draft.block_size if ctx.draft else None}
-    return ddtree_core.ddtree_violations(flags, model)
+def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
+    """The core's violations of `rule_id` as hits: its message, fix, edits and severity, about its first flag."""
+    for v in _core_violations(ctx):
+        if v.rule_id == rule_id:
+            yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits,
+                      severity=v.severity)
 
 
-def _make(rule_id: str) -> Rule:
-    title, doc = _DOCS[rule_id]
-    needs = (FACT_MODEL,) if rule_id in _NEEDS_MODEL else ()
-
-    def check(ctx: Context):
-        for v in _run_core(ctx):
-            if v.rule_id == rule_id:
-                yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits,
-                          severity=v.severity)
-
-    return Rule(id=rule_id, title=title, severity=_SEVERITY.get(rule_id, ERROR), reads=(), check=check, needs=needs,
-                applies=_is_ddtree, reference=REFERENCE, doc=doc, sglang_enforces=True)
+def _core_rule(rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR,
+               needs: tuple[str, ...] = ()) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
+    """Register a DDTREE rule decided by `ddtree_core` (the decorated function's docstring is its doc)."""
+    return rule(rule_id, title, severity=severity, reads=reads, needs=needs, applies=_is_ddtree,
+                reference=REFERENCE)
 
 
-for _id in _DOCS:
-    RULES[_id] = _make(_id)
+@_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
+def ddtree_drafter(ctx: Context) -> Iterator[Hit]:
+    """DDTree builds its tree from one DFlash block-diffusion pass: `--speculative-draft-model-path` must name a
+    DFlash draft model."""
+    return _core_hits(ctx, "DDT101")
+
+
+@_core_rule("DDT102", "DDTREE block size is positive", reads=("speculative_dflash_block_size",))
+def ddtree_block_size(ctx: Context) -> Iterator[Hit]:
+    """`--speculative-dflash-block-size` must be > 0."""
+    return _core_hits(ctx, "DDT102")
+
+
+@_core_rule("DDT103", "DDTREE draft tokens equal the block size",
+            reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"))
+def ddtree_draft_tokens(ctx: Context) -> Iterator[Hit]:
+    """As for DFLASH, `--speculative-num-draft-tokens` must equal the block size (it is derived from it when
+    unset)."""
+    return _core_hits(ctx, "DDT103")
+
+
+@_core_rule("DDT104", "DDTREE budget is at least 1", reads=("speculative_ddtree_budget",))
+def ddtree_budget_positive(ctx: Context) -> Iterator[Hit]:
+    """`--speculative-ddtree-budget` B is the number of draft-tree nodes verified per step, root excluded; the verify
+    width is B+1."""
+    return _core_hits(ctx, "DDT104")
+
+
+@_core_rule("DDT105", "DDTREE topk cap is at least 1", reads=("speculative_ddtree_topk_cap",))
+def ddtree_topk_cap(ctx: Context) -> Iterator[Hit]:
+    """`--speculative-ddtree-topk-cap` caps the candidates per depth."""
+    return _core_hits(ctx, "DDT105")
+
+
+@_core_rule("DDT106", "DDTREE budget is bounded", reads=("speculative_ddtree_budget",))
+def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
+    """Budgets above 4096 (ddtree_core.MAX_VERIFY_BUDGET) make each verify pass too wide for one target forward; the
+    paper's best budgets are 256-512."""
+    return _core_hits(ctx, "DDT106")
+
+
+@_core_rule("DDT107", "DDTREE budget can be filled by the drafter",
+            reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size"))
+def ddtree_budget_fillable(ctx: Context) -> Iterator[Hit]:
+    """A drafter of block size S proposes S-1 depths with at most K = min(topk cap, vocab) candidates each; a budget
+    above the full tree's node count cannot be filled."""
+    return _core_hits(ctx, "DDT107")
+
+
+@_core_rule("DDT108", "DDTREE runs with pipeline parallel size 1", reads=("pp_size",))
+def ddtree_pp(ctx: Context) -> Iterator[Hit]:
+    """Like DFLASH, DDTREE supports only `pp_size == 1`."""
+    return _core_hits(ctx, "DDT108")
+
+
+@_core_rule("DDT109", "DDTREE does not support constrained decoding", reads=("grammar_backend",))
+def ddtree_grammar(ctx: Context) -> Iterator[Hit]:
+    """A grammar mask is per position of one sequence; tree branches share positions, so `--grammar-backend` must be
+    unset or none."""
+    return _core_hits(ctx, "DDT109")
+
+
+@_core_rule("DDT111", "DDTREE on a hybrid model needs extra-buffer mamba caching",
+            reads=("mamba_radix_cache_strategy", "mamba_full_memory_ratio"), needs=(FACT_MODEL,))
+def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
+    """On hybrid Mamba/GDN targets, tree verification keeps recurrent-state snapshots per draft node:
+    `--mamba-radix-cache-strategy extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required.
+    One finding names every missing flag."""
+    return _core_hits(ctx, "DDT111")
+
+
+@_core_rule("DDT112", "DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
+            reads=("speculative_ddtree_allow_hybrid_unsafe", "speculative_ddtree_shadow_linear"))
+def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
+    """Two ways to verify a DDTree on a hybrid (Mamba / Gated-DeltaNet) target; they cannot both be set.
+
+    `--speculative-ddtree-shadow-linear` (and the default on hybrid targets when neither flag is given): exact trees.
+    The recurrent (linear-attention) layers give every tree node the state of its own root-to-node path:
+    parent-indexed conv windows and SSM states, through SGLang's own EAGLE tree kernels (topk > 1) for
+    Gated-DeltaNet. The tree verifies exactly as the target would decode each branch; the accepted node's state is
+    committed. Cost: per-verify-token recurrent scratch (DDT114).
+
+    `--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling branches share
+    recurrent state and outputs may differ from the target's greedy output. A test / negative-control mode (DDT113
+    warns).
+
+    On a model without recurrent layers both flags have no effect; together they are still a contradiction and
+    rejected."""
+    return _core_hits(ctx, "DDT112")
+
+
+@_core_rule("DDT113", "DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
+            reads=("speculative_ddtree_allow_hybrid_unsafe",), severity=WARNING, needs=(FACT_MODEL,))
+def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
+    """`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the chain
+    kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ from the target's
+    greedy output. Valid (SGLang with the payload logs the same warning), but meant for tests and negative controls;
+    exact trees are the default on hybrid targets."""
+    return _core_hits(ctx, "DDT113")
+
+
+@_core_rule("DDT115", "DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
+            reads=("attention_backend",), severity=INFO)
+def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
+    """The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on SGLang's
+    triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` and
+    `--decode-attention-backend` is given, SGLang with the DDTREE payload declares `attention_backend=triton` in its
+    resolution (logged, and listed by `ddtctl dry-run`), before SGLang would pick the GPU's default (fa3 on Hopper,
+    flashinfer / trtllm_mha on Blackwell). An info finding; an explicit other backend is DDT120's warning instead."""
+    return _core_hits(ctx, "DDT115")
 
 
 @rule("DDT120", "the bundled DDTREE worker can serve this launch", severity=WARNING,

@@ -68,6 +68,8 @@ class Context:
     gpu: GpuSpec | None = None
     gpu_count: int | None = None
     anchor_line: int | None = None  # where findings about absent flags point (the algorithm / `server:` line)
+    # verdicts derived from this context that several rules share, computed once (e.g. the DDTREE core's)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, dest: str, default: Any = None) -> Any:
         if dest in self.given and self.given[dest] is not None:

@@ -81,7 +81,7 @@ def pipeline(ctx: Context):
 @rule("DDT606", "chunked prefill size is a multiple of the page size", reads=("chunked_prefill_size", "page_size"),
       applies=lambda ctx: ctx.is_set("chunked_prefill_size"),
       reference=f"{VALIDATION}:240-246 check_server_args (assert); the page size as resolved "
-                "(ddtctl/rules/hooks.py resolve)")
+                "(ddtctl/rules/hooks/resolution.py resolve)")
 def chunked_page(ctx: Context):
     """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes. The
     page size is SGLang's resolved one: attention backends snap it (trtllm_mha / trtllm_mla to 64, fa4 on SM100 to

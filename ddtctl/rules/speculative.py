@@ -339,7 +339,7 @@ MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "Deepsee
 
 def effective_attention(ctx: Context) -> tuple[str | None, int]:
     """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
-    (ddtctl/rules/hooks.py resolved_attention / resolved_page)."""
+    (ddtctl/rules/hooks/resolution.py resolved_attention / resolved_page)."""
     from ddtctl.rules.hooks import resolved_attention, resolved_page
 
     backend = resolved_attention(ctx)

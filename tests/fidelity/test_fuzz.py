@@ -68,7 +68,7 @@ def test_fixed_seed_sample_agrees_with_sglang(sample, capsys):
 
 @pytest.mark.sglang
 def test_hook_rule_cases_agree_with_sglang(client):
-    """Each rule of ddtctl/rules/hooks.py: its failing case is rejected by SGLang and its passing case accepted; the
+    """Each rule of ddtctl/rules/hooks/: its failing case is rejected by SGLang and its passing case accepted; the
     same for the extra pairs (HOOK_EXTRA) of rules whose verdict depends on what SGLang resolves."""
     import sys
 
@@ -95,7 +95,7 @@ def test_hook_rule_cases_agree_with_sglang(client):
 
 @pytest.mark.sglang
 def test_resolution_model_matches_sglang(sample):
-    """ddtctl/rules/hooks.py `resolve` (the attention backends and page size SGLang's pipeline settles on, which many
+    """ddtctl/rules/hooks/resolution.py `resolve` (the attention backends and page size SGLang's pipeline settles on, which many
     rules read) gives SGLang's own resolved values on every accepted launch of the sample."""
     from ddtctl.rules import hooks
     from ddtctl.rules.engine import Context

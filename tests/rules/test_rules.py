@@ -161,7 +161,7 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
 }
 # Rules reported when the profile names the hardware (validate_argv has no hardware.count): tested via profiles.
-# Rules derived from SGLang's raise sites (ddtctl/rules/hooks.py); every pair is also resolved by SGLang in
+# Rules derived from SGLang's raise sites (ddtctl/rules/hooks/); every pair is also resolved by SGLang in
 # tests/fidelity/test_fuzz.py::test_hook_rule_cases_agree_with_sglang.
 MLA = ["--model-path", M["deepseek-v3-nextn"]]
 MOE = ["--model-path", M["qwen3-30b-a3b"]]
@@ -391,3 +391,46 @@ def test_hook_extra_cases(index):
     rule_id, bad, good, gpu = HOOK_EXTRA[index]
     assert rule_id in _rules_of(bad, gpu)
     assert rule_id not in _rules_of(good, gpu)
+
+
+def _core_violation_sites() -> dict[str, tuple[str, ...]]:
+    """rule id -> the reads of each DdtreeViolation(...) the DDTREE core (ddtctl/rules/ddtree_core.py) can return."""
+    import ast
+
+    from ddtctl.rules import ddtree_core
+
+    tree = ast.parse(Path(ddtree_core.__file__).read_text(encoding="utf-8"))
+    out: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "DdtreeViolation":
+            reads = next(ast.literal_eval(k.value) for k in node.keywords if k.arg == "reads")
+            out[ast.literal_eval(node.args[0])] = reads
+    return out
+
+
+def test_every_ddtree_core_violation_is_a_registered_rule_reading_its_flags():
+    """A violation id of the shared core without its own check here would never reach a finding; each check declares
+    the flags the core reads for it (so `ddtctl explain` and `ddtctl rules` show them)."""
+    from ddtctl.rules.engine import RULES
+
+    all_rules()
+    sites = _core_violation_sites()
+    assert len(sites) >= 13  # the walk found the core's violations at all
+    for rule_id, reads in sites.items():
+        r = RULES.get(rule_id)
+        assert r is not None, f"{rule_id} is returned by ddtree_core but registered by no rule"
+        assert r.reads == reads and r.title and r.doc and "ddtree_core.py" in r.reference, rule_id
+
+
+def test_ddtree_findings_carry_the_core_verdict_verbatim():
+    from ddtctl.rules import ddtree_core
+
+    argv = DDTREE + ["--pp-size", "2", "--grammar-backend", "xgrammar"]
+    by_rule = {f.rule: f for f in validate_argv(argv, gpu="H200").findings}
+    flags = {"speculative_algorithm": "DDTREE", "speculative_draft_model_path": "d", "pp_size": 2,
+             "grammar_backend": "xgrammar", "attention_backend": "triton"}
+    violations = ddtree_core.ddtree_violations(flags, {})
+    assert {v.rule_id for v in violations} == {"DDT108", "DDT109"}
+    for v in violations:
+        assert (by_rule[v.rule_id].message, by_rule[v.rule_id].fix) == (v.message, v.fix)
+        assert by_rule[v.rule_id].severity == v.severity

@@ -1,0 +1,122 @@
+"""Finding and reading hosts.yaml (a size cap, duplicate keys refused), and looking a host up by name."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from ddtctl.errors import UsageError
+from ddtctl.remote.inventory.host import DEFAULT_INVENTORY, Host, Inventory
+from ddtctl.remote.inventory.resolve import make_host
+from ddtctl.remote.inventory.ssh_config import _ssh_config_lookup
+
+MAX_INVENTORY_BYTES = 1024 * 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_key_loader():
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        """SafeLoader that refuses a key given twice in one mapping (issue #14: a second `hosts: {gpu1: ...}`
+        silently replaced the first)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    break
+                if first is not None:
+                    what = "host" if self._under_hosts(node) else "key"
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate {what} {key!r} (first at line {first.start_mark.line + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)
+
+        def _under_hosts(self, node) -> bool:
+            root = getattr(self, "_root", None)
+            if root is None:
+                return False
+            for k, v in root.value:
+                if v is node and getattr(k, "value", None) == "hosts":
+                    return True
+            return False
+
+        def construct_document(self, node):
+            self._root = node if isinstance(node, yaml.MappingNode) else None
+            return super().construct_document(node)
+
+    return UniqueKeyLoader
+
+
+def find_inventory(start: Path | None = None) -> tuple[Path | None, list[Path]]:
+    """hosts.yaml in the current directory or the nearest parent that has one (as git finds .git), and the paths
+    looked at."""
+    here = (start or Path.cwd()).resolve()
+    searched = []
+    for d in (here, *here.parents):
+        candidate = d / DEFAULT_INVENTORY
+        searched.append(candidate)
+        if candidate.is_file():
+            return candidate, searched
+    return None, searched
+
+
+def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | None = None) -> Inventory:
+    """Read hosts.yaml: --inventory, else $DDTCTL_INVENTORY, else ./hosts.yaml or the nearest parent directory's.
+    None found without an explicit path -> an empty inventory (ssh-config aliases still work)."""
+    import yaml
+
+    explicit = path is not None or bool(os.environ.get("DDTCTL_INVENTORY"))
+    if explicit:
+        p = Path(path or os.environ.get("DDTCTL_INVENTORY") or DEFAULT_INVENTORY).expanduser()
+        if not p.exists():
+            raise UsageError("inventory file not found", where=str(p),
+                             fix="create it from hosts.example.yaml or pass --inventory PATH")
+    else:
+        found, searched = find_inventory()
+        if found is None:
+            return Inventory(path=None, hosts={}, searched=[str(x) for x in searched])
+        p = found
+    from ddtctl.safeio import read_regular
+
+    raw = read_regular(p, MAX_INVENTORY_BYTES, what="inventory")  # a FIFO or /dev/zero is refused, never read
+    try:
+        data = yaml.load(raw.decode("utf-8"), Loader=_unique_key_loader()) or {}
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8", where=str(p), fix="save the file as UTF-8") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise UsageError(f"invalid YAML: {getattr(err, 'problem', err)}", where=where) from None
+    except (RecursionError, ValueError) as err:  # absurd nesting, a 5000-digit number
+        raise UsageError(f"cannot read: {type(err).__name__}: {str(err)[:100]}", where=str(p)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        raise UsageError("inventory must be a mapping with a `hosts:` mapping", where=str(p))
+    defaults = data.get("defaults") or {}
+    ssh_cfg = ssh_config or data.get("ssh_config")
+    if data.get("known_hosts") and "known_hosts" not in defaults:
+        defaults = {**defaults, "known_hosts": data["known_hosts"]}
+    hosts = {}
+    for name, entry in (data.get("hosts") or {}).items():
+        if entry is not None and not isinstance(entry, dict):
+            raise UsageError(f"host {name!r} must be a mapping", where=str(p))
+        hosts[str(name)] = make_host(str(name), entry or {}, defaults=defaults, ssh_config=ssh_cfg, where=str(p))
+    return Inventory(path=p, hosts=hosts)
+
+
+def resolve_host(name: str, inventory: Inventory, *, ssh_config: str | None = None) -> Host:
+    """A host from the inventory, or (when absent there) an alias from ~/.ssh/config."""
+    if name in inventory.hosts:
+        return inventory.hosts[name]
+    sshc = _ssh_config_lookup(name, ssh_config)
+    if sshc and sshc.get("hostname") and (sshc["hostname"] != name or len(sshc) > 1):
+        return make_host(name, {}, ssh_config=ssh_config)
+    return inventory.get(name)  # raises with suggestions

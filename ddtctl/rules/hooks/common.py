@@ -1,0 +1,34 @@
+"""Small helpers every hook module reads: the reference prefix, attention-DP groups, MLA, speculation."""
+
+from __future__ import annotations
+
+from ddtctl.rules.engine import Context
+
+AG = "sglang 0.5.23 srt/arg_groups/"
+
+
+# Architectures whose attention is MLA (model_config.py use_mla_backend).
+MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM",
+                     "KimiK2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM")
+
+
+def _nonpositive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0
+
+
+def attn_dp_size(ctx: Context) -> int:
+    """Attention-DP groups as SGLang resolves them: `--dp-size N --enable-dp-attention` becomes `--attn-dp-size N`
+    (parallel_hook.py:49-61 _handle_deprecated_dp_attention)."""
+    attn = ctx.get("attn_dp_size", 1) or 1
+    if attn == 1 and ctx.get("enable_dp_attention"):
+        attn = ctx.get("dp_size", 1) or 1
+    return attn
+
+
+def is_mla(ctx: Context) -> bool:
+    return ctx.model is not None and ctx.model.architecture in MLA_ARCHITECTURES
+
+
+def _speculative(ctx: Context) -> bool:
+    """The algorithm SGLang keeps (aux hidden-state capture resets it: validation_hook.py:693-703)."""
+    return ctx.algorithm is not None
