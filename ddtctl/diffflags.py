@@ -137,6 +137,14 @@ def _live(cat: Catalog, name: str) -> FlagSpec | None:
     return cat.get_option(name)
 
 
+def _known(cat: Catalog, name: str) -> FlagSpec:
+    """The flag `name` that an earlier step found in `cat`: a miss here is a bug, not a user error."""
+    spec = cat.get(name)
+    if spec is None:
+        raise LookupError(f"--{name} is not in the sglang {cat.version} catalog")
+    return spec
+
+
 def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Catalog) -> tuple[str, list[str]] | None:
     """Follow sglang's deprecated-alias declarations (in any catalog of the span) from `old` to a live flag of
     `target`. Declarations are read both ways, so a downgrade maps the new name back to the old one."""
@@ -249,7 +257,7 @@ def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catal
     for spec in only_a:
         hit = _alias_target(span, spec.name, b)
         if hit is not None:
-            add_rename(spec, b.get(hit[0]), "declared", hit[1])
+            add_rename(spec, _known(b, hit[0]), "declared", hit[1])
             continue
         pending.append(spec)
     still: list[FlagSpec] = []
@@ -274,7 +282,7 @@ def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catal
     for score, old_name, new_name, notes in candidates:
         if old_name in renamed_old or new_name in matched_new:
             continue
-        add_rename(a.get(old_name), b.get(new_name), "similar", notes, score=score)
+        add_rename(_known(a, old_name), _known(b, new_name), "similar", notes, score=score)
 
     for spec in only_a:
         if spec.name in renamed_old:

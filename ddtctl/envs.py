@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import cache_root
@@ -201,9 +201,9 @@ class _Lock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fh = None
+        self.fh: TextIO | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _Lock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +211,11 @@ class _Lock:
         fcntl.flock(self.fh, fcntl.LOCK_EX)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         import fcntl
 
+        if self.fh is None:  # never entered
+            return
         fcntl.flock(self.fh, fcntl.LOCK_UN)
         self.fh.close()
 

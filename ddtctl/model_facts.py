@@ -132,14 +132,19 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _sub_dict(config: dict[str, Any], key: str) -> dict[str, Any]:
+    value = config.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def facts_from_config(config: dict[str, Any], source: str = "config.json") -> ModelFacts:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    text = _sub_dict(config, "text_config")
 
     def pick(key: str) -> Any:
         return config.get(key) if config.get(key) is not None else text.get(key)
 
     archs = config.get("architectures") or []
-    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    dflash = _sub_dict(config, "dflash_config")
     block = _int(config.get("block_size")) or _int(dflash.get("block_size"))
     layer_types = pick("layer_types")
     ssm_dtype = text.get("mamba_ssm_dtype") or config.get("mamba_ssm_dtype")  # SGLang reads text_config first

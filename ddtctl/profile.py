@@ -23,8 +23,9 @@ MAX_PROFILE_BYTES = 1024 * 1024
 MAX_NESTING = 32  # profiles nest 3-4 levels; deeper input is refused before Python's recursion limit is near
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
+_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
 try:  # libyaml when present: 5-10x faster
-    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
+    _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
@@ -192,8 +193,9 @@ def _refuse_aliases(text: str, source: str) -> None:
     """Anchors and aliases are how YAML bombs expand; profiles never need them."""
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else "?"  # the parser marks every event
             raise ProfileError("YAML anchors/aliases (&, *) are not allowed in profiles",
-                               where=f"{source}:{event.start_mark.line + 1}", fix="write the values out")
+                               where=f"{source}:{line}", fix="write the values out")
 
 
 def parse_profile_text(text: str, source: str) -> ProfileDocument:
@@ -262,7 +264,9 @@ def _suggest_top_level(loc: str) -> str:
     import difflib
 
     parent, _, key = loc.rpartition(".")
-    fields = {"": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}.get(parent)
+    sections: dict[str, type[BaseModel]] = {
+        "": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}
+    fields = sections.get(parent)
     if fields is None and parent.startswith("ignore."):
         fields = IgnoreEntry
     if fields is None:

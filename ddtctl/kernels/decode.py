@@ -15,6 +15,7 @@ bonus token are committed. With position-keyed noise, sampling too is reproduced
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -26,11 +27,16 @@ def tiny_llama(vocab: int = 96, seed: int = 0, device: str = "cpu", layers: int 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      initializer_range=0.3, attn_implementation="eager")
+    # attn_implementation is a PretrainedConfig keyword that LlamaConfig's signature does not declare
+    settings: dict[str, Any] = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.3,
+        attn_implementation="eager")
+    cfg = LlamaConfig(**settings)
     torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg).to(device=device, dtype=torch.float64).eval()
+    # typed as nn.Module: transformers wraps `to` with functools.wraps, which mypy cannot bind to self
+    model = cast(torch.nn.Module, LlamaForCausalLM(cfg))
+    return model.to(device=device, dtype=torch.float64).eval()
 
 
 def hf_target(model):

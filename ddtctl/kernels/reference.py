@@ -132,7 +132,7 @@ def build(lp: np.ndarray, ids: np.ndarray, budget: int) -> Tree:
     parents = np.full(budget + 1, -1, dtype=np.int32)
     node_score = [np.float32(0.0)]
     # heap entry: (-score, rank tuple, parent node, depth, rank)
-    heap = [(-float(lp[0, 0]), (0,), 0, 1, 0)]
+    heap: list[tuple[float, tuple[int, ...], int, int, int]] = [(-float(lp[0, 0]), (0,), 0, 1, 0)]
     n = 0
     while n < budget:
         neg, rt, parent, d, r = heapq.heappop(heap)
@@ -199,7 +199,7 @@ def compile_tree(tree: Tree, root_token: int, start: int, prefix_len: int) -> Co
     mask[:, prefix_len:] = tree.visibility
     next_token = np.full(b + 1, -1, dtype=np.int64)
     next_sibling = np.full(b + 1, -1, dtype=np.int64)
-    last_child = {}
+    last_child: dict[int, int] = {}
     for i in range(1, b + 1):
         p = int(tree.parents[i])
         if next_token[p] == -1:

@@ -111,16 +111,15 @@ def managed_python(version: str) -> Path:
     try:
         from ddtctl import envs  # the dry-run helper's module
     except ImportError:
-        envs = None
-    if envs is not None:
-        env = envs.managed_env(version)
-        if getattr(env, "exists", False):
-            return Path(env.python)
-        raise EnvironmentMissing(
-            f"the managed SGLang {version} environment does not exist ({getattr(env, 'root', '?')})",
-            fix="create it (`make test` / `ddtctl env create`) or pass --sglang-root and --python",
-        )
-    raise EnvironmentMissing("no managed SGLang environment support in this ddtctl", fix="pass --sglang-root")
+        raise EnvironmentMissing("no managed SGLang environment support in this ddtctl",
+                                 fix="pass --sglang-root") from None
+    env = envs.managed_env(version)
+    if getattr(env, "exists", False):
+        return Path(env.python)
+    raise EnvironmentMissing(
+        f"the managed SGLang {version} environment does not exist ({getattr(env, 'root', '?')})",
+        fix="create it (`make test` / `ddtctl env create`) or pass --sglang-root and --python",
+    )
 
 
 def sglang_version_at(root: Path) -> str | None:
@@ -281,7 +280,9 @@ BUILD_MARKER = ".ddtctl-build"  # in every build dir ddtctl makes: the only kind
 def _legacy_build(path: Path) -> bool:
     """A build dir made before BUILD_MARKER existed: build.json as ddtctl writes it, with payload/ and view/."""
     info = read_build(path)
-    return bool(info) and {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
+    if not info:
+        return False
+    return {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
         (path / "payload").is_dir() and (path / "view").is_dir()
 
 

@@ -38,6 +38,7 @@ import stat
 import sys
 import time
 import uuid
+from typing import Any
 
 FORMAT = 1
 MANIFEST_NAME = "ddtree-manifest.json"
@@ -302,7 +303,7 @@ class State:
         """ops: [{"path": rel, "src": file with the new bytes | None (remove)}], applied in order."""
         txid = uuid.uuid4().hex
         txdir = os.path.join(self.dir, "tx", txid)
-        journal = {
+        journal: dict[str, Any] = {
             "format": FORMAT, "op": op_name, "txid": txid, "phase": "preparing", "started": _now(),
             "sglang_root": self.root,
             "ops": [{"path": o["path"], "existed": os.path.lexists(self.target(o["path"])),
@@ -522,7 +523,8 @@ def cmd_status(state: State, payload_dir: str | None) -> dict:
     if payload_dir:
         manifest = load_payload(payload_dir)
         out["payload"] = {"payload_id": manifest.get("payload_id"), "version": manifest.get("version")}
-        out["up_to_date"] = bool(rec) and rec.get("payload_id") == manifest.get("payload_id") and not out["drift"]
+        same_payload = rec is not None and rec.get("payload_id") == manifest.get("payload_id")
+        out["up_to_date"] = bool(rec) and same_payload and not out["drift"]
     return out
 
 

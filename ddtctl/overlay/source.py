@@ -218,10 +218,10 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
     for p in m.patched:
         m.patch_path(p)  # a patch is the payload's own file: never outside its directory (issue #14)
     seen: set[str] = set()
-    for p in [x.path for x in m.patched] + [x.path for x in m.added]:
-        if p in seen:
-            raise OverlayError(f"{p} is listed twice", where=str(path))
-        seen.add(p)
+    for rel in [x.path for x in m.patched] + [x.path for x in m.added]:
+        if rel in seen:
+            raise OverlayError(f"{rel} is listed twice", where=str(path))
+        seen.add(rel)
     return m
 
 

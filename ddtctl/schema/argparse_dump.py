@@ -213,7 +213,7 @@ def sglang_version() -> str:
 
         return version("sglang")
     except Exception:  # noqa: BLE001 - a source checkout without metadata
-        import sglang  # type: ignore[import-not-found]
+        import sglang
 
         return str(getattr(sglang, "__version__", "unknown"))
 
@@ -226,7 +226,7 @@ def _tolerate_cuda_torchvision() -> None:
     that exact failure happens, so a working torchvision is left alone.
     """
     try:
-        import torchvision  # type: ignore[import-not-found]  # noqa: F401
+        import torchvision  # noqa: F401
         return
     except ImportError:
         return  # not installed: whatever needs it will say so
@@ -235,7 +235,7 @@ def _tolerate_cuda_torchvision() -> None:
             raise
     for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[mod]
-    import torch  # type: ignore[import-not-found]
+    import torch
 
     lib = torch.library.Library("torchvision", "DEF")  # noqa: F841 - kept alive for the process lifetime
     lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
@@ -249,7 +249,7 @@ _KEEP: list[Any] = []
 def build_sglang_parser() -> argparse.ArgumentParser:
     """The parser `sglang serve` builds (prepare_server_args): ArgumentParser + ServerArgs.add_cli_args."""
     _tolerate_cuda_torchvision()
-    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+    from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)

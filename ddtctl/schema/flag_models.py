@@ -69,7 +69,10 @@ def _requirement(bounds: dict[str, Any]) -> str:
     hi = ("<", bounds["lt"]) if "lt" in bounds else ("<=", bounds["le"]) if "le" in bounds else None
     if lo and hi:
         return f"in {'(' if lo[0] == '>' else '['}{lo[1]}, {hi[1]}{')' if hi[0] == '<' else ']'}"
-    op, bound = lo or hi  # type: ignore[misc]
+    side = lo or hi
+    if side is None:  # domain_problem asks only after one of the four bounds was broken
+        raise ValueError(f"no gt/ge/lt/le bound in {bounds}")
+    op, bound = side
     return f"{op} {bound}"
 
 
@@ -104,9 +107,9 @@ def _annotation(spec: FlagSpec) -> Any:
     if spec.converter == "common.human_readable_int":
         base = int | str
     if spec.choices:
-        base = Literal[tuple(spec.choices)]  # type: ignore[misc]
+        base = Literal[tuple(spec.choices)]
     if spec.nargs in ("+", "*") or isinstance(spec.nargs, int):
-        base = list[base]  # type: ignore[valid-type]
+        base = list[base]
     return Optional[base]
 
 
@@ -119,7 +122,7 @@ def typed_flag_model(catalog: Catalog) -> type[BaseModel]:
         default = spec.default if isinstance(spec.default, (int, float, str, bool, type(None))) else None
         fields[spec.dest] = (_annotation(spec), Field(default=default, alias=spec.name, description=spec.help or None,
                                                       **value_range(spec)))
-    return create_model(  # type: ignore[call-overload]
+    return create_model(
         f"SpeculativeFlags_{catalog.version.replace('.', '_')}",
         __config__=ConfigDict(extra="ignore", populate_by_name=True, strict=False),
         **fields,
