@@ -2,10 +2,10 @@
 
 `ddtctl env create` builds it once under `${XDG_CACHE_HOME:-~/.cache}/ddtctl/sglang-<version>/`:
 CPU torch first (so nothing pulls a CUDA build), `sglang==<version> --no-deps`, the pinned set of packages the
-resolver imports (ddtctl/bridge/requirements-sglang-<version>.txt), torchvision without its deps. The build happens
-in a temporary directory next to the target and is renamed into place only after the resolver worker imported
-sglang successfully, so a half-built env is never used. A stamp records the hash of the requirement set: the same
-set is not rebuilt, a changed set is.
+resolver imports (ddtctl/bridge/requirements-sglang-<version>.txt), torchvision without its deps. The build
+happens in a temporary directory next to the target and is renamed into place only after the resolver worker
+imported sglang successfully, so a half-built env is never used. A stamp records the hash of the requirement
+set: the same set is not rebuilt, a changed set is.
 
 Nothing here imports sglang or torch; they only ever run in the env's own interpreter.
 """
@@ -326,12 +326,14 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
             raise EnvironmentMissing(
                 f"a CUDA build of torch ({ver}) was installed into the managed env",
                 where=log.name,
-                fix="make `pip install torch==2.13.0` resolve to the CPU build (e.g. --index-url for CPU wheels)",
+                fix="make `pip install torch==2.13.0` resolve to the CPU build "
+                    "(e.g. --index-url for CPU wheels)",
             )
 
 
 def verify_python(python: Path, *, timeout_s: float = 300.0) -> dict:
-    """Start the resolver worker with `python` and wait for it to import sglang; returns the versions it reports."""
+    """Start the resolver worker with `python` and wait for it to import
+    sglang; returns the versions it reports."""
     from ddtctl.bridge.client import ResolverClient
 
     client = ResolverClient(python, startup_timeout_s=timeout_s)

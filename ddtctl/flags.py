@@ -1,6 +1,8 @@
-"""SGLang flag values: from a profile's `server:` mapping or a raw argv to typed values by dest, and back to argv.
+"""SGLang flag values: from a profile's `server:` mapping or a raw argv
+to typed values by dest, and back to argv.
 
-Typing follows the catalog (the release's real argparse actions), so a value that passes here parses in SGLang.
+Typing follows the catalog (the release's real argparse actions), so a
+value that passes here parses in SGLang.
 """
 
 from __future__ import annotations
@@ -110,8 +112,8 @@ def coerce(spec: FlagSpec, value: Any) -> Any:
 
 
 def _out_of_range(spec: FlagSpec, value: Any) -> str | None:
-    """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without building the
-    typed model; a list is checked item by item."""
+    """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without
+    building the typed model; a list is checked item by item."""
     from ddtctl.schema.flag_models import domain_problem
 
     for item in value if isinstance(value, list) else [value]:

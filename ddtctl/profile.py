@@ -1,7 +1,7 @@
 """Launch profiles: reading YAML safely with line numbers, and the profile model.
 
-A profile describes one SGLang server launch. `server:` holds SGLang flags by name (dashed or underscored); they are
-checked against the flag catalog of the profile's SGLang release by `ddtctl.validate`, not here.
+A profile describes one SGLang server launch. `server:` holds SGLang flags by name (dashed or underscored);
+they are checked against the flag catalog of the profile's SGLang release by `ddtctl.validate`, not here.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class Launch(_Strict):
 
 
 class IgnoreEntry(_Strict):
-    """A finding the profile suppresses on purpose: `{rule: DDT114, reason: "why"}` (`ddtctl validate` counts it
-    and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
+    """A finding the profile suppresses on purpose: `{rule: DDT114, reason: "why"}` (`ddtctl validate` counts
+    it and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
 
     rule: str = Field(min_length=1, max_length=16, description="Rule id to ignore, e.g. DDT114")
     reason: str = Field(min_length=1, max_length=500, description="Why this finding does not apply (required)")
@@ -223,8 +223,8 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
-    """Read and parse a profile file: a regular file of at most MAX_PROFILE_BYTES (a FIFO or /dev/zero is refused,
-    never read), UTF-8, YAML; ProfileError (one line, file:line) otherwise."""
+    """Read and parse a profile file: a regular file of at most MAX_PROFILE_BYTES (a FIFO or /dev/zero is
+    refused, never read), UTF-8, YAML; ProfileError (one line, file:line) otherwise."""
     from ddtctl.safeio import read_regular
 
     source = str(path)

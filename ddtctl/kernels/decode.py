@@ -1,15 +1,17 @@
 """A small DDTree decoding loop, used to check losslessness end to end (tests on CPU, bench on the GPU).
 
-The target is any causal LM callable as ``target(tokens[T], positions[T], visible[T, T] bool) -> logits[T, V]``;
-`hf_target` wraps a Hugging Face model (a tiny randomly initialised Llama from `tiny_llama`, no downloads). The
-drafter stand-in, `NoisyChainDrafter`, is the target's own next-token logits along its greedy chain plus Gaussian
-noise: its top-1 is often wrong, so acceptance is partial and the tree's alternatives matter. It is a stand-in for a
+The target is any causal LM callable as
+``target(tokens[T], positions[T], visible[T, T] bool) -> logits[T, V]``; `hf_target` wraps a Hugging Face
+model (a tiny randomly initialised Llama from `tiny_llama`, no downloads). The drafter stand-in,
+`NoisyChainDrafter`, is the target's own next-token logits along its greedy chain plus Gaussian noise: its
+top-1 is often wrong, so acceptance is partial and the tree's alternatives matter. It is a stand-in for a
 DFlash drafter (one block of L logits per step, not conditioned on the drafted tokens), not a model of one.
 
-One round: root = last committed token at position n-1; the tree is built from the draft logits, verified in one
-target forward over prefix + [root] + nodes (ancestor-only attention inside the tree, positions start + depth),
-followed with the posterior tokens (argmax, or a position-keyed Gumbel-max sample), and the accepted nodes plus the
-bonus token are committed. With position-keyed noise, sampling too is reproduced token for token.
+One round: root = last committed token at position n-1; the tree is built from the draft logits,
+verified in one target forward over prefix + [root] + nodes (ancestor-only attention inside the tree,
+positions start + depth), followed with the posterior tokens (argmax, or a position-keyed Gumbel-max
+sample), and the accepted nodes plus the bonus token are committed. With position-keyed noise,
+sampling too is reproduced token for token.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def autoregressive(target, prompt: list[int], max_new: int, temperature: float =
 
 
 class NoisyChainDrafter:
-    """Stand-in drafter: the target's logits along its own greedy chain, plus N(0, noise^2) noise (float32)."""
+    """Stand-in drafter: the target's logits along its own greedy
+    chain, plus N(0, noise^2) noise (float32)."""
 
     def __init__(self, target, depth: int, noise: float, seed: int = 0):
         self.target, self.depth, self.noise = target, depth, noise

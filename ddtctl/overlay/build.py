@@ -1,11 +1,13 @@
-"""`ddtctl overlay build`: pristine SGLang files + payload patches + added modules -> a staged payload and a view.
+"""`ddtctl overlay build`: pristine SGLang files + payload patches +
+added modules -> a staged payload and a view.
 
 The build directory (default ~/.cache/ddtctl/overlay/<name>-<sglang>/) holds:
-    payload/   what gets installed or shipped: ddtree-manifest.json (every file with its sha256, the pristine base
-               hash of each patched file, the payload id), files/<path in site-packages>, installer.py, smoke.py
-    view/      the target's site-packages as seen with the payload applied (real directories only along the payload's
-               paths, symlinks to the untouched originals elsewhere); dry-runs put it first on sys.path, so the
-               managed environment's site-packages is never modified
+    payload/   what gets installed or shipped: ddtree-manifest.json (every file with its sha256, the pristine
+               base hash of each patched file, the payload id), files/<path in site-packages>,
+               installer.py, smoke.py
+    view/      the target's site-packages as seen with the payload applied (real directories only along the
+               payload's paths, symlinks to the untouched originals elsewhere); dry-runs put it first on
+               sys.path, so the managed environment's site-packages is never modified
     build.json what this build was made from (source fingerprint, SGLang root, interpreter, payload id)
 """
 
@@ -149,12 +151,14 @@ def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str)
 
 
 def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any], list[str]]:
-    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional sources).
-    The built manifest lists `stale_pins`: added files whose pinned sha256 in the source manifest is not the file's
-    (they are staged as they are, hashed in the built manifest; `ddtctl overlay manifest --update` re-pins)."""
+    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional
+    sources). The built manifest lists `stale_pins`: added files whose pinned sha256 in the source manifest is
+    not the file's (they are staged as they are, hashed in the built manifest;
+    `ddtctl overlay manifest --update` re-pins)."""
     if target.sglang_version and target.sglang_version != m.sglang:
         raise OverlayError(
-            f"{target.sglang_root} has sglang {target.sglang_version}; payload {m.name} is for sglang {m.sglang}",
+            f"{target.sglang_root} has sglang {target.sglang_version}; "
+            f"payload {m.name} is for sglang {m.sglang}",
             fix="build against the pinned release (the managed env) or a matching --sglang-root",
         )
     files_dir = out / "files"
@@ -278,7 +282,8 @@ BUILD_MARKER = ".ddtctl-build"  # in every build dir ddtctl makes: the only kind
 
 
 def _legacy_build(path: Path) -> bool:
-    """A build dir made before BUILD_MARKER existed: build.json as ddtctl writes it, with payload/ and view/."""
+    """A build dir made before BUILD_MARKER existed: build.json as
+    ddtctl writes it, with payload/ and view/."""
     info = read_build(path)
     if not info:
         return False
@@ -287,8 +292,8 @@ def _legacy_build(path: Path) -> bool:
 
 
 def _check_build_dir(build_dir: Path) -> None:
-    """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14: `overlay
-    build --out DIR` wiped whatever DIR held)."""
+    """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14:
+    `overlay build --out DIR` wiped whatever DIR held)."""
     from ddtctl.safeio import owned_dir_state
 
     if owned_dir_state(build_dir, BUILD_MARKER, legacy=_legacy_build) == "foreign":

@@ -2,9 +2,9 @@
 
 The common workflow today: someone edits `spec_info.py`, `server_args.py`, `dflash_worker.py` and adds a
 `ddtree_utils.py`, in a directory that mirrors the sglang package tree. `import` finds each file's pristine
-counterpart in the pinned release (checked against the release's own RECORD hashes), stores a unified diff with the
-base and result hashes, copies new files as added files, and writes a manifest that `overlay build` builds, verifies
-and ships exactly like the bundled payload.
+counterpart in the pinned release (checked against the release's own RECORD hashes), stores a unified diff
+with the base and result hashes, copies new files as added files, and writes a manifest that `overlay build`
+builds, verifies and ships exactly like the bundled payload.
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def import_dir(
     version: str = "0.0.1",
     force: bool = False,
 ) -> ImportResult:
-    """Write the payload into a fresh directory beside --out, then swap it in: a failed import leaves --out as it
-    was, and only an empty --out or one an earlier import wrote (IMPORT_MARKER) is ever replaced."""
+    """Write the payload into a fresh directory beside --out, then swap it in: a failed import leaves --out as
+    it was, and only an empty --out or one an earlier import wrote (IMPORT_MARKER) is ever replaced."""
     import json
     import os
     import tempfile
@@ -174,8 +174,8 @@ def import_dir(
                 base_sha = sha256_bytes(base)
                 if record and rel in record and record[rel] != base_sha:
                     raise OverlayError(
-                        f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file (its sha256 differs "
-                        "from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
+                        f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file "
+                        "(its sha256 differs from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
                 if base == new:
                     result.unchanged.append(rel)
                     continue

@@ -8,19 +8,23 @@ Standard library only, runnable on its own on a remote host (deploy ships it bes
     python installer.py status    --sglang-root SITE_PACKAGES --state-dir DIR [--payload STAGED_DIR]
     python installer.py view      --sglang-root SITE_PACKAGES --payload STAGED_DIR --out DIR
 
-Run it with the interpreter of the target environment: it byte-compiles what it installs with that interpreter.
-Every command prints one JSON object on stdout; exit 0 = done, 1 = refused (nothing changed), 2 = usage error.
+Run it with the interpreter of the target environment: it byte-compiles what it installs
+with that interpreter. Every command prints one JSON object on stdout; exit 0 = done, 1 =
+refused (nothing changed), 2 = usage error.
 
 How "old or new, never a mix" holds:
-  * every change is one transaction with a journal (state-dir/journal.json, written atomically, fsynced) that lists
-    each path it will touch and whether it existed; the previous bytes of each path are copied aside first;
-  * new files are written next to their targets as temporaries, then moved in with os.replace (atomic per file);
+  * every change is one transaction with a journal (state-dir/journal.json, written atomically, fsynced)
+    that lists each path it will touch and whether it existed; the previous bytes of each path are copied
+    aside first;
+  * new files are written next to their targets as temporaries, then moved in with os.replace
+    (atomic per file);
   * the commit point is the atomic rename of state-dir/record.json naming the new transaction;
-  * every command first recovers an interrupted transaction: before the commit point it is rolled back (each path
-    gets its previous bytes back, or is removed if it did not exist), after it the clean-up is finished.
+  * every command first recovers an interrupted transaction: before the commit point it is rolled back (each
+    path gets its previous bytes back, or is removed if it did not exist), after it the clean-up is finished.
   * the DDTREE entry point (the dist-info) is moved in last and removed first, so a half-applied tree never
     activates the plugin even before recovery runs.
-Uninstall restores the pristine bytes (and mtimes, so SGLang's own .pyc files stay valid) from state-dir/pristine.
+Uninstall restores the pristine bytes (and mtimes, so SGLang's own .pyc
+files stay valid) from state-dir/pristine.
 """
 
 from __future__ import annotations
@@ -174,8 +178,8 @@ def load_payload(payload_dir: str) -> dict:
         if got != entry["sha256"]:
             raise Refused(
                 f"payload file files/{entry['path']} does not match its manifest hash "
-                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): the payload was modified after it "
-                "was built"
+                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): "
+                "the payload was modified after it was built"
             )
     return manifest
 
@@ -186,8 +190,8 @@ def _ordered(files: list[dict]) -> list[dict]:
 
 
 def sglang_version_at(root: str) -> str | None:
-    """The sglang release installed in `root`: its dist-info name, else a literal version in sglang/_version.py or
-    sglang/version.py."""
+    """The sglang release installed in `root`: its dist-info name, else a literal version in
+    sglang/_version.py or sglang/version.py."""
     import re
 
     names = os.listdir(root) if os.path.isdir(root) else []
@@ -220,8 +224,8 @@ class State:
         if rec and rec.get("installed"):
             if rec.get("sglang_root") != self.root:
                 raise Refused(
-                    f"state dir {self.dir} records an install into {rec.get('sglang_root')}, not {self.root}; "
-                    "use the state dir of that install"
+                    f"state dir {self.dir} records an install into {rec.get('sglang_root')}, "
+                    f"not {self.root}; use the state dir of that install"
                 )
             return rec
         return None
@@ -287,7 +291,8 @@ class State:
         _fsync_dir(self.dir)
 
     def _remove_dirs(self, rels: list[str]) -> None:
-        """Remove directories we created, deepest first, if nothing but our own __pycache__ is left in them."""
+        """Remove directories we created, deepest first, if nothing
+        but our own __pycache__ is left in them."""
         for rel in sorted(rels, key=lambda r: r.count("/"), reverse=True):
             path = self.target(rel)
             cache = os.path.join(path, "__pycache__")
@@ -296,7 +301,7 @@ class State:
             with contextlib.suppress(OSError):
                 os.rmdir(path)  # fails (kept) when not empty
 
-    # ---------------------------------------------------------------------------------------------- transaction
+    # -------------------------------------------------------------------------------------------- transaction
     def run(self, op_name: str, ops: list[dict], new_record: dict | None, *, compile_paths: list[str],
             new_pristine: list[tuple[str, str]], drop_pristine: list[str], created_dirs: list[str],
             remove_dirs: list[str]) -> None:
@@ -313,7 +318,8 @@ class State:
         }
         _write_json_atomic(self.journal_path, journal)
         try:
-            # Prepare: nothing visible changes. Previous bytes aside, pristine copies, new bytes as temporaries.
+            # Prepare: nothing visible changes. Previous bytes aside,
+            # pristine copies, new bytes as temporaries.
             for op in journal["ops"]:
                 if op["existed"]:
                     _copy_durable(self.target(op["path"]), os.path.join(txdir, "pre", op["path"]))
@@ -437,7 +443,8 @@ def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | Non
             for pyc in pyc_paths(rel):
                 pyc_ops.append({"path": pyc, "src": None})
                 need_dirs(pyc)
-    # Stale bytecode goes before the sources change (never an old .pyc beside a new .py), the entry point last.
+    # Stale bytecode goes before the sources change (never an old .pyc
+    # beside a new .py), the entry point last.
     entry = [o for o in ops if ".dist-info/" in o["path"] and o["src"] is not None]
     rest = [o for o in ops if o not in entry]
     ordered_ops = pyc_ops + rest + entry
@@ -529,13 +536,13 @@ def cmd_status(state: State, payload_dir: str | None) -> dict:
 
 
 def build_view(root: str, payload_dir: str, out: str, state_dir: str | None = None) -> dict:
-    """A read-only overlay of `root` with the payload applied, for dry-runs: real directories only along the paths
-    the payload touches, symlinks to the original entries everywhere else (never __pycache__, so nothing compiled
-    from a patched file lands in the original tree). Put `out` first on sys.path.
+    """A read-only overlay of `root` with the payload applied, for dry-runs: real directories only along the
+    paths the payload touches, symlinks to the original entries everywhere else (never __pycache__, so nothing
+    compiled from a patched file lands in the original tree). Put `out` first on sys.path.
 
     Each patched file of `root` must be the payload's pristine base, or already this payload's result (it is
-    installed there), or, with `state_dir` of an install into `root`, have its saved pristine copy match the base
-    (another payload version is installed)."""
+    installed there), or, with `state_dir` of an install into `root`, have its saved pristine copy match the
+    base (another payload version is installed)."""
     manifest = load_payload(payload_dir)
     root = os.path.realpath(root)
     files_root = os.path.join(payload_dir, "files")

@@ -1,7 +1,8 @@
 """Typed pydantic models of the speculative, mamba, DFLASH and DDTree flags of an SGLang release.
 
-Built from the release's flag catalog (real argparse types, defaults and choices) plus the value ranges argparse
-does not express. Used to check those flags' values and to type `server:` in the profile's JSON Schema.
+Built from the release's flag catalog (real argparse types, defaults and choices) plus
+the value ranges argparse does not express. Used to check those flags' values and to
+type `server:` in the profile's JSON Schema.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from ddtctl.schema.catalog import Catalog, FlagSpec
 
 TYPED_PREFIXES = ("speculative_", "mamba_", "enable_mamba_")
 TYPED_EXTRA = {"max_mamba_cache_size", "linear_attn_backend", "enable_multi_layer_eagle", "enable_dp_lm_head"}
-# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size, DDTree budget,
-# mamba ratio and counters, draft window/sink) are left to the rule, so each mistake is reported once, with the rule's
-# fix. Besides these, every float flag must be finite (NaN passes every < / > test) and every integer must fit int64;
-# every port is 1..65535 (issue #14: .nan, .inf, 1e999, tp-size -8 and port -1 were accepted).
+# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size,
+# DDTree budget, mamba ratio and counters, draft window/sink) are left to the rule, so each mistake is
+# reported once, with the rule's fix. Besides these, every float flag must be finite (NaN passes every <
+# / > test) and every integer must fit int64; every port is 1..65535 (issue #14: .nan, .inf, 1e999,
+# tp-size -8 and port -1 were accepted).
 RANGES: dict[str, dict[str, Any]] = {
     "speculative_num_steps": {"ge": 1},
     "speculative_eagle_topk": {"ge": 1},
@@ -77,8 +79,8 @@ def _requirement(bounds: dict[str, Any]) -> str:
 
 
 def domain_problem(spec: FlagSpec, value: Any) -> str | None:
-    """Why one typed value is outside the flag's domain ("... must be >= 1"), or None. Non-numbers (e.g. "4k" of a
-    human-readable int, which SGLang converts itself) are not checked here."""
+    """Why one typed value is outside the flag's domain ("... must be >= 1"), or None. Non-numbers (e.g. "4k"
+    of a human-readable int, which SGLang converts itself) are not checked here."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
