@@ -362,42 +362,38 @@ class State:
 
 
 # --------------------------------------------------------------------------------------------------- commands
-def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | None) -> dict:
-    """Check every precondition and return the transaction to run. Raises Refused; changes nothing."""
-    files = _ordered(manifest["files"])
-    want_version = manifest.get("sglang")
+def _check_target(state: State, want_version: str | None) -> None:
     have_version = sglang_version_at(state.root)
     if want_version and have_version and have_version != want_version:
         raise Refused(f"{state.root} has sglang {have_version}; this payload is for sglang {want_version}")
     if not os.path.isdir(os.path.join(state.root, "sglang")):
         raise Refused(f"{state.root} is not an SGLang site-packages directory (no sglang/ package in it)")
-    old_files = {e["path"]: e for e in (old or {}).get("files", [])}
-    new_paths = {e["path"] for e in files}
 
-    # Drift: files of the current install must still be what it installed.
+
+def _check_no_drift(state: State, old_files: dict[str, dict]) -> None:
+    """Files of the current install must still be what it installed."""
     for rel, e in old_files.items():
         target = state.target(rel)
         if not os.path.isfile(target) or sha256_file(target) != e["sha256"]:
             raise Refused(f"{rel} was changed after the payload was installed (hash differs from the install "
                           "record); restore it or reinstall SGLang before installing again")
 
-    ops: list[dict] = []
-    new_pristine: list[tuple[str, str]] = []
-    compile_paths: list[str] = []
-    created_dirs: list[str] = []
-    pyc_ops: list[dict] = []
 
-    def need_dirs(rel: str) -> None:
-        parts = rel.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            d = "/".join(parts[:i])
-            full = state.target(d)
-            if not os.path.isdir(full) and d not in created_dirs:
-                if os.path.lexists(full):
-                    raise Refused(f"{d} exists and is not a directory")
-                created_dirs.append(d)
+def _need_dirs(state: State, rel: str, created_dirs: list[str]) -> None:
+    """Adds `rel`'s missing parent directories to `created_dirs`; refuses a parent that is not a directory."""
+    parts = rel.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        d = "/".join(parts[:i])
+        full = state.target(d)
+        if not os.path.isdir(full) and d not in created_dirs:
+            if os.path.lexists(full):
+                raise Refused(f"{d} exists and is not a directory")
+            created_dirs.append(d)
 
-    # Paths the old payload had and the new one does not: back to pristine / removed (entry point first).
+
+def _retire_ops(state: State, old_files: dict[str, dict], new_paths: set[str], ops: list[dict],
+                pyc_ops: list[dict]) -> None:
+    """Paths the old payload had and the new one does not: back to pristine / removed (entry point first)."""
     for rel, e in sorted(old_files.items(), key=lambda kv: ".dist-info/" not in kv[0]):
         if rel in new_paths:
             continue
@@ -409,40 +405,65 @@ def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | Non
             saved = os.path.join(state.pristine, pyc)
             pyc_ops.append({"path": pyc, "src": saved if os.path.exists(saved) else None})
 
+
+def _check_patch_base(state: State, e: dict, target: str, old_files: dict[str, dict],
+                      want_version: str | None, new_pristine: list[tuple[str, str]]) -> None:
+    """A patched file's base must be the payload's: the saved pristine copy when the current install patched
+    it too, else the file in place (then saved, with its .pyc files, as the new pristine copy)."""
+    rel = e["path"]
+    if rel in old_files and old_files[rel]["kind"] == "patched":
+        pristine = os.path.join(state.pristine, rel)
+        if not os.path.isfile(pristine) or sha256_file(pristine) != e["base_sha256"]:
+            raise Refused(f"{rel}: the saved pristine copy does not match this payload's base; "
+                          "uninstall the current payload first")
+        return
+    if not os.path.isfile(target):
+        raise Refused(f"{rel}: the file to patch does not exist in {state.root}")
+    have = sha256_file(target)
+    if have != e["base_sha256"]:
+        how = ("it already holds this payload's patched version, but no install record says so"
+               if have == e["sha256"] else "it is not the pristine file of sglang "
+               f"{want_version} (a different or locally modified SGLang)")
+        raise Refused(f"{rel}: sha256 {have[:12]}... differs from the expected base "
+                      f"{e['base_sha256'][:12]}...: {how}")
+    new_pristine.append((rel, target))
+    for pyc in pyc_paths(rel):
+        if os.path.isfile(state.target(pyc)):
+            new_pristine.append((pyc, state.target(pyc)))
+
+
+def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | None) -> dict:
+    """Check every precondition and return the transaction to run. Raises Refused; changes nothing."""
+    files = _ordered(manifest["files"])
+    want_version = manifest.get("sglang")
+    _check_target(state, want_version)
+    old_files = {e["path"]: e for e in (old or {}).get("files", [])}
+    new_paths = {e["path"] for e in files}
+    _check_no_drift(state, old_files)
+
+    ops: list[dict] = []
+    new_pristine: list[tuple[str, str]] = []
+    compile_paths: list[str] = []
+    created_dirs: list[str] = []
+    pyc_ops: list[dict] = []
+    _retire_ops(state, old_files, new_paths, ops, pyc_ops)
+
     for e in files:
         rel = e["path"]
         target = state.target(rel)
         src = safe_join(os.path.join(payload_dir, "files"), rel)
         if e["kind"] == "patched":
-            if rel in old_files and old_files[rel]["kind"] == "patched":
-                pristine = os.path.join(state.pristine, rel)
-                if not os.path.isfile(pristine) or sha256_file(pristine) != e["base_sha256"]:
-                    raise Refused(f"{rel}: the saved pristine copy does not match this payload's base; "
-                                  "uninstall the current payload first")
-            else:
-                if not os.path.isfile(target):
-                    raise Refused(f"{rel}: the file to patch does not exist in {state.root}")
-                have = sha256_file(target)
-                if have != e["base_sha256"]:
-                    how = ("it already holds this payload's patched version, but no install record says so"
-                           if have == e["sha256"] else "it is not the pristine file of sglang "
-                           f"{want_version} (a different or locally modified SGLang)")
-                    raise Refused(f"{rel}: sha256 {have[:12]}... differs from the expected base "
-                                  f"{e['base_sha256'][:12]}...: {how}")
-                new_pristine.append((rel, target))
-                for pyc in pyc_paths(rel):
-                    if os.path.isfile(state.target(pyc)):
-                        new_pristine.append((pyc, state.target(pyc)))
+            _check_patch_base(state, e, target, old_files, want_version, new_pristine)
         else:
             if rel not in old_files and os.path.lexists(target):
                 raise Refused(f"{rel} already exists in {state.root} and is not ours; refusing to overwrite it")
-            need_dirs(rel)
+            _need_dirs(state, rel, created_dirs)
         ops.append({"path": rel, "src": src})
         if rel.endswith(".py"):
             compile_paths.append(rel)
             for pyc in pyc_paths(rel):
                 pyc_ops.append({"path": pyc, "src": None})
-                need_dirs(pyc)
+                _need_dirs(state, pyc, created_dirs)
     # Stale bytecode goes before the sources change (never an old .pyc
     # beside a new .py), the entry point last.
     entry = [o for o in ops if ".dist-info/" in o["path"] and o["src"] is not None]
