@@ -43,7 +43,7 @@ def _kernels_module(interpret: bool):
     variable set for as long as the kernels run (see `_interpreter_env`).
     """
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401 - availability probes
         import triton  # noqa: F401
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise EnvironmentMissing(

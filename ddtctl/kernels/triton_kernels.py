@@ -39,7 +39,7 @@ import torch
 if not torch.cuda.is_available():  # CPU: run the kernels in Triton's interpreter (read when the kernels are defined)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import triton  # noqa: E402
+import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is imported
 import triton.language as tl  # noqa: E402
 
 from ddtctl.kernels.reference import check_budget  # noqa: E402

@@ -255,7 +255,7 @@ def _launch_refused_when_off(ctx) -> str:
     try:
         from sglang.srt.entrypoints.engine import Engine
 
-        launch = lambda: Engine._launch_subprocesses(sa, None, None, None)  # noqa: E731
+        launch = lambda: Engine._launch_subprocesses(sa, None, None, None)  # noqa: E731 - one name, two paths
         how = "Engine._launch_subprocesses"
     except ImportError as exc:  # this environment cannot start servers at all (e.g. no uvloop): check the gate
         from ddtree_sglang.plugin import _launch_gate

@@ -228,7 +228,7 @@ def _tolerate_cuda_torchvision() -> None:
     when that exact failure happens, so a working torchvision is left alone.
     """
     try:
-        import torchvision  # noqa: F401
+        import torchvision  # noqa: F401 - imported only to see whether it loads
         return
     except ImportError:
         return  # not installed: whatever needs it will say so
