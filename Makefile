@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test lint system-deps clean sglang-env fidelity fidelity-fuzz fuzz
+.PHONY: setup run test lint typecheck format system-deps clean sglang-env fidelity fidelity-fuzz fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,12 +29,20 @@ run: setup
 sglang-env: setup
 	$(BIN)/ddtctl env create
 
-test: setup system-deps sglang-env lint
+test: setup system-deps sglang-env lint typecheck
 	$(BIN)/python -m pytest -q
 
-# ruff's pyflakes, pycodestyle, import-order and bugbear checks on ddtctl/ (config: pyproject.toml).
+# ruff's pyflakes, pycodestyle, import-order, bugbear and complexity checks on ddtctl/ (config: pyproject.toml).
 lint: setup
 	$(BIN)/ruff check ddtctl
+
+# mypy over ddtctl/ (config and the modules still waived: pyproject.toml [tool.mypy]).
+typecheck: setup
+	$(BIN)/mypy
+
+# Rewrites ddtctl/ in the house style (ruff format, line length 110); the pre-commit hook does the same per commit.
+format: setup
+	$(BIN)/ruff format ddtctl
 
 # Static verdicts vs SGLang's own resolver over tests/fidelity/: prints the agreement table.
 fidelity: setup sglang-env

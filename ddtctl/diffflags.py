@@ -1,10 +1,10 @@
-"""`ddtctl diff-flags`: how SGLang's flag surface differs between releases, between a catalog and an installed SGLang,
-and how two profiles launch differently.
+"""`ddtctl diff-flags`: how SGLang's flag surface differs between releases, between a catalog and an installed
+SGLang, and how two profiles launch differently.
 
 Library API (the CLI only parses and prints):
-    diff_versions("0.5.12", "0.5.23") -> CatalogDiff            (shipped catalogs; releases in between are evidence)
+    diff_versions("0.5.12", "0.5.23") -> CatalogDiff    (shipped catalogs; releases in between are evidence)
     diff_catalogs(a, b, evidence=()) -> CatalogDiff
-    live_catalog(python) -> Catalog                              (the real parser of the sglang `python` imports)
+    live_catalog(python) -> Catalog                      (the real parser of the sglang `python` imports)
     diff_installed(python=None, sglang=None) -> InstalledDiff
     diff_profiles(path_a, path_b, resolved=False) -> ProfileDiff
 """
@@ -34,7 +34,7 @@ def version_key(v: str) -> tuple:
     return tuple(int(x) if x.isdigit() else -1 for x in v.split("."))
 
 
-# -- results ----------------------------------------------------------------------------------------------------------
+# -- results -------------------------------------------------------------------------------------------------
 @dataclass
 class FieldChange:
     field: str
@@ -117,7 +117,7 @@ class CatalogDiff:
         }
 
 
-# -- comparing two catalogs ------------------------------------------------------------------------------------------
+# -- comparing two catalogs ----------------------------------------------------------------------------------
 def _spec_value(spec: FlagSpec, name: str) -> Any:
     value = getattr(spec, name)
     return list(value) if isinstance(value, tuple) else value
@@ -135,6 +135,14 @@ def compare_specs(old: FlagSpec, new: FlagSpec, fields: Sequence[str] = COMPARED
 def _live(cat: Catalog, name: str) -> FlagSpec | None:
     """The flag spelled `--name` in `cat` (strict: option strings only, no dest fallback)."""
     return cat.get_option(name)
+
+
+def _known(cat: Catalog, name: str) -> FlagSpec:
+    """The flag `name` that an earlier step found in `cat`: a miss here is a bug, not a user error."""
+    spec = cat.get(name)
+    if spec is None:
+        raise LookupError(f"--{name} is not in the sglang {cat.version} catalog")
+    return spec
 
 
 def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Catalog) -> tuple[str, list[str]] | None:
@@ -213,83 +221,89 @@ def _similarity(old: FlagSpec, new: FlagSpec) -> tuple[float, list[str], bool]:
     return score, evidence, strong and same_kind
 
 
-def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catalog]] = (),
-                  from_label: str | None = None, to_label: str | None = None) -> CatalogDiff:
-    """What changed from catalog `a` to catalog `b`. `evidence`: other (version, catalog) pairs whose
-    deprecated-alias declarations may prove a rename (e.g. 0.5.19 between 0.5.12 and 0.5.23)."""
-    span = [(a.version, a), *list(evidence), (b.version, b)]
-    out = CatalogDiff(a.version, b.version, from_label or f"sglang {a.version}", to_label or f"sglang {b.version}",
-                      evidence_versions=[v for v, _ in span[1:-1]])
+class _RenameFinder:
+    """Pairs flags gone from `a` with flags new in `b`, strongest evidence first, each flag once at most."""
 
-    only_a = [s for s in a.flags if _live(b, s.name) is None]
-    only_b = [s for s in b.flags if _live(a, s.name) is None]
-    matched_new: set[str] = set()
-    renamed_old: set[str] = set()
+    def __init__(self, a: Catalog, b: Catalog, span: list[tuple[str, Catalog]], out: CatalogDiff) -> None:
+        self.a, self.b, self.span, self.out = a, b, span, out
+        self.matched_new: set[str] = set()
+        self.renamed_old: set[str] = set()
 
-    def add_rename(old: FlagSpec, new: FlagSpec, how: str, notes: list[str], *, accepted: bool = False,
-                   score: float | None = None) -> None:
-        out.renamed.append(Rename(old.name, new.name, how, notes, accepted, None if score is None else round(score, 3),
-                                  compare_specs(old, new, ("type", "default", "choices", "nargs"))))
-        matched_new.add(new.name)
-        renamed_old.add(old.name)
+    def add(self, old: FlagSpec, new: FlagSpec, how: str, notes: list[str], *, accepted: bool = False,
+            score: float | None = None) -> None:
+        self.out.renamed.append(Rename(old.name, new.name, how, notes, accepted,
+                                       None if score is None else round(score, 3),
+                                       compare_specs(old, new, ("type", "default", "choices", "nargs"))))
+        self.matched_new.add(new.name)
+        self.renamed_old.add(old.name)
 
-    # 1. flags still accepted on the b side, but only as a deprecated alias of a flag new in b
-    for spec in a.flags:
-        other = _live(b, spec.name)
-        if other is None or not (other.deprecated and other.alias_of) or spec.deprecated:
-            continue
-        target = b.get(other.alias_of)
-        if target is not None and _live(a, target.name) is None:
-            add_rename(spec, target, "declared",
-                       [f"sglang {b.version} declares --{spec.name} a deprecated alias of --{target.name}"],
-                       accepted=True)
-
-    # 2. gone flags: sglang's own alias declarations anywhere in the span, then the same dest, then similarity
-    pending: list[FlagSpec] = []
-    for spec in only_a:
-        hit = _alias_target(span, spec.name, b)
-        if hit is not None:
-            add_rename(spec, b.get(hit[0]), "declared", hit[1])
-            continue
-        pending.append(spec)
-    still: list[FlagSpec] = []
-    for spec in pending:
-        same = [s for s in b.by_dest(spec.dest) if not s.deprecated and s.name not in matched_new
-                and _live(a, s.name) is None]
-        if len(same) == 1 and (same[0].nargs == 0) == (spec.nargs == 0):
-            add_rename(spec, same[0], "dest", [f"same dest {spec.dest}"])
-        else:
-            still.append(spec)
-    candidates = []
-    for old in still:
-        if old.deprecated:
-            continue  # a retired deprecated flag is a removal, not a rename
-        for new in only_b:
-            if new.name in matched_new or new.deprecated:
+    def accepted_as_alias(self) -> None:
+        """Flags still accepted on the b side, but only as a deprecated alias of a flag new in b."""
+        a, b = self.a, self.b
+        for spec in a.flags:
+            other = _live(b, spec.name)
+            if other is None or not (other.deprecated and other.alias_of) or spec.deprecated:
                 continue
-            score, notes, strong = _similarity(old, new)
-            if strong and score >= RENAME_MIN_SCORE:
-                candidates.append((score, old.name, new.name, notes))
-    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
-    for score, old_name, new_name, notes in candidates:
-        if old_name in renamed_old or new_name in matched_new:
-            continue
-        add_rename(a.get(old_name), b.get(new_name), "similar", notes, score=score)
+            target = b.get(other.alias_of)
+            if target is not None and _live(a, target.name) is None:
+                self.add(spec, target, "declared",
+                         [f"sglang {b.version} declares --{spec.name} a deprecated alias of --{target.name}"],
+                         accepted=True)
 
-    for spec in only_a:
-        if spec.name in renamed_old:
-            continue
-        hint = None
-        for version, cat in span:
-            s = _live(cat, spec.name)
-            if s is not None and s.replacement:
-                head = s.replacement.strip().split("=", 1)[0].split(" ", 1)[0]
-                gone_too = head.startswith("--") and "{" not in head and _live(b, head) is None
-                hint = f"sglang {version} said: use {s.replacement}" + (
-                    f", which sglang {b.version} lacks too" if gone_too else "")
-        out.removed.append(Removed(spec.name, hint, spec.deprecated))
-    out.added = [s.name for s in only_b if s.name not in matched_new]
+    def declared_or_same_dest(self, gone: list[FlagSpec]) -> list[FlagSpec]:
+        """Gone flags that sglang's own alias declarations (anywhere in the span), else the one live flag of b
+        with the same dest, pair with a flag of b. Returns the others."""
+        pending: list[FlagSpec] = []
+        for spec in gone:
+            hit = _alias_target(self.span, spec.name, self.b)
+            if hit is not None:
+                self.add(spec, _known(self.b, hit[0]), "declared", hit[1])
+            else:
+                pending.append(spec)
+        still: list[FlagSpec] = []
+        for spec in pending:
+            same = [s for s in self.b.by_dest(spec.dest) if not s.deprecated and s.name not in self.matched_new
+                    and _live(self.a, s.name) is None]
+            if len(same) == 1 and (same[0].nargs == 0) == (spec.nargs == 0):
+                self.add(spec, same[0], "dest", [f"same dest {spec.dest}"])
+            else:
+                still.append(spec)
+        return still
 
+    def similar(self, gone: list[FlagSpec], new_flags: list[FlagSpec]) -> None:
+        """Gone flags paired with new ones by similarity, the best score first."""
+        candidates = []
+        for old in gone:
+            if old.deprecated:
+                continue  # a retired deprecated flag is a removal, not a rename
+            for new in new_flags:
+                if new.name in self.matched_new or new.deprecated:
+                    continue
+                score, notes, strong = _similarity(old, new)
+                if strong and score >= RENAME_MIN_SCORE:
+                    candidates.append((score, old.name, new.name, notes))
+        candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+        for score, old_name, new_name, notes in candidates:
+            if old_name in self.renamed_old or new_name in self.matched_new:
+                continue
+            self.add(_known(self.a, old_name), _known(self.b, new_name), "similar", notes, score=score)
+
+
+def _removal_hint(spec: FlagSpec, span: list[tuple[str, Catalog]], b: Catalog) -> str | None:
+    """What the latest catalog of the span that names a replacement for a removed flag said to use instead."""
+    hint = None
+    for version, cat in span:
+        s = _live(cat, spec.name)
+        if s is not None and s.replacement:
+            head = s.replacement.strip().split("=", 1)[0].split(" ", 1)[0]
+            gone_too = head.startswith("--") and "{" not in head and _live(b, head) is None
+            hint = f"sglang {version} said: use {s.replacement}" + (
+                f", which sglang {b.version} lacks too" if gone_too else "")
+    return hint
+
+
+def _kept_flag_changes(a: Catalog, b: Catalog, renamed_old: set[str], out: CatalogDiff) -> None:
+    """Deprecations and field changes of the flags that both catalogs have (renamed ones aside)."""
     for spec in a.flags:
         other = _live(b, spec.name)
         if other is None or spec.name in renamed_old:
@@ -301,6 +315,28 @@ def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catal
             changes.insert(0, FieldChange("name", spec.name, other.name))
         if changes:
             out.changed.append(FlagChange(spec.name, changes))
+
+
+def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catalog]] = (),
+                  from_label: str | None = None, to_label: str | None = None) -> CatalogDiff:
+    """What changed from catalog `a` to catalog `b`. `evidence`: other (version, catalog) pairs whose
+    deprecated-alias declarations may prove a rename (e.g. 0.5.19 between 0.5.12 and 0.5.23)."""
+    span = [(a.version, a), *list(evidence), (b.version, b)]
+    out = CatalogDiff(a.version, b.version, from_label or f"sglang {a.version}", to_label or f"sglang {b.version}",
+                      evidence_versions=[v for v, _ in span[1:-1]])
+
+    only_a = [s for s in a.flags if _live(b, s.name) is None]
+    only_b = [s for s in b.flags if _live(a, s.name) is None]
+    renames = _RenameFinder(a, b, span, out)
+    # 1. flags still accepted on the b side, but only as a deprecated alias of a flag new in b
+    renames.accepted_as_alias()
+    # 2. gone flags: sglang's own alias declarations anywhere in the span, then the same dest, then similarity
+    renames.similar(renames.declared_or_same_dest(only_a), only_b)
+
+    out.removed.extend(Removed(spec.name, _removal_hint(spec, span, b), spec.deprecated)
+                       for spec in only_a if spec.name not in renames.renamed_old)
+    out.added = [s.name for s in only_b if s.name not in renames.matched_new]
+    _kept_flag_changes(a, b, renames.renamed_old, out)
     out.renamed.sort(key=lambda r: r.old)
     return out
 
@@ -315,12 +351,13 @@ def diff_versions(from_version: str, to_version: str) -> CatalogDiff:
     return diff_catalogs(a, b, evidence=[(v, load_catalog(v)) for v in between])
 
 
-# -- an installed sglang ---------------------------------------------------------------------------------------------
+# -- an installed sglang -------------------------------------------------------------------------------------
 DUMP_SCRIPT = Path(__file__).resolve().parent / "schema" / "argparse_dump.py"
 
 
 def live_catalog(python: str | os.PathLike[str], *, timeout_s: float = 300.0, keep_env: bool = False) -> Catalog:
-    """The argparse surface of the sglang importable by `python`, dumped in a subprocess (never imported here)."""
+    """The argparse surface of the sglang importable by `python`, dumped
+    in a subprocess (never imported here)."""
     py = Path(python)
     if not py.exists():
         raise UsageError(f"python {py} does not exist", fix="pass an existing interpreter to --python")
@@ -368,8 +405,8 @@ def default_python(version: str | None = None) -> Path:
 
 def diff_installed(python: str | os.PathLike[str] | None = None, sglang: str | None = None, *,
                    timeout_s: float = 300.0) -> InstalledDiff:
-    """Shipped catalog (of `sglang`, default: the installed release, or the pinned one when none is shipped) vs the
-    live parser of the sglang `python` imports."""
+    """Shipped catalog (of `sglang`, default: the installed release, or the pinned one when none is shipped)
+    vs the live parser of the sglang `python` imports."""
     from ddtctl import PINNED_SGLANG
 
     py = Path(python) if python else default_python(sglang)
@@ -381,11 +418,12 @@ def diff_installed(python: str | os.PathLike[str] | None = None, sglang: str | N
     return InstalledDiff(str(py), live.version, shipped.version, diff)
 
 
-# Resolved fields SGLang draws at random when the user leaves them unset: a difference there is not a difference.
+# Resolved fields SGLang draws at random when the user leaves them unset:
+# a difference there is not a difference.
 RANDOM_WHEN_UNSET = frozenset({"random_seed"})
 
 
-# -- two profiles ----------------------------------------------------------------------------------------------------
+# -- two profiles --------------------------------------------------------------------------------------------
 @dataclass
 class ValueChange:
     key: str
@@ -424,7 +462,8 @@ class ProfileDiff:
 
 
 def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
-    """An argv as {"--option": value}, keyed by each flag's primary option (aliases folded), switches -> True."""
+    """An argv as {"--option": value}, keyed by each flag's primary
+    option (aliases folded), switches -> True."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(argv):

@@ -2,10 +2,10 @@
 
 `ddtctl env create` builds it once under `${XDG_CACHE_HOME:-~/.cache}/ddtctl/sglang-<version>/`:
 CPU torch first (so nothing pulls a CUDA build), `sglang==<version> --no-deps`, the pinned set of packages the
-resolver imports (ddtctl/bridge/requirements-sglang-<version>.txt), torchvision without its deps. The build happens
-in a temporary directory next to the target and is renamed into place only after the resolver worker imported
-sglang successfully, so a half-built env is never used. A stamp records the hash of the requirement set: the same
-set is not rebuilt, a changed set is.
+resolver imports (ddtctl/bridge/requirements-sglang-<version>.txt), torchvision without its deps. The build
+happens in a temporary directory next to the target and is renamed into place only after the resolver worker
+imported sglang successfully, so a half-built env is never used. A stamp records the hash of the requirement
+set: the same set is not rebuilt, a changed set is.
 
 Nothing here imports sglang or torch; they only ever run in the env's own interpreter.
 """
@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import cache_root
@@ -201,9 +201,9 @@ class _Lock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fh = None
+        self.fh: TextIO | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _Lock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,9 +211,11 @@ class _Lock:
         fcntl.flock(self.fh, fcntl.LOCK_EX)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         import fcntl
 
+        if self.fh is None:  # never entered
+            return
         fcntl.flock(self.fh, fcntl.LOCK_UN)
         self.fh.close()
 
@@ -324,12 +326,14 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
             raise EnvironmentMissing(
                 f"a CUDA build of torch ({ver}) was installed into the managed env",
                 where=log.name,
-                fix="make `pip install torch==2.13.0` resolve to the CPU build (e.g. --index-url for CPU wheels)",
+                fix="make `pip install torch==2.13.0` resolve to the CPU build "
+                    "(e.g. --index-url for CPU wheels)",
             )
 
 
 def verify_python(python: Path, *, timeout_s: float = 300.0) -> dict:
-    """Start the resolver worker with `python` and wait for it to import sglang; returns the versions it reports."""
+    """Start the resolver worker with `python` and wait for it to import
+    sglang; returns the versions it reports."""
     from ddtctl.bridge.client import ResolverClient
 
     client = ResolverClient(python, startup_timeout_s=timeout_s)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-# C0 controls but tab, DEL and C1 controls: a newline would break the one-line contract, an ESC lets a profile key or
-# a file name repaint the user's terminal (issue #14 corpus: `"\x1b[31mred": 1` under `server:`).
+# C0 controls but tab, DEL and C1 controls: a newline would break the one-line contract, an ESC lets a profile
+# key or a file name repaint the user's terminal (issue #14 corpus: `"\x1b[31mred": 1` under `server:`).
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 

@@ -1,6 +1,8 @@
-"""SGLang flag values: from a profile's `server:` mapping or a raw argv to typed values by dest, and back to argv.
+"""SGLang flag values: from a profile's `server:` mapping or a raw argv
+to typed values by dest, and back to argv.
 
-Typing follows the catalog (the release's real argparse actions), so a value that passes here parses in SGLang.
+Typing follows the catalog (the release's real argparse actions), so a
+value that passes here parses in SGLang.
 """
 
 from __future__ import annotations
@@ -32,6 +34,49 @@ def _finding(rule: str, message: str, line: int | None, key: str, fix: str | Non
     return Finding(rule=rule, severity=severity, message=message, line=line, fix=fix, key=key, edits=edits or {})
 
 
+def _int_value(spec: FlagSpec, value: Any) -> int | str:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        raise ValueError(f"expected an integer, got {value!r} (write {int(value)})")
+    if isinstance(value, str):
+        text = value.strip()
+        if spec.converter == "common.human_readable_int" and text[-1:].lower() in ("k", "m", "g"):
+            return text  # SGLang converts "4k" itself
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    raise ValueError(f"expected an integer, got {value!r}")
+
+
+def _float_value(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, got a boolean")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise ValueError(f"expected a number, got {value!r}")
+
+
+def _json_value(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError as err:
+            raise ValueError(f"expected JSON, got {value!r} ({err})") from None
+        return value
+    raise ValueError(f"expected a JSON mapping or list, got {value!r}")
+
+
 def _scalar(spec: FlagSpec, value: Any) -> Any:
     """One value typed as the flag's argparse type would produce; ValueError with the reason otherwise."""
     kind = spec.type
@@ -39,42 +84,11 @@ def _scalar(spec: FlagSpec, value: Any) -> Any:
         got = "mapping" if isinstance(value, dict) else "list"
         raise ValueError(f"expected a single {kind or 'value'}, got a {got}")
     if kind == "int":
-        if isinstance(value, bool):
-            raise ValueError("expected an integer, got a boolean")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            raise ValueError(f"expected an integer, got {value!r} (write {int(value)})")
-        if isinstance(value, str):
-            text = value.strip()
-            if spec.converter == "common.human_readable_int" and text[-1:].lower() in ("k", "m", "g"):
-                return text  # SGLang converts "4k" itself
-            try:
-                return int(text)
-            except ValueError:
-                pass
-        raise ValueError(f"expected an integer, got {value!r}")
+        return _int_value(spec, value)
     if kind == "float":
-        if isinstance(value, bool):
-            raise ValueError("expected a number, got a boolean")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise ValueError(f"expected a number, got {value!r}")
+        return _float_value(value)
     if kind == "json":
-        if isinstance(value, (dict, list)):
-            return json.dumps(value, separators=(",", ":"))
-        if isinstance(value, str):
-            try:
-                json.loads(value)
-            except ValueError as err:
-                raise ValueError(f"expected JSON, got {value!r} ({err})") from None
-            return value
-        raise ValueError(f"expected a JSON mapping or list, got {value!r}")
+        return _json_value(value)
     if value is None:
         raise ValueError("expected a value, got null (remove the key to use the default)")
     if isinstance(value, bool):
@@ -110,8 +124,8 @@ def coerce(spec: FlagSpec, value: Any) -> Any:
 
 
 def _out_of_range(spec: FlagSpec, value: Any) -> str | None:
-    """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without building the
-    typed model; a list is checked item by item."""
+    """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without
+    building the typed model; a list is checked item by item."""
     from ddtctl.schema.flag_models import domain_problem
 
     for item in value if isinstance(value, list) else [value]:

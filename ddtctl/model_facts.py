@@ -38,7 +38,8 @@ HYBRID_ARCHITECTURES = frozenset(
         "InternS2PreviewForConditionalGeneration",
     }
 )
-# Of those, the ones sglang 0.5.23 supports the extra_buffer mamba strategy for (with the triton linear-attn backend).
+# Of those, the ones sglang 0.5.23 supports the extra_buffer mamba strategy for
+# (with the triton linear-attn backend).
 EXTRA_BUFFER_ARCHITECTURES = HYBRID_ARCHITECTURES - {
     "KimiK3ForConditionalGeneration",
     "JetNemotronForCausalLM",
@@ -80,7 +81,8 @@ class ModelFacts:
     hidden_size: int | None = None
     block_size: int | None = None  # DFlash drafters
     is_dflash_draft: bool = False
-    # Gated-DeltaNet linear-attention shapes (Qwen3-Next, Qwen3.5, Qwen3.6 configs; None where the config has none)
+    # Gated-DeltaNet linear-attention shapes (Qwen3-Next, Qwen3.5, Qwen3.6
+    # configs; None where the config has none)
     linear_num_key_heads: int | None = None
     linear_num_value_heads: int | None = None
     linear_key_head_dim: int | None = None
@@ -107,9 +109,9 @@ class ModelFacts:
 
     @property
     def num_linear_layers(self) -> int | None:
-        """Layers with recurrent (linear-attention) state, as SGLang counts them for Qwen3-Next / Qwen3.5: every layer
-        but each `full_attention_interval`-th (configs/qwen3_next.py layers_block_type); from `layer_types` when the
-        config has no interval."""
+        """Layers with recurrent (linear-attention) state, as SGLang counts them for Qwen3-Next / Qwen3.5:
+        every layer but each `full_attention_interval`-th (configs/qwen3_next.py layers_block_type); from
+        `layer_types` when the config has no interval."""
         layers = self.num_hidden_layers
         interval = self.full_attention_interval
         if layers and interval and interval > 0:
@@ -132,14 +134,19 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _sub_dict(config: dict[str, Any], key: str) -> dict[str, Any]:
+    value = config.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def facts_from_config(config: dict[str, Any], source: str = "config.json") -> ModelFacts:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    text = _sub_dict(config, "text_config")
 
     def pick(key: str) -> Any:
         return config.get(key) if config.get(key) is not None else text.get(key)
 
     archs = config.get("architectures") or []
-    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    dflash = _sub_dict(config, "dflash_config")
     block = _int(config.get("block_size")) or _int(dflash.get("block_size"))
     layer_types = pick("layer_types")
     ssm_dtype = text.get("mamba_ssm_dtype") or config.get("mamba_ssm_dtype")  # SGLang reads text_config first
@@ -166,8 +173,9 @@ def facts_from_config(config: dict[str, Any], source: str = "config.json") -> Mo
 
 
 def weights_bytes_of(model_dir: Path) -> int | None:
-    """The size of a local checkpoint's weights: the safetensors index's `metadata.total_size`, else the sum of its
-    *.safetensors files. None when there are none (a config-only directory, or a remote path's cached config)."""
+    """The size of a local checkpoint's weights: the safetensors index's
+    `metadata.total_size`, else the sum of its *.safetensors files. None when there are none
+    (a config-only directory, or a remote path's cached config)."""
     index = model_dir / "model.safetensors.index.json"
     try:
         if index.is_file() and index.stat().st_size <= 16 * MAX_CONFIG_BYTES:

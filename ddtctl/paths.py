@@ -10,15 +10,15 @@ from ddtctl.errors import UsageError
 
 
 def cache_root() -> Path:
-    """ddtctl's one cache root: $XDG_CACHE_HOME/ddtctl (~/.cache/ddtctl). The managed SGLang env, model configs and
-    overlay builds all live under it."""
+    """ddtctl's one cache root: $XDG_CACHE_HOME/ddtctl (~/.cache/ddtctl). The managed SGLang env, model
+    configs and overlay builds all live under it."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ddtctl"
 
 
 def overlay_root() -> Path:
-    """Overlay builds and install state: $DDTCTL_CACHE_DIR/overlay when set (a throw-away build dir, e.g. in tests,
-    without moving the managed env), else <cache_root>/overlay."""
+    """Overlay builds and install state: $DDTCTL_CACHE_DIR/overlay when set (a throw-away build dir, e.g. in
+    tests, without moving the managed env), else <cache_root>/overlay."""
     explicit = os.environ.get("DDTCTL_CACHE_DIR")
     return (Path(explicit).expanduser() if explicit else cache_root()) / "overlay"
 

@@ -1,7 +1,7 @@
 """Launch profiles: reading YAML safely with line numbers, and the profile model.
 
-A profile describes one SGLang server launch. `server:` holds SGLang flags by name (dashed or underscored); they are
-checked against the flag catalog of the profile's SGLang release by `ddtctl.validate`, not here.
+A profile describes one SGLang server launch. `server:` holds SGLang flags by name (dashed or underscored);
+they are checked against the flag catalog of the profile's SGLang release by `ddtctl.validate`, not here.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ MAX_PROFILE_BYTES = 1024 * 1024
 MAX_NESTING = 32  # profiles nest 3-4 levels; deeper input is refused before Python's recursion limit is near
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
+_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
 try:  # libyaml when present: 5-10x faster
-    _Loader = yaml.CSafeLoader  # type: ignore[attr-defined]
+    _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
@@ -63,8 +64,8 @@ class Launch(_Strict):
 
 
 class IgnoreEntry(_Strict):
-    """A finding the profile suppresses on purpose: `{rule: DDT114, reason: "why"}` (`ddtctl validate` counts it
-    and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
+    """A finding the profile suppresses on purpose: `{rule: DDT114, reason: "why"}` (`ddtctl validate` counts
+    it and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
 
     rule: str = Field(min_length=1, max_length=16, description="Rule id to ignore, e.g. DDT114")
     reason: str = Field(min_length=1, max_length=500, description="Why this finding does not apply (required)")
@@ -192,8 +193,9 @@ def _refuse_aliases(text: str, source: str) -> None:
     """Anchors and aliases are how YAML bombs expand; profiles never need them."""
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else "?"  # the parser marks every event
             raise ProfileError("YAML anchors/aliases (&, *) are not allowed in profiles",
-                               where=f"{source}:{event.start_mark.line + 1}", fix="write the values out")
+                               where=f"{source}:{line}", fix="write the values out")
 
 
 def parse_profile_text(text: str, source: str) -> ProfileDocument:
@@ -221,8 +223,8 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
-    """Read and parse a profile file: a regular file of at most MAX_PROFILE_BYTES (a FIFO or /dev/zero is refused,
-    never read), UTF-8, YAML; ProfileError (one line, file:line) otherwise."""
+    """Read and parse a profile file: a regular file of at most MAX_PROFILE_BYTES (a FIFO or /dev/zero is
+    refused, never read), UTF-8, YAML; ProfileError (one line, file:line) otherwise."""
     from ddtctl.safeio import read_regular
 
     source = str(path)
@@ -262,7 +264,9 @@ def _suggest_top_level(loc: str) -> str:
     import difflib
 
     parent, _, key = loc.rpartition(".")
-    fields = {"": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}.get(parent)
+    sections: dict[str, type[BaseModel]] = {
+        "": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}
+    fields = sections.get(parent)
     if fields is None and parent.startswith("ignore."):
         fields = IgnoreEntry
     if fields is None:

@@ -1,5 +1,5 @@
-"""A profile rendered to what `ddtctl deploy` launches: the argv of `python -m sglang.launch_server`, one shell
-command, or the YAML SGLang's own `--config` reads back into the same argv (ddtctl/sglang_config.py)."""
+"""A profile rendered to what `ddtctl deploy` launches: the argv of `python -m sglang.launch_server`, one
+shell command, or the YAML SGLang's own `--config` reads back into the same argv (ddtctl/sglang_config.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from ddtctl.schema.catalog import Catalog
 
 
 def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
-    """`--model-path` first, then the server flags in profile order, with the options SGLang's parser knows."""
+    """`--model-path` first, then the server flags in profile order,
+    with the options SGLang's parser knows."""
     if catalog is None:
         from ddtctl.schema.extensions import extended_catalog
 
@@ -58,9 +59,9 @@ def _masked_argv(argv: list[str]) -> list[str]:
 
 def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) -> Rendered:
     """A profile as `ddtctl deploy` would launch it: argv (a JSON list), shell (one copy-pasteable command) or
-    sglang-config (the YAML that SGLang's own `--config` reads back into the same argv). Secret values (flags such
-    as --api-key, environment names such as HF_TOKEN) are masked unless show_secrets: the shell form refers to the
-    caller's own environment variable instead."""
+    sglang-config (the YAML that SGLang's own `--config` reads back into the same argv). Secret values (flags
+    such as --api-key, environment names such as HF_TOKEN) are masked unless show_secrets: the shell form
+    refers to the caller's own environment variable instead."""
     import shlex
 
     import yaml

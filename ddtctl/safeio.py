@@ -1,11 +1,12 @@
 """Reading and rewriting the user's files safely (issue #14).
 
-`read_regular` reads a regular file only, and never more than a limit: a FIFO, a device (/dev/zero), a socket or a
-directory is refused without blocking or reading it. `rewrite` replaces a file the user owns (a profile `validate
---fix` or `migrate --write` edits) atomically and without surprises: an unpredictable temporary created with O_EXCL
-next to the file, the file's mode (and owner, where allowed) kept, a symlink written through to its target, its line
-endings kept, a read-only file left alone, and nothing written when the file changed since it was read.
-`write_new` writes a file ddtctl produces (`schema -o`) atomically. Failures are one-line DdtctlErrors.
+`read_regular` reads a regular file only, and never more than a limit: a FIFO, a device (/dev/zero), a
+socket or a directory is refused without blocking or reading it. `rewrite` replaces a file the user owns
+(a profile `validate --fix` or `migrate --write` edits) atomically and without surprises: an unpredictable
+temporary created with O_EXCL next to the file, the file's mode (and owner, where allowed) kept, a symlink
+written through to its target, its line endings kept, a read-only file left alone, and nothing written
+when the file changed since it was read. `write_new` writes a file ddtctl produces (`schema -o`)
+atomically. Failures are one-line DdtctlErrors.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, error: type[Ddtctl
                  what: str = "input", fix: str | None = None) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; `error` (one line, where=path) otherwise.
 
-    Opened with O_NONBLOCK so a FIFO cannot block the open, and checked with fstat on the open descriptor (no race
-    with a rename); the read is bounded whatever st_size says (/proc files report 0)."""
+    Opened with O_NONBLOCK so a FIFO cannot block the open, and checked with fstat on the open descriptor (no
+    race with a rename); the read is bounded whatever st_size says (/proc files report 0)."""
     source = str(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -102,7 +103,8 @@ def _fsync_dir(directory: str) -> None:
 
 
 def _write_temp(directory: str, name: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> str:
-    """A new temporary beside `name` (mkstemp: O_CREAT|O_EXCL, random name, never follows a planted symlink)."""
+    """A new temporary beside `name` (mkstemp: O_CREAT|O_EXCL, random
+    name, never follows a planted symlink)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".ddtctl-tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -127,9 +129,9 @@ def _write_temp(directory: str, name: str, data: bytes, mode: int, owner: tuple[
 def rewrite(path: str | os.PathLike[str], text: str, *, original: bytes, what: str = "file") -> Path:
     """Replace the file at `path` (a symlink: its target) with `text`, if it still holds `original`.
 
-    `text` is written with `original`'s line endings and the file keeps its mode and owner. Refused (UsageError,
-    nothing written) when the file is read-only, is not a regular file, or changed since it was read. Returns the
-    path written (the symlink's target for a symlink)."""
+    `text` is written with `original`'s line endings and the file keeps its mode and owner. Refused
+    (UsageError, nothing written) when the file is read-only, is not a regular file, or changed since it was
+    read. Returns the path written (the symlink's target for a symlink)."""
     source = str(path)
     target = os.path.realpath(source)
     data = with_line_ending(text, original).encode("utf-8")
@@ -217,9 +219,10 @@ def _umask() -> int:
 
 
 def owned_dir_state(path: str | os.PathLike[str], marker: str, *, legacy=None) -> str:
-    """"absent", "empty", "owned" (holds ddtctl's `marker` file, or passes `legacy(path)`) or "foreign": whether ddtctl
-    may replace the directory at `path`. A symlink or a non-directory is "foreign". ddtctl deletes only what it made
-    (issue #14: `overlay import --out SRC --force` deleted SRC, `overlay build --out DIR` wiped DIR)."""
+    """"absent", "empty", "owned" (holds ddtctl's `marker` file, or passes `legacy(path)`) or "foreign":
+    whether ddtctl may replace the directory at `path`. A symlink or a non-directory is "foreign". ddtctl
+    deletes only what it made (issue #14: `overlay import --out SRC --force` deleted SRC,
+    `overlay build --out DIR` wiped DIR)."""
     p = Path(path)
     if p.is_symlink():
         return "foreign"

@@ -1,10 +1,10 @@
 """SGLang's own `--config FILE` (a YAML mapping of flags), both ways, as sglang 0.5.23 reads it.
 
 `expand_config_argv` is `prepare_server_args`' expansion (`sglang/srt/utils/server_args_config_parser.py`,
-`ConfigArgumentMerger`) rebuilt on the flag catalog, so `validate --argv -- --config x.yaml` checks what SGLang would
-launch without importing it:
-  * only the exact token `--config` triggers it (SGLang tests `"--config" in argv`), at most once, followed by a path
-    ending in .yaml / .yml that exists; the root must be a mapping;
+`ConfigArgumentMerger`) rebuilt on the flag catalog, so `validate --argv -- --config x.yaml` checks what
+SGLang would launch without importing it:
+  * only the exact token `--config` triggers it (SGLang tests `"--config" in argv`), at most once, followed by
+    a path ending in .yaml / .yml that exists; the root must be a mapping;
   * the config's flags come first, then the command line's (so the command line wins, argparse's last value);
   * a key names a flag by any long spelling, `-` or `_`; it is emitted as `--<key>` as written;
   * true / false: a store_true flag is given bare or left out; any other flag gets `--key true|false`;
@@ -125,8 +125,9 @@ def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
 
 
 def profile_to_config(model_path: str, server: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
-    """The --config mapping for a profile's launch: `model-path` first, then the server flags in profile order.
-    Switches become true (false ones are left out); flags SGLang's --config cannot carry are refused by name."""
+    """The --config mapping for a profile's launch: `model-path` first, then the server
+    flags in profile order. Switches become true (false ones are left out); flags SGLang's
+    --config cannot carry are refused by name."""
     keys = ConfigKeys(catalog)
     out: dict[str, Any] = {"model-path": model_path}
     for name, value in server.items():

@@ -1,5 +1,5 @@
-"""Line-level YAML editing shared by `validate --fix` and `migrate`: they rewrite one line at a time, so comments,
-quoting and layout of everything else survive untouched."""
+"""Line-level YAML editing shared by `validate --fix` and `migrate`: they rewrite one line at a time, so
+comments, quoting and layout of everything else survive untouched."""
 
 from __future__ import annotations
 

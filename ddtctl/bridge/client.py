@@ -1,5 +1,5 @@
-"""The ddtctl side of the resolver bridge: starts resolver_worker.py under the managed env's python and talks JSON
-lines to it. Stdlib only; never imports sglang or torch."""
+"""The ddtctl side of the resolver bridge: starts resolver_worker.py under the managed env's python and talks
+JSON lines to it. Stdlib only; never imports sglang or torch."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class ResolverClient:
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
         self._next_id = 0
 
-    # -- lifecycle ------------------------------------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------------------
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -103,7 +103,8 @@ class ResolverClient:
                 encoding="utf-8",
                 errors="replace",
                 bufsize=1,
-                # PR_SET_PDEATHSIG follows the creating *thread*: only tie the worker to the main thread's life.
+                # PR_SET_PDEATHSIG follows the creating *thread*: only
+                # tie the worker to the main thread's life.
                 preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         except OSError as exc:
@@ -157,7 +158,7 @@ class ResolverClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- requests -------------------------------------------------------------------------------------------------
+    # -- requests --------------------------------------------------------------------------------------------
     def resolve(self, argv: Sequence[str], *, platform: dict | None = None, timeout_s: float = 60.0,
                 env: dict[str, str] | None = None) -> dict:
         """Resolve one argv (with the server environment `env` applied for this resolve only); raises

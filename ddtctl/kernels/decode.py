@@ -1,20 +1,23 @@
 """A small DDTree decoding loop, used to check losslessness end to end (tests on CPU, bench on the GPU).
 
-The target is any causal LM callable as ``target(tokens[T], positions[T], visible[T, T] bool) -> logits[T, V]``;
-`hf_target` wraps a Hugging Face model (a tiny randomly initialised Llama from `tiny_llama`, no downloads). The
-drafter stand-in, `NoisyChainDrafter`, is the target's own next-token logits along its greedy chain plus Gaussian
-noise: its top-1 is often wrong, so acceptance is partial and the tree's alternatives matter. It is a stand-in for a
+The target is any causal LM callable as
+``target(tokens[T], positions[T], visible[T, T] bool) -> logits[T, V]``; `hf_target` wraps a Hugging Face
+model (a tiny randomly initialised Llama from `tiny_llama`, no downloads). The drafter stand-in,
+`NoisyChainDrafter`, is the target's own next-token logits along its greedy chain plus Gaussian noise: its
+top-1 is often wrong, so acceptance is partial and the tree's alternatives matter. It is a stand-in for a
 DFlash drafter (one block of L logits per step, not conditioned on the drafted tokens), not a model of one.
 
-One round: root = last committed token at position n-1; the tree is built from the draft logits, verified in one
-target forward over prefix + [root] + nodes (ancestor-only attention inside the tree, positions start + depth),
-followed with the posterior tokens (argmax, or a position-keyed Gumbel-max sample), and the accepted nodes plus the
-bonus token are committed. With position-keyed noise, sampling too is reproduced token for token.
+One round: root = last committed token at position n-1; the tree is built from the draft logits,
+verified in one target forward over prefix + [root] + nodes (ancestor-only attention inside the tree,
+positions start + depth), followed with the posterior tokens (argmax, or a position-keyed Gumbel-max
+sample), and the accepted nodes plus the bonus token are committed. With position-keyed noise,
+sampling too is reproduced token for token.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -26,11 +29,16 @@ def tiny_llama(vocab: int = 96, seed: int = 0, device: str = "cpu", layers: int 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      initializer_range=0.3, attn_implementation="eager")
+    # attn_implementation is a PretrainedConfig keyword that LlamaConfig's signature does not declare
+    settings: dict[str, Any] = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.3,
+        attn_implementation="eager")
+    cfg = LlamaConfig(**settings)
     torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg).to(device=device, dtype=torch.float64).eval()
+    # typed as nn.Module: transformers wraps `to` with functools.wraps, which mypy cannot bind to self
+    model = cast(torch.nn.Module, LlamaForCausalLM(cfg))
+    return model.to(device=device, dtype=torch.float64).eval()
 
 
 def hf_target(model):
@@ -73,7 +81,8 @@ def autoregressive(target, prompt: list[int], max_new: int, temperature: float =
 
 
 class NoisyChainDrafter:
-    """Stand-in drafter: the target's logits along its own greedy chain, plus N(0, noise^2) noise (float32)."""
+    """Stand-in drafter: the target's logits along its own greedy
+    chain, plus N(0, noise^2) noise (float32)."""
 
     def __init__(self, target, depth: int, noise: float, seed: int = 0):
         self.target, self.depth, self.noise = target, depth, noise

@@ -3,17 +3,20 @@
 This is the specification the Triton kernels are checked against, bit for bit given the same top-K.
 
 Conventions (shared with the kernels):
-- Top-K per depth: ``lp = fl32(x - lse)`` with ``x`` the logits in fp32 and ``lse`` the log-sum-exp over the whole
-  vocabulary; tokens are ranked by logit (equivalently by log-prob), ties to the lower token id. ``-0.0`` counts as
-  ``+0.0``. Logits must be finite or ``-inf``, with at least one finite value per row.
-- ``build`` takes the top-K log-probs as given but likewise reads ``-0.0`` as ``+0.0`` (a caller's table may hold
-  ``-0.0``; the scores are then never ``-0.0``, so a ``-0.0`` and a ``+0.0`` score tie and break on the rank tuple).
-- Score of a prefix = fp32 sum of its log-probs in depth order: ``score(child) = fl32(score(parent) + lp[d-1, r])``.
-  (Paper: sibling score ``s - lp[d-1,r] + lp[d-1,r+1]``; the same number in exact arithmetic, and the
-  parent-plus-one-term form is what both implementations compute, without cancellation.)
-- Heap entries are ordered by (score descending, rank tuple ascending): Python tuple order, so a prefix precedes its
-  extensions and siblings are taken in rank order. Node 0 is the root; nodes 1..B are numbered in pop order, so a
-  parent's index is always smaller than its child's and children of a node appear in rank order.
+- Top-K per depth: ``lp = fl32(x - lse)`` with ``x`` the logits in fp32 and ``lse`` the log-sum-exp over the
+  whole vocabulary; tokens are ranked by logit (equivalently by log-prob), ties to the lower token id.
+  ``-0.0`` counts as ``+0.0``. Logits must be finite or ``-inf``, with at least one finite value per row.
+- ``build`` takes the top-K log-probs as given but likewise reads ``-0.0`` as ``+0.0`` (a caller's table may
+  hold ``-0.0``; the scores are then never ``-0.0``, so a ``-0.0`` and a ``+0.0`` score tie and break on the
+  rank tuple).
+- Score of a prefix = fp32 sum of its log-probs in depth order:
+  ``score(child) = fl32(score(parent) + lp[d-1, r])``. (Paper: sibling score ``s - lp[d-1,r] + lp[d-1,r+1]``;
+  the same number in exact arithmetic, and the parent-plus-one-term form is what both implementations compute,
+  without cancellation.)
+- Heap entries are ordered by (score descending, rank tuple ascending): Python tuple order, so a prefix
+  precedes its extensions and siblings are taken in rank order. Node 0 is the root; nodes 1..B are numbered in
+  pop order, so a parent's index is always smaller than its child's and children of a node appear in rank
+  order.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ MAX_BUDGET = 2046  # ... and node indices / insertion points into 11 bits
 
 
 def _canonical_f32(x) -> np.ndarray:
-    """float32 copy of ``x`` with -0.0 replaced by +0.0 (they compare equal, so they must rank and score equal)."""
+    """float32 copy of ``x`` with -0.0 replaced by +0.0 (they compare
+    equal, so they must rank and score equal)."""
     x = np.asarray(x)
     if x.dtype != np.float32:
         x = x.astype(np.float32)
@@ -77,7 +81,8 @@ def check_budget(depth: int, vocab: int, budget: int) -> int:
 
 @dataclass
 class Tree:
-    """One request's draft tree. Node 0 is the root; node i (1..B) has token tokens[i-1], depth depths[i-1]."""
+    """One request's draft tree. Node 0 is the root; node i (1..B) has
+    token tokens[i-1], depth depths[i-1]."""
 
     tokens: np.ndarray  # int64 [B]
     depths: np.ndarray  # int32 [B], 1..L
@@ -117,7 +122,8 @@ def visibility_from_parents(parents: np.ndarray) -> np.ndarray:
 
 def build(lp: np.ndarray, ids: np.ndarray, budget: int) -> Tree:
     """Best-first heap build over top-K log-probs ``lp[L, K]`` (rows sorted descending) and ``ids[L, K]``."""
-    # -0.0 -> +0.0, as the build kernel loads lp: with no -0.0 in, no sum is -0.0, so every score is bit-identical
+    # -0.0 -> +0.0, as the build kernel loads lp: with no -0.0 in, no sum
+    # is -0.0, so every score is bit-identical
     lp = _canonical_f32(lp)
     ids = np.asarray(ids)
     depth_l, k = lp.shape
@@ -132,7 +138,7 @@ def build(lp: np.ndarray, ids: np.ndarray, budget: int) -> Tree:
     parents = np.full(budget + 1, -1, dtype=np.int32)
     node_score = [np.float32(0.0)]
     # heap entry: (-score, rank tuple, parent node, depth, rank)
-    heap = [(-float(lp[0, 0]), (0,), 0, 1, 0)]
+    heap: list[tuple[float, tuple[int, ...], int, int, int]] = [(-float(lp[0, 0]), (0,), 0, 1, 0)]
     n = 0
     while n < budget:
         neg, rt, parent, d, r = heapq.heappop(heap)
@@ -172,7 +178,8 @@ class Compiled:
 
 
 def pack_bits(vis: np.ndarray) -> np.ndarray:
-    """Bool [..., N] -> int32 [..., ceil(N/32)], little-endian bit order (so a byte view is column-ordered too)."""
+    """Bool [..., N] -> int32 [..., ceil(N/32)], little-endian bit order
+    (so a byte view is column-ordered too)."""
     n = vis.shape[-1]
     words = (n + 31) // 32
     padded = np.zeros(vis.shape[:-1] + (words * 32,), dtype=np.uint64)
@@ -199,7 +206,7 @@ def compile_tree(tree: Tree, root_token: int, start: int, prefix_len: int) -> Co
     mask[:, prefix_len:] = tree.visibility
     next_token = np.full(b + 1, -1, dtype=np.int64)
     next_sibling = np.full(b + 1, -1, dtype=np.int64)
-    last_child = {}
+    last_child: dict[int, int] = {}
     for i in range(1, b + 1):
         p = int(tree.parents[i])
         if next_token[p] == -1:
@@ -219,15 +226,16 @@ def compile_tree(tree: Tree, root_token: int, start: int, prefix_len: int) -> Co
 
 
 def gumbel_noise(seed: int, position: int, vocab: int) -> np.ndarray:
-    """Position-keyed Gumbel noise: the same position always gets the same noise (so sample-then-walk with this
-    noise reproduces autoregressive sampling with it, token for token)."""
+    """Position-keyed Gumbel noise: the same position always gets the same noise (so sample-then-walk with
+    this noise reproduces autoregressive sampling with it, token for token)."""
     rng = np.random.default_rng([seed, position])
     u = rng.random(vocab)
     return -np.log(-np.log(np.clip(u, 1e-300, 1.0)))
 
 
 def posterior_tokens(target_logits, temperature: float = 0.0, noise=None) -> np.ndarray:
-    """Posterior token at each node: argmax (T=0; ties to the lower id) or a Gumbel-max sample of softmax(x/T)."""
+    """Posterior token at each node: argmax (T=0; ties to the lower id)
+    or a Gumbel-max sample of softmax(x/T)."""
     x = np.asarray(target_logits, dtype=np.float64)
     if temperature <= 0.0:
         return np.argmax(x, axis=-1).astype(np.int64)
@@ -265,7 +273,7 @@ def follow(input_ids: np.ndarray, parents: np.ndarray, posterior: np.ndarray) ->
     return Followed(path, len(path) - 1, int(posterior[cur]))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Batched helpers (used to compare with the GPU kernels' fixed-shape outputs)
 
 

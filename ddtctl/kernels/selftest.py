@@ -1,7 +1,7 @@
 """Kernel self-test: the Triton kernels against the exact reference on fresh random logits.
 
-On "cpu" the kernels run in Triton's interpreter at small sizes; on "cuda" at the sizes a server uses (this also
-compiles and caches the kernels for those shapes, so the first decode step does not pay for it).
+On "cpu" the kernels run in Triton's interpreter at small sizes; on "cuda" at the sizes a server uses (this
+also compiles and caches the kernels for those shapes, so the first decode step does not pay for it).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ class SelftestResult:
 def _kernels_module(interpret: bool):
     """The Triton kernels module, defined for the interpreter (CPU) or the compiler (GPU).
 
-    Triton reads TRITON_INTERPRET both when a kernel is defined and when it runs, so the caller keeps the variable
-    set for as long as the kernels run (see `_interpreter_env`).
+    Triton reads TRITON_INTERPRET both when a kernel is defined and when it runs, so the caller keeps the
+    variable set for as long as the kernels run (see `_interpreter_env`).
     """
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401 - availability probes
         import triton  # noqa: F401
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise EnvironmentMissing(
@@ -152,7 +152,8 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
 
 
 def selftest(device: str = "cpu", *, quick: bool = False) -> SelftestResult:
-    """Every kernel against the reference on a few cases: on the CPU under the Triton interpreter, or on the GPU."""
+    """Every kernel against the reference on a few cases: on the CPU under
+    the Triton interpreter, or on the GPU."""
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}", fix="use --device cpu or --device cuda")
     with _interpreter_env(device == "cpu"):

@@ -1,4 +1,5 @@
-"""`ddtctl kernels tree`: the tree DDTree builds from one request's draft logits [L, V] (numpy reference only)."""
+"""`ddtctl kernels tree`: the tree DDTree builds from one request's draft
+logits [L, V] (numpy reference only)."""
 
 from __future__ import annotations
 
@@ -69,9 +70,10 @@ def load_logits(path: str):
         raise UsageError(f"{path}: logits contain NaN", fix="check the drafter's output")
     if np.isposinf(x).any() or not np.isfinite(x).any(axis=1).all():
         raise UsageError(f"{path}: a row has +inf or no finite logit", fix="check the drafter's output")
-    # Finite logits beyond float32's range (1e300) would become +-inf in the cast, and NaN in the softmax (issue #14:
-    # the check ran before the cast). Softmax is shift-invariant: subtract each row's largest logit in float64 first;
-    # what still underflows to -inf has probability 0 anyway. Logits within float32's range are cast as they are.
+    # Finite logits beyond float32's range (1e300) would become +-inf in the cast, and NaN in the
+    # softmax (issue #14: the check ran before the cast). Softmax is shift-invariant: subtract each
+    # row's largest logit in float64 first; what still underflows to -inf has probability 0 anyway.
+    # Logits within float32's range are cast as they are.
     finite = x[np.isfinite(x)]
     if finite.size and np.abs(finite).max() > np.finfo(np.float32).max:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -81,8 +83,9 @@ def load_logits(path: str):
 
 
 def _check_npy_header(path: str, raw: bytes) -> None:
-    """The .npy header must describe exactly the bytes that follow it: a header claiming a 37 GiB array over 24 bytes
-    of data made numpy try to allocate it (found by the bad-input corpus), and a text file was read as a pickle."""
+    """The .npy header must describe exactly the bytes that follow it: a header claiming a 37 GiB
+    array over 24 bytes of data made numpy try to allocate it (found by the bad-input corpus),
+    and a text file was read as a pickle."""
     import io
 
     import numpy as np

@@ -1,30 +1,33 @@
 """DDTree Triton kernels: fused top-K + log-sum-exp, on-GPU best-first build, compile, follow.
 
-All launches have shapes fixed by (batch, L, V, B) and read their data-dependent loop bounds on the device, so a
-whole preparation step can be captured in a CUDA graph: no host synchronisation, no allocation after `DDTreePlan`.
+All launches have shapes fixed by (batch, L, V, B) and read their data-dependent loop bounds on
+the device, so a whole preparation step can be captured in a CUDA graph: no host
+synchronisation, no allocation after `DDTreePlan`.
 
 Top-K (two launches):
-  pass 1, grid (rows, splits): one read of the logits; per split an online (max, sum-exp), and the maximum of every
-         group of GS consecutive logits (written to a small scratch, ~1/64 of the logits).
-  pass 2, grid (rows,): log-sum-exp from the partials; t = K-th largest group maximum (at least K logits are >= t, so
-         every top-K logit lies in a group whose maximum is >= t); the logits >= t of those groups (usually ~K) are
-         compacted and sorted (bitonic, 64-bit keys value|~id), the first K written as lp = x - lse. When more than
-         `cap` logits are >= t (heavy ties), the exact K-th largest is found by bisection over the order-preserving
-         integer keys instead, ties split by token id with a second bisection.
-Build, grid (batch,): the best-first heap with one frontier entry per node (the node's next child rank). The pop
-  order key is (score desc, rank tuple asc); the rank-tuple order of two frontier entries equals (insertion point in
-  the current tree's preorder asc, depth desc), so each node carries its preorder index and subtree size and one
-  64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit for bit (both read a -0.0 in
-  lp as +0.0, so equal scores tie whatever their zero's sign).
-Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive arrays,
-  all from the build's preorder intervals (no pointer chasing).
+  pass 1, grid (rows, splits): one read of the logits; per split an online (max, sum-exp), and the maximum of
+         every group of GS consecutive logits (written to a small scratch, ~1/64 of the logits).
+  pass 2, grid (rows,): log-sum-exp from the partials; t = K-th largest group maximum (at least K logits are
+         >= t, so every top-K logit lies in a group whose maximum is >= t); the logits >= t of those groups
+         (usually ~K) are compacted and sorted (bitonic, 64-bit keys value|~id), the first K written as
+         lp = x - lse. When more than `cap` logits are >= t (heavy ties), the exact K-th largest is found by
+         bisection over the order-preserving integer keys instead, ties split by token id with a second
+         bisection.
+Build, grid (batch,): the best-first heap with one frontier entry per node (the node's next child rank). The
+  pop order key is (score desc, rank tuple asc); the rank-tuple order of two frontier entries equals
+  (insertion point in the current tree's preorder asc, depth desc), so each node carries its preorder index
+  and subtree size and one 64-bit max-reduction per pop replaces the heap. Identical to `reference.build` bit
+  for bit (both read a -0.0 in lp as +0.0, so equal scores tie whatever their zero's sign).
+Compile, grid (batch, row blocks): input ids, positions, visibility (bool and bit-packed), SGLang retrive
+  arrays, all from the build's preorder intervals (no pointer chasing).
 Follow, grid (batch,): greedy / sample-then-walk acceptance from posterior tokens, in registers.
 
-Exactness: token selection compares the logits' exact order keys, so the top-K ids equal the reference's; lp differ
-from the reference only by the rounding of the log-sum-exp (fp32 online here, fp64 there; measured <= 4e-6). Given
-the same top-K the trees (tokens, depths, parents, fp32 scores), compile arrays and walks are identical to
-`reference`. End to end from logits two trees can differ only where prefix scores are within the lp difference times
-L; `bench/kernels_gpu.py` counts such trees and checks each is explained by a score gap <= 1e-4 nats (TREE_TOL).
+Exactness: token selection compares the logits' exact order keys, so the top-K ids equal the reference's;
+lp differ from the reference only by the rounding of the log-sum-exp (fp32 online here, fp64 there;
+measured <= 4e-6). Given the same top-K the trees (tokens, depths, parents, fp32 scores), compile arrays
+and walks are identical to `reference`. End to end from logits two trees can differ only where prefix
+scores are within the lp difference times L; `bench/kernels_gpu.py` counts such trees and checks each is
+explained by a score gap <= 1e-4 nats (TREE_TOL).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 if not torch.cuda.is_available():  # CPU: run the kernels in Triton's interpreter (read when the kernels are defined)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import triton  # noqa: E402
+import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is imported
 import triton.language as tl  # noqa: E402
 
 from ddtctl.kernels.reference import check_budget  # noqa: E402
@@ -239,10 +242,11 @@ def _build_kernel(
     L, K, B,
     F: tl.constexpr,
 ):
-    # Lane n holds node n: its preorder index and subtree size in the current tree, depth, parent, score, and its
-    # frontier entry (next child rank crank, candidate score cscore, the log-prob after that nlp, and c0/c1 = the
-    # first two log-probs one level below, which a new child of n needs). One tuple reduction per pop; the loads a pop
-    # issues are merged one iteration later ("pending"), so their latency hides behind the next reduction.
+    # Lane n holds node n: its preorder index and subtree size in the current tree, depth, parent, score,
+    # and its frontier entry (next child rank crank, candidate score cscore, the log-prob after that nlp,
+    # and c0/c1 = the first two log-probs one level below, which a new child of n needs). One tuple
+    # reduction per pop; the loads a pop issues are merged one iteration later ("pending"), so their
+    # latency hides behind the next reduction.
     req = tl.program_id(0).to(tl.int64)
     lpb = LP + req * L * K
     n = tl.arange(0, F)
@@ -256,7 +260,8 @@ def _build_kernel(
     crank = zi
     nscore = tl.zeros([F], tl.float32)
     ninf = tl.full([F], float("-inf"), tl.float32)
-    # every lp load goes through _load_f32: -0.0 -> +0.0, else _skey would rank a -0.0 score below +0.0 (issue #14)
+    # every lp load goes through _load_f32: -0.0 -> +0.0, else _skey would
+    # rank a -0.0 score below +0.0 (issue #14)
     cscore = tl.where(root, _load_f32(lpb, K > 0), ninf)
     nlp = tl.where(root, _load_f32(lpb + 1, K > 1), ninf)
     c0 = tl.where(root, _load_f32(lpb + K, L > 1), ninf)
@@ -327,9 +332,9 @@ def _compile_kernel(
     B, W,
     BR: tl.constexpr, WT: tl.constexpr,
 ):
-    # Node j is an ancestor-or-self of i iff pre[j] <= pre[i] < pre[j] + size[j] (preorder intervals from the build);
-    # the first child of i is the node at pre[i] + 1, the next sibling the node at pre[i] + size[i] if it has i's
-    # parent. No pointer chasing: every load is a vector load.
+    # Node j is an ancestor-or-self of i iff pre[j] <= pre[i] < pre[j] + size[j] (preorder intervals from the
+    # build); the first child of i is the node at pre[i] + 1, the next sibling the node at pre[i] + size[i] if
+    # it has i's parent. No pointer chasing: every load is a vector load.
     req = tl.program_id(0).to(tl.int64)
     rb = tl.program_id(1)
     n1 = B + 1
@@ -379,8 +384,8 @@ def _follow_kernel(
     B, L,
     F: tl.constexpr,
 ):
-    # A node matches when its token is its parent's posterior (one gather); the walk descends to the lowest-index
-    # matching child of the current node, all in registers.
+    # A node matches when its token is its parent's posterior (one gather); the walk descends to the
+    # lowest-index matching child of the current node, all in registers.
     req = tl.program_id(0).to(tl.int64)
     n1 = B + 1
     n = tl.arange(0, F)
@@ -403,7 +408,7 @@ def _follow_kernel(
     tl.store(BONUS_OUT + req, tl.load(POST + req * n1 + cur))
 
 
-# -------------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Host side: one plan per (batch, L, V, B, dtype) holds every buffer, so each step launches kernels only.
 
 
@@ -457,7 +462,8 @@ class DDTreePlan:
         self.tiles_per_split = _cdiv(self.n_tiles, max(1, min(splits, self.n_tiles)))
         self.splits = _cdiv(self.n_tiles, self.tiles_per_split)
         self.k_pad = _next_pow2(self.K)
-        # pass 2 sorts up to `cap` candidates (the logits >= the K-th largest group maximum); more -> bisection
+        # pass 2 sorts up to `cap` candidates (the logits >= the K-th
+        # largest group maximum); more -> bisection
         default_cap = max(256, 4 * self.k_pad if self.k_pad <= 64 else 2 * self.k_pad)
         self.cap = _next_pow2(cand_cap) if cand_cap else default_cap
         self.f = _next_pow2(budget + 1)
@@ -493,7 +499,7 @@ class DDTreePlan:
         self.accept_length = torch.empty(batch, dtype=i32, device=dev)
         self.bonus = torch.empty(batch, dtype=i64, device=dev)
 
-    # --- launches -------------------------------------------------------------------------------------------------
+    # --- launches -------------------------------------------------------------------------------------------
     def topk(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """lp [batch, L, K] fp32 (sorted desc) and ids [batch, L, K] int32 from logits [batch, L, V]
         (fp32 / bf16 / fp16)."""
@@ -536,7 +542,8 @@ class DDTreePlan:
         return self.tokens, self.depths, self.parents, self.scores
 
     def compile(self, root_tokens: torch.Tensor, starts: torch.Tensor):
-        """Verify inputs: input_ids, positions, visibility, packed mask, retrive arrays (all [batch, B+1, ...])."""
+        """Verify inputs: input_ids, positions, visibility, packed mask,
+        retrive arrays (all [batch, B+1, ...])."""
         n1 = self.budget + 1
         _compile_kernel[(self.batch, _cdiv(n1, self.br))](
             self.parents, self.pre, self.size, self.tokens, self.depths, root_tokens, starts,
@@ -566,9 +573,9 @@ class DDTreePlan:
 def _move_chain_rows_kernel(ptrs, tgt, src, L, ROW_WORDS: tl.constexpr, BLOCK: tl.constexpr):
     """grid (buffers, batch, row chunks): row src[b, j] -> row tgt[b, j] of buffer `ptrs[layer]`, j ascending.
 
-    Chain commits read node acc[j] >= j into chain position j (a node at depth j has j ancestors before it in the
-    build order), so walking j upwards inside one program never reads a row this program already wrote; programs of
-    different requests or row chunks touch disjoint words."""
+    Chain commits read node acc[j] >= j into chain position j (a node at depth j has j ancestors before it in
+    the build order), so walking j upwards inside one program never reads a row this program already wrote;
+    programs of different requests or row chunks touch disjoint words."""
     layer = tl.program_id(0)
     req = tl.program_id(1)
     offs = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
@@ -583,9 +590,9 @@ def _move_chain_rows_kernel(ptrs, tgt, src, L, ROW_WORDS: tl.constexpr, BLOCK: t
 
 
 class ChainRowMover:
-    """Commit accepted tree nodes' KV rows into chain order across all layers in one launch per row width, instead
-    of a gather and a scatter per layer (2 x layers launches). Buffers: equal-shape contiguous [slots, ...] tensors
-    (one per layer, K and V alike); rows are moved as 32-bit words."""
+    """Commit accepted tree nodes' KV rows into chain order across all layers in one launch per row width,
+    instead of a gather and a scatter per layer (2 x layers launches). Buffers: equal-shape contiguous [slots,
+    ...] tensors (one per layer, K and V alike); rows are moved as 32-bit words."""
 
     def __init__(self, buffers: list[torch.Tensor]):
         if not buffers:

@@ -1,11 +1,13 @@
-"""`ddtctl overlay build`: pristine SGLang files + payload patches + added modules -> a staged payload and a view.
+"""`ddtctl overlay build`: pristine SGLang files + payload patches +
+added modules -> a staged payload and a view.
 
 The build directory (default ~/.cache/ddtctl/overlay/<name>-<sglang>/) holds:
-    payload/   what gets installed or shipped: ddtree-manifest.json (every file with its sha256, the pristine base
-               hash of each patched file, the payload id), files/<path in site-packages>, installer.py, smoke.py
-    view/      the target's site-packages as seen with the payload applied (real directories only along the payload's
-               paths, symlinks to the untouched originals elsewhere); dry-runs put it first on sys.path, so the
-               managed environment's site-packages is never modified
+    payload/   what gets installed or shipped: ddtree-manifest.json (every file with its sha256, the pristine
+               base hash of each patched file, the payload id), files/<path in site-packages>,
+               installer.py, smoke.py
+    view/      the target's site-packages as seen with the payload applied (real directories only along the
+               payload's paths, symlinks to the untouched originals elsewhere); dry-runs put it first on
+               sys.path, so the managed environment's site-packages is never modified
     build.json what this build was made from (source fingerprint, SGLang root, interpreter, payload id)
 """
 
@@ -111,16 +113,15 @@ def managed_python(version: str) -> Path:
     try:
         from ddtctl import envs  # the dry-run helper's module
     except ImportError:
-        envs = None
-    if envs is not None:
-        env = envs.managed_env(version)
-        if getattr(env, "exists", False):
-            return Path(env.python)
-        raise EnvironmentMissing(
-            f"the managed SGLang {version} environment does not exist ({getattr(env, 'root', '?')})",
-            fix="create it (`make test` / `ddtctl env create`) or pass --sglang-root and --python",
-        )
-    raise EnvironmentMissing("no managed SGLang environment support in this ddtctl", fix="pass --sglang-root")
+        raise EnvironmentMissing("no managed SGLang environment support in this ddtctl",
+                                 fix="pass --sglang-root") from None
+    env = envs.managed_env(version)
+    if getattr(env, "exists", False):
+        return Path(env.python)
+    raise EnvironmentMissing(
+        f"the managed SGLang {version} environment does not exist ({getattr(env, 'root', '?')})",
+        fix="create it (`make test` / `ddtctl env create`) or pass --sglang-root and --python",
+    )
 
 
 def sglang_version_at(root: Path) -> str | None:
@@ -150,12 +151,14 @@ def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str)
 
 
 def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any], list[str]]:
-    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional sources).
-    The built manifest lists `stale_pins`: added files whose pinned sha256 in the source manifest is not the file's
-    (they are staged as they are, hashed in the built manifest; `ddtctl overlay manifest --update` re-pins)."""
+    """Write the staged payload into `out` (must not exist). Returns (built manifest, skipped optional
+    sources). The built manifest lists `stale_pins`: added files whose pinned sha256 in the source manifest is
+    not the file's (they are staged as they are, hashed in the built manifest;
+    `ddtctl overlay manifest --update` re-pins)."""
     if target.sglang_version and target.sglang_version != m.sglang:
         raise OverlayError(
-            f"{target.sglang_root} has sglang {target.sglang_version}; payload {m.name} is for sglang {m.sglang}",
+            f"{target.sglang_root} has sglang {target.sglang_version}; "
+            f"payload {m.name} is for sglang {m.sglang}",
             fix="build against the pinned release (the managed env) or a matching --sglang-root",
         )
     files_dir = out / "files"
@@ -279,15 +282,18 @@ BUILD_MARKER = ".ddtctl-build"  # in every build dir ddtctl makes: the only kind
 
 
 def _legacy_build(path: Path) -> bool:
-    """A build dir made before BUILD_MARKER existed: build.json as ddtctl writes it, with payload/ and view/."""
+    """A build dir made before BUILD_MARKER existed: build.json as
+    ddtctl writes it, with payload/ and view/."""
     info = read_build(path)
-    return bool(info) and {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
+    if not info:
+        return False
+    return {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
         (path / "payload").is_dir() and (path / "view").is_dir()
 
 
 def _check_build_dir(build_dir: Path) -> None:
-    """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14: `overlay
-    build --out DIR` wiped whatever DIR held)."""
+    """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14:
+    `overlay build --out DIR` wiped whatever DIR held)."""
     from ddtctl.safeio import owned_dir_state
 
     if owned_dir_state(build_dir, BUILD_MARKER, legacy=_legacy_build) == "foreign":

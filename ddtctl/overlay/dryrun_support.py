@@ -1,9 +1,13 @@
-"""Which payload view a dry-run puts first on the resolver's sys.path (`ddtctl dry-run --overlay auto|none|PATH`).
+"""Which payload view a dry-run puts first on the resolver's sys.path
+(`ddtctl dry-run --overlay auto|none|PATH`).
 
-auto  the bundled DDTREE payload, built (or reused) against the resolver's SGLang, when something asks for DDTREE
+auto  the bundled DDTREE payload, built (or reused) against the resolver's SGLang, when something asks
+      for DDTREE
 none  plain SGLang
-PATH  a payload source (manifest.json), a built payload (ddtree-manifest.json) or a build directory (payload/ + view/)
-The managed environment's site-packages is never modified: the view shadows only the files the payload touches.
+PATH  a payload source (manifest.json), a built payload (ddtree-manifest.json) or a build directory
+      (payload/ + view/)
+The managed environment's site-packages is never modified: the view shadows only the files the payload
+touches.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 The common workflow today: someone edits `spec_info.py`, `server_args.py`, `dflash_worker.py` and adds a
 `ddtree_utils.py`, in a directory that mirrors the sglang package tree. `import` finds each file's pristine
-counterpart in the pinned release (checked against the release's own RECORD hashes), stores a unified diff with the
-base and result hashes, copies new files as added files, and writes a manifest that `overlay build` builds, verifies
-and ships exactly like the bundled payload.
+counterpart in the pinned release (checked against the release's own RECORD hashes), stores a unified diff
+with the base and result hashes, copies new files as added files, and writes a manifest that `overlay build`
+builds, verifies and ships exactly like the bundled payload.
 """
 
 from __future__ import annotations
@@ -119,32 +119,8 @@ def _check_out(src: Path, out: Path, force: bool) -> str:
     return state
 
 
-def import_dir(
-    src: str | Path,
-    *,
-    out: str | Path,
-    sglang: str = "0.5.23",
-    sglang_root: str | Path | None = None,
-    python: str | Path | None = None,
-    name: str = "ddtree-sglang-imported",
-    version: str = "0.0.1",
-    force: bool = False,
-) -> ImportResult:
-    """Write the payload into a fresh directory beside --out, then swap it in: a failed import leaves --out as it
-    was, and only an empty --out or one an earlier import wrote (IMPORT_MARKER) is ever replaced."""
-    import json
-    import os
-    import tempfile
-
-    src = Path(src).expanduser()
-    if not src.is_dir():
-        raise OverlayError(f"{src} is not a directory")
-    out = Path(out).expanduser()
-    state = _check_out(src, out, force)
-    target = resolve_target(sglang, sglang_root, python)
-    if target.sglang_version and target.sglang_version != sglang:
-        raise OverlayError(f"{target.sglang_root} has sglang {target.sglang_version}, not {sglang}")
-    record = record_hashes(target.sglang_root, sglang)
+def _source_files(src: Path) -> list[tuple[Path, str]]:
+    """Each file to import, with its path in site-packages; refuses symlinks, special files, unsafe names."""
     prefix = _mirror_prefix(src)
     sources = []
     for f in sorted(src.rglob("*")):
@@ -159,6 +135,66 @@ def import_dir(
             raise OverlayError(f"{f} is not a regular file (a FIFO, socket or device); import real files only")
         # the names build and the installer accept, checked before anything is written (issue #14)
         sources.append((f, check_rel(prefix + "/".join(rel_parts), f"{src}: file {f.relative_to(src)!s}")))
+    return sources
+
+
+def _stage_file(f: Path, rel: str, sglang_root: Path, record: dict[str, str], m: SourceManifest,
+                result: ImportResult) -> None:
+    """One hand-patched file into the staged payload: a patch against its pristine counterpart, or an added
+    file when SGLang has none; a file equal to its pristine counterpart is only counted."""
+    new = f.read_bytes()
+    pristine_path = sglang_root / rel
+    if not pristine_path.is_file():
+        dst = m.root / "files" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst)
+        m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
+        result.added.append(rel)
+        return
+    base = pristine_path.read_bytes()
+    if record and rel in record and record[rel] != sha256_bytes(base):
+        raise OverlayError(
+            f"{rel} in {sglang_root} is not the pristine sglang {m.sglang} file "
+            "(its sha256 differs from the release's RECORD)",
+            fix="import against a pristine SGLang install (the managed env)")
+    if base == new:
+        result.unchanged.append(rel)
+        return
+    entry, patch = patched_entry(rel, base, new)
+    (m.root / entry.patch).write_text(patch, encoding="utf-8")
+    m.patched.append(entry)
+    changed = sum(1 for ln in patch.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
+    result.patched.append({"path": rel, "base_sha256": entry.base_sha256,
+                           "result_sha256": entry.result_sha256, "lines_changed": changed})
+
+
+def import_dir(
+    src: str | Path,
+    *,
+    out: str | Path,
+    sglang: str = "0.5.23",
+    sglang_root: str | Path | None = None,
+    python: str | Path | None = None,
+    name: str = "ddtree-sglang-imported",
+    version: str = "0.0.1",
+    force: bool = False,
+) -> ImportResult:
+    """Write the payload into a fresh directory beside --out, then swap it in: a failed import leaves --out as
+    it was, and only an empty --out or one an earlier import wrote (IMPORT_MARKER) is ever replaced."""
+    import json
+    import os
+    import tempfile
+
+    src = Path(src).expanduser()
+    if not src.is_dir():
+        raise OverlayError(f"{src} is not a directory")
+    out = Path(out).expanduser()
+    state = _check_out(src, out, force)
+    target = resolve_target(sglang, sglang_root, python)
+    if target.sglang_version and target.sglang_version != sglang:
+        raise OverlayError(f"{target.sglang_root} has sglang {target.sglang_version}, not {sglang}")
+    record = record_hashes(target.sglang_root, sglang)
+    sources = _source_files(src)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
     try:
@@ -167,31 +203,7 @@ def import_dir(
         m = SourceManifest(root=stage, name=name, version=version, sglang=sglang,
                            summary=f"imported from {src} by `ddtctl overlay import`", smoke=list(DEFAULT_SMOKE))
         for f, rel in sources:
-            new = f.read_bytes()
-            pristine_path = target.sglang_root / rel
-            if pristine_path.is_file():
-                base = pristine_path.read_bytes()
-                base_sha = sha256_bytes(base)
-                if record and rel in record and record[rel] != base_sha:
-                    raise OverlayError(
-                        f"{rel} in {target.sglang_root} is not the pristine sglang {sglang} file (its sha256 differs "
-                        "from the release's RECORD)", fix="import against a pristine SGLang install (the managed env)")
-                if base == new:
-                    result.unchanged.append(rel)
-                    continue
-                entry, patch = patched_entry(rel, base, new)
-                (stage / entry.patch).write_text(patch, encoding="utf-8")
-                m.patched.append(entry)
-                result.patched.append({"path": rel, "base_sha256": entry.base_sha256,
-                                       "result_sha256": entry.result_sha256,
-                                       "lines_changed": sum(1 for ln in patch.splitlines()
-                                                            if ln[:1] in "+-" and not ln.startswith(("+++", "---")))})
-            else:
-                dst = stage / "files" / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(f, dst)
-                m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
-                result.added.append(rel)
+            _stage_file(f, rel, target.sglang_root, record, m, result)
         if not m.patched and not m.added:
             raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
         m.write()

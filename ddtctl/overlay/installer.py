@@ -8,19 +8,23 @@ Standard library only, runnable on its own on a remote host (deploy ships it bes
     python installer.py status    --sglang-root SITE_PACKAGES --state-dir DIR [--payload STAGED_DIR]
     python installer.py view      --sglang-root SITE_PACKAGES --payload STAGED_DIR --out DIR
 
-Run it with the interpreter of the target environment: it byte-compiles what it installs with that interpreter.
-Every command prints one JSON object on stdout; exit 0 = done, 1 = refused (nothing changed), 2 = usage error.
+Run it with the interpreter of the target environment: it byte-compiles what it installs
+with that interpreter. Every command prints one JSON object on stdout; exit 0 = done, 1 =
+refused (nothing changed), 2 = usage error.
 
 How "old or new, never a mix" holds:
-  * every change is one transaction with a journal (state-dir/journal.json, written atomically, fsynced) that lists
-    each path it will touch and whether it existed; the previous bytes of each path are copied aside first;
-  * new files are written next to their targets as temporaries, then moved in with os.replace (atomic per file);
+  * every change is one transaction with a journal (state-dir/journal.json, written atomically, fsynced)
+    that lists each path it will touch and whether it existed; the previous bytes of each path are copied
+    aside first;
+  * new files are written next to their targets as temporaries, then moved in with os.replace
+    (atomic per file);
   * the commit point is the atomic rename of state-dir/record.json naming the new transaction;
-  * every command first recovers an interrupted transaction: before the commit point it is rolled back (each path
-    gets its previous bytes back, or is removed if it did not exist), after it the clean-up is finished.
+  * every command first recovers an interrupted transaction: before the commit point it is rolled back (each
+    path gets its previous bytes back, or is removed if it did not exist), after it the clean-up is finished.
   * the DDTREE entry point (the dist-info) is moved in last and removed first, so a half-applied tree never
     activates the plugin even before recovery runs.
-Uninstall restores the pristine bytes (and mtimes, so SGLang's own .pyc files stay valid) from state-dir/pristine.
+Uninstall restores the pristine bytes (and mtimes, so SGLang's own .pyc
+files stay valid) from state-dir/pristine.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import stat
 import sys
 import time
 import uuid
+from typing import Any
 
 FORMAT = 1
 MANIFEST_NAME = "ddtree-manifest.json"
@@ -173,8 +178,8 @@ def load_payload(payload_dir: str) -> dict:
         if got != entry["sha256"]:
             raise Refused(
                 f"payload file files/{entry['path']} does not match its manifest hash "
-                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): the payload was modified after it "
-                "was built"
+                f"(sha256 {got[:12]}..., manifest {entry['sha256'][:12]}...): "
+                "the payload was modified after it was built"
             )
     return manifest
 
@@ -185,8 +190,8 @@ def _ordered(files: list[dict]) -> list[dict]:
 
 
 def sglang_version_at(root: str) -> str | None:
-    """The sglang release installed in `root`: its dist-info name, else a literal version in sglang/_version.py or
-    sglang/version.py."""
+    """The sglang release installed in `root`: its dist-info name, else a literal version in
+    sglang/_version.py or sglang/version.py."""
     import re
 
     names = os.listdir(root) if os.path.isdir(root) else []
@@ -219,8 +224,8 @@ class State:
         if rec and rec.get("installed"):
             if rec.get("sglang_root") != self.root:
                 raise Refused(
-                    f"state dir {self.dir} records an install into {rec.get('sglang_root')}, not {self.root}; "
-                    "use the state dir of that install"
+                    f"state dir {self.dir} records an install into {rec.get('sglang_root')}, "
+                    f"not {self.root}; use the state dir of that install"
                 )
             return rec
         return None
@@ -286,7 +291,8 @@ class State:
         _fsync_dir(self.dir)
 
     def _remove_dirs(self, rels: list[str]) -> None:
-        """Remove directories we created, deepest first, if nothing but our own __pycache__ is left in them."""
+        """Remove directories we created, deepest first, if nothing
+        but our own __pycache__ is left in them."""
         for rel in sorted(rels, key=lambda r: r.count("/"), reverse=True):
             path = self.target(rel)
             cache = os.path.join(path, "__pycache__")
@@ -295,14 +301,14 @@ class State:
             with contextlib.suppress(OSError):
                 os.rmdir(path)  # fails (kept) when not empty
 
-    # ---------------------------------------------------------------------------------------------- transaction
+    # -------------------------------------------------------------------------------------------- transaction
     def run(self, op_name: str, ops: list[dict], new_record: dict | None, *, compile_paths: list[str],
             new_pristine: list[tuple[str, str]], drop_pristine: list[str], created_dirs: list[str],
             remove_dirs: list[str]) -> None:
         """ops: [{"path": rel, "src": file with the new bytes | None (remove)}], applied in order."""
         txid = uuid.uuid4().hex
         txdir = os.path.join(self.dir, "tx", txid)
-        journal = {
+        journal: dict[str, Any] = {
             "format": FORMAT, "op": op_name, "txid": txid, "phase": "preparing", "started": _now(),
             "sglang_root": self.root,
             "ops": [{"path": o["path"], "existed": os.path.lexists(self.target(o["path"])),
@@ -312,7 +318,8 @@ class State:
         }
         _write_json_atomic(self.journal_path, journal)
         try:
-            # Prepare: nothing visible changes. Previous bytes aside, pristine copies, new bytes as temporaries.
+            # Prepare: nothing visible changes. Previous bytes aside,
+            # pristine copies, new bytes as temporaries.
             for op in journal["ops"]:
                 if op["existed"]:
                     _copy_durable(self.target(op["path"]), os.path.join(txdir, "pre", op["path"]))
@@ -355,42 +362,38 @@ class State:
 
 
 # --------------------------------------------------------------------------------------------------- commands
-def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | None) -> dict:
-    """Check every precondition and return the transaction to run. Raises Refused; changes nothing."""
-    files = _ordered(manifest["files"])
-    want_version = manifest.get("sglang")
+def _check_target(state: State, want_version: str | None) -> None:
     have_version = sglang_version_at(state.root)
     if want_version and have_version and have_version != want_version:
         raise Refused(f"{state.root} has sglang {have_version}; this payload is for sglang {want_version}")
     if not os.path.isdir(os.path.join(state.root, "sglang")):
         raise Refused(f"{state.root} is not an SGLang site-packages directory (no sglang/ package in it)")
-    old_files = {e["path"]: e for e in (old or {}).get("files", [])}
-    new_paths = {e["path"] for e in files}
 
-    # Drift: files of the current install must still be what it installed.
+
+def _check_no_drift(state: State, old_files: dict[str, dict]) -> None:
+    """Files of the current install must still be what it installed."""
     for rel, e in old_files.items():
         target = state.target(rel)
         if not os.path.isfile(target) or sha256_file(target) != e["sha256"]:
             raise Refused(f"{rel} was changed after the payload was installed (hash differs from the install "
                           "record); restore it or reinstall SGLang before installing again")
 
-    ops: list[dict] = []
-    new_pristine: list[tuple[str, str]] = []
-    compile_paths: list[str] = []
-    created_dirs: list[str] = []
-    pyc_ops: list[dict] = []
 
-    def need_dirs(rel: str) -> None:
-        parts = rel.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            d = "/".join(parts[:i])
-            full = state.target(d)
-            if not os.path.isdir(full) and d not in created_dirs:
-                if os.path.lexists(full):
-                    raise Refused(f"{d} exists and is not a directory")
-                created_dirs.append(d)
+def _need_dirs(state: State, rel: str, created_dirs: list[str]) -> None:
+    """Adds `rel`'s missing parent directories to `created_dirs`; refuses a parent that is not a directory."""
+    parts = rel.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        d = "/".join(parts[:i])
+        full = state.target(d)
+        if not os.path.isdir(full) and d not in created_dirs:
+            if os.path.lexists(full):
+                raise Refused(f"{d} exists and is not a directory")
+            created_dirs.append(d)
 
-    # Paths the old payload had and the new one does not: back to pristine / removed (entry point first).
+
+def _retire_ops(state: State, old_files: dict[str, dict], new_paths: set[str], ops: list[dict],
+                pyc_ops: list[dict]) -> None:
+    """Paths the old payload had and the new one does not: back to pristine / removed (entry point first)."""
     for rel, e in sorted(old_files.items(), key=lambda kv: ".dist-info/" not in kv[0]):
         if rel in new_paths:
             continue
@@ -402,41 +405,67 @@ def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | Non
             saved = os.path.join(state.pristine, pyc)
             pyc_ops.append({"path": pyc, "src": saved if os.path.exists(saved) else None})
 
+
+def _check_patch_base(state: State, e: dict, target: str, old_files: dict[str, dict],
+                      want_version: str | None, new_pristine: list[tuple[str, str]]) -> None:
+    """A patched file's base must be the payload's: the saved pristine copy when the current install patched
+    it too, else the file in place (then saved, with its .pyc files, as the new pristine copy)."""
+    rel = e["path"]
+    if rel in old_files and old_files[rel]["kind"] == "patched":
+        pristine = os.path.join(state.pristine, rel)
+        if not os.path.isfile(pristine) or sha256_file(pristine) != e["base_sha256"]:
+            raise Refused(f"{rel}: the saved pristine copy does not match this payload's base; "
+                          "uninstall the current payload first")
+        return
+    if not os.path.isfile(target):
+        raise Refused(f"{rel}: the file to patch does not exist in {state.root}")
+    have = sha256_file(target)
+    if have != e["base_sha256"]:
+        how = ("it already holds this payload's patched version, but no install record says so"
+               if have == e["sha256"] else "it is not the pristine file of sglang "
+               f"{want_version} (a different or locally modified SGLang)")
+        raise Refused(f"{rel}: sha256 {have[:12]}... differs from the expected base "
+                      f"{e['base_sha256'][:12]}...: {how}")
+    new_pristine.append((rel, target))
+    for pyc in pyc_paths(rel):
+        if os.path.isfile(state.target(pyc)):
+            new_pristine.append((pyc, state.target(pyc)))
+
+
+def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | None) -> dict:
+    """Check every precondition and return the transaction to run. Raises Refused; changes nothing."""
+    files = _ordered(manifest["files"])
+    want_version = manifest.get("sglang")
+    _check_target(state, want_version)
+    old_files = {e["path"]: e for e in (old or {}).get("files", [])}
+    new_paths = {e["path"] for e in files}
+    _check_no_drift(state, old_files)
+
+    ops: list[dict] = []
+    new_pristine: list[tuple[str, str]] = []
+    compile_paths: list[str] = []
+    created_dirs: list[str] = []
+    pyc_ops: list[dict] = []
+    _retire_ops(state, old_files, new_paths, ops, pyc_ops)
+
     for e in files:
         rel = e["path"]
         target = state.target(rel)
         src = safe_join(os.path.join(payload_dir, "files"), rel)
         if e["kind"] == "patched":
-            if rel in old_files and old_files[rel]["kind"] == "patched":
-                pristine = os.path.join(state.pristine, rel)
-                if not os.path.isfile(pristine) or sha256_file(pristine) != e["base_sha256"]:
-                    raise Refused(f"{rel}: the saved pristine copy does not match this payload's base; "
-                                  "uninstall the current payload first")
-            else:
-                if not os.path.isfile(target):
-                    raise Refused(f"{rel}: the file to patch does not exist in {state.root}")
-                have = sha256_file(target)
-                if have != e["base_sha256"]:
-                    how = ("it already holds this payload's patched version, but no install record says so"
-                           if have == e["sha256"] else "it is not the pristine file of sglang "
-                           f"{want_version} (a different or locally modified SGLang)")
-                    raise Refused(f"{rel}: sha256 {have[:12]}... differs from the expected base "
-                                  f"{e['base_sha256'][:12]}...: {how}")
-                new_pristine.append((rel, target))
-                for pyc in pyc_paths(rel):
-                    if os.path.isfile(state.target(pyc)):
-                        new_pristine.append((pyc, state.target(pyc)))
+            _check_patch_base(state, e, target, old_files, want_version, new_pristine)
         else:
             if rel not in old_files and os.path.lexists(target):
                 raise Refused(f"{rel} already exists in {state.root} and is not ours; refusing to overwrite it")
-            need_dirs(rel)
+            _need_dirs(state, rel, created_dirs)
         ops.append({"path": rel, "src": src})
         if rel.endswith(".py"):
             compile_paths.append(rel)
             for pyc in pyc_paths(rel):
                 pyc_ops.append({"path": pyc, "src": None})
-                need_dirs(pyc)
-    # Stale bytecode goes before the sources change (never an old .pyc beside a new .py), the entry point last.
+                _need_dirs(state, pyc, created_dirs)
+    # Stale bytecode goes before the sources change (never an old .pyc
+    # beside a new .py), the entry point last.
     entry = [o for o in ops if ".dist-info/" in o["path"] and o["src"] is not None]
     rest = [o for o in ops if o not in entry]
     ordered_ops = pyc_ops + rest + entry
@@ -522,18 +551,19 @@ def cmd_status(state: State, payload_dir: str | None) -> dict:
     if payload_dir:
         manifest = load_payload(payload_dir)
         out["payload"] = {"payload_id": manifest.get("payload_id"), "version": manifest.get("version")}
-        out["up_to_date"] = bool(rec) and rec.get("payload_id") == manifest.get("payload_id") and not out["drift"]
+        same_payload = rec is not None and rec.get("payload_id") == manifest.get("payload_id")
+        out["up_to_date"] = bool(rec) and same_payload and not out["drift"]
     return out
 
 
 def build_view(root: str, payload_dir: str, out: str, state_dir: str | None = None) -> dict:
-    """A read-only overlay of `root` with the payload applied, for dry-runs: real directories only along the paths
-    the payload touches, symlinks to the original entries everywhere else (never __pycache__, so nothing compiled
-    from a patched file lands in the original tree). Put `out` first on sys.path.
+    """A read-only overlay of `root` with the payload applied, for dry-runs: real directories only along the
+    paths the payload touches, symlinks to the original entries everywhere else (never __pycache__, so nothing
+    compiled from a patched file lands in the original tree). Put `out` first on sys.path.
 
     Each patched file of `root` must be the payload's pristine base, or already this payload's result (it is
-    installed there), or, with `state_dir` of an install into `root`, have its saved pristine copy match the base
-    (another payload version is installed)."""
+    installed there), or, with `state_dir` of an install into `root`, have its saved pristine copy match the
+    base (another payload version is installed)."""
     manifest = load_payload(payload_dir)
     root = os.path.realpath(root)
     files_root = os.path.join(payload_dir, "files")

@@ -1,8 +1,8 @@
 """Install, uninstall, status and verify: plain functions returning result objects (the CLI only prints them).
 
-install / uninstall / status run installer.py with the *target* interpreter (it byte-compiles what it installs with
-that interpreter, exactly as it does on a remote host); verify runs smoke.py with the target interpreter, the payload
-view first on sys.path (or against the installed payload with installed=True).
+install / uninstall / status run installer.py with the *target* interpreter (it byte-compiles what it installs
+with that interpreter, exactly as it does on a remote host); verify runs smoke.py with the target interpreter,
+the payload view first on sys.path (or against the installed payload with installed=True).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def _run_json(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] 
 
 def run_installer(command: str, target: Target, *, payload_dir: Path | None = None, state_dir: Path | None = None,
                   timeout: float = 600.0) -> dict[str, Any]:
-    # Always ddtctl's own installer: a payload directory's installer.py is the payload's file, never code we run
-    # (issue #14: `overlay install --payload DIR` executed DIR/installer.py).
+    # Always ddtctl's own installer: a payload directory's installer.py is the payload's file, never code we
+    # run (issue #14: `overlay install --payload DIR` executed DIR/installer.py).
     script = _HERE / "installer.py"
     cmd = [str(target.python), "-I", str(script), command, "--sglang-root", str(target.sglang_root),
            "--state-dir", str(state_dir or default_state_dir(target.sglang_root))]
@@ -77,8 +77,8 @@ class InstallResult:
 
 
 def _staged_payload(payload: str | Path | None, target: Target) -> tuple[Path, tempfile.TemporaryDirectory | None]:
-    """A built payload directory: the given one (with ddtree-manifest.json), or a fresh build of a payload source
-    (default: the bundled payload) against the target's own pristine files."""
+    """A built payload directory: the given one (with ddtree-manifest.json), or a fresh build of a payload
+    source (default: the bundled payload) against the target's own pristine files."""
     if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
         return Path(payload), None
     tmp = tempfile.TemporaryDirectory(prefix="ddtctl-overlay-")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Smoke checks of a DDTREE payload, run by the target SGLang interpreter (standard library + sglang + torch only;
-deploy ships it beside the payload).
+"""Smoke checks of a DDTREE payload, run by the target SGLang interpreter (standard library + sglang + torch
+only; deploy ships it beside the payload).
 
     python smoke.py [--view DIR] [--checks plugin,registered,...] [--model DIR --draft DIR]
 
@@ -199,7 +199,8 @@ def check_resolve(ctx) -> str:
 
 
 def check_resolve_basic(ctx) -> str:
-    """Any DDTREE integration (e.g. an imported, hand-patched one): a DDTREE argv is accepted and stays DDTREE."""
+    """Any DDTREE integration (e.g. an imported, hand-patched one): a
+    DDTREE argv is accepted and stays DDTREE."""
     model, draft = ctx["models"]
     _, get = _resolve(_argv(model, draft, "--disable-overlap-schedule"))
     if str(get("speculative_algorithm")).upper() != "DDTREE":
@@ -208,9 +209,9 @@ def check_resolve_basic(ctx) -> str:
 
 
 def check_rules(ctx) -> str:
-    """DDTREE's rules inside resolution: an error is raised with its rule id and fix (DDT104, budget 0), an override
-    is declared (DDT115: no attention backend given -> triton), and the overlap scheduler stays on (DDTREE runs under
-    it, as DFLASH does)."""
+    """DDTREE's rules inside resolution: an error is raised with its rule id and fix (DDT104, budget 0), an
+    override is declared (DDT115: no attention backend given -> triton), and the overlap scheduler stays on
+    (DDTREE runs under it, as DFLASH does)."""
     model, draft = ctx["models"]
     try:
         _resolve(_argv(model, draft, "--speculative-ddtree-budget", "0"))
@@ -226,12 +227,13 @@ def check_rules(ctx) -> str:
     if get("disable_overlap_schedule") is not False:
         raise Failed(f"DDTREE resolved disable_overlap_schedule={get('disable_overlap_schedule')!r}: the overlap "
                      "scheduler was switched off")
-    return "budget 0 rejected by [DDT104] with its fix; no attention backend: triton (DDT115); overlap scheduler on"
+    return ("budget 0 rejected by [DDT104] with its fix; no attention backend: triton (DDT115); "
+            "overlap scheduler on")
 
 
 def check_launch_refused(ctx) -> str:
-    """With the worker switched off (DDTREE_WORKER=0), Engine._launch_subprocesses (every server start goes through
-    it) must refuse DDTREE before spawning: the off switch never downgrades to another algorithm."""
+    """With the worker switched off (DDTREE_WORKER=0), Engine._launch_subprocesses (every server start goes
+    through it) must refuse DDTREE before spawning: the off switch never downgrades to another algorithm."""
     import os
 
     saved = os.environ.get("DDTREE_WORKER")
@@ -253,7 +255,7 @@ def _launch_refused_when_off(ctx) -> str:
     try:
         from sglang.srt.entrypoints.engine import Engine
 
-        launch = lambda: Engine._launch_subprocesses(sa, None, None, None)  # noqa: E731
+        launch = lambda: Engine._launch_subprocesses(sa, None, None, None)  # noqa: E731 - one name, two paths
         how = "Engine._launch_subprocesses"
     except ImportError as exc:  # this environment cannot start servers at all (e.g. no uvloop): check the gate
         from ddtree_sglang.plugin import _launch_gate
@@ -280,8 +282,9 @@ def _launch_refused_when_off(ctx) -> str:
 
 
 def check_kernels(ctx) -> str:
-    """The payload's DDTree kernels self-test on CPU, under Triton's interpreter (set before triton is imported,
-    so it runs in a fresh interpreter rather than this one, where sglang already imported triton)."""
+    """The payload's DDTree kernels self-test on CPU, under Triton's interpreter (set
+    before triton is imported, so it runs in a fresh interpreter rather than this one,
+    where sglang already imported triton)."""
     try:
         import importlib.util
 

@@ -6,16 +6,19 @@ A payload source directory holds `manifest.json`:
      "patched": [{"path": "sglang/srt/arg_groups/fields/spec.py",          # relative to site-packages
                   "patch": "patches/sglang__srt__arg_groups__fields__spec.py.patch",
                   "base_sha256": "<pristine file>", "result_sha256": "<patched file>"}],
-     "added":   [{"path": "ddtree_sglang/plugin.py", "source": "files/ddtree_sglang/plugin.py", "sha256": "..."},
+     "added":   [{"path": "ddtree_sglang/plugin.py", "source": "files/ddtree_sglang/plugin.py",
+                  "sha256": "..."},
                  {"path": "ddtree_sglang/rules_core.py", "source": "ddtctl:rules/ddtree_core.py"},
-                 {"path": "ddtree_sglang/kernels", "source": "ddtctl:kernels", "tree": true, "optional": true}],
+                 {"path": "ddtree_sglang/kernels", "source": "ddtctl:kernels", "tree": true,
+                  "optional": true}],
      "smoke":   [{"id": "registered", "what": "..."}, ...]}
 
-`source` is relative to the payload directory, or `ddtctl:<path>` for a file (or, with "tree": true, a package
-directory) of the ddtctl package itself, copied at build time: that is how the payload ships the one copy of the DDTREE
-rules and the kernels. `sha256` of an added file is optional; when present, build refuses a source that differs.
-`rewrite` ({"ddtctl.kernels": "ddtree_sglang.kernels"}) renames absolute imports in the copied .py files, for ddtctl
-modules that live under another package name inside SGLang's environment (ddtctl itself is not installed there).
+`source` is relative to the payload directory, or `ddtctl:<path>` for a file (or, with "tree": true, a
+package directory) of the ddtctl package itself, copied at build time: that is how the payload ships the
+one copy of the DDTREE rules and the kernels. `sha256` of an added file is optional; when present, build
+refuses a source that differs. `rewrite` ({"ddtctl.kernels": "ddtree_sglang.kernels"}) renames absolute
+imports in the copied .py files, for ddtctl modules that live under another package name inside SGLang's
+environment (ddtctl itself is not installed there).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ _TREE_SKIP = {"__pycache__"}
 
 
 def rewrite_imports(text: str, rewrite: dict[str, str]) -> str:
-    """Rename dotted module prefixes (whole dotted names only): ddtctl.kernels.x -> ddtree_sglang.kernels.x."""
+    """Rename dotted module prefixes (whole dotted names only):
+    ddtctl.kernels.x -> ddtree_sglang.kernels.x."""
     for old, new in rewrite.items():
         text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w])", new, text)
     return text
@@ -60,8 +64,8 @@ _UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters (newline,
 
 
 def check_rel(path: str, where: str) -> str:
-    """A relative POSIX path with no empty, `.` or `..` part, no backslash and no control character (import, build
-    and the installer all accept exactly these)."""
+    """A relative POSIX path with no empty, `.` or `..` part, no backslash and no control character (import,
+    build and the installer all accept exactly these)."""
     if not isinstance(path, str):
         raise OverlayError(f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages")
     p = PurePosixPath(path)
@@ -72,8 +76,8 @@ def check_rel(path: str, where: str) -> str:
 
 
 def confined(root: Path, rel: str, where: str) -> Path:
-    """root/rel for a manifest's own file (a patch, an added source): a safe relative path that does not leave the
-    payload directory, through symlinks either."""
+    """root/rel for a manifest's own file (a patch, an added source): a safe relative path that does not leave
+    the payload directory, through symlinks either."""
     check_rel(rel, where)
     base = root.resolve()
     full = (base / rel).resolve()
@@ -218,10 +222,10 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
     for p in m.patched:
         m.patch_path(p)  # a patch is the payload's own file: never outside its directory (issue #14)
     seen: set[str] = set()
-    for p in [x.path for x in m.patched] + [x.path for x in m.added]:
-        if p in seen:
-            raise OverlayError(f"{p} is listed twice", where=str(path))
-        seen.add(p)
+    for rel in [x.path for x in m.patched] + [x.path for x in m.added]:
+        if rel in seen:
+            raise OverlayError(f"{rel} is listed twice", where=str(path))
+        seen.add(rel)
     return m
 
 

@@ -1,5 +1,6 @@
-"""Strict unified diffs: make them with difflib, apply them exactly (no fuzz, no offset guessing beyond the hunk's
-own line numbers). A payload patch must reproduce the patched file byte for byte, so anything looser is a bug.
+"""Strict unified diffs: make them with difflib, apply them exactly (no fuzz, no offset
+guessing beyond the hunk's own line numbers). A payload patch must reproduce the patched file
+byte for byte, so anything looser is a bug.
 
 Stdlib only. Files are handled as text split with keepends, so CRLF and a missing final newline survive.
 """

@@ -5,8 +5,8 @@ Stdlib only and importable without ddtctl: it is run as a script *inside the int
 
     /path/to/python ddtctl/schema/argparse_dump.py --out catalog.json
 
-`tools/gen_catalog.py` wraps it to regenerate the shipped catalogs; `ddtctl diff-flags --installed` runs it in a
-subprocess. `dump_parser()` works on any argparse parser, so the mapping is testable without sglang.
+`tools/gen_catalog.py` wraps it to regenerate the shipped catalogs; `ddtctl diff-flags --installed` runs it in
+a subprocess. `dump_parser()` works on any argparse parser, so the mapping is testable without sglang.
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ def dump_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
 
 
 def _link_aliases(flags: list[dict[str, Any]]) -> None:
-    """Point deprecated flags at the live flag they alias: the `new_flag` they name, else the one sharing dest."""
+    """Point deprecated flags at the live flag they alias: the `new_flag`
+    they name, else the one sharing dest."""
     by_option = {opt: f for f in flags for opt in f["option_strings"]}
     for flag in flags:
         if not flag["deprecated"]:
@@ -213,20 +214,21 @@ def sglang_version() -> str:
 
         return version("sglang")
     except Exception:  # noqa: BLE001 - a source checkout without metadata
-        import sglang  # type: ignore[import-not-found]
+        import sglang
 
         return str(getattr(sglang, "__version__", "unknown"))
 
 
 def _tolerate_cuda_torchvision() -> None:
-    """Let a CUDA torchvision wheel import beside CPU torch (older sglang imports torchvision.io at import time).
+    """Let a CUDA torchvision wheel import beside CPU torch (older
+    sglang imports torchvision.io at import time).
 
     PyPI's torchvision is a CUDA build; beside CPU torch its import fails with
-    `operator torchvision::nms does not exist`. Declaring the two op schemas first lets it import. Only done when
-    that exact failure happens, so a working torchvision is left alone.
+    `operator torchvision::nms does not exist`. Declaring the two op schemas first lets it import. Only done
+    when that exact failure happens, so a working torchvision is left alone.
     """
     try:
-        import torchvision  # type: ignore[import-not-found]  # noqa: F401
+        import torchvision  # noqa: F401 - imported only to see whether it loads
         return
     except ImportError:
         return  # not installed: whatever needs it will say so
@@ -235,7 +237,7 @@ def _tolerate_cuda_torchvision() -> None:
             raise
     for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[mod]
-    import torch  # type: ignore[import-not-found]
+    import torch
 
     lib = torch.library.Library("torchvision", "DEF")  # noqa: F841 - kept alive for the process lifetime
     lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
@@ -249,7 +251,7 @@ _KEEP: list[Any] = []
 def build_sglang_parser() -> argparse.ArgumentParser:
     """The parser `sglang serve` builds (prepare_server_args): ArgumentParser + ServerArgs.add_cli_args."""
     _tolerate_cuda_torchvision()
-    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+    from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
@@ -259,7 +261,8 @@ def build_sglang_parser() -> argparse.ArgumentParser:
 def dump_catalog(*, keep_env: bool = False) -> dict[str, Any]:
     """The catalog document of the sglang importable in this interpreter."""
     if not keep_env:
-        # A few choices depend on SGLANG_* switches (e.g. token_oracle sampling); catalogs describe the release.
+        # A few choices depend on SGLANG_* switches (e.g. token_oracle
+        # sampling); catalogs describe the release.
         for key in [k for k in os.environ if k.startswith("SGLANG_") or k.startswith("SGL_")]:
             del os.environ[key]
     version = sglang_version()

@@ -1,7 +1,7 @@
 """The flag catalog: every argparse flag of an SGLang release, read from the JSON shipped in catalogs/.
 
-The JSON is generated from the release's real parser by tools/gen_catalog.py (see argparse_dump.py). This module is
-on the `ddtctl validate` path: stdlib json + dataclasses only, loaded once per process and cached.
+The JSON is generated from the release's real parser by tools/gen_catalog.py (see argparse_dump.py). This
+module is on the `ddtctl validate` path: stdlib json + dataclasses only, loaded once per process and cached.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ class Catalog:
     def get(self, key: str) -> FlagSpec | None:
         """The flag for "tp-size", "tp_size", "--tp-size" or any alias option ("--tensor-parallel-size").
 
-        A deprecated alias returns its own entry (see `canonical` for the flag it stands for). A dest that no option
-        spells (e.g. a field renamed by `dest=`) resolves to its live flag.
+        A deprecated alias returns its own entry (see `canonical` for the flag it stands for). A dest that no
+        option spells (e.g. a field renamed by `dest=`) resolves to its live flag.
         """
         if not key:
             return None
@@ -152,8 +152,8 @@ class Catalog:
     def suggest(self, key: str, n: int = 3) -> list[str]:
         """Close matches among flag names (difflib), e.g. "tp-sise" -> ["tp-size", ...].
 
-        A key longer than any flag name gets none (difflib's work grows with its length); callers that meet many
-        unknown keys ask for the first SUGGEST_PER_INPUT only (issue #14: 33k unknown keys took 97 s)."""
+        A key longer than any flag name gets none (difflib's work grows with its length); callers that meet
+        many unknown keys ask for the first SUGGEST_PER_INPUT only (issue #14: 33k unknown keys took 97 s)."""
         import difflib
 
         word = _norm(key)

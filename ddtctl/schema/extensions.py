@@ -23,8 +23,8 @@ DDTREE_FLAG_SPECS: tuple[FlagSpec, ...] = (
           "On hybrid (Mamba/GDN) targets, verify only the tree's top-1 chain so recurrent layers never see a "
           "rejected branch: state-exact, identical to chain speculative decoding."),
     _flag("speculative-ddtree-allow-hybrid-unsafe", None, "store_true", False,
-          "Acknowledge that tree verification on recurrent layers is not state-exact and run DDTREE on a hybrid "
-          "target anyway."),
+          "Acknowledge that tree verification on recurrent layers is not state-exact "
+          "and run DDTREE on a hybrid target anyway."),
 )
 
 

@@ -1,7 +1,8 @@
 """Typed pydantic models of the speculative, mamba, DFLASH and DDTree flags of an SGLang release.
 
-Built from the release's flag catalog (real argparse types, defaults and choices) plus the value ranges argparse
-does not express. Used to check those flags' values and to type `server:` in the profile's JSON Schema.
+Built from the release's flag catalog (real argparse types, defaults and choices) plus
+the value ranges argparse does not express. Used to check those flags' values and to
+type `server:` in the profile's JSON Schema.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from ddtctl.schema.catalog import Catalog, FlagSpec
 
 TYPED_PREFIXES = ("speculative_", "mamba_", "enable_mamba_")
 TYPED_EXTRA = {"max_mamba_cache_size", "linear_attn_backend", "enable_multi_layer_eagle", "enable_dp_lm_head"}
-# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size, DDTree budget,
-# mamba ratio and counters, draft window/sink) are left to the rule, so each mistake is reported once, with the rule's
-# fix. Besides these, every float flag must be finite (NaN passes every < / > test) and every integer must fit int64;
-# every port is 1..65535 (issue #14: .nan, .inf, 1e999, tp-size -8 and port -1 were accepted).
+# Ranges SGLang expects but argparse does not check. Fields whose range a rule reports (block size,
+# DDTree budget, mamba ratio and counters, draft window/sink) are left to the rule, so each mistake is
+# reported once, with the rule's fix. Besides these, every float flag must be finite (NaN passes every <
+# / > test) and every integer must fit int64; every port is 1..65535 (issue #14: .nan, .inf, 1e999,
+# tp-size -8 and port -1 were accepted).
 RANGES: dict[str, dict[str, Any]] = {
     "speculative_num_steps": {"ge": 1},
     "speculative_eagle_topk": {"ge": 1},
@@ -69,13 +71,16 @@ def _requirement(bounds: dict[str, Any]) -> str:
     hi = ("<", bounds["lt"]) if "lt" in bounds else ("<=", bounds["le"]) if "le" in bounds else None
     if lo and hi:
         return f"in {'(' if lo[0] == '>' else '['}{lo[1]}, {hi[1]}{')' if hi[0] == '<' else ']'}"
-    op, bound = lo or hi  # type: ignore[misc]
+    side = lo or hi
+    if side is None:  # domain_problem asks only after one of the four bounds was broken
+        raise ValueError(f"no gt/ge/lt/le bound in {bounds}")
+    op, bound = side
     return f"{op} {bound}"
 
 
 def domain_problem(spec: FlagSpec, value: Any) -> str | None:
-    """Why one typed value is outside the flag's domain ("... must be >= 1"), or None. Non-numbers (e.g. "4k" of a
-    human-readable int, which SGLang converts itself) are not checked here."""
+    """Why one typed value is outside the flag's domain ("... must be >= 1"), or None. Non-numbers (e.g. "4k"
+    of a human-readable int, which SGLang converts itself) are not checked here."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float) and not math.isfinite(value):
@@ -104,9 +109,9 @@ def _annotation(spec: FlagSpec) -> Any:
     if spec.converter == "common.human_readable_int":
         base = int | str
     if spec.choices:
-        base = Literal[tuple(spec.choices)]  # type: ignore[misc]
+        base = Literal[tuple(spec.choices)]
     if spec.nargs in ("+", "*") or isinstance(spec.nargs, int):
-        base = list[base]  # type: ignore[valid-type]
+        base = list[base]
     return Optional[base]
 
 
@@ -119,7 +124,7 @@ def typed_flag_model(catalog: Catalog) -> type[BaseModel]:
         default = spec.default if isinstance(spec.default, (int, float, str, bool, type(None))) else None
         fields[spec.dest] = (_annotation(spec), Field(default=default, alias=spec.name, description=spec.help or None,
                                                       **value_range(spec)))
-    return create_model(  # type: ignore[call-overload]
+    return create_model(
         f"SpeculativeFlags_{catalog.version.replace('.', '_')}",
         __config__=ConfigDict(extra="ignore", populate_by_name=True, strict=False),
         **fields,

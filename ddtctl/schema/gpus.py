@@ -1,7 +1,7 @@
 """GPU generations ddtctl knows, and how a profile names them.
 
-SGLang picks attention backends and kernels by compute capability, so a verdict depends on the GPU generation: the
-profile's `hardware.gpu` is declared to SGLang's platform layer by dry-run, and to the static rules here.
+SGLang picks attention backends and kernels by compute capability, so a verdict depends on the GPU generation:
+the profile's `hardware.gpu` is declared to SGLang's platform layer by dry-run, and to the static rules here.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def _normalise(name: str) -> str:
 
 
 def resolve_gpu(name: str) -> GpuSpec:
-    """Accepts a product name (H200, 'RTX PRO 6000 Blackwell', nvidia-smi's 'NVIDIA H200') or an SM ('sm90')."""
+    """Accepts a product name (H200, 'RTX PRO 6000 Blackwell',
+    nvidia-smi's 'NVIDIA H200') or an SM ('sm90')."""
     key = _normalise(name)
     key = key.removeprefix("NVIDIA_")
     if key in GPUS:

@@ -1,7 +1,9 @@
-"""JSON Schema of the inventory (`hosts.yaml`), for editors: `# yaml-language-server: $schema=.../hosts.schema.json`.
+"""JSON Schema of the inventory (`hosts.yaml`), for editors:
+`# yaml-language-server: $schema=.../hosts.schema.json`.
 
-Generated from HOST_FIELDS; tests/schema/test_hosts_schema.py keeps HOST_FIELDS equal to the keys the inventory
-reader accepts (ddtctl/remote/inventory/host.py `_HOST_KEYS`) and the shipped file equal to this generator's output:
+Generated from HOST_FIELDS; tests/schema/test_hosts_schema.py keeps HOST_FIELDS equal to
+the keys the inventory reader accepts (ddtctl/remote/inventory/host.py `_HOST_KEYS`) and the
+shipped file equal to this generator's output:
 python -m ddtctl.schema.hosts --write
 """
 
