@@ -119,7 +119,10 @@ def _splice(original: str, baseline: str, edited: str) -> str:
         if tag == "equal":
             continue
         start, end = in_original(i1), in_original(i2)
-        if start is None or end is None or end < start or (end - start) != (i2 - i1):
+        # a hunk whose ends both sit where the baseline agrees with the original replaces what lies between,
+        # reformatted or not (a multi-line flow value set to a scalar); one that ends inside a reformatted
+        # stretch would splice ruamel's formatting into lines nobody edits
+        if start is None or end is None or end < start:
             near = (start if start is not None else end or 0) + 1
             raise EditRefused(f"ruamel.yaml would reformat the lines around line {near}")
         out[start:end] = theirs[j1:j2]

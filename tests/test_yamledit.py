@@ -116,11 +116,21 @@ def test_deleting_the_first_key_keeps_the_comment_that_follows_it():
     assert doc.result() == "name: p\nserver:\n  # about the port\n  port: 1\n"
 
 
-def test_an_edit_on_a_line_ruamel_reformats_across_lines_is_refused():
-    text = "name: p\nmodel: {path: /m}\nserver:\n  cuda-graph-bs: [1,\n    2]\n  tp-size: 1\n"
-    finding = Finding(rule="DDT999", severity="error", message="m", edits={"cuda-graph-bs": 8})
-    fixed = apply_fixes(text, [finding])
-    assert fixed.refused and "reformat" in fixed.refused and fixed.text == text
+def test_a_value_ruamel_reformats_is_replaced_whole_when_edited():
+    text = "name: p\nmodel: {path: /m}\nserver:\n  cuda-graph-bs: [1,\n    2]\n  tp-size: 1  # one\n"
+    assert RoundTrip(text).baseline != text  # ruamel joins the flow list onto one line
+    assert edit(text, {"cuda-graph-bs": 8}) == text.replace("[1,\n    2]", "8")
+    assert edit(text, {"tp-size": 2}) == text.replace("tp-size: 1", "tp-size: 2")  # the list stays as written
+
+
+def test_an_edit_inside_a_stretch_ruamel_reformats_is_refused():
+    # ruamel's one indentation for the file is the server block's (2): it would re-indent the 4-space block
+    # under model:, so an edit there cannot be laid onto the original without touching its neighbours
+    text = "name: p\nmodel:\n    path: /m\n    architecture: A\nserver:\n  tp-size: 1\n"
+    doc = RoundTrip(text)
+    doc.data["model"]["architecture"] = "B"
+    with pytest.raises(EditRefused, match="reformat the lines around line"):
+        doc.result()
 
 
 def test_unreadable_yaml_is_refused_with_the_reason():
