@@ -1,8 +1,9 @@
-"""`validate --fix`: apply derivable fixes to a profile's `server:` block as line edits, keeping comments.
+"""`validate --fix`: apply derivable fixes to a profile's `server:` block, keeping comments and layout.
 
-Only block-style mappings are edited (`server:` on its own line, one `key: value` per line). Anything else (a flow
-`server: {...}`, a key inside a flow mapping) is refused with the reason, and every edit is checked before it is
-written: the edited text must parse, and parse to exactly the original profile with the edits applied (`verify`).
+The edits go through ruamel.yaml's round-trip mode (ddtctl.yamledit): block or flow style, every line
+outside the edited keys stays byte-identical, and an edit ruamel cannot make that way is refused with the
+reason. Every edit is checked before it is written: the edited text must parse, and parse to exactly the
+original profile with the edits applied (`verify`).
 
 Every fix is safe or unsafe (`edit_safety`). Plain `--fix` applies the safe ones; `--unsafe-fixes` the others too.
 Safe: setting a switch or a choice flag to the value the launch needs (`attention-backend: triton`,
@@ -13,14 +14,11 @@ for its hit (`Hit(..., unsafe=True/False)`); a finding with several edits is uns
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddtctl.rules.engine import Finding
-from ddtctl.yamlline import split_comment, yaml_scalar
-
-_KEY_LINE = re.compile(r"^(?P<indent>\s+)(?P<key>[A-Za-z0-9_-]+)\s*:(?P<rest>.*)$")
+from ddtctl.yamledit import EditRefused, RoundTrip, add_key, delete_key, find_key, scalar, set_value
 
 
 @dataclass
@@ -70,68 +68,9 @@ def unified_diff(source: str, before: str, after: str) -> str:
     return "".join(out)
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def _content(line: str) -> bool:
-    stripped = line.strip()
-    return bool(stripped) and not stripped.startswith("#")
-
-
-def _extent(lines: list[str], idx: int) -> int:
-    """Index after the last line of the value that starts on line `idx` (a key's continuation lines: deeper
-    indented ones, and a block sequence's `- ` items at the key's own indent)."""
-    own = _indent(lines[idx])
-    end = idx + 1
-    j = idx + 1
-    while j < len(lines):
-        line = lines[j]
-        if _content(line):
-            deeper = _indent(line) > own
-            same_level_item = _indent(line) == own and line.lstrip(" ").startswith("- ")
-            if not (deeper or same_level_item):
-                break
-            end = j + 1
-        j += 1
-    return end
-
-
-def _server_block(lines: list[str], server_line: int | None) -> tuple[int, int, str] | None | str:
-    """(index of the `server:` line, index after the block's last line, child indent); None without a `server:`
-    key; a string saying why the block cannot be edited line by line."""
-    if server_line is None:
-        return None
-    i = server_line - 1
-    m = re.match(r"^server\s*:(?P<rest>.*)$", lines[i]) if 0 <= i < len(lines) else None
-    if m is None:
-        return f"the `server:` key on line {server_line} is not a plain top-level key"
-    value, _ = split_comment(m.group("rest"))
-    if value.strip():
-        style = "flow style ({...})" if value.strip().startswith("{") else f"on one line ({value.strip()[:30]})"
-        return f"`server:` on line {server_line} is written in {style}; --fix edits block-style mappings only"
-    end, indent = i + 1, "  "
-    first = True
-    j = i + 1
-    while j < len(lines):
-        line = lines[j]
-        if _content(line):
-            if _indent(line) == 0:
-                break
-            if first:
-                indent = line[: _indent(line)]
-                first = False
-            end = j + 1
-        j += 1
-    return i, end, indent
-
-
-def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int]) -> FixResult:
-    """The profile text with the error findings' edits applied (text uses "\\n" line breaks)."""
-    lines = text.split("\n")
-    trailing_newline = text.endswith("\n")
-    if trailing_newline:
-        lines.pop()
+def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int] | None = None) -> FixResult:
+    """The profile text with the error findings' edits applied (text uses "\\n" line breaks). `lines_map` is
+    accepted for older callers; the round-trip editor finds the keys itself."""
     result = FixResult(text=text)
     edits: dict[str, Any] = {}
     for f in findings:
@@ -142,57 +81,40 @@ def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int]) -
     if not edits:
         return result
     result.edits = dict(edits)
-
-    def refuse(why: str) -> FixResult:
-        return FixResult(text=text, applied=result.applied, edits=edits, refused=why)
-
-    block = _server_block(lines, lines_map.get("server"))
-    if isinstance(block, str):
-        return refuse(block)
-    replace: dict[int, tuple[int, str | None]] = {}  # line index -> (end of its value, new line or None = delete)
-    insert: list[str] = []
-    for key, value in edits.items():
-        existing = next((k for k in lines_map if k.startswith("server.") and "[" not in k and
-                         k[len("server."):].replace("_", "-") == key), None)
-        if existing is not None:
-            idx = lines_map[existing] - 1
-            m = _KEY_LINE.match(lines[idx]) if 0 <= idx < len(lines) else None
-            if not m or block is None or not (block[0] < idx < block[1]):
-                return refuse(f"`{key}` on line {idx + 1} is not a `key: value` line of the server: block")
-            end = _extent(lines, idx)
-            if value is None:
-                replace[idx] = (end, None)
-            else:
-                _, comment = split_comment(m.group("rest"))
-                comment = f"  {comment}" if comment else ""
-                replace[idx] = (end, f"{m.group('indent')}{m.group('key')}: {yaml_scalar(value)}{comment}")
-        elif value is not None:
-            insert.append(f"{key}: {yaml_scalar(value)}")
-    out: list[str] = []
-    if block is None and insert:
-        block_start, block_end, indent = len(lines), len(lines), "  "
-    else:
-        block_start, block_end, indent = block if block is not None else (len(lines), len(lines), "  ")
-    i = 0
-    while i <= len(lines):
-        if i == block_end and insert:
-            if block is None:
-                out.append("server:")
-            out.extend(f"{indent}{line}" for line in insert)
-        if i == len(lines):
-            break
-        if i in replace:
-            end, new = replace[i]
-            if new is not None:
-                out.append(new)
-            i = end
-            continue
-        out.append(lines[i])
-        i += 1
-    new_text = "\n".join(out) + ("\n" if trailing_newline else "")
-    result.text = new_text
-    result.changed = new_text != text
+    try:
+        result.text = _edited(text, edits)
+    except EditRefused as refused:
+        return FixResult(text=text, applied=result.applied, edits=edits, refused=refused.reason)
+    result.changed = result.text != text
     return result
+
+
+def _edited(text: str, edits: dict[str, Any]) -> str:
+    """`text` with `edits` (dashed flag -> value, None = remove) made under `server:` by the round-trip
+    editor."""
+    from ruamel.yaml.comments import CommentedMap
+
+    from ddtctl.profile import canonical_flag_key
+
+    doc = RoundTrip(text)
+    server = doc.data.get("server")
+    if server is None:
+        additions = {key: value for key, value in edits.items() if value is not None}
+        if additions:
+            doc.data["server"] = CommentedMap((key, scalar(value)) for key, value in additions.items())
+        return doc.result()
+    if not isinstance(server, CommentedMap):
+        raise EditRefused("`server:` is not a mapping of flags")
+    for key, value in edits.items():
+        existing = find_key(server, canonical_flag_key(key), canonical_flag_key)
+        if existing is None:
+            if value is not None:
+                add_key(server, key, value)
+        elif value is None:
+            delete_key(server, existing)
+        else:
+            set_value(doc, server, existing, value)
+    return doc.result()
 
 
 def verify(original: dict[str, Any], fixed_text: str, edits: dict[str, Any], source: str) -> str | None:

@@ -1,8 +1,9 @@
 """`ddtctl migrate`: rewrite a profile written for an older SGLang release to a newer one.
 
-Renamed flags under `server:` get their new name; flags the target release no longer has are reported (with the
-replacement SGLang named, when it named one). Edits are line-based (the key token on its line, and the `sglang:`
-value), so comments, order, quoting and layout survive; the YAML is never re-serialised.
+Renamed flags under `server:` get their new name; flags the target release no longer has are reported (with
+the replacement SGLang named, when it named one). Edits go through ruamel.yaml's round-trip mode
+(ddtctl.yamledit): the key renamed in place and the `sglang:` value set, so comments, order, quoting and
+layout survive, and every line outside the edited keys stays byte-identical.
 
 Library API: migrate_profile(path, to_version, *, from_version=None, write=False) -> MigrationResult
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from ddtctl.errors import ProfileError, UsageError
 from ddtctl.schema.catalog import SUGGEST_PER_INPUT, Catalog
-from ddtctl.yamlline import split_comment, yaml_scalar
+from ddtctl.yamledit import EditRefused, RoundTrip, find_key, rename_key, set_value
 
 _KEY_TOKEN = r"[A-Za-z0-9_.-]+"
 
@@ -80,7 +81,7 @@ class MigrationResult:
         }
 
 
-# -- line editing ----------------------------------------------------------------------------------------------------
+# -- editing -------------------------------------------------------------------------------------------------
 def _canon(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-").lower()
 
@@ -91,48 +92,14 @@ def _restyle(new_name: str, old_key: str) -> str:
     return ("--" + out) if old_key.startswith("--") else out
 
 
-def _find_key(line: str, canon: str) -> re.Match | None:
-    """The key token on `line` whose canonical form is `canon` (block `key:` or inside a flow `{...}`)."""
-    pattern = re.compile(r"(?P<pre>^\s*|[{,]\s*)(?P<q>[\"']?)(?P<key>--?" + _KEY_TOKEN + r"|" + _KEY_TOKEN +
-                         r")(?P=q)(?P<colon>\s*:)")
-    for m in pattern.finditer(line):
-        if _canon(m.group("key")) == canon:
-            return m
-    return None
+def _set_sglang(doc: RoundTrip, version: str) -> bool:
+    """Point `sglang:` at `version`, keeping its quotes (double quotes when it had none) and its comment's
+    gap."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-
-def _rename_on_line(line: str, canon: str, new_name: str, new_value: Any = None) -> tuple[str, str] | None:
-    """`line` with the key `canon` renamed (and, for block style, its value replaced); None if not found."""
-    m = _find_key(line, canon)
-    if m is None:
-        return None
-    old_key = m.group("key")
-    new_key = _restyle(new_name, old_key)
-    start, end = m.span("key")
-    out = line[:start] + new_key + line[end:]
-    if new_value is not None:
-        colon_end = m.end("colon") + (len(new_key) - len(old_key))
-        body, comment = split_comment(out[colon_end:])
-        if not re.fullmatch(r"\s*\S[^,{}\[\]]*", body) or "{" in out[:colon_end]:
-            return None  # flow style or complex value: leave it to a person
-        lead = body[: len(body) - len(body.lstrip())] or " "
-        trail = body[len(body.rstrip()):]
-        out = out[:colon_end] + lead + yaml_scalar(new_value) + trail + comment
-    return out, old_key
-
-
-def _set_sglang_line(lines: list[str], line_no: int | None, version: str) -> bool:
-    if line_no is None:
+    if "sglang" not in doc.data:
         return False
-    i = line_no - 1
-    m = re.match(r"^(?P<head>sglang\s*:\s*)(?P<rest>.*)$", lines[i])
-    if m is None:
-        return False
-    body, comment = split_comment(m.group("rest"))
-    value = body.strip()
-    quote = value[0] if value[:1] in ("'", '"') else '"'
-    pad = body[len(body.rstrip()):] if comment else ""
-    lines[i] = f"{m.group('head')}{quote}{version}{quote}{pad}{comment}"
+    set_value(doc, doc.data, "sglang", DoubleQuotedScalarString(version), gap=None)
     return True
 
 
@@ -178,7 +145,7 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
     except ImportError:  # pragma: no cover
         ours = set()
 
-    lines = text.split("\n")
+    editor = _editor(text, source)
     present = set(server)
     unknown = 0
     for key, value in server.items():
@@ -234,25 +201,46 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
             result.removed.append(KeyIssue(line_no, key, f"--{new_name} (its new name) is also set",
                                            f"keep one of `{key}` and `{new_name}`"))
             continue
-        if line_no is None:
+        written = find_key(editor.data["server"], key, _canon)
+        if line_no is None or written is None:
             continue
-        edited = _rename_on_line(lines[line_no - 1], key, new_name, new_value)
-        if edited is None:
-            result.removed.append(KeyIssue(line_no, key, f"could not rewrite this line automatically "
-                                                         f"(rename to {new_name})", "edit it by hand"))
-            continue
-        lines[line_no - 1], old_key = edited
+        old_key = str(written)
+        rename_key(editor.data["server"], written, _restyle(new_name, old_key))
+        if new_value is not None:
+            set_value(editor, editor.data["server"], _restyle(new_name, old_key), new_value, gap=None)
         present.add(new_canon)
         result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value,
                                     new_value))
         _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
 
     if result.edits or source_cat.version != target.version:
-        if not _set_sglang_line(lines, doc.lines.get("sglang"), target.version):
+        if not _set_sglang(editor, target.version):
             result.warnings.append(KeyIssue(None, "sglang", f"no `sglang:` line to update to {target.version}",
                                             f"add `sglang: \"{target.version}\"`"))
-    result.text = "\n".join(lines)
+    try:
+        result.text = editor.result()
+    except EditRefused as refused:
+        _report_refusal(result, refused.reason)
     return result
+
+
+def _report_refusal(result: MigrationResult, reason: str) -> None:
+    """The edits could not be written without touching other lines: each becomes a manual step."""
+    if not result.edits:
+        result.warnings.append(KeyIssue(None, "sglang", f"could not update `sglang:` automatically: {reason}",
+                                        f"set it to \"{result.to_version}\"", blocking=True))
+    result.removed.extend(KeyIssue(e.line, e.old_key, f"could not rename it to {e.new_key} automatically: "
+                                                      f"{reason}", "edit it by hand") for e in result.edits)
+    result.edits = []
+
+
+def _editor(text: str, source: str) -> RoundTrip:
+    try:
+        return RoundTrip(text, source)
+    except EditRefused as refused:
+        raise ProfileError(f"cannot edit the profile: {refused.reason}", where=source,
+                           fix="fix the YAML (`ddtctl validate` names the line), then migrate again") \
+            from None
 
 
 def _span_versions(a: str, b: str) -> list[str]:

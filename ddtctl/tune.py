@@ -25,10 +25,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part of this module's API)
+    DEFAULT_BENCH,
+    MIN_OUTPUT_LEN,
+    BenchRun,
+    Prompts,
+    api_key,
+    bench_argv,
+    load_prompts,
+    run_bench,
+    server_metrics,
+)
 
-DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
 DEFAULT_CONCURRENCY = (1, 8)
-BENCH_MARK = "DDTCTL-TUNE "
 BASELINES = ("auto", "dflash", "none", "off")
 
 # Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
@@ -39,51 +48,7 @@ DFLASH_BLOCKS = (4, 8, 16)
 DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
 SPECULATIVE = re.compile(r"^speculative-")
 
-# Runs SGLang's benchmark on the host with an --output-file in a private temp dir; prints one marker line with the
-# rows it wrote (JSON lines), its exit status and the tail of its output. Stdlib only (python >= 3.8).
-BENCH_WRAPPER = (
-    "import json,os,shutil,subprocess,sys,tempfile\n"
-    "argv=json.loads(sys.argv[1]);t=float(sys.argv[2])\n"
-    "d=tempfile.mkdtemp(prefix='ddtctl-tune-');out=os.path.join(d,'bench.jsonl');rows=[]\n"
-    "try:\n"
-    " try:\n"
-    "  p=subprocess.run(argv+['--output-file',out],stdout=subprocess.PIPE,stderr=subprocess.STDOUT,timeout=t)\n"
-    "  rc=p.returncode;tail=p.stdout.decode(errors='replace')[-3000:]\n"
-    " except subprocess.TimeoutExpired:\n"
-    "  rc=124;tail='the benchmark timed out after %gs'%t\n"
-    " except OSError as e:\n"
-    "  rc=127;tail='cannot run the benchmark: %s'%e\n"
-    " if os.path.exists(out):\n"
-    "  with open(out) as f:rows=[json.loads(l) for l in f if l.strip()]\n"
-    "finally:\n"
-    " shutil.rmtree(d,ignore_errors=True)\n"
-    "print('" + BENCH_MARK + "'+json.dumps({'rc':rc,'tail':tail,'rows':rows},default=str),flush=True)\n"
-)
-
-
 # ----------------------------------------------------------------------------------------------- results
-@dataclass
-class BenchRun:
-    """One benchmark run at one concurrency (figures from SGLang's benchmark JSON)."""
-
-    concurrency: int
-    ok: bool
-    output_tps: float | None = None
-    ttft_ms: float | None = None  # median
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
-    accept_length: float | None = None
-    completed: int | None = None
-    error: str | None = None
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "BenchRun":
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
-
-
 @dataclass
 class PointResult:
     key: str
@@ -181,6 +146,7 @@ class TuneOptions:
     output_len: int = 256
     seed: int = 1
     bench_cmd: list[str] | None = None  # default [{python}, -m, sglang.benchmark.serving]; {python}: the host's
+    prompts_file: str | None = None  # the user's prompts (JSON lines or ShareGPT JSON) instead of random ones
     bench_timeout_s: float = 1800.0
     results_path: str | None = None  # default: <profile>.tune.jsonl next to the profile
     keep_best: bool = False
@@ -299,9 +265,11 @@ def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dic
     return out
 
 
-def _point_key(host: str, argv: list[str], opts: TuneOptions) -> str:
+def _point_key(host: str, argv: list[str], opts: TuneOptions, prompts: Prompts | None) -> str:
     bench = {"concurrencies": sorted(opts.concurrencies), "num_prompts": opts.num_prompts, "seed": opts.seed,
              "input_len": opts.input_len, "output_len": opts.output_len}
+    if prompts is not None:  # other prompts, other figures: not a point to resume
+        bench.update(prompts=prompts.sha256, input_len=None)
     blob = json.dumps({"host": host, "argv": argv, "bench": bench}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -329,70 +297,12 @@ def _append(path: str | Path, host: str, profile: str, point: PointResult) -> No
         f.flush()
 
 
-# ----------------------------------------------------------------------------------------------- benchmark
-def bench_argv(cmd: list[str], python: str, *, host: str, port: int, tokenizer: str | None, concurrency: int,
-               opts: TuneOptions) -> list[str]:
-    argv = [str(a).replace("{python}", python) for a in cmd]
-    argv += ["--backend", "sglang", "--host", host, "--port", str(port), "--dataset-name", "random",
-             "--random-input-len", str(opts.input_len), "--random-output-len", str(opts.output_len),
-             "--random-range-ratio", "1.0", "--num-prompts", str(opts.num_prompts),
-             "--max-concurrency", str(concurrency), "--seed", str(opts.seed), "--disable-tqdm"]
-    if tokenizer:
-        argv += ["--tokenizer", tokenizer]
-    return argv
-
-
-def parse_bench_row(row: dict, concurrency: int) -> BenchRun:
-    """Figures from one line of SGLang's benchmark --output-file (sglang/benchmark/serving.py's `result`)."""
-    def num(*keys):
-        for k in keys:
-            v = row.get(k)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return float(v)
-        return None
-
-    tps = num("output_throughput")
-    return BenchRun(concurrency, tps is not None, output_tps=tps, ttft_ms=num("median_ttft_ms", "mean_ttft_ms"),
-                    itl_p50_ms=num("median_itl_ms", "p50_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
-                    accept_length=num("accept_length", "spec_accept_length"),
-                    completed=int(row["completed"]) if isinstance(row.get("completed"), int) else None,
-                    error=None if tps is not None else "no output_throughput in the benchmark's JSON")
-
-
-def run_bench(conn, argv: list[str], concurrency: int, timeout_s: float) -> BenchRun:
-    res = conn.run([conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
-                   timeout=timeout_s + 60)
-    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(BENCH_MARK)), None)
-    if line is None:
-        why = (res.stderr or res.stdout).strip().splitlines()
-        return BenchRun(concurrency, False, error=f"benchmark wrapper failed: {why[-1] if why else res.rc}")
-    out = json.loads(line[len(BENCH_MARK):])
-    if out["rc"] != 0 or not out["rows"]:
-        tail = [ln for ln in str(out.get("tail") or "").splitlines() if ln.strip()]
-        return BenchRun(concurrency, False, error=f"benchmark exit {out['rc']}: {tail[-1] if tail else 'no output'}")
-    return parse_bench_row(out["rows"][-1], concurrency)
-
-
-def server_metrics(info: dict | None) -> dict | None:
-    """The speculative part of /get_server_info: internal_states[0] (avg_spec_accept_length, DDTREE's `ddtree`)."""
-    if not isinstance(info, dict):
-        return None
-    if isinstance(info.get("decode"), list) and info["decode"]:
-        info = info["decode"][0]
-    states = info.get("internal_states")
-    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
-        return None
-    st = states[0]
-    keep = {k: v for k, v in st.items() if "spec" in k or "accept" in k or k == "ddtree"}
-    return keep or None
-
-
 # ----------------------------------------------------------------------------------------------- the sweep
 def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
     import yaml
 
-    from ddtctl.deploy import default_payload_dir, host_status
+    from ddtctl.deploy import default_payload_dir, host_status, mask_argv, secret_values
     from ddtctl.profile import load_profile, read_profile_document
     from ddtctl.render import render_argv
 
@@ -411,6 +321,10 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     chosen = opts.winner_concurrency if opts.winner_concurrency is not None else concs[0]
     if chosen not in concs:
         raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
+    prompts = load_prompts(opts.prompts_file) if opts.prompts_file else None
+    if prompts is not None and opts.output_len < MIN_OUTPUT_LEN:
+        raise UsageError(f"--output-len {opts.output_len} is too short for a prompt file",
+                         fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)")
     results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
     done = read_results(results_path)
     payload_dir = opts.payload_dir
@@ -439,12 +353,16 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     argv = render_argv(load_profile(path).profile)
                 except Exception as err:  # an unrenderable variant is judged by the validator below
                     argv = [f"{k}={v}" for k, v in sorted(data["server"].items())] + [type(err).__name__]
-                key = _point_key(host.name, argv, opts)
+                secrets = secret_values(argv, {**getattr(host, "env", {}), **(data.get("env") or {})})
+                argv = mask_argv(argv)  # the results file and the report never hold an --api-key
+                key = _point_key(host.name, argv, opts, prompts)
                 if key in done:
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
                 else:
-                    pr = _run_point(pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts)
+                    pr = _run_point(pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts,
+                                    prompts)
+                    _mask_point(pr, secrets)
                     _append(results_path, host.name, profile, pr)
                 if pt.kind == "baseline":
                     result.baseline = pr
@@ -459,8 +377,21 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     return result
 
 
+def _mask_point(pr: PointResult, secrets: set[str]) -> None:
+    """Secrets (the launch's --api-key, tokens in env) out of what a point's errors quote."""
+    def mask(text: str | None) -> str | None:
+        for secret in secrets:
+            text = text.replace(secret, "***") if text else text
+        return text
+
+    pr.error = mask(pr.error)
+    for run in pr.runs:
+        run.error = mask(run.error)
+
+
 def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, payload_dir: str | None,
-               bench_cmd: list[str], concs: list[int], opts: TuneOptions, dopts: dict) -> PointResult:
+               bench_cmd: list[str], concs: list[int], opts: TuneOptions, dopts: dict,
+               prompts: Prompts | None = None) -> PointResult:
     """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
     from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
     from ddtctl.remote.transport import LockHeld
@@ -489,11 +420,12 @@ def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, paylo
             pr.status, pr.error = "failed", r.error or r.status
             return pr
         target = spec.targets([host])[0]
+        server_key = api_key(target.launch_argv)  # the server checks it on the benchmark's requests
         with connect(host, trust_new_host=opts.trust_new_host) as conn:
             for c in concs:
                 b = bench_argv(bench_cmd, host.python, host=target.probe_host, port=target.port,
-                               tokenizer=spec.model_paths[0], concurrency=c, opts=opts)
-                pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s))
+                               tokenizer=spec.model_paths[0], concurrency=c, opts=opts, prompts=prompts)
+                pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s, prompts=prompts, key=server_key))
             probe = conn.agent("probe", {"port": target.port, "host": target.probe_host, "lines": 0}, retry=True)
             pr.server_metrics = server_metrics(probe.get("server_info"))
         bad = [r for r in pr.runs if not r.ok]

@@ -1,15 +1,19 @@
-"""`ddtctl tune --plot FILE.png`: output tokens/s against the swept budget (or the point), one line per concurrency,
-the baseline as a dashed line of the same colour. matplotlib is imported only here, with the Agg backend (no display
-needed)."""
+"""`ddtctl tune --plot FILE.png` and `--plot-terminal`: output tokens/s against the swept budget (or the
+point), one line per concurrency, the baseline as a dashed line. The PNG is drawn with matplotlib (Agg
+backend, no display needed), the terminal plot with plotext; both come with the `plot` extra and are
+imported only here."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ddtctl.errors import UsageError
 from ddtctl.tune import TuneResult
 
 BUDGET_FLAG = "speculative-ddtree-budget"
+LINE_MARKERS = "ox+*#@"  # the terminal plot: one per concurrency
+BASE_MARKERS = "-=~:"  # and its baseline
 
 
 def _x(result: TuneResult) -> tuple[list[float], list[str], str]:
@@ -22,11 +26,72 @@ def _x(result: TuneResult) -> tuple[list[float], list[str], str]:
     return [float(i) for i in range(len(pts))], [p.label for p in pts], "point"
 
 
-def plot_png(result: TuneResult, path: str | Path) -> Path:
-    measured = [p for p in result.points if any(r.ok for r in p.runs)]
-    if not measured:
+def _require(module: str, option: str) -> Any:
+    """Import an optional plotting library, or say in one line which extra brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{option} needs {module}, which is not installed",
+                         fix="pip install 'ddtctl[plot]' (the plot extra)") from None
+
+
+def check_extras(*, png: bool, terminal: bool) -> None:
+    """Fail before a sweep, not after it, when a plot was asked for and its library is missing."""
+    if png:
+        _require("matplotlib", "--plot")
+    if terminal:
+        _require("plotext", "--plot-terminal")
+
+
+def _check_measured(result: TuneResult) -> None:
+    if not any(any(r.ok for r in p.runs) for p in result.points):
         raise UsageError("nothing to plot: no point of the sweep was measured", fix="see the table for why")
-    import matplotlib
+
+
+def _baseline_label(result: TuneResult, concurrency: int) -> str:
+    label = result.baseline.label if result.baseline else "baseline"
+    return f"{label if label.startswith('baseline') else f'baseline ({label})'}, {concurrency}"
+
+
+def _title(result: TuneResult) -> str:
+    return f"ddtctl tune {result.host}: {Path(result.profile).name}"
+
+
+def plot_terminal(result: TuneResult, width: int = 100, height: int = 24, *, color: bool = False) -> str:
+    """The same plot as plot_png, as text for a terminal: one marker per concurrency, the baselines as flat
+    lines, and the legend underneath (plotext's own legend would cover the lines)."""
+    _check_measured(result)
+    plotext = _require("plotext", "--plot-terminal")
+    fig = plotext.figure
+    fig.clear()
+    fig.plot_size(width, height)
+    xs, labels, xlabel = _x(result)
+    pts = [p for p in result.points if p.runs]
+    legend = []
+    for i, c in enumerate(result.concurrencies):
+        marker, base_marker = LINE_MARKERS[i % len(LINE_MARKERS)], BASE_MARKERS[i % len(BASE_MARKERS)]
+        drawn = [(x, y) for x, y in zip(xs, (p.tps(c) for p in pts), strict=True) if y is not None]
+        if drawn:
+            fig.draw(fig.signal([x for x, _ in drawn], [y for _, y in drawn], marker=marker).lines(True))
+            legend.append(f"{marker} concurrency {c}")
+        base = result.baseline.tps(c) if result.baseline else None
+        if base is not None:
+            fig.draw(fig.signal([min(xs), max(xs)], [base, base], marker=base_marker).lines(True))
+            legend.append(f"{base_marker} {_baseline_label(result, c)}")
+    fig.ruler("x").ticks(xs, labels)
+    fig.title(_title(result))
+    fig.label(xlabel, axis="x")
+    fig.label("output tokens/s", axis="y")
+    text = fig.build().string(colorless=not color)
+    fig.clear()
+    return text.rstrip() + "\n" + "   ".join(legend) + "\n"
+
+
+def plot_png(result: TuneResult, path: str | Path) -> Path:
+    _check_measured(result)
+    matplotlib = _require("matplotlib", "--plot")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -41,11 +106,11 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
                 marker="o", color=color, label=f"concurrency {c}")
         base = result.baseline.tps(c) if result.baseline else None
         if base is not None:
-            ax.axhline(base, color=color, linestyle="--", linewidth=1, label=f"baseline ({result.baseline.label}), {c}")
+            ax.axhline(base, color=color, linestyle="--", linewidth=1, label=_baseline_label(result, c))
     ax.set_xticks(xs, labels, rotation=30 if xlabel == "point" else 0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("output tokens/s")
-    ax.set_title(f"ddtctl tune {result.host}: {Path(result.profile).name}")
+    ax.set_title(_title(result))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -197,14 +197,16 @@ def test_defect3_an_edit_saved_during_migrate_is_not_lost(tmp_path, monkeypatch)
 
 
 # -- 4: --fix corrupting profiles -------------------------------------------------------------------------------------
-def test_defect4_fix_refuses_a_flow_style_server_mapping(tmp_path):
+def test_defect4_fix_edits_a_flow_style_server_mapping_in_place(tmp_path):
     path = tmp_path / "flow.yaml"
-    text = "name: p\nmodel: {path: /m}\nserver: {grammar-backend: xgramar, tp-size: 1}\n"
+    text = "name: p\nmodel: {path: /m}\nserver: {grammar-backend: xgramar, tp-size: 1}   # flow\n"
     path.write_text(text)
     run = ddtctl("validate", "--fix", path)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert path.read_text() == text  # before: a second `server:` block was appended (a duplicate key)
-    assert "--fix refused" in run.stdout and "flow style" in run.stdout
+    assert run.returncode == 0, run.stdout + run.stderr
+    # before the line editor: a second `server:` block was appended (a duplicate key); then: refused; now the
+    # round-trip editor edits the flow mapping where it is
+    # (ruamel keeps the comment's column, so the longer value takes a space of the gap)
+    assert path.read_text() == "name: p\nmodel: {path: /m}\nserver: {grammar-backend: xgrammar, tp-size: 1}  # flow\n"
 
 
 def test_defect4_fix_inserts_after_a_block_list_not_inside_it(tmp_path):

@@ -3,6 +3,9 @@ measured."""
 
 from __future__ import annotations
 
+import re
+import sys
+
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -58,3 +61,51 @@ def test_nothing_measured_is_a_clear_error(tmp_path):
     with pytest.raises(UsageError, match="nothing to plot"):
         plot_png(_result([failed]), tmp_path / "t.png")
     assert not (tmp_path / "t.png").exists()
+
+
+# -- --plot-terminal -----------------------------------------------------------------------------------------
+def _sweep():
+    pts = [_point("budget=16", {BUDGET: 16}, {1: 200.0, 8: 900.0}),
+           _point("budget=64", {BUDGET: 64}, {1: 240.0})]
+    return _result(pts, _point("DFLASH", {}, {1: 210.0, 8: 1000.0}, kind="baseline"))
+
+
+def test_terminal_plot_draws_each_concurrency_its_baseline_and_a_legend():
+    pytest.importorskip("plotext")
+    from ddtctl.tune_plot import plot_terminal
+
+    text = plot_terminal(_sweep(), width=80, height=20)
+    lines = text.splitlines()
+    assert "ddtctl tune lo: p.yaml" in lines[0] and "DDTREE budget" in text and "output tokens/s" in text
+    assert lines[-1] == "o concurrency 1   - baseline (DFLASH), 1   x concurrency 8   = baseline (DFLASH), 8"
+    assert "\x1b[" not in text  # no colour codes unless asked
+    y_ticks = [float(ln.split("┤")[0]) for ln in lines if "┤" in ln]
+    assert max(y_ticks) == 1000.0 and min(y_ticks) == 200.0  # the figures' range
+    x_ticks = next(ln for ln in lines if ln.strip().startswith("16"))
+    assert x_ticks.split() == ["16", "64"]
+    canvas = [re.split("[┤│]", ln, maxsplit=1)[1].rstrip("│") for ln in lines[2:-4]]
+    assert canvas[0].strip("=") == ""  # 1000 (the baseline at 8) is the top row, all across
+    assert canvas[2].startswith("x") and canvas[2].strip("x ") == ""  # 900: budget 16 at 8, alone on its row
+    assert canvas[-1].strip("-") == ""  # 200 and 210 share the bottom row: the baseline at 1 drawn over it
+    assert sum("=" * 20 in ln for ln in lines) == 1 and sum("-" * 20 in ln for ln in lines) == 1
+
+
+def test_terminal_plot_with_nothing_measured_is_a_clear_error():
+    from ddtctl.tune_plot import plot_terminal
+
+    failed = PointResult(key="k", label="budget=48", kind="point", flags={BUDGET: 48}, status="failed")
+    with pytest.raises(UsageError, match="nothing to plot"):
+        plot_terminal(_result([failed]))
+
+
+@pytest.mark.parametrize("module, option", [("plotext", "--plot-terminal"), ("matplotlib", "--plot")])
+def test_a_missing_plot_library_names_the_extra_before_the_sweep(monkeypatch, module, option):
+    from ddtctl.tune_plot import check_extras
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: `import` raises ImportError
+    with pytest.raises(UsageError) as err:
+        check_extras(png=option == "--plot", terminal=option == "--plot-terminal")
+    assert err.value.one_line().count("\n") == 0
+    assert f"{option} needs {module}, which is not installed" in err.value.one_line()
+    assert "pip install 'ddtctl[plot]'" in err.value.one_line()
+    check_extras(png=False, terminal=False)  # nothing asked: nothing needed

@@ -42,6 +42,11 @@ def tune(
     write: bool = typer.Option(False, "--write", help="Put the winner into the profile (comments kept)"),
     plot: str = typer.Option(None, "--plot", help="Write a PNG: tokens/s against the budget (or point), one line per "
                              "concurrency, the baseline dashed"),
+    plot_terminal: bool = typer.Option(False, "--plot-terminal", help="Draw the same plot in the terminal "
+                                       "(plotext; on stderr with --format json)"),
+    prompts: str = typer.Option(None, "--prompts", help="Prompt file for the load instead of random "
+                                "prompts: JSON lines or ShareGPT-style JSON, sent to the host's benchmark "
+                                "(--output-len fixed)"),
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
     bench_cmd: str = typer.Option(None, "--bench-cmd", help="Benchmark command on the host (default: "
                                                             "'{python} -m sglang.benchmark.serving')"),
@@ -63,13 +68,16 @@ def tune(
     Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
     """
     import shlex
+    import sys
 
     from ddtctl.cli._app import stderr_console
     from ddtctl.errors import ExitCode, UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
     from ddtctl.tune import BASELINES, TuneOptions, load_space, write_point
     from ddtctl.tune import tune as run_tune
+    from ddtctl.tune_plot import check_extras
 
+    check_extras(png=bool(plot), terminal=plot_terminal)
     if baseline not in BASELINES:
         raise UsageError(f"--baseline {baseline!r}", fix=f"one of: {', '.join(BASELINES)}")
     inv = load_inventory(inventory)
@@ -83,7 +91,8 @@ def tune(
     opts = TuneOptions(space=load_space(space) if space else None, baseline=baseline,
                        concurrencies=_concurrencies(concurrency), winner_concurrency=at, num_prompts=num_prompts,
                        input_len=input_len, output_len=output_len, seed=seed,
-                       bench_cmd=shlex.split(bench_cmd) if bench_cmd else None, results_path=results,
+                       bench_cmd=shlex.split(bench_cmd) if bench_cmd else None, prompts_file=prompts,
+                       results_path=results,
                        keep_best=keep_best, payload_dir=payload, remote_dry_run=not skip_dry_run,
                        health_timeout_s=health_timeout, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -117,9 +126,12 @@ def tune(
         from ddtctl.tune_plot import plot_png
 
         plotted = str(plot_png(result, plot))
+    drawn = _draw_in_terminal(result) if plot_terminal else None
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import print_json
 
+        if drawn:
+            sys.stderr.write(drawn)  # stdout stays one JSON document
         out = result.to_json()
         out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
             if written else None
@@ -127,11 +139,30 @@ def tune(
         print_json(out)
     else:
         _print_text(result, written)
+        if drawn:
+            sys.stdout.write(drawn)  # as drawn: rich would wrap its lines and escape its colours
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
     if result.restore_error:
         raise typer.Exit(ExitCode.DEPLOY)
     raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.INVALID)
+
+
+def _draw_in_terminal(result) -> str | None:
+    """The terminal plot, sized to the terminal (None when nothing was measured: the table says why)."""
+    import os
+    import shutil
+
+    from ddtctl.errors import UsageError
+    from ddtctl.tune_plot import plot_terminal
+
+    size = shutil.get_terminal_size((100, 24))
+    color = stdout_console().is_terminal and not os.environ.get("NO_COLOR")
+    try:
+        return plot_terminal(result, max(60, min(size.columns, 140)), max(16, min(size.lines - 4, 30)),
+                             color=color)
+    except UsageError as err:
+        return f"no plot: {err.message}\n"
 
 
 def _fmt(v, spec: str = ".1f") -> str:

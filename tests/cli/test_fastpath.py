@@ -42,3 +42,30 @@ def test_fast_path_declines_what_it_does_not_parse():
     assert try_validate(["validate", "--unknown-option", SEED]) is None
     assert try_validate(["validate", "--format", "yaml", SEED]) is None
     assert try_validate(["rules"]) is None
+
+
+# ruamel.yaml (the round-trip editor of --fix, migrate and tune --write) must not slow a plain validate down.
+_IMPORT_PROBE = """
+import sys
+from ddtctl.cli import main
+try:
+    main({args!r})
+except SystemExit:
+    pass
+sys.stderr.write("\\nRUAMEL " + str(any(m.startswith("ruamel") for m in sys.modules)) + "\\n")
+"""
+
+
+def loads_ruamel(args) -> bool:
+    res = subprocess.run([sys.executable, "-c", _IMPORT_PROBE.format(args=[str(a) for a in args])],
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ, NO_COLOR="1"))
+    return res.stderr.strip().splitlines()[-1] == "RUAMEL True"
+
+
+def test_validate_does_not_import_ruamel_but_fix_does(tmp_path):
+    assert not loads_ruamel(["validate", SEED])
+    assert not loads_ruamel(["validate", "--format", "json", str(REPO / "profiles")])
+    fixable = tmp_path / "p.yaml"
+    fixable.write_text("name: p\nmodel: {path: /m}\nserver:\n  grammar-backend: xgramar   # typo\n")
+    assert not loads_ruamel(["validate", fixable])  # invalid, but nothing to edit without --fix
+    assert loads_ruamel(["validate", "--fix", "--diff", fixable])  # the probe can see an import

@@ -150,12 +150,78 @@ def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
     assert text.replace("budget: 32", "budget: 40") == PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port)
     # again, as text: every point comes from the results file (the profile changed only in the tuned flag)
     png = lab.root / "tune.png"
-    run = CliRunner().invoke(app, args + ["--concurrency", "1,8", "--plot", str(png)])
+    run = CliRunner().invoke(app, args + ["--concurrency", "1,8", "--plot", str(png), "--plot-terminal"])
     assert run.exit_code == 0, run.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {png}" in run.stdout
+    # the same plot in the terminal (plotext), after the table
+    drawn = run.stdout[run.stdout.index("ddtctl tune lo: commented.yaml"):]
+    assert "DDTREE budget" in drawn and "output tokens/s" in drawn
+    assert "o concurrency 1   - baseline DFLASH, 1   x concurrency 8   = baseline DFLASH, 8" in drawn
     assert "(from the results file)" in run.stderr
     assert len(results.read_text().splitlines()) == 3
     rows = run.stdout.splitlines()
     assert any(r.startswith("budget=32 *") and "239.6" in r and "1.08" in r for r in rows), run.stdout
     assert "winner at concurrency 1: budget=32 topk-cap=-" not in run.stdout  # the --space had no topk-cap
     assert "winner at concurrency 1: budget=32: 239.6 tokens/s, 1.08x the baseline" in run.stdout
+
+
+# -- the user's prompt file (issue #15) ----------------------------------------------------------------------
+def test_a_prompt_file_is_shipped_to_the_hosts_benchmark(lab):
+    jsonl = lab.root / "prompts.jsonl"
+    turns = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "answer"}]
+             for i in range(3)]
+    jsonl.write_text("".join(json.dumps({"conversations": t}) + "\n" for t in turns))
+    prof = lab.profile(server={BUDGET: 40})
+    res = tune(str(prof), lab.host(), _opts(lab, [32], baseline="off", prompts_file=str(jsonl)))
+    runs = res.winner.runs
+    # SGLang's custom dataset on the host read the file: 3 prompts although --num-prompts asked for 8
+    assert [(r.concurrency, r.ok, r.completed) for r in runs] == [(1, True, 3), (8, True, 3)]
+    assert res.winner.tps(1) == pytest.approx(239.60, abs=0.01)
+
+    sharegpt = lab.root / "sharegpt.json"
+    sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hello"},
+                                                       {"from": "gpt", "value": "hi"}]}] * 2))
+    again = tune(str(prof), lab.host(), _opts(lab, [32], baseline="off", prompts_file=str(sharegpt)))
+    assert not again.winner.resumed  # other prompts: measured again, not taken from the results file
+    assert [r.completed for r in again.winner.runs] == [2, 2]
+    random = tune(str(prof), lab.host(), _opts(lab, [32], baseline="off"))
+    assert not random.winner.resumed and [r.completed for r in random.winner.runs] == [8, 8]
+
+
+# -- the server's --api-key (issue #15) ----------------------------------------------------------------------
+SECRET = "tune-s3cr3t-key-0451"
+
+
+def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
+    from typer.testing import CliRunner
+
+    import ddtctl.cli.tune  # noqa: F401  (registers `tune` on the app)
+    from ddtctl.cli._app import app
+    from ddtctl.deploy import connect
+    from ddtctl.tune_bench import bench_argv, run_bench
+
+    prof = lab.profile("keyed", server={BUDGET: 40, "api-key": SECRET})
+    results = lab.root / "keyed.jsonl"
+    args = ["tune", "lo", "--profile", str(prof), "--concurrency", "1", "--num-prompts", "4",
+            "--baseline", "off", "--results", str(results), "--payload", str(lab.payload),
+            "--skip-remote-dry-run", "--bench-cmd", f"{sys.executable} {STANDIN_BENCH}",
+            "--health-timeout", "10", "-i", str(lab.inventory), "--keep-best"]
+    space = lab.root / "space.yaml"
+    space.write_text(f"{BUDGET}: [32]\n")
+    run = CliRunner().invoke(app, args + ["--space", str(space), "--format", "json"])
+    assert run.exit_code == 0, run.output
+    out = json.loads(run.stdout)
+    assert out["winner"]["status"] == "ok" and out["winner"]["runs"][0]["ok"]
+    assert "--api-key" in out["winner"]["argv"] and "***" in out["winner"]["argv"]
+    for shown in (run.stdout, run.stderr, results.read_text()):
+        assert SECRET not in shown
+
+    # the server (kept serving: --keep-best) really refuses the benchmark's requests without the key
+    host = lab.host()
+    with connect(host) as conn:
+        argv = bench_argv([sys.executable, str(STANDIN_BENCH)], host.python, host="127.0.0.1", port=lab.port,
+                          tokenizer=None, concurrency=1, opts=_opts(lab, [32]))
+        refused = run_bench(conn, argv, 1, 60)
+        allowed = run_bench(conn, argv, 1, 60, key=SECRET)
+    assert not refused.ok and "401" in refused.error
+    assert allowed.ok

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """STAND-IN for `python -m sglang.benchmark.serving` (no GPU and no real SGLang server here).
 
-Takes the flags `ddtctl tune` passes (--backend sglang --host H --port P --dataset-name random --random-input-len N
---random-output-len N --num-prompts N --max-concurrency C --seed S --output-file F ...), and, like the real one:
-sends requests to the server (a few seeded POST /generate calls to the stand-in server), reads GET /server_info, and
-appends one JSON line to --output-file with the real benchmark's keys. The figures are deterministic, from what the
-server reports (its algorithm, DDTREE budget, dflash block size, and the accepted length in internal_states):
+Takes the flags `ddtctl tune` passes (--backend sglang --host H --port P --dataset-name random
+--random-input-len N --random-output-len N --num-prompts N --max-concurrency C --seed S --output-file F ...,
+or --dataset-name custom --dataset-path F --sharegpt-output-len N for a prompt file), and, like the real one:
+reads the custom dataset as sglang/benchmark/datasets/custom.py does (JSON lines, `conversations` of
+`content`/`value` turns, at least two), sends requests to the server (a few seeded POST /generate calls to the
+stand-in server, with `Authorization: Bearer $OPENAI_API_KEY` when that is set, as SGLang's get_auth_headers
+does), reads GET /server_info, and appends one JSON line to --output-file with the real benchmark's keys
+(`completed`: the prompts used). The figures are deterministic, from what the server reports (its algorithm,
+DDTREE budget, dflash block size, and the accepted length in internal_states):
 
     tokens/s = 100 * sqrt(C) * accept_length / step_cost
     step_cost = 1 + budget * C / 64 (DDTREE), 1 + block_size * C / 128 (other speculative), 1 (none)
@@ -39,6 +43,19 @@ def figures(info: dict, concurrency: int) -> dict:
             "median_ttft_ms": ttft, "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft, "accept_length": accept}
 
 
+def custom_prompts(path: str) -> list[list[int]]:
+    """The user turns of SGLang's custom dataset, as token ids: their UTF-8 bytes (no tokenizer here)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            convs = json.loads(line).get("conversations", [])
+            if len(convs) >= 2:
+                out.append(list(convs[0].get("content", convs[0].get("value", "")).encode()))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="sglang")
@@ -54,18 +71,27 @@ def main() -> int:
     ap.add_argument("--output-file", required=True)
     ap.add_argument("--tokenizer")
     ap.add_argument("--disable-tqdm", action="store_true")
+    ap.add_argument("--dataset-path", default="")
+    ap.add_argument("--sharegpt-output-len", type=int)
     args, _unknown = ap.parse_known_args()
     if os.environ.get("STANDIN_BENCH_FAIL"):
         print("[standin-bench] failing on purpose (STANDIN_BENCH_FAIL)", flush=True)
         return 1
     base = f"http://{args.host}:{args.port}"
     rng = random.Random(args.seed)
+    if args.dataset_name == "custom":
+        prompts = custom_prompts(args.dataset_path)[:args.num_prompts]
+        output_len = args.sharegpt_output_len or 256
+    else:
+        prompts = [[rng.randrange(1000, 150000) for _ in range(8)] for _ in range(args.num_prompts)]
+        output_len = args.random_output_len
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("OPENAI_API_KEY"):
+        headers["Authorization"] = "Bearer " + os.environ["OPENAI_API_KEY"]
     completed = 0
-    for _ in range(min(args.num_prompts, 4)):  # really talk to the server (a few requests; it is a stand-in)
-        body = {"input_ids": [rng.randrange(1000, 150000) for _ in range(8)],
-                "sampling_params": {"max_new_tokens": min(args.random_output_len, 4)}}
-        req = urllib.request.Request(base + "/generate", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+    for ids in prompts[:4]:  # really talk to the server (a few requests; it is a stand-in)
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": min(output_len, 4)}}
+        req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), headers)
         with urllib.request.urlopen(req, timeout=10) as resp:
             completed += bool(json.loads(resp.read()).get("output_ids"))
     with urllib.request.urlopen(base + "/server_info", timeout=10) as resp:
@@ -73,7 +99,7 @@ def main() -> int:
     row = {"tag": None, "backend": args.backend, "dataset_name": args.dataset_name, "request_rate": float("inf"),
            "max_concurrency": args.max_concurrency, "random_input_len": args.random_input_len,
            "random_output_len": args.random_output_len, "random_range_ratio": args.random_range_ratio,
-           "server_info": info, "duration": 1.0, "completed": args.num_prompts if completed else 0,
+           "server_info": info, "duration": 1.0, "completed": len(prompts) if completed else 0,
            "total_output_tokens": args.num_prompts * args.random_output_len, "seed": args.seed, "standin": True}
     row.update(figures(info, args.max_concurrency))
     with open(args.output_file, "a") as f:

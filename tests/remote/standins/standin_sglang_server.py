@@ -17,6 +17,9 @@ own `ddtree` metrics; tests/remote/standins/standin_bench_serving.py turns it in
 POST /generate ({"input_ids": [...], "sampling_params": {"max_new_tokens": N}}) answers `output_ids`: a fixed
 function of the prompt, the same whatever the algorithm (as greedy decoding must be), so bench/deploy_gpu.py's CPU
 rehearsal can compare a deployed server's outputs with a plain one's. STANDIN_GENERATE_SALT=x changes that function.
+Launched with --api-key, POST /generate answers 401 without `Authorization: Bearer KEY`, as SGLang's
+middleware does (SGLang guards /get_server_info too; the stand-in leaves it open: deploy's probe sends no
+key).
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
@@ -148,6 +151,8 @@ def main():
         def do_POST(self):
             if self.path != "/generate":
                 return self._send(404)
+            if args.get("api_key") and self.headers.get("Authorization") != f"Bearer {args['api_key']}":
+                return self._send(401, b'{"error": "Unauthorized"}')
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             n = int((body.get("sampling_params") or {}).get("max_new_tokens", 16))
             out = continuation(body.get("input_ids") or [], n, os.environ.get("STANDIN_GENERATE_SALT", ""))

@@ -1,0 +1,224 @@
+"""The load side of `ddtctl tune`: SGLang's own benchmark (`python -m sglang.benchmark.serving`) run on the
+host against the served point, with the random dataset or the user's prompt file, and the figures read back.
+
+What the benchmark needs besides its argv travels on the SSH channel's stdin, never on a command line (which
+`ps` on the host shows and logs keep): the prompt file, written into the run's private temporary directory and
+passed as `--dataset-path`, and the server's `--api-key`, given to the benchmark as OPENAI_API_KEY (SGLang
+0.5.23's benchmark sends it as `Authorization: Bearer KEY`, the header the server checks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddtctl.errors import UsageError
+
+DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
+BENCH_MARK = "DDTCTL-TUNE "
+PROMPTS_MAX_BYTES = 64 << 20
+MIN_OUTPUT_LEN = 4  # SGLang's custom dataset refuses a fixed output length below 4
+
+# Runs SGLang's benchmark on the host with an --output-file in a private temp dir; reads {"env": {...},
+# "prompts": "..."} from stdin (the API key, the prompt file); prints one marker line with the rows it wrote
+# (JSON lines), its exit status and the tail of its output. Stdlib only (python >= 3.8).
+BENCH_WRAPPER = (
+    "import json,os,shutil,subprocess,sys,tempfile\n"
+    "argv=json.loads(sys.argv[1]);t=float(sys.argv[2]);extra=json.loads(sys.stdin.read() or '{}')\n"
+    "d=tempfile.mkdtemp(prefix='ddtctl-tune-');out=os.path.join(d,'bench.jsonl');rows=[]\n"
+    "env=dict(os.environ);env.update(extra.get('env') or {})\n"
+    "try:\n"
+    " if extra.get('prompts') is not None:\n"
+    "  pf=os.path.join(d,'prompts.jsonl')\n"
+    "  with open(pf,'w',encoding='utf-8') as f:f.write(extra['prompts'])\n"
+    "  argv=argv+['--dataset-path',pf]\n"
+    " try:\n"
+    "  p=subprocess.run(argv+['--output-file',out],stdout=subprocess.PIPE,stderr=subprocess.STDOUT,timeout=t,"
+    "env=env)\n"
+    "  rc=p.returncode;tail=p.stdout.decode(errors='replace')[-3000:]\n"
+    " except subprocess.TimeoutExpired:\n"
+    "  rc=124;tail='the benchmark timed out after %gs'%t\n"
+    " except OSError as e:\n"
+    "  rc=127;tail='cannot run the benchmark: %s'%e\n"
+    " if os.path.exists(out):\n"
+    "  with open(out) as f:rows=[json.loads(l) for l in f if l.strip()]\n"
+    "finally:\n"
+    " shutil.rmtree(d,ignore_errors=True)\n"
+    "print('" + BENCH_MARK + "'+json.dumps({'rc':rc,'tail':tail,'rows':rows},default=str),flush=True)\n"
+)
+
+
+@dataclass
+class BenchRun:
+    """One benchmark run at one concurrency (figures from SGLang's benchmark JSON)."""
+
+    concurrency: int
+    ok: bool
+    output_tps: float | None = None
+    ttft_ms: float | None = None  # median
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    accept_length: float | None = None
+    completed: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BenchRun":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+# -- the user's prompt file ----------------------------------------------------------------------------------
+@dataclass
+class Prompts:
+    """A prompt file, read and checked here, in the JSON-lines form of SGLang's `custom` dataset."""
+
+    source: str
+    jsonl: str  # one {"conversations": [{"role": "user", ...}, {"role": "assistant", ...}]} per line
+    count: int
+    sha256: str
+
+
+def load_prompts(path: str) -> Prompts:
+    """`--prompts FILE`: JSON lines (SGLang's custom dataset: `conversations` of `content`/`value` turns, or
+    one `{"prompt": ...}` per line) or a ShareGPT-style JSON array. Every record must give a user turn."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise UsageError(f"cannot read the prompt file: {err.strerror}", where=path) from None
+    if len(raw) > PROMPTS_MAX_BYTES:
+        raise UsageError(f"the prompt file is over {PROMPTS_MAX_BYTES >> 20} MiB", where=path,
+                         fix="keep the prompts the benchmark needs (--num-prompts of them)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"the prompt file is not UTF-8 (byte {err.start})", where=path) from None
+    records = _records(text, path)
+    lines = [json.dumps({"conversations": [{"role": "user", "content": user},
+                                           {"role": "assistant", "content": answer}]}, ensure_ascii=False)
+             for user, answer in (_turns(rec, where) for where, rec in records)]
+    if not lines:
+        raise UsageError("the prompt file holds no prompts", where=path,
+                         fix='one {"prompt": "..."} or {"conversations": [...]} per line')
+    jsonl = "\n".join(lines) + "\n"
+    return Prompts(path, jsonl, len(lines), hashlib.sha256(jsonl.encode()).hexdigest())
+
+
+def _records(text: str, path: str) -> list[tuple[str, Any]]:
+    """(where, record) for each record: a JSON array's items, or each non-empty line of JSON lines."""
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as err:
+            raise UsageError(f"the prompt file is not valid JSON ({err})", where=path) from None
+        return [(f"{path}: item {i}", item) for i, item in enumerate(items)]
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{path}:{number}", json.loads(line)))
+        except ValueError:
+            raise UsageError("not a JSON line", where=f"{path}:{number}",
+                             fix="JSON lines (one object per line) or a ShareGPT-style JSON array") from None
+    return out
+
+
+def _turns(record: Any, where: str) -> tuple[str, str]:
+    """(user turn, assistant turn or "") of one record."""
+    if isinstance(record, dict) and isinstance(record.get("prompt"), str):
+        return record["prompt"], ""
+    convs = record.get("conversations", record.get("conversation")) if isinstance(record, dict) else None
+    if isinstance(convs, list) and convs and all(isinstance(t, dict) for t in convs):
+        texts = [t.get("content", t.get("value")) for t in convs[:2]]
+        if all(isinstance(t, str) for t in texts):
+            return texts[0], texts[1] if len(texts) > 1 else ""
+    raise UsageError("a record without a prompt", where=where,
+                     fix='give {"prompt": "..."} or {"conversations": [{"value": "..."}, ...]}')
+
+
+# -- the benchmark -------------------------------------------------------------------------------------------
+def bench_argv(cmd: list[str], python: str, *, host: str, port: int, tokenizer: str | None, concurrency: int,
+               opts: Any, prompts: Prompts | None = None) -> list[str]:
+    """The benchmark's argv (`opts`: ddtctl.tune.TuneOptions); with `prompts`, SGLang's custom dataset with
+    the output length fixed, so every point generates as much (the wrapper adds --dataset-path)."""
+    argv = [str(a).replace("{python}", python) for a in cmd]
+    argv += ["--backend", "sglang", "--host", host, "--port", str(port)]
+    if prompts is not None:
+        argv += ["--dataset-name", "custom", "--sharegpt-output-len", str(opts.output_len)]
+    else:
+        argv += ["--dataset-name", "random", "--random-input-len", str(opts.input_len),
+                 "--random-output-len", str(opts.output_len), "--random-range-ratio", "1.0"]
+    argv += ["--num-prompts", str(opts.num_prompts), "--max-concurrency", str(concurrency), "--seed",
+             str(opts.seed), "--disable-tqdm"]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    return argv
+
+
+def api_key(launch_argv: list[str]) -> str | None:
+    """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one."""
+    for i, arg in enumerate(launch_argv):
+        if arg == "--api-key" and i + 1 < len(launch_argv):
+            return launch_argv[i + 1]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def parse_bench_row(row: dict, concurrency: int) -> BenchRun:
+    """Figures from one line of SGLang's benchmark --output-file (sglang/benchmark/serving.py's `result`)."""
+    def num(*keys: str) -> float | None:
+        for k in keys:
+            v = row.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+        return None
+
+    tps = num("output_throughput")
+    return BenchRun(concurrency, tps is not None, output_tps=tps,
+                    ttft_ms=num("median_ttft_ms", "mean_ttft_ms"),
+                    itl_p50_ms=num("median_itl_ms", "p50_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
+                    accept_length=num("accept_length", "spec_accept_length"),
+                    completed=int(row["completed"]) if isinstance(row.get("completed"), int) else None,
+                    error=None if tps is not None else "no output_throughput in the benchmark's JSON")
+
+
+def run_bench(conn: Any, argv: list[str], concurrency: int, timeout_s: float, *,
+              prompts: Prompts | None = None, key: str | None = None) -> BenchRun:
+    """One benchmark run through BENCH_WRAPPER; the prompt file and the API key go on stdin."""
+    extra: dict[str, Any] = {"env": {"OPENAI_API_KEY": key} if key else {}}
+    if prompts is not None:
+        extra["prompts"] = prompts.jsonl
+    res = conn.run([conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
+                   timeout=timeout_s + 60, stdin=json.dumps(extra).encode())
+    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(BENCH_MARK)), None)
+    if line is None:
+        why = (res.stderr or res.stdout).strip().splitlines()
+        return BenchRun(concurrency, False, error=f"benchmark wrapper failed: {why[-1] if why else res.rc}")
+    out = json.loads(line[len(BENCH_MARK):])
+    if out["rc"] != 0 or not out["rows"]:
+        tail = [ln for ln in str(out.get("tail") or "").splitlines() if ln.strip()]
+        last = tail[-1] if tail else "no output"
+        return BenchRun(concurrency, False, error=f"benchmark exit {out['rc']}: {last}")
+    return parse_bench_row(out["rows"][-1], concurrency)
+
+
+def server_metrics(info: dict | None) -> dict | None:
+    """The speculative part of /get_server_info: internal_states[0] (avg_spec_accept_length, DDTREE's
+    `ddtree`)."""
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("decode"), list) and info["decode"]:
+        info = info["decode"][0]
+    states = info.get("internal_states")
+    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
+        return None
+    st = states[0]
+    keep = {k: v for k, v in st.items() if "spec" in k or "accept" in k or k == "ddtree"}
+    return keep or None
