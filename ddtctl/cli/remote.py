@@ -26,6 +26,7 @@ class _Live:
 
         self.console = stderr_console()
         self.on_event = _printer(fmt, self.console, self)
+        self.events = self.on_event.events
         self.status = None
 
     def __enter__(self) -> "_Live":
@@ -45,8 +46,19 @@ class _Live:
         self.update(f"ship [{host}] {done}/{total} files uploaded")
 
 
-def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
-    """Events go to stderr as they happen (stdout stays clean for --format json)."""
+class _EventPrinter:
+    """The callback of a command's stage events (`events`: every one of them, for the JSON envelope)."""
+
+    def __init__(self, on_event, events: list):
+        self.on_event, self.events = on_event, events
+
+    def __call__(self, ev) -> None:
+        self.events.append(ev)
+        self.on_event(ev)
+
+
+def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None) -> _EventPrinter:
+    """Events go to stderr as they happen; with --format json they go into the envelope instead (`events`)."""
     from rich.markup import escape
 
     from ddtctl.cli._app import stderr_console
@@ -57,6 +69,8 @@ def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
     def on_event(ev) -> None:
         if live is not None and ev.level != "log":
             live.update(f"{ev.stage}: {escape(ev.message[:100])}")
+        if fmt == OutputFormat.json:
+            return
         style = _STYLE.get(ev.level, "")
         host = f"[{ev.host}] " if ev.host else ""
         if ev.level == "log":
@@ -66,7 +80,27 @@ def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
         text = f"{time.monotonic() - t0:6.2f}s {mark} {ev.stage:<9} {escape(host)}{escape(ev.message)}"
         console.print(f"[{style}]{text}[/{style}]" if style else text)
 
-    return on_event
+    return _EventPrinter(on_event, [])
+
+
+def _error_json(message: str | None, exit_code: int, where: str | None = None) -> dict | None:
+    """A failure inside a command's results, in the envelope's error shape."""
+    return None if not message else {"message": message, "where": where, "fix": None, "exit_code": exit_code}
+
+
+def _deploy_json(result, events: list, warnings: list[str]) -> dict:
+    """deploy's report with the envelope's shapes: preflight checks as findings (id: the check's name, plus `ok`
+    and `host`), `error` as an error object, the stage events, and the deprecation warnings."""
+    from ddtctl.report import FindingRecord
+
+    data = result.to_json()
+    data["checks"] = [dict(FindingRecord(id=c.get("name"), severity=c.get("severity") or "error",
+                                         message=str(c.get("message", "")), fix=c.get("fix")).to_json(),
+                           ok=c.get("ok"), host=c.get("host")) for c in data.get("checks") or []]
+    data["error"] = _error_json(data.get("error"), result.exit_code)
+    data["events"] = [ev.to_json() for ev in events]
+    data["warnings"] = [FindingRecord(id=None, severity="warning", message=w).to_json() for w in warnings]
+    return data
 
 
 def _resolve(host: str, inventory: str | None):
@@ -75,12 +109,10 @@ def _resolve(host: str, inventory: str | None):
     return host_by_name(host, inventory)
 
 
-def _deprecated_alias(used: bool, old: str, new: str) -> bool:
-    """A hidden deprecated option: still works, with one line on stderr."""
+def _deprecated_alias(used: bool, old: str, new: str, warnings: list[str]) -> bool:
+    """A hidden deprecated option: still works, with one line on stderr (with --format json: in `warnings`)."""
     if used:
-        import sys
-
-        sys.stderr.write(f"ddtctl: warning: `deploy {old}` is deprecated, use `deploy {new}`\n")
+        warnings.append(f"`deploy {old}` is deprecated, use `deploy {new}`")
     return used
 
 
@@ -112,8 +144,13 @@ def deploy(
     install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
     the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
     """
-    plan = _deprecated_alias(dry_run, "--dry-run", "--plan") or plan
-    stage = _deprecated_alias(check, "--check", "--stage") or stage
+    deprecations: list[str] = []
+    plan = _deprecated_alias(dry_run, "--dry-run", "--plan", deprecations) or plan
+    stage = _deprecated_alias(check, "--check", "--stage", deprecations) or stage
+    if fmt != OutputFormat.json:
+        import sys
+
+        sys.stderr.write("".join(f"ddtctl: warning: {w}\n" for w in deprecations))
     from ddtctl.deploy import DeployOptions, spec_from_profile
     from ddtctl.deploy import deploy as run_deploy
     from ddtctl.errors import UsageError
@@ -152,9 +189,9 @@ def deploy(
         opts.on_ship_progress = live.ship_progress
         result = run_deploy(spec, hosts, opts)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(result.to_json())
+        emit_json("deploy", _deploy_json(result, live.events, deprecations), result.exit_code)
     else:
         from ddtctl.cli._app import stdout_console
 
@@ -199,9 +236,9 @@ def facts(
             models = []
     f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(f.to_json())
+        emit_json("facts", f.to_json())
         return
     from rich.markup import escape
 
@@ -250,9 +287,9 @@ def status(
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
     healthy = _healthy(st)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(dict(st.to_json(), healthy=healthy))
+        emit_json("status", dict(st.to_json(), healthy=healthy), ExitCode.OK if healthy else ExitCode.DEPLOY)
     else:
         from ddtctl.cli._app import stdout_console
 
@@ -303,16 +340,18 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
             results = list(pool.map(one, hosts))
         for row, (st, err) in zip(rows, results, strict=True):
             if err is not None:
-                row.update(status=None, healthy=False, error=err.one_line())
+                row.update(status=None, healthy=False, error=err)
                 code = ExitCode.REMOTE
             else:
                 row.update(status=st.to_json(), healthy=_healthy(st), error=None)
                 if not row["healthy"] and code == ExitCode.OK:
                     code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
+        from ddtctl.report import ErrorInfo
 
-        print_json(rows)
+        emit_json("status", {"hosts": [dict(r, error=ErrorInfo.from_exception(r["error"]).to_json()
+                                            if r.get("error") else None) for r in rows]}, code)
         return code
     from ddtctl.cli._app import stderr_console, stdout_console
 
@@ -344,7 +383,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     con.print(table)
     for r in rows:
         if r.get("error"):
-            con.print(r["error"], markup=False)  # names the host
+            con.print(r["error"].one_line(), markup=False)  # names the host
     return code
 
 
@@ -361,9 +400,9 @@ def releases(
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host, probe=False)  # no /health needed
     rows = [_release_summary(r) for r in st.releases]
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json({"current": st.current, "releases": rows})
+        emit_json("releases", {"current": st.current, "releases": rows})
         return
     from rich.table import Table
 
@@ -418,9 +457,9 @@ def stop(
 
     r = stop_server(_resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(r.to_json())
+        emit_json("stop", r.to_json())
         return
     from ddtctl.cli._app import stdout_console
 
@@ -442,14 +481,16 @@ def rollback(
     from ddtctl.deploy import rollback as run_rollback
     from ddtctl.errors import ExitCode
 
+    printer = _printer(fmt)
     r = run_rollback(_resolve(host, inventory), release, lock_wait_s=lock_wait, health_timeout_s=health_timeout,
-                     on_event=_printer(fmt), trust_new_host=trust_new_host)
+                     on_event=printer, trust_new_host=trust_new_host)
+    code = ExitCode.OK if r.ok else ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(r.to_json())
+        emit_json("rollback", dict(r.to_json(), events=[ev.to_json() for ev in printer.events]), code)
     else:
         from ddtctl.cli._app import stdout_console
 
         stdout_console().print(f"rolled back {r.from_release} -> {r.to_release}: {r.health.message}")
-    raise typer.Exit(ExitCode.OK if r.ok else ExitCode.DEPLOY)
+    raise typer.Exit(code)

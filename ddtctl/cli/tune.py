@@ -98,6 +98,8 @@ def tune(
 
         def on_point(i, total, pr):
             progress.update(task, total=total, completed=i + 1)
+            if fmt == OutputFormat.json:
+                return  # each point is in the envelope's results
             what = pr.status + (f" ({', '.join(pr.rules)})" if pr.rules else "") + (" (from the results file)"
                                                                                      if pr.resumed else "")
             progress.console.print(f"{pr.label}: {what}" + (f": {pr.error}" if pr.error and not pr.rules else ""),
@@ -117,21 +119,20 @@ def tune(
         from ddtctl.tune_plot import plot_png
 
         plotted = str(plot_png(result, plot))
+    code = ExitCode.DEPLOY if result.restore_error else ExitCode.OK if result.winner is not None else ExitCode.INVALID
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
         out = result.to_json()
         out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
             if written else None
         out["plot"] = plotted
-        print_json(out)
+        emit_json("tune", out, code)
     else:
         _print_text(result, written)
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
-    if result.restore_error:
-        raise typer.Exit(ExitCode.DEPLOY)
-    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.INVALID)
+    raise typer.Exit(code)
 
 
 def _fmt(v, spec: str = ".1f") -> str:
