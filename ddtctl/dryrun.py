@@ -42,9 +42,9 @@ class DryRunResult:
     setup_error: bool = False  # the item could not be resolved at all (missing config, crash, timeout)
 
     def to_json(self) -> dict:
-        """`ok`: SGLang accepted it. `error`: SGLang's rejection (or why nothing was resolved) in the envelope's
-        error shape plus SGLang's exception `type` and the `hook` that raised; `where` is SGLang's file:line.
-        `warnings`: what SGLang logged, in the findings' shape (ddtctl.report)."""
+        """`ok`: SGLang accepted it. `error`: SGLang's rejection (or why nothing was resolved) in the
+        envelope's error shape plus SGLang's exception `type` and the `hook` that raised; `where` is SGLang's
+        file:line. `warnings`: what SGLang logged, in the findings' shape (ddtctl.report)."""
         from ddtctl.report import warning_record
 
         return {
@@ -63,9 +63,10 @@ class DryRunResult:
             return None
         from ddtctl.errors import ExitCode
 
-        return {"message": str(self.error.get("message", "")), "where": self.error_at, "fix": self.error.get("fix"),
+        err = self.error
+        return {"message": str(err.get("message", "")), "where": self.error_at, "fix": err.get("fix"),
                 "exit_code": ExitCode.USAGE if self.setup_error else ExitCode.INVALID,
-                "type": self.error.get("type"), "hook": self.error.get("hook")}
+                "type": err.get("type"), "hook": err.get("hook")}
 
     @property
     def changed(self) -> list[dict]:

@@ -83,8 +83,8 @@ class MigrationResult:
         """A KeyIssue in the shape of every command's findings (ddtctl.report), plus `blocking`."""
         from ddtctl.report import FindingRecord
 
-        record = FindingRecord(id=None, severity=severity, message=issue.message, file=self.source, line=issue.line,
-                               key=issue.key, fix=issue.fix)
+        record = FindingRecord(id=None, severity=severity, message=issue.message, file=self.source,
+                               line=issue.line, key=issue.key, fix=issue.fix)
         return dict(record.to_json(), blocking=issue.blocking)
 
 

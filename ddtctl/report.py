@@ -3,10 +3,11 @@
     {"version": 1, "command": "validate", "ok": false, "results": {...},
      "error": null | {"message": ..., "where": ..., "fix": ..., "exit_code": 2}}
 
-`ok` is true exactly when the exit code is 0. `results` is always an object, shaped by the command. A failure that
-stops the command (bad usage, I/O, SSH) is `error`, with the exit code the process exits with (ddtctl.errors
-.ExitCode); `results` is then null. A finding (a rule hit, an SGLang warning, a preflight check) has the same keys
-in every command: FINDING_KEYS. Bump ENVELOPE_VERSION when a key is renamed or removed (adding one is compatible).
+`ok` is true exactly when the exit code is 0. `results` is always an object, shaped by the command. A failure
+that stops the command (bad usage, I/O, SSH) is `error`, with the exit code the process exits with
+(ddtctl.errors.ExitCode); `results` is then null. A finding (a rule hit, an SGLang warning, a preflight check)
+has the same keys in every command: FINDING_KEYS. Bump ENVELOPE_VERSION when a key is renamed or removed
+(adding one is compatible).
 
 Light on purpose (json and dataclasses only): the start-up fast path of `ddtctl validate` prints through it.
 """
@@ -34,8 +35,8 @@ FINDING_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": list(FINDING_KEYS),
     "properties": {
-        "id": {"type": ["string", "null"], "description": "rule id (DDT111); null for a warning SGLang logged "
-                                                           "without one"},
+        "id": {"type": ["string", "null"],
+               "description": "rule id (DDT111); null for a warning SGLang logged without one"},
         "severity": {"enum": list(SEVERITIES)},
         "message": {"type": "string"},
         "file": _NULLABLE_STRING,
@@ -44,7 +45,8 @@ FINDING_SCHEMA: dict[str, Any] = {
         "key": _NULLABLE_STRING,
         "fix": _NULLABLE_STRING,
         "fixable": {"type": "boolean", "description": "`validate --fix` can apply the fix"},
-        "fix_safety": {"enum": ["safe", "unsafe", None], "description": "unsafe: applied only with --unsafe-fixes"},
+        "fix_safety": {"enum": ["safe", "unsafe", None],
+                       "description": "unsafe: applied only with --unsafe-fixes"},
     },
 }
 
@@ -125,21 +127,21 @@ class FindingRecord:
 def finding_record(finding: Any, *, file: str | None, columns: dict[int, int] | None = None) -> FindingRecord:
     """A rule-engine Finding (ddtctl.rules.engine) as a record; `columns`: line -> column of the key there."""
     line = finding.line
-    return FindingRecord(id=finding.rule, severity=finding.severity, message=finding.message, file=file, line=line,
-                         column=(columns or {}).get(line) if line else None, key=finding.key, fix=finding.fix,
-                         fixable=bool(finding.fixable), fix_safety=finding.fixable)
+    return FindingRecord(id=finding.rule, severity=finding.severity, message=finding.message, file=file,
+                         line=line, column=(columns or {}).get(line) if line else None, key=finding.key,
+                         fix=finding.fix, fixable=bool(finding.fixable), fix_safety=finding.fixable)
 
 
 _RULE_TAG = re.compile(r"\[(DDT\d{3})\]")
 
 
 def warning_record(message: str, *, file: str | None) -> FindingRecord:
-    """A warning SGLang (or the DDTREE payload) logged; its rule id when the text carries one (`[DDT115] ...`)."""
+    """A warning SGLang (or the DDTREE payload) logged; its rule id when the text has one (`[DDT115] ...`)."""
     tag = _RULE_TAG.search(message)
     return FindingRecord(id=tag.group(1) if tag else None, severity="warning", message=message, file=file)
 
 
-# -- printing ---------------------------------------------------------------------------------------------------
+# -- printing ------------------------------------------------------------------------------------------------
 class _State:
     emitted = False  # one document per process: an error after the results were printed stays on stderr
 
@@ -167,8 +169,8 @@ def emit_error(command: str, error: ErrorInfo) -> bool:
 
 
 def json_command(args: list[str]) -> str | None:
-    """The command name ("validate", "overlay build") when `args` ask for `--format json`, else None. Read before
-    parsing so that an error raised anywhere (option parsing included) can still be put in the envelope."""
+    """The command name ("validate", "overlay build") when `args` ask for `--format json`, else None. Read
+    before parsing so that an error raised anywhere (option parsing included) still goes into the envelope."""
     words: list[str] = []
     wants_json = False
     i = 0
@@ -188,7 +190,7 @@ def json_command(args: list[str]) -> str | None:
     return (" ".join(words) or "ddtctl") if wants_json else None
 
 
-# -- GitHub Actions workflow commands ---------------------------------------------------------------------------
+# -- GitHub Actions workflow commands ------------------------------------------------------------------------
 _GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
@@ -201,10 +203,10 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotation(record: FindingRecord) -> str:
-    """`::error file=F,line=L,col=C,title=DDT123::message` (escaped as @actions/core escapes it); the fix, if any,
-    on a second line of the message."""
-    props = [(name, value) for name, value in (("file", record.file), ("line", record.line),
-                                               ("col", record.column), ("title", record.id)) if value is not None]
-    head = ",".join(f"{name}={_escape_property(str(value))}" for name, value in props)
+    """`::error file=F,line=L,col=C,title=DDT123::message` (escaped as @actions/core escapes it); the fix, if
+    any, on a second line of the message."""
+    props = (("file", record.file), ("line", record.line), ("col", record.column), ("title", record.id))
+    head = ",".join(f"{name}={_escape_property(str(value))}" for name, value in props if value is not None)
     message = record.message + (f"\nfix: {record.fix}" if record.fix else "")
-    return f"::{_GITHUB_LEVEL.get(record.severity, 'error')}{' ' + head if head else ''}::{_escape_data(message)}"
+    level = _GITHUB_LEVEL.get(record.severity, "error")
+    return f"::{level}{' ' + head if head else ''}::{_escape_data(message)}"

@@ -36,12 +36,12 @@ class ValidationResult:
     diff: str | None = None  # --fix --diff: the edit the file would get (unified diff; "" = none)
     unapplied: list[str] = field(default_factory=list)  # --fix: rules whose unsafe fixes were left out
     path: str | None = None  # the profile file (None: a raw argv)
-    columns: dict[int, int] = field(default_factory=dict)  # line -> column of the key there (findings' column)
+    columns: dict[int, int] = field(default_factory=dict)  # line -> column of the key there (for findings)
     failure: DdtctlError | None = None  # why `error` (where, fix, exit code)
     fixed: list[str] = field(default_factory=list)  # --fix: the rules whose fixes were written to the file
 
     def as_json(self) -> dict[str, Any]:
-        """One profile's part of `validate --format json` (ddtctl.report: findings share one shape everywhere)."""
+        """One profile's part of `validate --format json` (ddtctl.report: findings have one shape)."""
         from ddtctl.report import finding_record
 
         def record(f: Finding) -> dict[str, Any]:
@@ -253,13 +253,17 @@ def validate_path(path: str | Path, *, gpu: str | None = None,
     try:
         doc = read_profile_document(path)
     except DdtctlError as err:
-        return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
+        return _unreadable(path, err)
     try:
         result = validate_document(doc, gpu=gpu, ignore=ignore)
     except UsageError as err:  # e.g. a profile targeting an sglang release without a catalog
-        return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
+        return _unreadable(path, err)
     result.text, result.raw = doc.text, doc.raw
     return result
+
+
+def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
+    return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
 
 
 def validate_paths(paths: list[str], *, gpu: str | None = None,

@@ -7,15 +7,16 @@ from typing import Any
 
 from ddtctl.report import ENVELOPE_SCHEMA, ENVELOPE_VERSION, ERROR_SCHEMA, FINDING_KEYS, SEVERITIES
 
-# Lists of findings inside results, by key: every entry has exactly the finding keys (+ these extras). Other lists
-# of findings (migrate's `removed`, deploy's `checks`) are checked by their commands' tests with FINDING_KEYS.
+# Lists of findings inside results, by key: every entry has exactly the finding keys (+ these extras). Other
+# lists of findings (migrate's `removed`, deploy's `checks`) are checked by their commands' tests.
 FINDING_LISTS = {"findings": set(), "warnings": {"blocking"}, "ignored": {"reason"}}
 
 
 def check_envelope(doc: Any) -> None:
     """The envelope's keys and types (ENVELOPE_SCHEMA), and the shape of every finding in its results."""
     assert isinstance(doc, dict) and list(doc) == ENVELOPE_SCHEMA["required"], doc
-    assert doc["version"] == ENVELOPE_VERSION and isinstance(doc["command"], str) and isinstance(doc["ok"], bool)
+    assert doc["version"] == ENVELOPE_VERSION and isinstance(doc["command"], str)
+    assert isinstance(doc["ok"], bool)
     if doc["error"] is None:
         assert isinstance(doc["results"], dict), doc
     else:

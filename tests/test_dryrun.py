@@ -142,7 +142,7 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     data = data[:3]
     for d in data:
         assert set(d) == {"source", "ok", "error", "resolved", "overrides", "gpu", "warnings"}
-        assert isinstance(d["warnings"], list)  # what SGLang logged, as the text output shows it (as findings)
+        assert isinstance(d["warnings"], list)  # what SGLang logged (as findings), as text output shows it
         for o in d["overrides"]:
             assert set(o) == {"field", "raw", "resolved", "hook"}
     h200, b200, bad = data
@@ -151,7 +151,8 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     assert (h200["resolved"]["attention_backend"], b200["resolved"]["attention_backend"]) == ("fa3", "trtllm_mha")
     assert b200["resolved"]["page_size"] == 64
     assert bad["error"]["type"] == "ValueError" and bad["error"]["hook"] == "speculative_hook.handle_speculative_decoding"
-    assert bad["error"]["message"].endswith("window_size=8, block_size=16.") and bad["error"]["exit_code"] == 1
+    assert bad["error"]["message"].endswith("window_size=8, block_size=16.")
+    assert bad["error"]["exit_code"] == 1
     assert (h200["gpu"], b200["gpu"]) == ("H200", "B200")
     assert "speculative_hook.py:" in bad["error"]["where"]  # the sglang file:line that raised
 

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run_for_json(app, args: list[str], command: str) -> int:
-    """The app without click's standalone mode, so that its usage errors (an unknown option, a missing argument)
-    reach the envelope too."""
+    """The app without click's standalone mode, so that its usage errors (an unknown option, a missing
+    argument) reach the envelope too."""
     import typer
 
     from ddtctl.errors import ExitCode, UsageError

@@ -45,8 +45,9 @@ def dry_run(
     gpu: str = typer.Option(None, "--gpu", help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
                                                 "default: the profile's hardware.gpu"),
     argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text, json, or github (GitHub Actions "
-                                     "annotations: each rejection and warning)"),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format",
+                                     help="text, json, or github (GitHub Actions annotations: each rejection "
+                                          "and warning)"),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds per profile before the resolver is restarted"),
     python: str = typer.Option(None, "--python", help="Interpreter with sglang installed (default: the managed env)"),
     sys_path: list[str] = typer.Option(None, "--sys-path", help="Directory put first on the resolver's sys.path "
@@ -101,7 +102,7 @@ def dry_run(
 
 
 def _print_annotations(results) -> None:
-    """One workflow command per rejection (titled with SGLang's exception type) and per warning SGLang logged."""
+    """One workflow command per rejection (titled with SGLang's exception type) and per warning it logged."""
     import sys
 
     from ddtctl.report import FindingRecord, github_annotation, warning_record

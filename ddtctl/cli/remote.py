@@ -24,6 +24,7 @@ class _Live:
     def __init__(self, fmt: OutputFormat):
         from ddtctl.cli._app import stderr_console
 
+        self.fmt = fmt
         self.console = stderr_console()
         self.on_event = _printer(fmt, self.console, self)
         self.events = self.on_event.events
@@ -44,6 +45,22 @@ class _Live:
 
     def ship_progress(self, host: str, done: int, total: int) -> None:
         self.update(f"ship [{host}] {done}/{total} files uploaded")
+
+    def confirm(self, yes: bool) -> bool:
+        """Apply the plan? --yes, else a prompt on a terminal; never with --format json (stdout holds JSON)."""
+        if yes:
+            return True
+        self.__exit__(None, None, None)  # no spinner over the prompt
+        import sys
+
+        from ddtctl.errors import UsageError
+
+        if self.fmt == OutputFormat.json:
+            raise UsageError("the plan needs confirmation and --format json does not prompt",
+                             fix="pass --yes, or --plan to see the plan first")
+        if not sys.stdin.isatty():
+            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
+        return typer.confirm("Apply this plan?", default=False)
 
 
 class _EventPrinter:
@@ -89,8 +106,8 @@ def _error_json(message: str | None, exit_code: int, where: str | None = None) -
 
 
 def _deploy_json(result, events: list, warnings: list[str]) -> dict:
-    """deploy's report with the envelope's shapes: preflight checks as findings (id: the check's name, plus `ok`
-    and `host`), `error` as an error object, the stage events, and the deprecation warnings."""
+    """deploy's report with the envelope's shapes: preflight checks as findings (id: the check's name, plus
+    `ok` and `host`), `error` as an error object, the stage events, and the deprecation warnings."""
     from ddtctl.report import FindingRecord
 
     data = result.to_json()
@@ -109,11 +126,18 @@ def _resolve(host: str, inventory: str | None):
     return host_by_name(host, inventory)
 
 
-def _deprecated_alias(used: bool, old: str, new: str, warnings: list[str]) -> bool:
-    """A hidden deprecated option: still works, with one line on stderr (with --format json: in `warnings`)."""
-    if used:
-        warnings.append(f"`deploy {old}` is deprecated, use `deploy {new}`")
-    return used
+_ALIASES = {"dry_run": ("--dry-run", "--plan"), "check": ("--check", "--stage")}
+
+
+def _deprecations(fmt: OutputFormat, **used: bool) -> list[str]:
+    """Hidden deprecated options still work, with a warning: on stderr, or in the JSON (`warnings`)."""
+    warnings = [f"`deploy {old}` is deprecated, use `deploy {new}`"
+                for name, (old, new) in _ALIASES.items() if used.get(name)]
+    if fmt != OutputFormat.json:
+        import sys
+
+        sys.stderr.write("".join(f"ddtctl: warning: {w}\n" for w in warnings))
+    return warnings
 
 
 @app.command()
@@ -144,13 +168,8 @@ def deploy(
     install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
     the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
     """
-    deprecations: list[str] = []
-    plan = _deprecated_alias(dry_run, "--dry-run", "--plan", deprecations) or plan
-    stage = _deprecated_alias(check, "--check", "--stage", deprecations) or stage
-    if fmt != OutputFormat.json:
-        import sys
-
-        sys.stderr.write("".join(f"ddtctl: warning: {w}\n" for w in deprecations))
+    deprecations = _deprecations(fmt, dry_run=dry_run, check=check)
+    plan, stage = plan or dry_run, stage or check
     from ddtctl.deploy import DeployOptions, spec_from_profile
     from ddtctl.deploy import deploy as run_deploy
     from ddtctl.errors import UsageError
@@ -171,20 +190,11 @@ def deploy(
     spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)
     hosts = [resolve_host(n, inv) for n in spec.host_names]
 
-    def confirm(plan) -> bool:
-        if yes:
-            return True
-        live.__exit__(None, None, None)  # no spinner over the prompt
-        import sys
-
-        if not sys.stdin.isatty():
-            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
-        return typer.confirm("Apply this plan?", default=False)
-
+    live = _Live(fmt)
     opts = DeployOptions(dry_run=plan, check_only=stage, restart=restart, trust_new_host=trust_new_host,
                          lock_wait_s=lock_wait, remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout,
-                         confirm=confirm)
-    with _Live(fmt) as live:
+                         confirm=lambda _plan: live.confirm(yes))
+    with live:
         opts.on_event = live.on_event
         opts.on_ship_progress = live.ship_progress
         result = run_deploy(spec, hosts, opts)

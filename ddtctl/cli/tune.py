@@ -119,7 +119,9 @@ def tune(
         from ddtctl.tune_plot import plot_png
 
         plotted = str(plot_png(result, plot))
-    code = ExitCode.DEPLOY if result.restore_error else ExitCode.OK if result.winner is not None else ExitCode.INVALID
+    code = ExitCode.OK if result.winner is not None else ExitCode.INVALID
+    if result.restore_error:
+        code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
 

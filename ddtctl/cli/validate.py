@@ -27,8 +27,8 @@ def validate(
     diff: bool = typer.Option(False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Rule id(s) to ignore (repeatable, or "
                                                "comma-separated); errors SGLang rejects itself cannot be."),
-    output: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text, json, or github (GitHub Actions "
-                                        "annotations, one per finding)."),
+    output: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text, json, or github (GitHub "
+                                        "Actions annotations, one per finding)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang import).
@@ -61,7 +61,8 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
         rows = cov.classify(cov.sites(), cov.load_mapping())
         code = ExitCode.INVALID if any(m is None for _, m in rows) else ExitCode.OK
         if output == OutputFormat.json:
-            emit_json("rules", {"sites": [{"key": s.key, "line": s.line, "mapped": m} for s, m in rows]}, code)
+            sites = [{"key": s.key, "line": s.line, "mapped": m} for s, m in rows]
+            emit_json("rules", {"sites": sites}, code)
         else:
             print(cov.table(rows))
         raise typer.Exit(code)
@@ -84,14 +85,14 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
 
 
 def _rule_json(r) -> dict:
-    return {"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads), "needs": list(r.needs),
-            "reference": r.reference, "sglang_enforces": r.sglang_enforces}
+    return {"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads),
+            "needs": list(r.needs), "reference": r.reference, "sglang_enforces": r.sglang_enforces}
 
 
-_DDT000_DOC = ("Some rules need facts about the model (config.json), the draft model or the GPU. When those are "
-               "unknown the rules are not run and this warning lists them.\nFix: make model.path a local directory "
-               "with config.json, set model.architecture, set hardware.gpu, or fetch the host's configs with "
-               "`ddtctl facts HOST`.")
+_DDT000_DOC = ("Some rules need facts about the model (config.json), the draft model or the GPU. When those "
+               "are unknown the rules are not run and this warning lists them.\nFix: make model.path a local "
+               "directory with config.json, set model.architecture, set hardware.gpu, or fetch the host's "
+               "configs with `ddtctl facts HOST`.")
 
 
 @app.command()
@@ -105,8 +106,9 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
     key = rule_id.strip().upper()
     if key == "DDT000":
         if output == OutputFormat.json:
-            emit_json("explain", {"id": key, "title": "rules that could not run", "severity": "warning", "reads": [],
-                                  "needs": [], "reference": None, "sglang_enforces": False, "doc": _DDT000_DOC})
+            emit_json("explain", {"id": key, "title": "rules that could not run", "severity": "warning",
+                                  "reads": [], "needs": [], "reference": None, "sglang_enforces": False,
+                                  "doc": _DDT000_DOC})
             return
         typer.echo(f"DDT000  rules that could not run\n\n{_DDT000_DOC}")
         return

@@ -1,7 +1,8 @@
-"""`--format json`: one versioned envelope from every command, errors inside it; `--format github` annotations.
+"""`--format json`: one versioned envelope from every command, errors inside it; `--format github`.
 
-Real processes through the real entry point. The commands that need a host (deploy, status HOST, releases, facts,
-tune) are run with --format json against a real sshd in tests/remote/; dry-run against SGLang in tests/test_dryrun.py.
+Real processes through the real entry point. The commands that need a host (deploy, status HOST, releases,
+facts, tune) run with --format json against a real sshd in tests/remote/; dry-run against SGLang in
+tests/test_dryrun.py.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from json_envelope import check_envelope, envelope, error, results
 from ddtctl.cli.completion import load_tree
 from ddtctl.dryrun import DryRunResult
 from ddtctl.errors import ExitCode
-from ddtctl.report import COMMAND_GROUPS, ENVELOPE_VERSION, FINDING_KEYS, FindingRecord, github_annotation, json_command
+from ddtctl.report import (COMMAND_GROUPS, ENVELOPE_VERSION, FINDING_KEYS, FindingRecord, github_annotation,
+                           json_command)
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
 SEED = PROFILES / "qwen36-27b-ddtree.yaml"
 OLD = REPO / "tests" / "data" / "migrate" / "qwen3next-0.5.12.yaml"
 
-# A safe fix (DDT914: flex_attention cannot run speculative decoding -> triton) and an error without one (DDT201).
+# A safe fix (DDT914: flex_attention cannot do speculative decoding -> triton); an error without one (DDT201).
 FLEX = ("name: f\nmodel: {path: /m, architecture: Qwen3ForCausalLM}\nhardware: {gpu: H200, count: 1}\n"
         "server:\n  attention-backend: flex_attention   # keep me\n  speculative-algorithm: EAGLE\n"
         "  speculative-draft-model-path: /d\n  speculative-num-steps: 3\n  speculative-eagle-topk: 1\n"
@@ -72,15 +74,16 @@ def _cases(tmp_path: Path) -> dict[str, list]:
     }
 
 
-CASES = ["validate", "validate --argv", "rules", "explain", "diff-flags", "diff-flags profiles", "migrate", "render",
-         "env show", "kernels tree", "overlay manifest", "overlay status", "status"]
+CASES = ["validate", "validate --argv", "rules", "explain", "diff-flags", "diff-flags profiles", "migrate",
+         "render", "env show", "kernels tree", "overlay manifest", "overlay status", "status"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_command_prints_one_envelope(tmp_path, case):
     args = [str(a) for a in _cases(tmp_path)[case]]
     split = args.index("--") if "--" in args else len(args)
-    run = ddtctl(*args[:split], "--format", "json", *args[split:], env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    run = ddtctl(*args[:split], "--format", "json", *args[split:],
+                 env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     doc = json.loads(run.stdout)  # exactly one JSON document: nothing else on stdout
     check_envelope(doc)
     assert doc["version"] == ENVELOPE_VERSION and doc["command"] == case.removesuffix(" --argv").removesuffix(
@@ -94,9 +97,10 @@ def test_every_command_prints_one_envelope(tmp_path, case):
 
 
 def test_every_command_with_a_format_option_is_covered():
-    """A new command with --format gets a case here, in tests/remote/ or in its own test file (named below)."""
-    covered_elsewhere = {"dry-run", "deploy", "facts", "releases", "stop", "rollback", "tune", "kernels selftest",
-                         "overlay build", "overlay verify", "overlay install", "overlay uninstall", "overlay import"}
+    """A new command with --format gets a case here, in tests/remote/ or in its own test file (below)."""
+    covered_elsewhere = {"dry-run", "deploy", "facts", "releases", "stop", "rollback", "tune",
+                         "kernels selftest", "overlay build", "overlay verify", "overlay install",
+                         "overlay uninstall", "overlay import"}
 
     def walk(node: dict, path: list[str]):
         if any("--format" in names for names, *_ in node["options"]):
@@ -105,18 +109,20 @@ def test_every_command_with_a_format_option_is_covered():
             yield from walk(sub, path + [name])
 
     with_format = set(walk(load_tree(), []))
-    assert with_format == {c.removesuffix(" --argv").removesuffix(" profiles") for c in CASES} | covered_elsewhere
+    here = {c.removesuffix(" --argv").removesuffix(" profiles") for c in CASES}
+    assert with_format == here | covered_elsewhere
     groups = {name for name, sub in load_tree()["commands"].items() if sub["commands"]}
     assert groups == set(COMMAND_GROUPS)  # json_command names their commands "group command"
 
 
-# -- errors inside the envelope --------------------------------------------------------------------------------------
+# -- errors inside the envelope -------------------------------------------------------------------------
 @pytest.mark.parametrize("fast", [True, False])
 def test_an_unreadable_profile_is_an_error_in_the_envelope(tmp_path, fast):
     run = ddtctl("validate", "--format", "json", tmp_path / "missing.yaml", fast=fast)
     err = error(run.stdout, "validate", ExitCode.USAGE)
     assert run.returncode == ExitCode.USAGE and run.stderr == ""
-    assert err == {"message": "no such file", "where": str(tmp_path / "missing.yaml"), "fix": None, "exit_code": 2}
+    assert err == {"message": "no such file", "where": str(tmp_path / "missing.yaml"), "fix": None,
+                   "exit_code": ExitCode.USAGE}
 
 
 def test_a_profile_that_cannot_be_parsed_is_an_error_of_its_entry(tmp_path):
@@ -133,8 +139,10 @@ def test_a_profile_that_cannot_be_parsed_is_an_error_of_its_entry(tmp_path):
 @pytest.mark.parametrize("args, command, code, needle, fix", [
     (["explain", "DDT999"], "explain", ExitCode.USAGE, "unknown rule 'DDT999'", "did you mean"),
     (["render"], "render", ExitCode.USAGE, "Missing argument", "ddtctl render --help"),  # click's own error
-    (["validate", "--bogus", "x"], "validate", ExitCode.USAGE, "No such option: --bogus", "ddtctl validate --help"),
-    (["validate", "--diff", SEED], "validate", ExitCode.USAGE, "--diff needs --fix", "ddtctl validate --fix --diff"),
+    (["validate", "--bogus", "x"], "validate", ExitCode.USAGE, "No such option: --bogus",
+     "ddtctl validate --help"),
+    (["validate", "--diff", SEED], "validate", ExitCode.USAGE, "--diff needs --fix",
+     "ddtctl validate --fix --diff"),
     (["overlay", "verify", "--payload", "/nonexistent"], "overlay verify", ExitCode.OVERLAY,
      "no manifest.json in /nonexistent", "ddtctl overlay import"),
 ])
@@ -159,7 +167,8 @@ def test_fix_reports_what_it_fixed_in_the_envelope_not_on_stderr(tmp_path):
     run = ddtctl("validate", "--fix", "--format", "json", path)
     assert run.returncode == ExitCode.OK and run.stderr == ""  # text mode prints "fixed DDT914" there
     (entry,) = results(run.stdout, "validate")["profiles"]
-    assert entry["ok"] and entry["fixed"] == ["DDT914"] and "attention-backend: triton  # keep me" in path.read_text()
+    assert entry["ok"] and entry["fixed"] == ["DDT914"]
+    assert "attention-backend: triton  # keep me" in path.read_text()
 
 
 def test_findings_carry_line_column_and_fixability(tmp_path):
@@ -168,14 +177,15 @@ def test_findings_carry_line_column_and_fixability(tmp_path):
     run = ddtctl("validate", "--format", "json", path)
     (entry,) = results(run.stdout, "validate")["profiles"]
     (finding,) = [f for f in entry["findings"] if f["id"] == "DDT201"]
-    assert (finding["file"], finding["line"], finding["column"]) == (str(path), 5, 5)  # the 4-space indented key
+    # the key indented by 4 spaces
+    assert (finding["file"], finding["line"], finding["column"]) == (str(path), 5, 5)
     assert finding["fixable"] is False and finding["fix_safety"] is None and finding["severity"] == "error"
 
 
-# -- --format github -------------------------------------------------------------------------------------------------
+# -- --format github ------------------------------------------------------------------------------------
 def test_github_annotation_escapes_data_and_properties():
-    record = FindingRecord(id="DDT1,2", severity="warning", message="100% sure\r\nsecond line", file="a,b:c.yaml",
-                           line=3, column=7, fix="do x: y")
+    record = FindingRecord(id="DDT1,2", severity="warning", message="100% sure\r\nsecond line",
+                           file="a,b:c.yaml", line=3, column=7, fix="do x: y")
     assert github_annotation(record) == ("::warning file=a%2Cb%3Ac.yaml,line=3,col=7,title=DDT1%2C2::"
                                          "100%25 sure%0D%0Asecond line%0Afix: do x: y")
     bare = FindingRecord(id=None, severity="info", message="m")
@@ -209,7 +219,7 @@ def test_dry_run_github_annotates_a_rejection_and_the_warnings(capsys):
     ]
 
 
-# -- which runs are JSON ---------------------------------------------------------------------------------------------
+# -- which runs are JSON --------------------------------------------------------------------------------
 @pytest.mark.parametrize("args, command", [
     (["validate", "--format", "json", "p.yaml"], "validate"),
     (["validate", "--format=json"], "validate"),

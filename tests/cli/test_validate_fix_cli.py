@@ -81,7 +81,8 @@ def test_plain_fix_leaves_the_unsafe_fix_and_says_so(broken):
 def test_json_fields(broken):
     code, out, _ = run("validate", "--format", "json", "--ignore", "DDT000", broken)
     doc = results(out, "validate")["profiles"][0]
-    assert code == 1 and doc["findings"][0]["fixable"] is True and doc["findings"][0]["fix_safety"] == "unsafe"
+    first = doc["findings"][0]
+    assert code == 1 and first["fixable"] is True and first["fix_safety"] == "unsafe"
     assert [(f["id"], f["reason"]) for f in doc["ignored"]] == [("DDT000", "--ignore on the command line")]
 
 

@@ -28,6 +28,10 @@ def test_cli_deploy_status_logs_releases_stop(lab):
                   "--dry-run", check=0)
     assert "first deploy" in plan.stderr and "nothing changed" in plan.stdout
     assert not (lab.work() / "releases").exists()  # --dry-run changed nothing
+    unconfirmed = ddtctl(lab, "deploy", "lo", "--profile", prof, "--payload", str(lab.payload),
+                         "--skip-remote-dry-run", "--format", "json", check=2)
+    assert "--format json does not prompt" in error(unconfirmed.stdout, "deploy", 2)["message"]
+    assert unconfirmed.stderr == "" and not (lab.work() / "releases").exists()
     res = ddtctl(lab, "deploy", "lo", "--profile", prof, "--payload", str(lab.payload), "--skip-remote-dry-run",
                  "--yes", "--format", "json", check=0)
     out = results(res.stdout, "deploy")
@@ -79,7 +83,8 @@ def test_cli_short_form_uses_the_host_default_profile(lab):
                  "--dry-run", "--format", "json", check=0)
     out = results(res.stdout, "deploy")
     assert out["status"] == "planned"
-    assert [w["message"] for w in out["warnings"]] == ["`deploy --dry-run` is deprecated, use `deploy --plan`"]
+    warnings = [w["message"] for w in out["warnings"]]
+    assert warnings == ["`deploy --dry-run` is deprecated, use `deploy --plan`"]
     assert "deprecated" not in res.stderr
     argv = out["plan"]["hosts"][0]["launch_argv"]
     assert argv[argv.index("--speculative-algorithm") + 1] == "DDTREE"
