@@ -219,10 +219,14 @@ class Cmd:
     wall_s: float
 
     def json(self) -> dict:
+        """The command's results from its --format json envelope (ddtctl/report.py)."""
         try:
-            return json.loads(self.stdout)
+            doc = json.loads(self.stdout)
         except ValueError:
             raise RuntimeError(f"{self.label}: no JSON on stdout (exit {self.rc}): {self.stdout[-300:]!r}") from None
+        if doc.get("error"):
+            raise RuntimeError(f"{self.label}: exit {self.rc}: {doc['error']}")
+        return doc["results"]
 
     def to_json(self) -> dict:
         return {"label": self.label, "argv": ["ddtctl", *self.args], "rc": self.rc, "wall_s": round(self.wall_s, 2),

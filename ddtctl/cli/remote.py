@@ -75,7 +75,8 @@ class _EventPrinter:
 
 
 def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None) -> _EventPrinter:
-    """Events go to stderr as they happen; with --format json they go into the envelope instead (`events`)."""
+    """Events go to stderr as they happen: the progress of a long command, in json mode too (stdout holds the
+    JSON, whose results list the same events)."""
     from rich.markup import escape
 
     from ddtctl.cli._app import stderr_console
@@ -86,8 +87,6 @@ def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None) -> _E
     def on_event(ev) -> None:
         if live is not None and ev.level != "log":
             live.update(f"{ev.stage}: {escape(ev.message[:100])}")
-        if fmt == OutputFormat.json:
-            return
         style = _STYLE.get(ev.level, "")
         host = f"[{ev.host}] " if ev.host else ""
         if ev.level == "log":

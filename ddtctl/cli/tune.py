@@ -98,8 +98,6 @@ def tune(
 
         def on_point(i, total, pr):
             progress.update(task, total=total, completed=i + 1)
-            if fmt == OutputFormat.json:
-                return  # each point is in the envelope's results
             what = pr.status + (f" ({', '.join(pr.rules)})" if pr.rules else "") + (" (from the results file)"
                                                                                      if pr.resumed else "")
             progress.console.print(f"{pr.label}: {what}" + (f": {pr.error}" if pr.error and not pr.rules else ""),
