@@ -32,7 +32,7 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
         results = validate_paths(paths, gpu=gpu, ignore=ignores)
         if fix:
             results = _apply_fixes(results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores,
-                                   say_fixed=output == "text")
+                                   say_fixed=output != "json")
     code = _exit_code(results)
     if output == "json":
         from ddtctl.report import emit
@@ -55,6 +55,14 @@ def _exit_code(results) -> int:
     return ExitCode.OK if all(r.valid for r in results) else ExitCode.INVALID
 
 
+def _line_column(path: str | None, where: str | None) -> tuple[int | None, int | None]:
+    """`FILE:LINE[:COLUMN]` of an error in the profile `path` (a YAML error says where it stopped)."""
+    if not path or not where or not where.startswith(path + ":"):
+        return None, None
+    numbers = [int(n) for n in where[len(path) + 1:].split(":") if n.isdigit()]
+    return (numbers[0] if numbers else None), (numbers[1] if len(numbers) > 1 else None)
+
+
 def _print_annotations(results) -> None:
     """--format github: one workflow command per finding (and per profile that could not be read)."""
     from ddtctl.report import FindingRecord, finding_record, github_annotation
@@ -63,8 +71,9 @@ def _print_annotations(results) -> None:
     for r in results:
         if r.error:
             err = r.failure
-            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path,
-                                                         message=err.message if err else r.error,
+            line, column = _line_column(r.path, err.where if err else None)
+            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path, line=line,
+                                                         column=column, message=err.message if err else r.error,
                                                          fix=err.fix if err else None)))
         if r.fix_refused:
             lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path,

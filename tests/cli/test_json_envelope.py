@@ -206,6 +206,14 @@ def test_validate_github_one_annotation_per_finding(tmp_path, fast):
     assert all(line.startswith(("::error ", "::warning ", "::notice ")) for line in lines)
 
 
+def test_validate_github_annotates_an_unreadable_profile_where_the_yaml_broke(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: n\nserver: [unclosed\n")
+    run = ddtctl("validate", "--format", "github", bad)
+    assert run.returncode == ExitCode.USAGE and run.stderr == ""
+    assert run.stdout.startswith(f"::error file={bad},line=3,col=1::invalid YAML: ")
+
+
 def test_dry_run_github_annotates_a_rejection_and_the_warnings(capsys):
     from ddtctl.cli.dryrun import _print_annotations
 
