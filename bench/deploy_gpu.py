@@ -224,14 +224,24 @@ class Cmd:
     wall_s: float
 
     def json(self) -> dict:
+        """The command's results from its --format json envelope (ddtctl/report.py)."""
         try:
-            return json.loads(self.stdout)
+            doc = json.loads(self.stdout)
         except ValueError:
             raise RuntimeError(f"{self.label}: no JSON on stdout (exit {self.rc}): {self.stdout[-300:]!r}") from None
+        if doc.get("error"):
+            raise RuntimeError(f"{self.label}: exit {self.rc}: {doc['error']}")
+        return doc["results"]
 
     def to_json(self) -> dict:
         return {"label": self.label, "argv": ["ddtctl", *self.args], "rc": self.rc, "wall_s": round(self.wall_s, 2),
                 "stages": stage_times(self.events, self.wall_s) if self.label.startswith("deploy") else None}
+
+
+def _error_text(result: dict) -> str | None:
+    """The message of a result's `error` (an object in ddtctl's JSON envelope: message, where, fix, exit_code)."""
+    err = result.get("error")
+    return err.get("message") if isinstance(err, dict) else err
 
 
 def stage_times(events: list[tuple[float, str]], wall_s: float | None = None) -> list[tuple[str, float]]:
@@ -796,7 +806,7 @@ def _deploy(w: World, label: str, profile: Path, until: float) -> tuple[Cmd, dic
     res = c.json()
     w.deploys[label] = res
     line = (f"    result: {res.get('status')}, release {res.get('release')}, {res.get('elapsed_s')}s"
-            + (f"; {res.get('error')}" if res.get("error") else "")
+            + (f"; {_error_text(res)}" if res.get("error") else "")
             + (f"; rolled back to {res.get('rolled_back_to')}" if res.get("rolled_back_to") else ""))
     TRANSCRIPT.append(line)
     print(line, flush=True)
@@ -813,7 +823,7 @@ def _status(w: World, until: float) -> dict:
 def deploy_first(w: World, until: float) -> str:
     c, r = _deploy(w, "deploy", w.profile, until)
     if c.rc != 0 or r["status"] != "deployed":
-        raise RuntimeError(f"exit {c.rc}, status {r['status']}: {r.get('error')}")
+        raise RuntimeError(f"exit {c.rc}, status {r['status']}: {_error_text(r)}")
     w.release1 = r["release"][HOST]
     problems = []
     shipped = (r.get("shipped") or {}).get(HOST) or {}
@@ -821,8 +831,8 @@ def deploy_first(w: World, until: float) -> str:
     if not shipped.get("files_sent") or shipped["files_sent"] + shipped.get("skipped", 0) != shipped.get("files_total"):
         problems.append(f"shipped {shipped}")
     dr = r.get("dry_run") or {}
-    if not dr.get("accepted") or (dr.get("resolved") or {}).get("speculative_algorithm") != "DDTREE":
-        problems.append(f"remote dry-run {dr.get('accepted')} {dr.get('error')}")
+    if not dr.get("ok") or (dr.get("resolved") or {}).get("speculative_algorithm") != "DDTREE":
+        problems.append(f"remote dry-run {dr.get('ok')} {_error_text(dr)}")
     warm = [re.search(r"done in [\d.]+s", ln)[0] for _, ln in c.events
             if EVENT.match(ln) and " warmup " in ln and re.search(r"done in [\d.]+s", ln)]
     if not warm:
@@ -833,7 +843,7 @@ def deploy_first(w: World, until: float) -> str:
             or int(info.get("speculative_ddtree_budget") or 0) != w.budget:
         problems.append(f"health {health.get('message')}: served {info.get('speculative_algorithm')} "
                         f"budget {info.get('speculative_ddtree_budget')}")
-    warnings = [f"{ch['name']}" for ch in r.get("checks") or [] if not ch["ok"]]
+    warnings = [f"{ch['id']}" for ch in r.get("checks") or [] if not ch["ok"]]  # checks are findings: id
     if problems:
         raise RuntimeError("; ".join(problems))
     return (f"release {w.release1}: {shipped['files_sent']}/{shipped['files_total']} files shipped, SGLang's resolver "
@@ -928,7 +938,7 @@ def redeploy(w: World, until: float) -> str:
     hp = ((r.get("plan") or {}).get("hosts") or [{}])[0]
     problems = []
     if c.rc != 0 or r["status"] != "unchanged":
-        problems.append(f"exit {c.rc}, status {r['status']} ({r.get('error')})")
+        problems.append(f"exit {c.rc}, status {r['status']} ({_error_text(r)})")
     if hp.get("files_to_ship") or r.get("shipped"):
         problems.append(f"files to ship {hp.get('files_to_ship')}, shipped {r.get('shipped')}")
     pid0, pid1 = (before.get("server") or {}).get("pid"), (after.get("server") or {}).get("pid")
@@ -944,7 +954,7 @@ def broken(w: World, until: float) -> str:
     st = _status(w, until)
     problems = []
     if c.rc != 5 or r["status"] != "rolled_back":
-        problems.append(f"exit {c.rc}, status {r['status']} (expected 5, rolled_back): {r.get('error')}")
+        problems.append(f"exit {c.rc}, status {r['status']} (expected 5, rolled_back): {_error_text(r)}")
     if (r.get("rolled_back_to") or {}).get(HOST) != w.release1:
         problems.append(f"rolled back to {r.get('rolled_back_to')}, expected {w.release1}")
     srv = st.get("server") or {}
@@ -954,7 +964,7 @@ def broken(w: World, until: float) -> str:
                         f"{srv.get('running')}, /health {st.get('health')}")
     if problems:
         raise RuntimeError("; ".join(problems))
-    return f"{r.get('error')}; rolled back to {w.release1}: current, running, /health 200"
+    return f"{_error_text(r)}; rolled back to {w.release1}: current, running, /health 200"
 
 
 def ops(w: World, until: float) -> str:

@@ -73,7 +73,8 @@ def run_ddtctl(paths: list[Path]) -> tuple[float, list[dict]]:
     dt = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"ddtctl dry-run failed ({proc.returncode}): {proc.stderr}")
-    return dt, json.loads(proc.stdout)
+    profiles = json.loads(proc.stdout)["results"]["profiles"]  # the --format json envelope (ddtctl/report.py)
+    return dt, [{"accepted": p["ok"], "error": p["error"]} for p in profiles]
 
 
 def run_per_process(items: list[tuple[Path, list[str], str]], python: Path) -> tuple[float, list[dict]]:

@@ -572,8 +572,8 @@ def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_
     changed = [asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k))) for k in keys
                if ra.resolved.get(k) != rb.resolved.get(k) and (k not in RANDOM_WHEN_UNSET or k in given)]
     return {
-        "a": {"accepted": ra.accepted, "error": ra.error, "overrides": ra.overrides},
-        "b": {"accepted": rb.accepted, "error": rb.error, "overrides": rb.overrides},
+        "a": {"ok": ra.accepted, "error": ra.error_json(), "overrides": ra.overrides},
+        "b": {"ok": rb.accepted, "error": rb.error_json(), "overrides": rb.overrides},
         "verdict_changed": ra.accepted != rb.accepted,
         "changed": changed,
     }

@@ -42,16 +42,31 @@ class DryRunResult:
     setup_error: bool = False  # the item could not be resolved at all (missing config, crash, timeout)
 
     def to_json(self) -> dict:
+        """`ok`: SGLang accepted it. `error`: SGLang's rejection (or why nothing was resolved) in the
+        envelope's error shape plus SGLang's exception `type` and the `hook` that raised; `where` is SGLang's
+        file:line. `warnings`: what SGLang logged, in the findings' shape (ddtctl.report)."""
+        from ddtctl.report import warning_record
+
         return {
             "source": self.source,
-            "accepted": self.accepted,
-            "error": self.error,
+            "ok": self.accepted,
+            "gpu": self.gpu,
+            "error": self.error_json(),
             "resolved": self.resolved,
             "overrides": self.overrides,
-            "gpu": self.gpu,
-            "warnings": self.warnings,
-            "error_at": self.error_at,
+            "warnings": [warning_record(w, file=None if self.source == "argv" else self.source).to_json()
+                         for w in self.warnings],
         }
+
+    def error_json(self) -> dict | None:
+        if self.accepted or not self.error:
+            return None
+        from ddtctl.errors import ExitCode
+
+        err = self.error
+        return {"message": str(err.get("message", "")), "where": self.error_at, "fix": err.get("fix"),
+                "exit_code": ExitCode.USAGE if self.setup_error else ExitCode.INVALID,
+                "type": err.get("type"), "hook": err.get("hook")}
 
     @property
     def changed(self) -> list[dict]:

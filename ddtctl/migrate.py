@@ -76,9 +76,17 @@ class MigrationResult:
             "written": self.written,
             "complete": self.complete,
             "edits": [asdict(e) for e in self.edits],
-            "removed": [asdict(r) for r in self.removed],
-            "warnings": [asdict(w) for w in self.warnings],
+            "removed": [self._finding(r, "error") for r in self.removed],
+            "warnings": [self._finding(w, "error" if w.blocking else "warning") for w in self.warnings],
         }
+
+    def _finding(self, issue: KeyIssue, severity: str) -> dict:
+        """A KeyIssue in the shape of every command's findings (ddtctl.report), plus `blocking`."""
+        from ddtctl.report import FindingRecord
+
+        record = FindingRecord(id=None, severity=severity, message=issue.message, file=self.source,
+                               line=issue.line, key=issue.key, fix=issue.fix)
+        return dict(record.to_json(), blocking=issue.blocking)
 
 
 # -- editing -------------------------------------------------------------------------------------------------

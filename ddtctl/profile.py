@@ -121,6 +121,7 @@ class ProfileDocument:
     lines: dict[str, int]
     text: str
     raw: bytes | None = None  # the file's bytes as read (what `--fix` / `migrate --write` must still find there)
+    columns: dict[int, int] = field(default_factory=dict)  # line -> 1-based column of the first key on it
 
 
 @dataclass
@@ -146,7 +147,8 @@ def canonical_flag_key(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-").lower()
 
 
-def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str, depth: int = 0) -> Any:
+def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str, depth: int = 0,
+           columns: dict[int, int] | None = None) -> Any:
     if depth > MAX_NESTING:
         raise ProfileError(f"nested more than {MAX_NESTING} levels deep", where=f"{source}:{node.start_mark.line + 1}",
                            fix="profiles need only a few levels (server: flag: value)")
@@ -166,10 +168,13 @@ def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], sourc
                     f"duplicate key {key!r} (first at line {lines.get(child, '?')})",
                     where=f"{source}:{key_node.start_mark.line + 1}", fix="keep one of them")
             lines[child] = key_node.start_mark.line + 1
-            out[norm] = _build(value_node, child, loader, lines, source, depth + 1)
+            if columns is not None:
+                columns.setdefault(lines[child], key_node.start_mark.column + 1)
+            out[norm] = _build(value_node, child, loader, lines, source, depth + 1, columns)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, f"{path}[{i}]", loader, lines, source, depth + 1) for i, item in enumerate(node.value)]
+        return [_build(item, f"{path}[{i}]", loader, lines, source, depth + 1, columns)
+                for i, item in enumerate(node.value)]
     return _construct(loader, node, source)
 
 
@@ -210,7 +215,8 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
             raise ProfileError("a profile must be a YAML mapping (name:, model:, server: ...)",
                                where=f"{source}:{node.start_mark.line + 1}")
         lines: dict[str, int] = {}
-        data = _build(node, "", loader, lines, source)
+        columns: dict[int, int] = {}
+        data = _build(node, "", loader, lines, source, columns=columns)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -219,7 +225,7 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
         raise ProfileError(f"invalid YAML: {err}", where=source) from None
     finally:
         loader.dispose()
-    return ProfileDocument(source=source, data=data, lines=lines, text=text)
+    return ProfileDocument(source=source, data=data, lines=lines, text=text, columns=columns)
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl import PINNED_SGLANG
-from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.errors import DdtctlError, ExitCode, UsageError
 from ddtctl.flags import FlagValues, flags_from_argv, flags_from_server
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
@@ -35,18 +35,30 @@ class ValidationResult:
     ignored: list[tuple[Finding, str]] = field(default_factory=list)  # suppressed findings, with the reason
     diff: str | None = None  # --fix --diff: the edit the file would get (unified diff; "" = none)
     unapplied: list[str] = field(default_factory=list)  # --fix: rules whose unsafe fixes were left out
+    path: str | None = None  # the profile file (None: a raw argv)
+    columns: dict[int, int] = field(default_factory=dict)  # line -> column of the key there (for findings)
+    failure: DdtctlError | None = None  # why `error` (where, fix, exit code)
+    fixed: list[str] = field(default_factory=list)  # --fix: the rules whose fixes were written to the file
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source, "valid": self.valid,
-                               "findings": [f.as_json() for f in self.findings],
-                               "ignored": [dict(f.as_json(), reason=reason) for f, reason in self.ignored]}
-        if self.error:
-            out["error"] = self.error
-        if self.fix_refused:
-            out["fix_refused"] = self.fix_refused
-        if self.diff is not None:
-            out["diff"] = self.diff
-        return out
+        """One profile's part of `validate --format json` (ddtctl.report: findings have one shape)."""
+        from ddtctl.report import finding_record
+
+        def record(f: Finding) -> dict[str, Any]:
+            return finding_record(f, file=self.path, columns=self.columns).to_json()
+
+        return {"source": self.source, "ok": self.valid and not self.error,
+                "findings": [record(f) for f in self.findings],
+                "ignored": [dict(record(f), reason=reason) for f, reason in self.ignored],
+                "error": self._error_json(), "fix_refused": self.fix_refused, "fixed": self.fixed,
+                "unapplied_unsafe_fixes": self.unapplied, "diff": self.diff}
+
+    def _error_json(self) -> dict[str, Any] | None:
+        if not self.error:
+            return None
+        err = self.failure
+        return {"message": err.message if err else self.error, "where": err.where if err else self.source,
+                "fix": err.fix if err else None, "exit_code": err.exit_code if err else ExitCode.USAGE}
 
     @property
     def errors(self) -> list[Finding]:
@@ -190,6 +202,7 @@ def validate_document(doc: ProfileDocument, *, gpu: str | None = None,
                       ignore: dict[str, str] | None = None) -> ValidationResult:
     """`ignore`: rule id -> reason (from --ignore), added to the profile's own `ignore:` entries."""
     result = _validate_document(doc, gpu=gpu)
+    result.path, result.columns = doc.source, doc.columns
     if result.profile is None:
         return apply_ignores(result, dict(ignore or {}))
     own, bad = _profile_ignores(result.profile, doc.lines)
@@ -240,13 +253,17 @@ def validate_path(path: str | Path, *, gpu: str | None = None,
     try:
         doc = read_profile_document(path)
     except DdtctlError as err:
-        return ValidationResult(source=str(path), valid=False, error=err.one_line())
+        return _unreadable(path, err)
     try:
         result = validate_document(doc, gpu=gpu, ignore=ignore)
     except UsageError as err:  # e.g. a profile targeting an sglang release without a catalog
-        return ValidationResult(source=str(path), valid=False, error=err.one_line())
+        return _unreadable(path, err)
     result.text, result.raw = doc.text, doc.raw
     return result
+
+
+def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
+    return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
 
 
 def validate_paths(paths: list[str], *, gpu: str | None = None,

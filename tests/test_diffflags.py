@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl.diffflags import argv_to_mapping, diff_catalogs, diff_profiles, diff_versions, live_catalog
 from ddtctl.errors import EnvironmentMissing, UsageError
@@ -133,7 +133,7 @@ def test_cli_text_groups_the_changes():
 def test_cli_json():
     run = ddtctl("diff-flags", "--from", "0.5.12", "--to", "0.5.23", "--format", "json")
     assert run.returncode == 0, run.stderr
-    doc = json.loads(run.stdout)
+    doc = results(run.stdout, "diff-flags")
     assert doc["from_version"] == "0.5.12" and doc["to_version"] == "0.5.23"
     assert {"old": "mamba-scheduler-strategy", "new": "mamba-radix-cache-strategy"}.items() <= \
         next(r for r in doc["renamed"] if r["old"] == "mamba-scheduler-strategy").items()
@@ -189,7 +189,7 @@ def test_profiles_cli_json(tmp_path):
     b = _profile(tmp_path, "b", server={**DFLASH, "speculative-dflash-block-size": 8})
     run = ddtctl("diff-flags", a, b, "--format", "json")
     assert run.returncode == 0, run.stderr
-    doc = json.loads(run.stdout)
+    doc = results(run.stdout, "diff-flags")
     assert doc["only_b"] == {"--speculative-dflash-block-size": "8"} and doc["resolved"] is None
 
 
@@ -235,7 +235,7 @@ def test_cli_installed_exit_codes():
     python = _managed_python()
     run = ddtctl("diff-flags", "--installed", "--python", python, "--format", "json", timeout=300)
     assert run.returncode == 0, run.stderr
-    doc = json.loads(run.stdout)
+    doc = results(run.stdout, "diff-flags")
     assert doc["drift"] is False and doc["installed_version"] == "0.5.23"
     run = ddtctl("diff-flags", "--installed", "--python", python, "--sglang", "0.5.12", timeout=300)
     assert run.returncode == 1, run.stderr
@@ -258,7 +258,7 @@ def test_profiles_resolved_by_sglang(tmp_path):
     b = _profile(tmp_path, "b", server={**DFLASH, "page-size": 16})
     pd = diff_profiles(str(a), str(b), resolved=True)
     res = pd.resolved
-    assert res["a"]["accepted"] and res["b"]["accepted"]
+    assert res["a"]["ok"] and res["b"]["ok"]
     changed = {c["key"]: (c["a"], c["b"]) for c in res["changed"]}
     assert changed["page_size"] == (1, 16)
     assert "random_seed" not in changed  # drawn at random when unset: not a difference
@@ -279,8 +279,8 @@ def test_cli_resolved_seed_dflash_vs_ddtree_through_the_overlay(tmp_path):
         paths[-1].write_text(text)
     run = ddtctl("diff-flags", *paths, "--resolved", "--format", "json", timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    res = json.loads(run.stdout)["resolved"]
-    assert res["a"]["accepted"] and res["b"]["accepted"], res
+    res = results(run.stdout, "diff-flags")["resolved"]
+    assert res["a"]["ok"] and res["b"]["ok"], res
     changed = {c["key"]: (c["a"], c["b"]) for c in res["changed"]}
     assert changed["speculative_algorithm"] == ("DFLASH", "DDTREE")
     assert changed["speculative_ddtree_verify_width"] == (None, 65)  # budget 64 + the root

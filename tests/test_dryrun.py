@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl import dryrun
 from ddtctl.errors import UsageError
@@ -133,26 +134,27 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     p5 = _profile(tmp_path / "noenv.yaml", "noenv", "H200", dp)
     proc = _run(["dry-run", str(p1), str(p2), str(p3), str(p4), str(p5), "--format", "json"])
     assert proc.returncode == 1, proc.stderr
-    data = json.loads(proc.stdout)
+    data = results(proc.stdout, "dry-run")["profiles"]
     assert [d["source"] for d in data] == [str(p1), str(p2), str(p3), str(p4), str(p5)]
     with_env, without_env = data[3], data[4]
     assert with_env["error"]["message"] == "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"
-    assert without_env["accepted"] is True
+    assert without_env["ok"] is True
     data = data[:3]
     for d in data:
-        assert set(d) == {"source", "accepted", "error", "resolved", "overrides", "gpu", "warnings", "error_at"}
-        assert isinstance(d["warnings"], list)  # what SGLang logged, as the text output shows it
+        assert set(d) == {"source", "ok", "error", "resolved", "overrides", "gpu", "warnings"}
+        assert isinstance(d["warnings"], list)  # what SGLang logged (as findings), as text output shows it
         for o in d["overrides"]:
             assert set(o) == {"field", "raw", "resolved", "hook"}
     h200, b200, bad = data
-    assert h200["accepted"] and b200["accepted"] and not bad["accepted"]
+    assert h200["ok"] and b200["ok"] and not bad["ok"]
     assert h200["error"] is None
     assert (h200["resolved"]["attention_backend"], b200["resolved"]["attention_backend"]) == ("fa3", "trtllm_mha")
     assert b200["resolved"]["page_size"] == 64
     assert bad["error"]["type"] == "ValueError" and bad["error"]["hook"] == "speculative_hook.handle_speculative_decoding"
     assert bad["error"]["message"].endswith("window_size=8, block_size=16.")
-    assert (h200["gpu"], b200["gpu"]) == ("H200", "B200") and h200["error_at"] is None
-    assert "speculative_hook.py:" in bad["error_at"]  # the sglang file:line that raised
+    assert bad["error"]["exit_code"] == 1
+    assert (h200["gpu"], b200["gpu"]) == ("H200", "B200")
+    assert "speculative_hook.py:" in bad["error"]["where"]  # the sglang file:line that raised
 
 
 @pytest.mark.sglang
@@ -167,7 +169,7 @@ def test_remote_profile_uses_cached_config_and_reports_its_own_path(tmp_path, ma
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "DDTCTL_SGLANG_PYTHON": str(managed_python)}
     proc = _run(["dry-run", str(p), "--format", "json"], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (result,) = json.loads(proc.stdout)
+    (result,) = results(proc.stdout, "dry-run")["profiles"]
     assert result["resolved"]["model_path"] == remote
     assert result["resolved"]["attention_backend"] == "flashinfer"  # sm120
 
@@ -194,6 +196,7 @@ def test_json_keeps_what_sglang_logged_as_warnings():
                  str(MODELS / "qwen3-8b"), "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path",
                  DRAFT, "--speculative-ddtree-budget", "64"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (result,) = json.loads(proc.stdout)
-    assert result["accepted"] and result["gpu"] == "H200"
-    assert any("[DDT115]" in w for w in result["warnings"]), result["warnings"]
+    (result,) = results(proc.stdout, "dry-run")["profiles"]
+    assert result["ok"] and result["gpu"] == "H200"
+    ddt115 = [w for w in result["warnings"] if w["id"] == "DDT115"]  # the rule id read from SGLang's log line
+    assert ddt115 and "[DDT115]" in ddt115[0]["message"] and ddt115[0]["file"] is None, result["warnings"]

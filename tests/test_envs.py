@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl import envs
 from ddtctl.errors import EnvironmentMissing, UsageError
@@ -111,7 +112,8 @@ def test_env_show_cli_reports_missing_env_with_exit_2(cache):
     assert "missing" in proc.stdout and "ddtctl env create" in proc.stdout
     proc = subprocess.run(DDTCTL + ["env", "show", "--format", "json"], capture_output=True, text=True, env=env,
                           cwd=REPO)
-    data = json.loads(proc.stdout)
+    assert proc.returncode == 2 and json.loads(proc.stdout)["ok"] is False
+    data = results(proc.stdout, "env show")
     assert data["status"] == "missing" and data["sglang"] == "0.5.23"
 
 
@@ -125,7 +127,7 @@ def test_real_env_is_ready_and_imports_sglang():
     assert versions["torch"].startswith("2.13.0") and "+cpu" in versions["torch"]
     proc = subprocess.run(DDTCTL + ["env", "show", "--format", "json"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0
-    data = json.loads(proc.stdout)
+    data = results(proc.stdout, "env show")
     assert data["status"] == "ready" and data["versions"]["sglang"] == "0.5.23" and data["size_bytes"] > 10**9
 
 

@@ -6,10 +6,10 @@ processes are covered by tests/cli/test_validate_fix_cli.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl.cli import main
 from ddtctl.fix import SAFE, UNSAFE, edit_safety
@@ -141,8 +141,8 @@ def test_diff_of_a_valid_profile_is_empty(tmp_path, capsys):
 def test_diff_in_json(tmp_path, capsys):
     path = write(tmp_path, FLEX)
     code, out, _ = cli(capsys, "validate", "--fix", "--diff", "--format", "json", path)
-    doc = json.loads(out)
-    assert code == 0 and doc[0]["valid"] is True
+    doc = results(out, "validate")["profiles"]
+    assert code == 0 and doc[0]["ok"] is True
     assert "+  attention-backend: triton  # keep me\n" in doc[0]["diff"]
     assert path.read_text() == FLEX
 
@@ -173,11 +173,11 @@ def test_ignore_in_the_profile_with_its_reason(tmp_path, capsys):
     code, out, _ = cli(capsys, "validate", path)
     assert code == 0 and "2 findings ignored" in out
     code, out, _ = cli(capsys, "validate", "--format", "json", path)
-    doc = json.loads(out)[0]
-    assert doc["valid"] is True and [f["rule"] for f in doc["findings"]] == ["DDT000"]
-    reasons = {f["rule"]: f["reason"] for f in doc["ignored"]}
+    doc = results(out, "validate")["profiles"][0]
+    assert doc["ok"] is True and [f["id"] for f in doc["findings"]] == ["DDT000"]
+    reasons = {f["id"]: f["reason"] for f in doc["ignored"]}
     assert reasons == {"DDT601": "the second node comes with hosts:", "DDT805": "kept for the next run"}
-    ignored = next(f for f in doc["ignored"] if f["rule"] == "DDT601")
+    ignored = next(f for f in doc["ignored"] if f["id"] == "DDT601")
     assert ignored["severity"] == "error" and ignored["line"] == 5 and "fixable" in ignored
 
 
@@ -217,11 +217,11 @@ def test_unknown_rule_ids_are_named(tmp_path, capsys):
 def test_json_has_fixable_and_ignored(tmp_path, capsys):
     hybrid, flex = write(tmp_path, HYBRID, "h.yaml"), write(tmp_path, FLEX, "f.yaml")
     code, out, _ = cli(capsys, "validate", "--format", "json", "--ignore", "DDT000", hybrid, flex)
-    doc = {Path(r["source"]).name: r for r in json.loads(out)}
+    doc = {Path(r["source"]).name: r for r in results(out, "validate")["profiles"]}
     assert code == 1
-    fixable = {f["rule"]: f["fixable"] for r in doc.values() for f in r["findings"]}
-    assert fixable == {"DDT003": "safe", "DDT111": "unsafe", "DDT914": "safe"}
-    assert [f["rule"] for f in doc["h.yaml"]["ignored"]] == ["DDT000"]
+    safety = {f["id"]: (f["fixable"], f["fix_safety"]) for r in doc.values() for f in r["findings"]}
+    assert safety == {"DDT003": (True, "safe"), "DDT111": (True, "unsafe"), "DDT914": (True, "safe")}
+    assert [f["id"] for f in doc["h.yaml"]["ignored"]] == ["DDT000"]
     assert doc["h.yaml"]["ignored"][0]["reason"] == "--ignore on the command line"
     assert doc["f.yaml"]["ignored"] == []
 

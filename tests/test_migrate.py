@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl.errors import UsageError
 from ddtctl.migrate import migrate_profile, migrate_text
@@ -148,7 +149,8 @@ def test_cli_preview_write_and_exit_codes(tmp_path):
     path.write_text("".join(ln for ln in path.read_text().splitlines(keepends=True) if "nan-detection" not in ln))
     run = ddtctl("migrate", path, "--to", "0.5.23", "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert '"changed": false' in run.stdout and '"complete": true' in run.stdout
+    doc = results(run.stdout, "migrate")
+    assert doc["changed"] is False and doc["complete"] is True
 
 
 @pytest.mark.parametrize("args, needle", [

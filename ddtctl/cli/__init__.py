@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from ddtctl.report import ErrorInfo
 
 
 def load_app():
@@ -26,9 +30,12 @@ def load_app():
 
 def main(argv: list[str] | None = None) -> None:
     from ddtctl.errors import DdtctlError, ExitCode
+    from ddtctl.report import ErrorInfo, json_command, start_run
 
+    start_run()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DDTCTL_DEBUG") == "1"
+    in_json = json_command(args)  # with --format json every error goes into the envelope on stdout
     try:
         if not debug and os.environ.get("DDTCTL_NO_FASTPATH") != "1":
             from ddtctl.cli.fastpath import try_basics, try_validate
@@ -42,19 +49,45 @@ def main(argv: list[str] | None = None) -> None:
         from ddtctl.cli._app import settings
 
         settings.debug = debug
+        if in_json:
+            sys.exit(_run_for_json(app, args, in_json))
         app(args=args, prog_name="ddtctl")
     except DdtctlError as err:
         if debug:
             raise
-        sys.stderr.write(f"ddtctl: error: {err.one_line()}\n")
-        sys.exit(err.exit_code)
+        _fail(in_json, ErrorInfo.from_exception(err), f"ddtctl: error: {err.one_line()}")
     except KeyboardInterrupt:
-        sys.stderr.write("ddtctl: interrupted\n")
-        sys.exit(ExitCode.INTERRUPTED)
+        _fail(in_json, ErrorInfo("interrupted", ExitCode.INTERRUPTED), "ddtctl: interrupted")
     except Exception as err:  # a bug: say so in one line, keep the traceback for --debug
         if debug:
             raise
-        sys.stderr.write(
-            f"ddtctl: internal error: {type(err).__name__}: {err} (re-run with --debug for the traceback)\n"
-        )
-        sys.exit(ExitCode.INTERNAL)
+        what = f"internal error: {type(err).__name__}: {err}"
+        _fail(in_json, ErrorInfo(what, ExitCode.INTERNAL, fix="re-run with --debug for the traceback"),
+              f"ddtctl: {what} (re-run with --debug for the traceback)")
+
+
+def _run_for_json(app, args: list[str], command: str) -> int:
+    """The app without click's standalone mode, so that its usage errors (an unknown option, a missing
+    argument) reach the envelope too."""
+    import typer
+
+    from ddtctl.errors import ExitCode, UsageError
+
+    try:
+        code = app(args=args, prog_name="ddtctl", standalone_mode=False)
+    except typer.Abort:
+        raise UsageError("aborted", fix="pass --yes where a command asks for confirmation") from None
+    except typer.TyperException as err:  # click's usage errors (typer vendors click)
+        raise UsageError(err.format_message(), where=command, fix=f"see `ddtctl {command} --help`") from None
+    if code == ExitCode.INTERRUPTED:  # typer turns Ctrl-C into this exit code
+        raise KeyboardInterrupt
+    return code if isinstance(code, int) else ExitCode.OK
+
+
+def _fail(in_json: str | None, error: ErrorInfo, line: str) -> NoReturn:
+    """Exit with the error's code: the error in the JSON envelope (--format json), else `line` on stderr."""
+    from ddtctl.report import emit_error
+
+    if not (in_json and emit_error(in_json, error)):
+        sys.stderr.write(line + "\n")
+    sys.exit(error.exit_code)

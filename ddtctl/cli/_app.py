@@ -7,8 +7,6 @@ paramiko are imported only inside the commands that need them.
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from typing import Any
 
@@ -29,7 +27,15 @@ app = typer.Typer(
 
 class OutputFormat(str, Enum):
     text = "text"
+    json = "json"  # one envelope (ddtctl/report.py)
+
+
+class ReportFormat(str, Enum):
+    """Commands that report findings: text, json, or GitHub Actions annotations."""
+
+    text = "text"
     json = "json"
+    github = "github"
 
 
 class Settings:
@@ -51,8 +57,11 @@ def stderr_console():
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+def emit_json(command: str, results: dict[str, Any] | None, exit_code: int = ExitCode.OK) -> None:
+    """The envelope of `command` (ddtctl.report) on stdout; `ok` follows `exit_code`."""
+    from ddtctl.report import emit
+
+    emit(command, results, exit_code=exit_code)
 
 
 def _print_version(value: bool) -> None:

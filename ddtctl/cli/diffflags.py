@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app, print_json, stdout_console
+from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
 from ddtctl.errors import ExitCode
 
 
@@ -115,7 +115,7 @@ def _print_profile_diff(pd) -> None:
         con.print("\n[bold]After SGLang's resolution[/]")
         for side, label in (("a", pd.a), ("b", pd.b)):
             r = res[side]
-            verdict = "[green]accepted[/]" if r["accepted"] else "[red]rejected[/]"
+            verdict = "[green]accepted[/]" if r["ok"] else "[red]rejected[/]"
             err = f": {_esc((r['error'] or {}).get('type', ''))}: {_esc((r['error'] or {}).get('message', ''))}" \
                 if r.get("error") else ""
             con.print(f"  {_esc(label)}: {verdict}{err}")
@@ -173,7 +173,7 @@ def diff_flags(
         pd = diff_profiles(profiles[0], profiles[1], resolved=resolved, gpu=gpu, python=python,
                            extra_sys_path=sys_path)
         if output == OutputFormat.json:
-            print_json(pd.to_json())
+            emit_json("diff-flags", pd.to_json())
         else:
             _print_profile_diff(pd)
         raise typer.Exit(ExitCode.OK)
@@ -183,7 +183,7 @@ def diff_flags(
 
         res = diff_installed(python, sglang)
         if output == OutputFormat.json:
-            print_json(res.to_json())
+            emit_json("diff-flags", res.to_json(), ExitCode.INVALID if res.drift else ExitCode.OK)
         else:
             con = stdout_console()
             if res.installed_version != res.catalog_version:
@@ -201,7 +201,7 @@ def diff_flags(
         raise UsageError("--to needs --from", fix=f"ddtctl diff-flags --from 0.5.12 --to {to_version}")
     diff = diff_versions(from_version, to_version or PINNED_SGLANG)
     if output == OutputFormat.json:
-        print_json(diff.to_json())
+        emit_json("diff-flags", diff.to_json())
     else:
         _print_catalog_diff(diff, all_added=not brief)
     raise typer.Exit(ExitCode.OK)
@@ -224,11 +224,12 @@ def migrate(
     from ddtctl.migrate import migrate_profile
 
     result = migrate_profile(profile, to_version or PINNED_SGLANG, from_version=from_version, write=write)
+    code = ExitCode.OK if result.complete else ExitCode.INVALID
     if output == OutputFormat.json:
         data = result.to_json()
         if not write:
             data["diff"] = result.unified_diff()
-        print_json(data)
+        emit_json("migrate", data, code)
     else:
         con = stdout_console()
         con.print(f"[bold]{_esc(result.source)}[/]: sglang {result.from_version} -> {result.to_version}")
@@ -255,4 +256,4 @@ def migrate(
                 style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
                 con.print(f"[{style}]{_esc(line)}[/]")
             con.print("[dim](not written: add --write to apply)[/]")
-    raise typer.Exit(ExitCode.OK if result.complete else ExitCode.INVALID)
+    raise typer.Exit(code)

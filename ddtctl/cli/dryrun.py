@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli._app import ReportFormat, app
 
 # Shown in the summary line of an accepted result (resolved field -> label).
 _SUMMARY = (
@@ -45,7 +45,9 @@ def dry_run(
     gpu: str = typer.Option(None, "--gpu", help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
                                                 "default: the profile's hardware.gpu"),
     argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format",
+                                     help="text, json, or github (GitHub Actions annotations: each rejection "
+                                          "and warning)"),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds per profile before the resolver is restarted"),
     python: str = typer.Option(None, "--python", help="Interpreter with sglang installed (default: the managed env)"),
     sys_path: list[str] = typer.Option(None, "--sys-path", help="Directory put first on the resolver's sys.path "
@@ -87,13 +89,33 @@ def dry_run(
             sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
             results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
                                               timeout_s=timeout)
-    if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+    code = dryrun.exit_code(results)
+    if fmt == ReportFormat.json:
+        from ddtctl.cli._app import emit_json
 
-        print_json([r.to_json() for r in results])
+        emit_json("dry-run", {"profiles": [r.to_json() for r in results]}, code)
+    elif fmt == ReportFormat.github:
+        _print_annotations(results)
     else:
         _print_text(results, all_overrides)
-    raise typer.Exit(dryrun.exit_code(results))
+    raise typer.Exit(code)
+
+
+def _print_annotations(results) -> None:
+    """One workflow command per rejection (titled with SGLang's exception type) and per warning it logged."""
+    import sys
+
+    from ddtctl.report import FindingRecord, github_annotation, warning_record
+
+    lines = []
+    for r in results:
+        file = None if r.source == "argv" else r.source
+        err = r.error_json()
+        if err is not None:
+            lines.append(github_annotation(FindingRecord(id=err["type"], severity="error", file=file,
+                                                         message=f"rejected by SGLang: {err['message']}")))
+        lines += [github_annotation(warning_record(w, file=file)) for w in r.warnings]
+    sys.stdout.write("".join(line + "\n" for line in lines))
 
 
 def _print_text(results, all_overrides: bool) -> None:

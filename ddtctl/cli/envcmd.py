@@ -70,7 +70,7 @@ def show(
 ) -> None:
     """Report the managed env: python, versions, size, status. Exit 2 when it is not ready."""
     from ddtctl import envs
-    from ddtctl.cli._app import print_json, stdout_console
+    from ddtctl.cli._app import emit_json, stdout_console
 
     env = envs.managed_env(sglang, with_size=True)
     data = env.to_dict()
@@ -79,8 +79,10 @@ def show(
             data["check"] = {"ok": True, "versions": envs.verify_python(env.python)}
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             data["check"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    ok = env.ready and data.get("check", {"ok": True})["ok"]
+    code = ExitCode.OK if ok else ExitCode.USAGE
     if fmt == OutputFormat.json:
-        print_json(data)
+        emit_json("env show", data, code)
     else:
         out = stdout_console()
         status = data["status"]
@@ -100,8 +102,7 @@ def show(
             out.print("  check    " + ("ok: sglang imports" if chk["ok"] else f"FAILED: {chk['error']}"))
         if not env.ready:
             out.print(f"  create it with: ddtctl env create --sglang {sglang}")
-    ok = env.ready and data.get("check", {"ok": True})["ok"]
-    raise typer.Exit(ExitCode.OK if ok else ExitCode.USAGE)
+    raise typer.Exit(code)
 
 
 @env_app.command("remove")

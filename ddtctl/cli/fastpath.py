@@ -48,7 +48,7 @@ def try_validate(args: list[str]) -> int | None:
             return None  # unknown option: typer reports it the usual way
         else:
             paths.append(a)
-    if opts["output"] not in ("text", "json"):
+    if opts["output"] not in ("text", "json", "github"):
         return None
     from ddtctl.cli.validate_report import run_validate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app, print_json
+from ddtctl.cli._app import OutputFormat, app, emit_json
 from ddtctl.errors import ExitCode
 
 kernels_app = typer.Typer(no_args_is_help=True, help="DDTree kernels: self-test and tree inspection.")
@@ -26,15 +26,16 @@ def selftest_cmd(
     from ddtctl.kernels.selftest import selftest
 
     result = selftest(device, quick=quick)
+    code = ExitCode.OK if result.ok else ExitCode.INVALID
     if output == OutputFormat.json:
-        print_json(result.to_dict())
+        emit_json("kernels selftest", result.to_dict(), code)
     else:
         for c in result.checks:
             typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.name}: {c.detail}")
         versions = ", ".join(f"{k} {v}" for k, v in result.versions.items())
         typer.echo(f"{'passed' if result.ok else 'FAILED'}: {sum(c.ok for c in result.checks)}/{len(result.checks)} "
                    f"checks on {result.device} ({versions}) in {result.seconds:.1f} s")
-    raise typer.Exit(ExitCode.OK if result.ok else ExitCode.INVALID)
+    raise typer.Exit(code)
 
 
 @kernels_app.command("tree")
@@ -48,6 +49,6 @@ def tree_cmd(
 
     report = tree_report(logits, budget)
     if output == OutputFormat.json:
-        print_json(report.to_dict())
+        emit_json("kernels tree", report.to_dict())
     else:
         typer.echo(render_text(report))

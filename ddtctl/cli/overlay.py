@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli._app import OutputFormat, app
+from ddtctl.errors import ExitCode
 
 overlay_app = typer.Typer(
     name="overlay",
@@ -28,10 +29,10 @@ def _out():
     return stdout_console()
 
 
-def _json(data) -> None:
-    from ddtctl.cli._app import print_json
+def _json(command: str, data, exit_code: int = ExitCode.OK) -> None:
+    from ddtctl.cli._app import emit_json
 
-    print_json(data)
+    emit_json(f"overlay {command}", data, exit_code)
 
 
 @overlay_app.command("build")
@@ -53,7 +54,7 @@ def build_cmd(
     with working("overlay build: patching, byte-compiling and checking the payload against SGLang's files"):
         r = build(payload, sglang_root=sglang_root, python=python, out_dir=out)
     if fmt == OutputFormat.json:
-        _json(r.to_json())
+        _json("build", r.to_json())
         return
     o = _out()
     o.print(f"[green]built[/green] {escape(r.name)} {escape(r.version)} for sglang {escape(r.sglang)}  "
@@ -85,13 +86,12 @@ def verify_cmd(
     resolves through resolve_once(), rules, launch refusal, kernels self-test on CPU). Exit 4 if any fails."""
     from rich.markup import escape
 
-    from ddtctl.errors import ExitCode
     from ddtctl.overlay.manage import verify
 
     r = verify(payload, sglang_root=sglang_root, python=python, installed=installed,
                checks=[c for c in checks.split(",") if c] if checks else None)
     if fmt == OutputFormat.json:
-        _json(r.to_json())
+        _json("verify", r.to_json(), ExitCode.OK if r.ok else ExitCode.OVERLAY)
     else:
         o = _out()
         head = "[green]VERIFIED[/green]" if r.ok else "[red]FAILED[/red]"
@@ -120,7 +120,7 @@ def install_cmd(
     back (or finished) by the next overlay command."""
     from ddtctl.overlay.manage import install
 
-    _print_install(install(sglang_root, payload=payload, python=python, state_dir=state_dir), fmt)
+    _print_install("install", install(sglang_root, payload=payload, python=python, state_dir=state_dir), fmt)
 
 
 @overlay_app.command("uninstall")
@@ -133,14 +133,14 @@ def uninstall_cmd(
     """Restore the exact pristine files (bytes, modes, mtimes, their .pyc) and remove the payload's own files."""
     from ddtctl.overlay.manage import uninstall
 
-    _print_install(uninstall(sglang_root, python=python, state_dir=state_dir), fmt)
+    _print_install("uninstall", uninstall(sglang_root, python=python, state_dir=state_dir), fmt)
 
 
-def _print_install(r, fmt: OutputFormat) -> None:
+def _print_install(command: str, r, fmt: OutputFormat) -> None:
     from rich.markup import escape
 
     if fmt == OutputFormat.json:
-        _json(r.to_json())
+        _json(command, r.to_json())
         return
     o = _out()
     if r.recovered:
@@ -167,7 +167,7 @@ def status_cmd(
 
     s = status(sglang_root, python=python, state_dir=state_dir)
     if fmt == OutputFormat.json:
-        _json(s)
+        _json("status", s)
         return
     o = _out()
     if s.get("recovered"):
@@ -203,7 +203,7 @@ def import_cmd(
 
     r = import_dir(src, out=out, sglang_root=sglang_root, python=python, name=name, version=version, force=force)
     if fmt == OutputFormat.json:
-        _json(r.to_json())
+        _json("import", r.to_json())
         return
     o = _out()
     o.print(f"[green]imported[/green] into {escape(str(r.payload_dir))}")
@@ -228,12 +228,11 @@ def manifest_cmd(
     """Check that the manifest's pinned hashes match its sources (exit 4 when stale, unless --update)."""
     from rich.markup import escape
 
-    from ddtctl.errors import ExitCode
     from ddtctl.overlay.importer import check_manifest
 
     r = check_manifest(payload, sglang_root=sglang_root, python=python, update=update)
     if fmt == OutputFormat.json:
-        _json(r.to_json())
+        _json("manifest", r.to_json(), ExitCode.OVERLAY if r.stale and not r.updated else ExitCode.OK)
     else:
         o = _out()
         if not r.stale:

@@ -24,8 +24,10 @@ class _Live:
     def __init__(self, fmt: OutputFormat):
         from ddtctl.cli._app import stderr_console
 
+        self.fmt = fmt
         self.console = stderr_console()
         self.on_event = _printer(fmt, self.console, self)
+        self.events = self.on_event.events
         self.status = None
 
     def __enter__(self) -> "_Live":
@@ -44,9 +46,37 @@ class _Live:
     def ship_progress(self, host: str, done: int, total: int) -> None:
         self.update(f"ship [{host}] {done}/{total} files uploaded")
 
+    def confirm(self, yes: bool) -> bool:
+        """Apply the plan? --yes, else a prompt on a terminal; never with --format json (stdout holds JSON)."""
+        if yes:
+            return True
+        self.__exit__(None, None, None)  # no spinner over the prompt
+        import sys
 
-def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
-    """Events go to stderr as they happen (stdout stays clean for --format json)."""
+        from ddtctl.errors import UsageError
+
+        if self.fmt == OutputFormat.json:
+            raise UsageError("the plan needs confirmation and --format json does not prompt",
+                             fix="pass --yes, or --plan to see the plan first")
+        if not sys.stdin.isatty():
+            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
+        return typer.confirm("Apply this plan?", default=False)
+
+
+class _EventPrinter:
+    """The callback of a command's stage events (`events`: every one of them, for the JSON envelope)."""
+
+    def __init__(self, on_event, events: list):
+        self.on_event, self.events = on_event, events
+
+    def __call__(self, ev) -> None:
+        self.events.append(ev)
+        self.on_event(ev)
+
+
+def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None) -> _EventPrinter:
+    """Events go to stderr as they happen: the progress of a long command, in json mode too (stdout holds the
+    JSON, whose results list the same events)."""
     from rich.markup import escape
 
     from ddtctl.cli._app import stderr_console
@@ -66,7 +96,27 @@ def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None):
         text = f"{time.monotonic() - t0:6.2f}s {mark} {ev.stage:<9} {escape(host)}{escape(ev.message)}"
         console.print(f"[{style}]{text}[/{style}]" if style else text)
 
-    return on_event
+    return _EventPrinter(on_event, [])
+
+
+def _error_json(message: str | None, exit_code: int, where: str | None = None) -> dict | None:
+    """A failure inside a command's results, in the envelope's error shape."""
+    return None if not message else {"message": message, "where": where, "fix": None, "exit_code": exit_code}
+
+
+def _deploy_json(result, events: list, warnings: list[str]) -> dict:
+    """deploy's report with the envelope's shapes: preflight checks as findings (id: the check's name, plus
+    `ok` and `host`), `error` as an error object, the stage events, and the deprecation warnings."""
+    from ddtctl.report import FindingRecord
+
+    data = result.to_json()
+    data["checks"] = [dict(FindingRecord(id=c.get("name"), severity=c.get("severity") or "error",
+                                         message=str(c.get("message", "")), fix=c.get("fix")).to_json(),
+                           ok=c.get("ok"), host=c.get("host")) for c in data.get("checks") or []]
+    data["error"] = _error_json(data.get("error"), result.exit_code)
+    data["events"] = [ev.to_json() for ev in events]
+    data["warnings"] = [FindingRecord(id=None, severity="warning", message=w).to_json() for w in warnings]
+    return data
 
 
 def _resolve(host: str, inventory: str | None):
@@ -75,13 +125,18 @@ def _resolve(host: str, inventory: str | None):
     return host_by_name(host, inventory)
 
 
-def _deprecated_alias(used: bool, old: str, new: str) -> bool:
-    """A hidden deprecated option: still works, with one line on stderr."""
-    if used:
+_ALIASES = {"dry_run": ("--dry-run", "--plan"), "check": ("--check", "--stage")}
+
+
+def _deprecations(fmt: OutputFormat, **used: bool) -> list[str]:
+    """Hidden deprecated options still work, with a warning: on stderr, or in the JSON (`warnings`)."""
+    warnings = [f"`deploy {old}` is deprecated, use `deploy {new}`"
+                for name, (old, new) in _ALIASES.items() if used.get(name)]
+    if fmt != OutputFormat.json:
         import sys
 
-        sys.stderr.write(f"ddtctl: warning: `deploy {old}` is deprecated, use `deploy {new}`\n")
-    return used
+        sys.stderr.write("".join(f"ddtctl: warning: {w}\n" for w in warnings))
+    return warnings
 
 
 @app.command()
@@ -112,8 +167,8 @@ def deploy(
     install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
     the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
     """
-    plan = _deprecated_alias(dry_run, "--dry-run", "--plan") or plan
-    stage = _deprecated_alias(check, "--check", "--stage") or stage
+    deprecations = _deprecations(fmt, dry_run=dry_run, check=check)
+    plan, stage = plan or dry_run, stage or check
     from ddtctl.deploy import DeployOptions, spec_from_profile
     from ddtctl.deploy import deploy as run_deploy
     from ddtctl.errors import UsageError
@@ -134,27 +189,18 @@ def deploy(
     spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)
     hosts = [resolve_host(n, inv) for n in spec.host_names]
 
-    def confirm(plan) -> bool:
-        if yes:
-            return True
-        live.__exit__(None, None, None)  # no spinner over the prompt
-        import sys
-
-        if not sys.stdin.isatty():
-            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
-        return typer.confirm("Apply this plan?", default=False)
-
+    live = _Live(fmt)
     opts = DeployOptions(dry_run=plan, check_only=stage, restart=restart, trust_new_host=trust_new_host,
                          lock_wait_s=lock_wait, remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout,
-                         confirm=confirm)
-    with _Live(fmt) as live:
+                         confirm=lambda _plan: live.confirm(yes))
+    with live:
         opts.on_event = live.on_event
         opts.on_ship_progress = live.ship_progress
         result = run_deploy(spec, hosts, opts)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(result.to_json())
+        emit_json("deploy", _deploy_json(result, live.events, deprecations), result.exit_code)
     else:
         from ddtctl.cli._app import stdout_console
 
@@ -199,9 +245,9 @@ def facts(
             models = []
     f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(f.to_json())
+        emit_json("facts", f.to_json())
         return
     from rich.markup import escape
 
@@ -250,9 +296,9 @@ def status(
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
     healthy = _healthy(st)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(dict(st.to_json(), healthy=healthy))
+        emit_json("status", dict(st.to_json(), healthy=healthy), ExitCode.OK if healthy else ExitCode.DEPLOY)
     else:
         from ddtctl.cli._app import stdout_console
 
@@ -303,16 +349,18 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
             results = list(pool.map(one, hosts))
         for row, (st, err) in zip(rows, results, strict=True):
             if err is not None:
-                row.update(status=None, healthy=False, error=err.one_line())
+                row.update(status=None, healthy=False, error=err)
                 code = ExitCode.REMOTE
             else:
                 row.update(status=st.to_json(), healthy=_healthy(st), error=None)
                 if not row["healthy"] and code == ExitCode.OK:
                     code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
+        from ddtctl.report import ErrorInfo
 
-        print_json(rows)
+        emit_json("status", {"hosts": [dict(r, error=ErrorInfo.from_exception(r["error"]).to_json()
+                                            if r.get("error") else None) for r in rows]}, code)
         return code
     from ddtctl.cli._app import stderr_console, stdout_console
 
@@ -344,7 +392,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     con.print(table)
     for r in rows:
         if r.get("error"):
-            con.print(r["error"], markup=False)  # names the host
+            con.print(r["error"].one_line(), markup=False)  # names the host
     return code
 
 
@@ -361,9 +409,9 @@ def releases(
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host, probe=False)  # no /health needed
     rows = [_release_summary(r) for r in st.releases]
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json({"current": st.current, "releases": rows})
+        emit_json("releases", {"current": st.current, "releases": rows})
         return
     from rich.table import Table
 
@@ -418,9 +466,9 @@ def stop(
 
     r = stop_server(_resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(r.to_json())
+        emit_json("stop", r.to_json())
         return
     from ddtctl.cli._app import stdout_console
 
@@ -442,14 +490,16 @@ def rollback(
     from ddtctl.deploy import rollback as run_rollback
     from ddtctl.errors import ExitCode
 
+    printer = _printer(fmt)
     r = run_rollback(_resolve(host, inventory), release, lock_wait_s=lock_wait, health_timeout_s=health_timeout,
-                     on_event=_printer(fmt), trust_new_host=trust_new_host)
+                     on_event=printer, trust_new_host=trust_new_host)
+    code = ExitCode.OK if r.ok else ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
-        print_json(r.to_json())
+        emit_json("rollback", dict(r.to_json(), events=[ev.to_json() for ev in printer.events]), code)
     else:
         from ddtctl.cli._app import stdout_console
 
         stdout_console().print(f"rolled back {r.from_release} -> {r.to_release}: {r.health.message}")
-    raise typer.Exit(ExitCode.OK if r.ok else ExitCode.DEPLOY)
+    raise typer.Exit(code)

@@ -7,7 +7,7 @@ from enum import Enum
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app, print_json
+from ddtctl.cli._app import OutputFormat, app, emit_json
 
 
 class RenderAs(str, Enum):
@@ -30,6 +30,6 @@ def render(
 
     result = render_profile(profile, as_.value, show_secrets=show_secrets)
     if fmt == OutputFormat.json:
-        print_json(result.to_json())
+        emit_json("render", result.to_json())
         return
     sys.stdout.write(result.text.rstrip("\n") + "\n")

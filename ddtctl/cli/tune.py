@@ -127,8 +127,11 @@ def tune(
 
         plotted = str(plot_png(result, plot))
     drawn = _draw_in_terminal(result) if plot_terminal else None
+    code = ExitCode.OK if result.winner is not None else ExitCode.INVALID
+    if result.restore_error:
+        code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import print_json
+        from ddtctl.cli._app import emit_json
 
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
@@ -136,16 +139,14 @@ def tune(
         out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
             if written else None
         out["plot"] = plotted
-        print_json(out)
+        emit_json("tune", out, code)
     else:
         _print_text(result, written)
         if drawn:
             sys.stdout.write(drawn)  # as drawn: rich would wrap its lines and escape its colours
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
-    if result.restore_error:
-        raise typer.Exit(ExitCode.DEPLOY)
-    raise typer.Exit(ExitCode.OK if result.winner is not None else ExitCode.INVALID)
+    raise typer.Exit(code)
 
 
 def _draw_in_terminal(result) -> str | None:

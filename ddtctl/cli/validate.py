@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from ddtctl.cli._app import OutputFormat, app, print_json, stdout_console
+from ddtctl.cli._app import OutputFormat, ReportFormat, app, emit_json, stdout_console
+from ddtctl.errors import ExitCode
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -26,7 +27,8 @@ def validate(
     diff: bool = typer.Option(False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Rule id(s) to ignore (repeatable, or "
                                                "comma-separated); errors SGLang rejects itself cannot be."),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text, json, or github (GitHub "
+                                        "Actions annotations, one per finding)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang import).
@@ -46,7 +48,7 @@ def _esc(text: str) -> str:
 
 
 @app.command("rules")
-def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"),
+def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
                coverage: bool = typer.Option(False, "--coverage", help="Map every raise/assert site of the pinned "
                                              "SGLang's resolver to a rule or an exemption; exit 1 if one is "
                                              "unmapped.")) -> None:
@@ -57,17 +59,17 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
         from ddtctl.rules import coverage as cov
 
         rows = cov.classify(cov.sites(), cov.load_mapping())
+        code = ExitCode.INVALID if any(m is None for _, m in rows) else ExitCode.OK
         if output == OutputFormat.json:
-            print_json([{"key": s.key, "line": s.line, "mapped": m} for s, m in rows])
+            sites = [{"key": s.key, "line": s.line, "mapped": m} for s, m in rows]
+            emit_json("rules", {"sites": sites}, code)
         else:
             print(cov.table(rows))
-        raise typer.Exit(1 if any(m is None for _, m in rows) else 0)
+        raise typer.Exit(code)
 
     rules = all_rules()
     if output == OutputFormat.json:
-        print_json([{"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads),
-                     "needs": list(r.needs), "reference": r.reference, "sglang_enforces": r.sglang_enforces}
-                    for r in rules])
+        emit_json("rules", {"rules": [_rule_json(r) for r in rules]})
         return
     from rich.table import Table
 
@@ -82,8 +84,20 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
     stdout_console().print(table)
 
 
+def _rule_json(r) -> dict:
+    return {"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads),
+            "needs": list(r.needs), "reference": r.reference, "sglang_enforces": r.sglang_enforces}
+
+
+_DDT000_DOC = ("Some rules need facts about the model (config.json), the draft model or the GPU. When those "
+               "are unknown the rules are not run and this warning lists them.\nFix: make model.path a local "
+               "directory with config.json, set model.architecture, set hardware.gpu, or fetch the host's "
+               "configs with `ddtctl facts HOST`.")
+
+
 @app.command()
-def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111.")) -> None:
+def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
+            output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json.")) -> None:
     """Print a rule's documentation."""
     from ddtctl.errors import UsageError
     from ddtctl.rules.engine import RULES, all_rules
@@ -91,10 +105,12 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111.")) 
     all_rules()
     key = rule_id.strip().upper()
     if key == "DDT000":
-        typer.echo("DDT000  rules that could not run\n\nSome rules need facts about the model (config.json), the "
-                   "draft model or the GPU. When those are unknown the rules are not run and this warning lists them."
-                   "\nFix: make model.path a local directory with config.json, set model.architecture, set "
-                   "hardware.gpu, or fetch the host's configs with `ddtctl facts HOST`.")
+        if output == OutputFormat.json:
+            emit_json("explain", {"id": key, "title": "rules that could not run", "severity": "warning",
+                                  "reads": [], "needs": [], "reference": None, "sglang_enforces": False,
+                                  "doc": _DDT000_DOC})
+            return
+        typer.echo(f"DDT000  rules that could not run\n\n{_DDT000_DOC}")
         return
     r = RULES.get(key)
     if r is None:
@@ -103,6 +119,9 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111.")) 
         close = difflib.get_close_matches(key, list(RULES), n=3)
         raise UsageError(f"unknown rule {rule_id!r}", fix=f"did you mean {', '.join(close)}?" if close
                          else "`ddtctl rules` lists them")
+    if output == OutputFormat.json:
+        emit_json("explain", dict(_rule_json(r), doc=r.doc))
+        return
     lines = [f"{r.id}  {r.title}", f"severity: {r.severity}"]
     if r.reads:
         lines.append("reads: " + ", ".join("--" + d.replace("_", "-") for d in r.reads))

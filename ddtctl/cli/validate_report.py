@@ -1,16 +1,12 @@
-"""The body of `ddtctl validate`: run the checks, print text or JSON, return the exit code.
+"""The body of `ddtctl validate`: run the checks, print text, JSON (ddtctl.report's envelope) or GitHub
+annotations, return the exit code.
 
 Free of typer and rich on purpose: the start-up fast path (fastpath.py) calls it directly.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-
-
-def print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str | None, fix: bool, output: str,
@@ -35,26 +31,65 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
             raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
         results = validate_paths(paths, gpu=gpu, ignore=ignores)
         if fix:
-            results = _apply_fixes(results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores)
+            results = _apply_fixes(results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores,
+                                   say_fixed=output != "json")
+    code = _exit_code(results)
     if output == "json":
-        print_json([r.as_json() for r in results])
+        from ddtctl.report import emit
+
+        emit("validate", {"profiles": [r.as_json() for r in results]}, exit_code=code)
+    elif output == "github":
+        _print_annotations(results)
     elif diff:
         _print_diffs(results)
     else:
         _print_results(results, quiet=quiet)
+    return code
+
+
+def _exit_code(results) -> int:
+    from ddtctl.errors import ExitCode
+
     if any(r.error for r in results):
-        return 2
-    return 0 if all(r.valid for r in results) else 1
+        return ExitCode.USAGE
+    return ExitCode.OK if all(r.valid for r in results) else ExitCode.INVALID
 
 
-def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None):
+def _line_column(path: str | None, where: str | None) -> tuple[int | None, int | None]:
+    """`FILE:LINE[:COLUMN]` of an error in the profile `path` (a YAML error says where it stopped)."""
+    if not path or not where or not where.startswith(path + ":"):
+        return None, None
+    numbers = [int(n) for n in where[len(path) + 1:].split(":") if n.isdigit()]
+    return (numbers[0] if numbers else None), (numbers[1] if len(numbers) > 1 else None)
+
+
+def _print_annotations(results) -> None:
+    """--format github: one workflow command per finding (and per profile that could not be read)."""
+    from ddtctl.report import FindingRecord, finding_record, github_annotation
+
+    lines = []
+    for r in results:
+        if r.error:
+            err = r.failure
+            line, column = _line_column(r.path, err.where if err else None)
+            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path, line=line,
+                                                         column=column, message=err.message if err else r.error,
+                                                         fix=err.fix if err else None)))
+        if r.fix_refused:
+            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path,
+                                                         message=f"--fix refused: {r.fix_refused}")))
+        lines += [github_annotation(finding_record(f, file=r.path, columns=r.columns)) for f in r.findings]
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None,
+                 say_fixed: bool = True):
     """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the edit is
     made on the text that was validated, checked (it must parse to the intended profile), and written by
     ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed since it
     was read). `dry_run` (--diff): nothing is written; each result carries its diff and is the validation of the
-    edited text, so the exit code is the one validate would give after the fix."""
-    import sys
-
+    edited text, so the exit code is the one validate would give after the fix. `say_fixed`: print "fixed
+    DDT111" on stderr (text output; JSON lists them in the result's `fixed`)."""
     from ddtctl.errors import DdtctlError
     from ddtctl.fix import UNSAFE, apply_fixes, unified_diff, verify
     from ddtctl.profile import parse_profile_text
@@ -96,10 +131,14 @@ def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, i
                 rewrite(result.source, fixed.text, original=result.raw, what="profile")
             except DdtctlError as err:
                 result.error = f"--fix not written: {err.one_line()}"
+                err.message = f"--fix not written: {err.message}"
+                result.failure = err
                 out.append(result)
                 continue
-            sys.stderr.write(f"{result.source}: fixed {rules}\n")
+            if say_fixed:
+                sys.stderr.write(f"{result.source}: fixed {rules}\n")
             result = validate_path(result.source, gpu=gpu, ignore=ignore)
+            result.fixed = sorted(set(fixed.applied))
         result.unapplied = left_out
         out.append(result)
     return out

@@ -3,7 +3,6 @@ deprecated `--dry-run`/`--check`), and `status` without a host. No SSH server ne
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from json_envelope import results
 
 import ddtctl
 from ddtctl.cli.completion import app_tree, load_tree
@@ -150,7 +150,7 @@ def bash_complete(script: Path, line: list[str]) -> list[str]:
     (["ddtctl", ""], set(COMMANDS), set()),
     (["ddtctl", "de"], {"deploy"}, {"validate"}),
     (["ddtctl", "env", ""], {"create", "show", "remove"}, {"validate"}),
-    (["ddtctl", "validate", "--format", ""], {"text", "json"}, set()),
+    (["ddtctl", "validate", "--format", ""], {"text", "json", "github"}, set()),
     (["ddtctl", "validate", "--format", "=", "j"], {"json"}, {"text"}),
     (["ddtctl", "deploy", "-i", "hosts.yaml", "--"], {"--plan", "--stage", "--yes"}, {"--dry-run", "--check"}),
     (["ddtctl", "status", "--"], {"--probe", "--inventory"}, set()),
@@ -222,7 +222,7 @@ def test_status_without_host_lists_the_inventory(tmp_path):
     assert lines[1].split() == ["ct200", "10.1.2.3:2222", "ubuntu", "p.yaml"]
     assert lines[2].split() == ["b200", "10.9.9.9", "root", "-"]
     # the default inventory (./hosts.yaml), as JSON
-    doc = json.loads(ddtctl_run("status", "--format", "json", cwd=tmp_path).stdout)
+    doc = results(ddtctl_run("status", "--format", "json", cwd=tmp_path).stdout, "status")["hosts"]
     assert [(h["host"], h["address"], h["user"], h["port"]) for h in doc] == [
         ("ct200", "10.1.2.3", "ubuntu", 2222), ("b200", "10.9.9.9", "root", 22)]
 
@@ -239,7 +239,8 @@ def test_status_probe_reports_an_unreachable_host(tmp_path):
     inv = write_inventory(tmp_path, f"hosts:\n  down: {{address: 127.0.0.1, port: {port}, connect_timeout_s: 5}}\n")
     res = ddtctl_run("status", "--probe", "-i", inv, "--format", "json", env={"HOME": str(tmp_path)})
     assert res.returncode == 3, res.stdout + res.stderr
-    (row,) = json.loads(res.stdout)
-    assert row["host"] == "down" and row["healthy"] is False and row["status"] is None and "down" in row["error"]
+    (row,) = results(res.stdout, "status")["hosts"]
+    assert row["host"] == "down" and row["healthy"] is False and row["status"] is None
+    assert row["error"]["where"] == "down" and row["error"]["exit_code"] == 3 and row["error"]["message"]
     text = ddtctl_run("status", "--probe", "-i", inv, env={"HOME": str(tmp_path)})
     assert text.returncode == 3 and "unreachable" in text.stdout and "release" in text.stdout.splitlines()[0]

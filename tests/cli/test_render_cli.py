@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from json_envelope import results
+
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = str(REPO / "profiles" / "qwen36-27b-ddtree.yaml")
 
@@ -26,7 +28,7 @@ def test_render_argv_shell_and_sglang_config():
     assert shell.returncode == 0 and shell.stdout.startswith("env NCCL_P2P_LEVEL=SYS python3 -m sglang.launch_server")
     config = _ddtctl("render", PROFILE, "--as", "sglang-config")
     assert config.returncode == 0 and "\nspeculative-ddtree-shadow-linear: true\n" in config.stdout
-    doc = json.loads(_ddtctl("render", PROFILE, "--as", "argv", "--format", "json").stdout)
+    doc = results(_ddtctl("render", PROFILE, "--as", "argv", "--format", "json").stdout, "render")
     assert doc["argv"] == tokens[3:] and doc["env"] == {"NCCL_P2P_LEVEL": "SYS"} and doc["format"] == "argv"
 
 

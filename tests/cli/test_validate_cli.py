@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "profiles"
@@ -44,14 +45,19 @@ def test_seed_without_mamba_flags_fails_with_one_message_and_the_fix(tmp_path):
 
 
 def test_json_document_is_stable(tmp_path):
-    run = ddtctl("validate", "--format", "json", seed_without_mamba(tmp_path), SEED)
+    path = seed_without_mamba(tmp_path)
+    run = ddtctl("validate", "--format", "json", path, SEED)
     assert run.returncode == 1
-    doc = json.loads(run.stdout)
-    assert [d["valid"] for d in doc] == [False, True]
+    assert json.loads(run.stdout)["ok"] is False
+    doc = results(run.stdout, "validate")["profiles"]
+    assert [d["ok"] for d in doc] == [False, True]
     finding = doc[0]["findings"][0]
-    assert set(finding) == {"rule", "severity", "message", "line", "fix", "fixable"}
-    assert finding["rule"] == "DDT111" and isinstance(finding["line"], int)
-    assert finding["fixable"] == "unsafe"  # the memory ratio is a guess the user must own
+    assert set(finding) == {"id", "severity", "message", "file", "line", "column", "key", "fix", "fixable",
+                            "fix_safety"}
+    assert finding["id"] == "DDT111" and isinstance(finding["line"], int) and finding["file"] == str(path)
+    line_text = path.read_text().splitlines()[finding["line"] - 1]
+    assert finding["column"] == len(line_text) - len(line_text.lstrip()) + 1  # where the key starts
+    assert finding["fixable"] is True and finding["fix_safety"] == "unsafe"  # the memory ratio is a guess
     assert doc[0]["ignored"] == [] and doc[1]["ignored"] == []
 
 
@@ -110,8 +116,8 @@ def test_wrong_types_are_findings_with_lines(tmp_path):
     path.write_text("name: t\nmodel: {path: /m}\nserver:\n  tp-size: eight\n  disable-overlap-schedule: 1\n")
     run = ddtctl("validate", "--format", "json", path)
     assert run.returncode == 1
-    findings = json.loads(run.stdout)[0]["findings"]
-    assert {(f["rule"], f["line"]) for f in findings} == {("DDT002", 4), ("DDT002", 5)}
+    findings = results(run.stdout, "validate")["profiles"][0]["findings"]
+    assert {(f["id"], f["line"], f["column"]) for f in findings} == {("DDT002", 4, 3), ("DDT002", 5, 3)}
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -121,7 +127,7 @@ def test_debug_shows_traceback(tmp_path):
 
 def test_rules_and_explain():
     rules = ddtctl("rules", "--format", "json")
-    ids = [r["id"] for r in json.loads(rules.stdout)]
+    ids = [r["id"] for r in results(rules.stdout, "rules")["rules"]]
     assert "DDT111" in ids and ids == sorted(ids)
     explain = ddtctl("explain", "ddt112")
     assert explain.returncode == 0 and "shadow-linear" in explain.stdout and "root-to-node path" in explain.stdout

@@ -3,13 +3,13 @@ path and through typer (DDTCTL_NO_FASTPATH=1), which must agree."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from json_envelope import results
 
 from ddtctl.cli.fastpath import try_validate
 
@@ -80,9 +80,10 @@ def test_plain_fix_leaves_the_unsafe_fix_and_says_so(broken):
 
 def test_json_fields(broken):
     code, out, _ = run("validate", "--format", "json", "--ignore", "DDT000", broken)
-    doc = json.loads(out)[0]
-    assert code == 1 and doc["findings"][0]["fixable"] == "unsafe"
-    assert [(f["rule"], f["reason"]) for f in doc["ignored"]] == [("DDT000", "--ignore on the command line")]
+    doc = results(out, "validate")["profiles"][0]
+    first = doc["findings"][0]
+    assert code == 1 and first["fixable"] is True and first["fix_safety"] == "unsafe"
+    assert [(f["id"], f["reason"]) for f in doc["ignored"]] == [("DDT000", "--ignore on the command line")]
 
 
 def test_help_lists_the_options():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+from json_envelope import results
 
 from ddtctl.kernels import reference as R
 
@@ -28,7 +28,7 @@ def test_tree_json_matches_reference(tmp_path):
     path = logits_file(tmp_path)
     run = ddtctl("kernels", "tree", "--logits", path, "--budget", 9, "--format", "json")
     assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)
+    data = results(run.stdout, "kernels tree")
     ref = R.build_from_logits(np.load(path), 9)
     assert [n["token"] for n in data["nodes"]] == ref.tokens.tolist()
     assert [n["parent"] for n in data["nodes"]] == ref.parents[1:].tolist()
@@ -71,7 +71,7 @@ def test_tree_float64_logits_beyond_float32_range_give_no_nan(tmp_path):
     run = ddtctl("kernels", "tree", "--logits", path, "--budget", 4, "--format", "json")
     assert run.returncode == 0, run.stderr
     assert "NaN" not in run.stdout and "Infinity" not in run.stdout
-    data = json.loads(run.stdout)
+    data = results(run.stdout, "kernels tree")
     nodes = data["nodes"]
     # softmax of [1e300, -1e300, 0, 5] puts all mass on token 0, of the next row on token 1: a sure chain first
     assert [(n["token"], n["depth"]) for n in nodes[:3]] == [(0, 1), (1, 2), (0, 3)]
@@ -99,7 +99,7 @@ def test_tree_refuses_a_forged_npy_header_without_allocating_it(tmp_path):
 def test_selftest_cpu_passes_and_reports_json():
     run = ddtctl("kernels", "selftest", "--device", "cpu", "--quick", "--format", "json", timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    data = json.loads(run.stdout)
+    data = results(run.stdout, "kernels selftest")
     assert data["ok"] is True and data["device"] == "cpu" and len(data["checks"]) == 4
     assert all(c["ok"] for c in data["checks"])
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
+from json_envelope import results
 from overlay_fixtures import snapshot, write
 
 
@@ -22,7 +22,7 @@ def test_build_install_status_uninstall_cycle(fake_site, fake_payload, tmp_path)
     out = ddtctl("overlay", "build", "--payload", fake_payload, "--sglang-root", fake_site, "--python", py,
                  "--out", tmp_path / "b", "--format", "json")
     assert out.returncode == 0, out.stderr
-    built = json.loads(out.stdout)
+    built = results(out.stdout, "overlay build")
     assert {f["kind"] for f in built["files"]} == {"patched", "added"}
 
     text = ddtctl("overlay", "build", "--payload", fake_payload, "--sglang-root", fake_site, "--python", py,
@@ -34,7 +34,7 @@ def test_build_install_status_uninstall_cycle(fake_site, fake_payload, tmp_path)
     assert out.returncode == 0 and "installed payload" in out.stdout, out.stderr
     st = ddtctl("overlay", "status", "--sglang-root", fake_site, "--python", py, "--state-dir", state,
                 "--format", "json")
-    assert json.loads(st.stdout)["installed"] is True
+    assert results(st.stdout, "overlay status")["installed"] is True
     again = ddtctl("overlay", "install", "--sglang-root", fake_site, "--payload", tmp_path / "b" / "payload",
                    "--python", py, "--state-dir", state)
     assert again.returncode == 0 and "nothing to do: this payload is already installed" in again.stdout
@@ -47,7 +47,7 @@ def test_install_builds_a_payload_source_against_the_target(fake_site, fake_payl
     out = ddtctl("overlay", "install", "--sglang-root", fake_site, "--payload", fake_payload, "--python",
                  sys.executable, "--state-dir", tmp_path / "state", "--format", "json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["action"] == "installed"
+    assert results(out.stdout, "overlay install")["action"] == "installed"
     assert (fake_site / "fake_ddtree" / "plugin.py").is_file()
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from json_envelope import error, results
 
 pytestmark = pytest.mark.ssh
 
@@ -27,15 +28,24 @@ def test_cli_deploy_status_logs_releases_stop(lab):
                   "--dry-run", check=0)
     assert "first deploy" in plan.stderr and "nothing changed" in plan.stdout
     assert not (lab.work() / "releases").exists()  # --dry-run changed nothing
+    unconfirmed = ddtctl(lab, "deploy", "lo", "--profile", prof, "--payload", str(lab.payload),
+                         "--skip-remote-dry-run", "--format", "json", check=2)
+    assert "--format json does not prompt" in error(unconfirmed.stdout, "deploy", 2)["message"]
+    assert "ddtctl: error" not in unconfirmed.stderr and not (lab.work() / "releases").exists()
     res = ddtctl(lab, "deploy", "lo", "--profile", prof, "--payload", str(lab.payload), "--skip-remote-dry-run",
                  "--yes", "--format", "json", check=0)
-    out = json.loads(res.stdout)
-    assert out["status"] == "deployed" and out["health"]["ok"]
+    out = results(res.stdout, "deploy")
+    assert out["status"] == "deployed" and out["health"]["ok"] and out["error"] is None
+    checks = out["checks"]  # the preflight checks, as findings (id: the check's name)
+    assert checks and all(c["id"] and (c["ok"] or c["severity"] != "error") for c in checks), checks
+    stages = [ev["stage"] for ev in out["events"]]  # the stage events: in the envelope, and live on stderr
     for stage in ("facts", "preflight", "lock", "plan", "ship", "install", "launch", "health", "record"):
-        assert f" {stage}" in res.stderr, stage
+        assert stage in stages and f" {stage}" in res.stderr, stage
     rid = out["release"]["lo"]
     st = ddtctl(lab, "status", "lo", "--format", "json", check=0)
-    assert json.loads(st.stdout)["current"] == rid and json.loads(st.stdout)["healthy"]
+    assert results(st.stdout, "status")["current"] == rid and results(st.stdout, "status")["healthy"]
+    releases = results(ddtctl(lab, "releases", "lo", "--format", "json", check=0).stdout, "releases")
+    assert releases["current"] == rid and [r["id"] for r in releases["releases"]] == [rid]
     assert "[standin] serving on" in ddtctl(lab, "logs", "lo", "-n", "20", check=0).stdout
     rel = ddtctl(lab, "releases", "lo", check=0).stdout
     assert rid in rel and "ok" in rel
@@ -44,12 +54,16 @@ def test_cli_deploy_status_logs_releases_stop(lab):
     assert "unchanged" in again.stdout
     assert "stopped release " + rid in ddtctl(lab, "stop", "lo", check=0).stdout
     assert ddtctl(lab, "status", "lo").returncode == 5  # not running -> non-zero
+    down = ddtctl(lab, "status", "lo", "--format", "json", check=5)
+    assert json.loads(down.stdout)["ok"] is False and results(down.stdout, "status")["healthy"] is False
 
 
 def test_cli_unknown_host_key_is_one_line_exit_3(lab):
     lab.known_hosts.write_text("")
     res = ddtctl(lab, "facts", "lo", check=3)
     assert res.stderr.count("\n") == 1 and "unknown host key" in res.stderr and "Traceback" not in res.stderr
+    res = ddtctl(lab, "facts", "lo", "--format", "json", check=3)  # the error in the envelope, on stdout
+    assert "unknown host key" in error(res.stdout, "facts", 3)["message"] and res.stderr == ""
     ok = ddtctl(lab, "facts", "lo", "--trust-new-host", check=0)
     assert "NVIDIA H200" in ok.stdout and "sm90" in ok.stdout
 
@@ -67,8 +81,11 @@ def test_cli_short_form_uses_the_host_default_profile(lab):
     lab.inventory.write_text(yaml.safe_dump(doc))
     res = ddtctl(lab, "deploy", "lo", "--algo", "DDTREE", "--payload", str(lab.payload), "--skip-remote-dry-run",
                  "--dry-run", "--format", "json", check=0)
-    out = json.loads(res.stdout)
+    out = results(res.stdout, "deploy")
     assert out["status"] == "planned"
+    warnings = [w["message"] for w in out["warnings"]]
+    assert warnings == ["`deploy --dry-run` is deprecated, use `deploy --plan`"]
+    assert "deprecated" not in res.stderr
     argv = out["plan"]["hosts"][0]["launch_argv"]
     assert argv[argv.index("--speculative-algorithm") + 1] == "DDTREE"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
+import json_envelope
 import pytest
 
 from ddtctl.deploy import DeployOptions, deploy, host_status, spec_from_profile
@@ -142,7 +143,7 @@ def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
             "--bench-cmd", f"{sys.executable} {STANDIN_BENCH}", "--health-timeout", "10", "-i", str(lab.inventory)]
     run = CliRunner().invoke(app, args + ["--write", "--format", "json"])
     assert run.exit_code == 0, run.output
-    out = json.loads(run.stdout)
+    out = json_envelope.results(run.stdout, "tune")
     assert out["winner"]["flags"] == {BUDGET: 32} and out["written"]["changed"]
     text = prof.read_text()
     assert "  speculative-ddtree-budget: 32  # before tuning\n" in text

@@ -1,0 +1,212 @@
+"""The one JSON document every `--format json` command prints, and GitHub annotations for `--format github`.
+
+    {"version": 1, "command": "validate", "ok": false, "results": {...},
+     "error": null | {"message": ..., "where": ..., "fix": ..., "exit_code": 2}}
+
+`ok` is true exactly when the exit code is 0. `results` is always an object, shaped by the command. A failure
+that stops the command (bad usage, I/O, SSH) is `error`, with the exit code the process exits with
+(ddtctl.errors.ExitCode); `results` is then null. A finding (a rule hit, an SGLang warning, a preflight check)
+has the same keys in every command: FINDING_KEYS. Bump ENVELOPE_VERSION when a key is renamed or removed
+(adding one is compatible).
+
+Light on purpose (json and dataclasses only): the start-up fast path of `ddtctl validate` prints through it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENVELOPE_VERSION = 1
+
+# Sub-applications of the CLI: their commands are named "group command" ("overlay build").
+COMMAND_GROUPS = ("env", "kernels", "overlay")
+
+SEVERITIES = ("error", "warning", "info")
+FINDING_KEYS = ("id", "severity", "message", "file", "line", "column", "key", "fix", "fixable", "fix_safety")
+
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"], "minimum": 1}
+
+FINDING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": list(FINDING_KEYS),
+    "properties": {
+        "id": {"type": ["string", "null"],
+               "description": "rule id (DDT111); null for a warning SGLang logged without one"},
+        "severity": {"enum": list(SEVERITIES)},
+        "message": {"type": "string"},
+        "file": _NULLABLE_STRING,
+        "line": _NULLABLE_INT,
+        "column": _NULLABLE_INT,
+        "key": _NULLABLE_STRING,
+        "fix": _NULLABLE_STRING,
+        "fixable": {"type": "boolean", "description": "`validate --fix` can apply the fix"},
+        "fix_safety": {"enum": ["safe", "unsafe", None],
+                       "description": "unsafe: applied only with --unsafe-fixes"},
+    },
+}
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["message", "where", "fix", "exit_code"],
+    "properties": {"message": {"type": "string"}, "where": _NULLABLE_STRING, "fix": _NULLABLE_STRING,
+                   "exit_code": {"type": "integer", "minimum": 1}},
+}
+
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ddtctl --format json output",
+    "type": "object",
+    "required": ["version", "command", "ok", "results", "error"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"const": ENVELOPE_VERSION},
+        "command": {"type": "string"},
+        "ok": {"type": "boolean", "description": "true exactly when the exit code is 0"},
+        "results": {"type": ["object", "null"]},
+        "error": {"oneOf": [{"type": "null"}, ERROR_SCHEMA]},
+    },
+    "$defs": {"finding": FINDING_SCHEMA, "error": ERROR_SCHEMA},
+}
+
+
+@dataclass
+class ErrorInfo:
+    """What stopped a command, as the one-line error of text mode says it (what, where, how to fix)."""
+
+    message: str
+    exit_code: int
+    where: str | None = None
+    fix: str | None = None
+
+    @classmethod
+    def from_exception(cls, err: Any) -> "ErrorInfo":
+        """From a DdtctlError (message, where, fix, exit_code)."""
+        return cls(message=err.message, exit_code=err.exit_code, where=err.where, fix=err.fix)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "where": self.where, "fix": self.fix, "exit_code": self.exit_code}
+
+
+@dataclass
+class Envelope:
+    command: str
+    ok: bool
+    results: dict[str, Any] | None
+    error: ErrorInfo | None = None
+    version: int = field(default=ENVELOPE_VERSION)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "command": self.command, "ok": self.ok, "results": self.results,
+                "error": self.error.to_json() if self.error else None}
+
+
+@dataclass
+class FindingRecord:
+    """One finding as every command reports it (FINDING_KEYS, in this order)."""
+
+    id: str | None
+    severity: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    key: str | None = None
+    fix: str | None = None
+    fixable: bool = False
+    fix_safety: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def finding_record(finding: Any, *, file: str | None, columns: dict[int, int] | None = None) -> FindingRecord:
+    """A rule-engine Finding (ddtctl.rules.engine) as a record; `columns`: line -> column of the key there."""
+    line = finding.line
+    return FindingRecord(id=finding.rule, severity=finding.severity, message=finding.message, file=file,
+                         line=line, column=(columns or {}).get(line) if line else None, key=finding.key,
+                         fix=finding.fix, fixable=bool(finding.fixable), fix_safety=finding.fixable)
+
+
+_RULE_TAG = re.compile(r"\[(DDT\d{3})\]")
+
+
+def warning_record(message: str, *, file: str | None) -> FindingRecord:
+    """A warning SGLang (or the DDTREE payload) logged; its rule id when the text has one (`[DDT115] ...`)."""
+    tag = _RULE_TAG.search(message)
+    return FindingRecord(id=tag.group(1) if tag else None, severity="warning", message=message, file=file)
+
+
+# -- printing ------------------------------------------------------------------------------------------------
+class _State:
+    emitted = False  # one document per process: an error after the results were printed stays on stderr
+
+
+def emit(command: str, results: dict[str, Any] | None, *, exit_code: int,
+         error: ErrorInfo | None = None) -> None:
+    """Print the envelope of `command` on stdout (ok: exit code 0 and no error)."""
+    envelope = Envelope(command=command, ok=exit_code == 0 and error is None, results=results, error=error)
+    sys.stdout.write(json.dumps(envelope.to_json(), indent=2, default=str) + "\n")
+    sys.stdout.flush()
+    _State.emitted = True
+
+
+def start_run() -> None:
+    """A new command in this process (the CLI's main() may run several times in one test process)."""
+    _State.emitted = False
+
+
+def emit_error(command: str, error: ErrorInfo) -> bool:
+    """The envelope of a command that failed; False when this process already printed its document."""
+    if _State.emitted:
+        return False
+    emit(command, None, exit_code=error.exit_code, error=error)
+    return True
+
+
+def json_command(args: list[str]) -> str | None:
+    """The command name ("validate", "overlay build") when `args` ask for `--format json`, else None. Read
+    before parsing so that an error raised anywhere (option parsing included) still goes into the envelope."""
+    words: list[str] = []
+    wants_json = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg == "--format" and i + 1 < len(args):
+            wants_json = args[i + 1] == "json"
+            i += 2
+            continue
+        if arg.startswith("--format="):
+            wants_json = arg == "--format=json"
+        elif not arg.startswith("-") and len(words) < 2 and (not words or words[0] in COMMAND_GROUPS):
+            words.append(arg)
+        i += 1
+    return (" ".join(words) or "ddtctl") if wants_json else None
+
+
+# -- GitHub Actions workflow commands ------------------------------------------------------------------------
+_GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotation(record: FindingRecord) -> str:
+    """`::error file=F,line=L,col=C,title=DDT123::message` (escaped as @actions/core escapes it); the fix, if
+    any, on a second line of the message."""
+    props = (("file", record.file), ("line", record.line), ("col", record.column), ("title", record.id))
+    head = ",".join(f"{name}={_escape_property(str(value))}" for name, value in props if value is not None)
+    message = record.message + (f"\nfix: {record.fix}" if record.fix else "")
+    level = _GITHUB_LEVEL.get(record.severity, "error")
+    return f"::{level}{' ' + head if head else ''}::{_escape_data(message)}"
