@@ -70,7 +70,8 @@ class BenchRun:
 
     @classmethod
     def from_json(cls, d: dict) -> "BenchRun":
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        return cls(**fields)
 
 
 # -- the user's prompt file ----------------------------------------------------------------------------------

@@ -68,12 +68,11 @@ def tune(
     Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
     """
     import shlex
-    import sys
 
     from ddtctl.cli._app import stderr_console
-    from ddtctl.errors import ExitCode, UsageError
+    from ddtctl.errors import UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
-    from ddtctl.tune import BASELINES, TuneOptions, load_space, write_point
+    from ddtctl.tune import BASELINES, TuneOptions, load_space
     from ddtctl.tune import tune as run_tune
     from ddtctl.tune_plot import check_extras
 
@@ -118,6 +117,17 @@ def tune(
 
         opts.on_start, opts.on_point, opts.on_event = on_start, on_point, on_event
         result = run_tune(profile, h, opts)
+    raise typer.Exit(_report(result, profile, write=write, plot=plot, plot_terminal=plot_terminal, fmt=fmt))
+
+
+
+def _report(result, profile: str, *, write: bool, plot: str | None, plot_terminal: bool, fmt: OutputFormat) -> int:
+    """Write the winner / plots as asked, print the result; the exit code."""
+    import sys
+
+    from ddtctl.errors import ExitCode
+    from ddtctl.tune import write_point
+
     written = None
     if write and result.winner is not None:
         written = write_point(profile, result.winner)
@@ -146,8 +156,7 @@ def tune(
             sys.stdout.write(drawn)  # as drawn: rich would wrap its lines and escape its colours
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
-    raise typer.Exit(code)
-
+    return int(code)
 
 def _draw_in_terminal(result) -> str | None:
     """The terminal plot, sized to the terminal (None when nothing was measured: the table says why)."""

@@ -28,7 +28,13 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
 
 from __future__ import annotations
 
-from ddtctl.rules.hooks.attention import deterministic, flex_spec, linear_attn, mla_backends, trtllm_mha_generation
+from ddtctl.rules.hooks.attention import (
+    deterministic,
+    flex_spec,
+    linear_attn,
+    mla_backends,
+    trtllm_mha_generation,
+)
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
 from ddtctl.rules.hooks.features import feature_modes
 from ddtctl.rules.hooks.kv_cache import (
