@@ -173,37 +173,10 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
                 result.warnings.append(KeyIssue(line_no, key, f"deprecated in sglang {target.version}",
                                                 f"use {now.replacement}" if now.replacement else None))
             continue
-        new_name, reason, new_value = None, "", None
-        if now is not None:  # still parses, as a deprecated alias: move to the live flag before it disappears
-            new_name = now.alias_of
-            reason = f"sglang {target.version} keeps --{key} only as a deprecated alias of --{new_name}"
-        else:
-            rename = diff.rename_of(spec.name) if diff else None
-            if rename is not None:
-                new_name = rename.new
-                how = {"declared": "", "dest": " (same dest)", "similar": " (inferred)"}[rename.how]
-                reason = f"renamed{how}: {'; '.join(rename.evidence)}"
-                if rename.how == "similar":
-                    result.warnings.append(KeyIssue(line_no, key, f"rename to {new_name} inferred from similarity, "
-                                                                  "not declared by SGLang", "check it"))
-            else:
-                gone = diff.removed_entry(spec.name) if diff else None
-                hint = gone.hint if gone else None
-                repl = None
-                for version in _span_versions(source_cat.version, target.version):
-                    s = load_catalog(version).get_option(key)
-                    if s is not None and s.replacement:
-                        repl = _replacement_value(s.replacement, target) or repl
-                if repl is not None and Catalog.is_boolean_switch(spec) and value is True:
-                    new_name, new_value = repl
-                    reason = f"removed in sglang {target.version}; sglang said: use --{repl[0]}={repl[1]}"
-                else:
-                    fix = hint or "delete the line, or find its replacement in `ddtctl diff-flags`"
-                    if Catalog.is_boolean_switch(spec) and value is False:
-                        fix = "it is set to false (the default): delete the line"
-                    result.removed.append(KeyIssue(line_no, key, f"sglang {target.version} has no --{spec.name}",
-                                                   fix))
-                    continue
+        target_flag = _target_flag(result, key, spec, value, line_no, now, diff, source_cat, target)
+        if target_flag is None:
+            continue
+        new_name, reason, new_value = target_flag
         new_canon = _canon(new_name)
         if new_canon in present and new_canon != key:
             result.removed.append(KeyIssue(line_no, key, f"--{new_name} (its new name) is also set",
@@ -231,6 +204,46 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
         _report_refusal(result, refused.reason)
     return result
 
+
+
+def _target_flag(result: MigrationResult, key: str, spec: Any, value: Any, line_no: int | None, now: Any,
+                 diff: Any, source_cat: Catalog, target: Catalog) -> tuple[str, str, Any] | None:
+    """The flag `key` becomes in the target release: (new name, why, new value or None). None when it has no
+    successor (recorded in result.removed)."""
+    from ddtctl.schema.catalog import load_catalog
+
+    new_name, reason, new_value = None, "", None
+    if now is not None:  # still parses, as a deprecated alias: move to the live flag before it disappears
+        new_name = now.alias_of
+        reason = f"sglang {target.version} keeps --{key} only as a deprecated alias of --{new_name}"
+    else:
+        rename = diff.rename_of(spec.name) if diff else None
+        if rename is not None:
+            new_name = rename.new
+            how = {"declared": "", "dest": " (same dest)", "similar": " (inferred)"}[rename.how]
+            reason = f"renamed{how}: {'; '.join(rename.evidence)}"
+            if rename.how == "similar":
+                result.warnings.append(KeyIssue(line_no, key, f"rename to {new_name} inferred from similarity, "
+                                                              "not declared by SGLang", "check it"))
+        else:
+            gone = diff.removed_entry(spec.name) if diff else None
+            hint = gone.hint if gone else None
+            repl = None
+            for version in _span_versions(source_cat.version, target.version):
+                s = load_catalog(version).get_option(key)
+                if s is not None and s.replacement:
+                    repl = _replacement_value(s.replacement, target) or repl
+            if repl is not None and Catalog.is_boolean_switch(spec) and value is True:
+                new_name, new_value = repl
+                reason = f"removed in sglang {target.version}; sglang said: use --{repl[0]}={repl[1]}"
+            else:
+                fix = hint or "delete the line, or find its replacement in `ddtctl diff-flags`"
+                if Catalog.is_boolean_switch(spec) and value is False:
+                    fix = "it is set to false (the default): delete the line"
+                result.removed.append(KeyIssue(line_no, key, f"sglang {target.version} has no --{spec.name}",
+                                               fix))
+                return None
+    return new_name, reason, new_value
 
 def _report_refusal(result: MigrationResult, reason: str) -> None:
     """The edits could not be written without touching other lines: each becomes a manual step."""

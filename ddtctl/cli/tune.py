@@ -69,7 +69,6 @@ def tune(
     """
     import shlex
 
-    from ddtctl.cli._app import stderr_console
     from ddtctl.errors import UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
     from ddtctl.tune import BASELINES, TuneOptions, load_space
@@ -94,7 +93,17 @@ def tune(
                        results_path=results,
                        keep_best=keep_best, payload_dir=payload, remote_dry_run=not skip_dry_run,
                        health_timeout_s=health_timeout, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
+    result = _run_with_progress(run_tune, profile, h, opts)
+    raise typer.Exit(_report(result, profile, write=write, plot=plot, plot_terminal=plot_terminal, fmt=fmt))
+
+
+
+
+def _run_with_progress(run_tune, profile: str, host, opts):
+    """run_tune under one progress bar over the points, each point's outcome printed above it (stderr)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ddtctl.cli._app import stderr_console
 
     console = stderr_console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -116,10 +125,7 @@ def tune(
                 progress.update(task, description=f"tune: {ev.stage}: {ev.message[:60]}")
 
         opts.on_start, opts.on_point, opts.on_event = on_start, on_point, on_event
-        result = run_tune(profile, h, opts)
-    raise typer.Exit(_report(result, profile, write=write, plot=plot, plot_terminal=plot_terminal, fmt=fmt))
-
-
+        return run_tune(profile, host, opts)
 
 def _report(result, profile: str, *, write: bool, plot: str | None, plot_terminal: bool, fmt: OutputFormat) -> int:
     """Write the winner / plots as asked, print the result; the exit code."""
