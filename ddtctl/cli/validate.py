@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ddtctl.cli._app import OutputFormat, app, print_json, stdout_console
+from ddtctl.errors import ExitCode
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -61,7 +62,7 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
             print_json([{"key": s.key, "line": s.line, "mapped": m} for s, m in rows])
         else:
             print(cov.table(rows))
-        raise typer.Exit(1 if any(m is None for _, m in rows) else 0)
+        raise typer.Exit(ExitCode.INVALID if any(m is None for _, m in rows) else ExitCode.OK)
 
     rules = all_rules()
     if output == OutputFormat.json:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ddtctl.errors import ExitCode
+
 
 def print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
@@ -43,8 +45,8 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
     else:
         _print_results(results, quiet=quiet)
     if any(r.error for r in results):
-        return 2
-    return 0 if all(r.valid for r in results) else 1
+        return ExitCode.USAGE
+    return ExitCode.OK if all(r.valid for r in results) else ExitCode.INVALID
 
 
 def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None):
