@@ -21,7 +21,7 @@ from ddtctl.argv import secret_values
 from ddtctl.errors import ExitCode
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host
-from ddtctl.remote.protocol import Batch, Gc, SetStatus, Start
+from ddtctl.remote.protocol import Batch, Gc, LockHolder, SetStatus, Start
 from ddtctl.remote.ship import ShipResult
 from ddtctl.remote.transport import Connection
 
@@ -37,7 +37,7 @@ from .launch import (
     warmup_argv,
 )
 from .lock import RemoteLock, locked_call
-from .plan import Plan, describe_plan, make_plan_for_host
+from .plan import HostPlan, Plan, describe_plan, make_plan_for_host
 from .preflight import Check, preflight_checks
 from .remote_dryrun import remote_dry_run
 from .secrets import mask_strings
@@ -161,7 +161,7 @@ class DeployRun:
     def rank0(self) -> Target:
         return self.targets[0]
 
-    def planned(self) -> list[tuple[Target, Any]]:
+    def planned(self) -> list[tuple[Target, HostPlan]]:
         """(target, its HostPlan) in rank order."""
         assert self.plan is not None
         return list(zip(self.targets, self.plan.hosts, strict=True))
@@ -244,7 +244,7 @@ def take_locks(run: DeployRun) -> Outcome:
     holder = f"{getpass.getuser()}@{socket.gethostname()} deploy {run.spec.name}"
     for t in sorted(run.targets, key=lambda t: t.name):  # one order everywhere: no lock-order deadlock
 
-        def on_wait(held: Any, name: str = t.name) -> None:
+        def on_wait(held: LockHolder, name: str = t.name) -> None:
             run.emit(Stage.LOCK, f"waiting for the deploy lock held by {held.holder}", name, Level.WARN)
 
         lock = RemoteLock(run.conns[t.name], holder=holder, wait_s=run.opts.lock_wait_s, on_wait=on_wait)
@@ -280,7 +280,7 @@ def make_plan(run: DeployRun) -> Outcome:
 def ship_to_hosts(run: DeployRun) -> Outcome:
     """Ship (all hosts in parallel) and materialize the release; nothing is installed yet."""
 
-    def one(pair: tuple[Target, Any]) -> ShipResult:
+    def one(pair: tuple[Target, HostPlan]) -> ShipResult:
         t, hp = pair
         return ship_release(
             run.conns[t.name], run.spec, t, hp, run.surveys[t.name], run.opts.on_ship_progress
