@@ -126,8 +126,7 @@ def _secret_value_positions(argv: Sequence[str]) -> Iterable[tuple[int, bool]]:
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
-    """`--api-key X` -> `--api-key ***` (also `--x-token=X`): secrets never reach a terminal or a JSON report.
-    """
+    """`--api-key X` -> `--api-key ***` (also `--x-token=X`): secrets never reach a terminal or a report."""
     out = list(argv)
     for i, inline in _secret_value_positions(argv):
         out[i] = out[i].split("=", 1)[0] + "=" + MASK if inline else MASK
@@ -139,8 +138,7 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def secret_values(argv: Sequence[str], env: dict[str, str] | None = None) -> set[str]:
-    """The secret values of an argv (and an environment), to mask wherever they appear in text (logs, errors).
-    """
+    """The secret values of an argv (and an environment), to mask wherever they appear in logs or errors."""
     values = {v for k, v in (env or {}).items() if is_secret_env(k)}
     for i, inline in _secret_value_positions(argv):
         values.add(argv[i].split("=", 1)[1] if inline else argv[i])

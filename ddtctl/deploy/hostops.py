@@ -233,8 +233,7 @@ def rollback(
     on_event: Callable[[Event], None] | None = None,
     trust_new_host: bool = False,
 ) -> RollbackResult:
-    """Make an earlier release current again: reinstall its payload, restart its server, wait until healthy.
-    """
+    """Make an earlier release current again: reinstall its payload, restart its server, wait for health."""
     emit = EventLog(on_event)
     holder = f"{getpass.getuser()} rollback"
     with _open(host, trust_new_host) as conn, RemoteLock(conn, holder=holder, wait_s=lock_wait_s):

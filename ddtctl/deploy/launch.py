@@ -44,8 +44,7 @@ sys.exit(0 if r.ok else 1)
 
 
 def warmup_argv(spec: DeploySpec, t: Target) -> list[str] | None:
-    """The host's `warmup:` command, or (by default) the payload's kernel self-test when the payload has one.
-    """
+    """The host's `warmup:` command, or (by default) the payload's kernel self-test if the payload has one."""
     explicit = t.host.warmup_argv()
     if explicit is not None:
         return explicit or None
@@ -73,8 +72,7 @@ def stop_and_install(
     grace_s: float,
     emit: EventLog,
 ) -> None:
-    """Stop the running server and (un)install the payload, in one round trip (the new server starts later).
-    """
+    """Stop the running server and (un)install the payload in one round trip (the new one starts later)."""
     ops: list[Request] = []
     if hp.stop:
         ops.append(Stop(grace_s))

@@ -345,8 +345,8 @@ def stop_if_staged(run: DeployRun) -> Outcome:
 
 
 def launch_release(run: DeployRun) -> Outcome:
-    """Stop the old servers and install the payload everywhere, then start (other ranks first, rank 0 last).
-    """
+    """Stop the old servers and install the payload everywhere, then start (other ranks first, rank 0
+    last)."""
     for t, hp in run.planned():
         stop_and_install(
             run.conns[t.name],

@@ -213,8 +213,7 @@ def preflight_checks(
 
 def ships_bundled_worker(spec: DeploySpec) -> bool:
     """Whether the payload of this deploy carries ddtctl's own DDTREE worker, byte for byte (a payload built
-    from the bundled sources does; a hand-made one may carry another worker, which DDT120 says nothing about).
-    """
+    from the bundled sources does; a hand-made one may carry another worker, of which DDT120 says nothing)."""
     from ddtctl.overlay.source import PAYLOADS_DIR, sha256_file
 
     if spec.payload is None:
@@ -243,8 +242,7 @@ def ignore_checks(
     spec: DeploySpec, target: Target, *, bundled_worker: bool
 ) -> tuple[dict[str, str], list[Check]]:
     """The profile's `ignore:` entries that apply ({rule: reason}), and an error for each that cannot: as
-    `ddtctl validate` does (DDT007), plus DDT120 while this deploy ships the worker that refuses the launch.
-    """
+    `ddtctl validate` does (DDT007), plus DDT120 while this deploy ships the worker that refuses it."""
     from ddtctl.validate import ignore_refusal
 
     applied: dict[str, str] = {}
@@ -270,8 +268,7 @@ def ignore_checks(
 
 
 def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> list[Check]:
-    """`ddtctl validate` of the rendered argv, with the host's GPU and the model configs cached from the host.
-    """
+    """`ddtctl validate` of the rendered argv, with the host's GPU and the model configs cached from it."""
     from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
     from ddtctl.validate import validate_argv
 

@@ -8,8 +8,7 @@ from ddtctl.argv import MASK, is_secret_flag, mask_argv, mask_env, mask_text
 
 
 def mask_strings(value: Any, secrets: set[str]) -> Any:
-    """Every string inside a JSON value with each secret replaced (keys too); numbers and structure untouched.
-    """
+    """Every string in a JSON value with each secret replaced (keys too); numbers, structure untouched."""
     if isinstance(value, str):
         return mask_text(value, secrets)
     if isinstance(value, list):

@@ -115,8 +115,7 @@ def _deploy_hosts(profile_hosts: list[str], host: str | None, source: str) -> li
 
 
 def load_payload(payload_dir: str) -> Manifest:
-    """The payload's manifest, checked against the ddtree-manifest.json it was built with (when it has one).
-    """
+    """The payload's manifest, checked against the ddtree-manifest.json it was built with (if any)."""
     expected = None
     mf = Path(payload_dir) / PAYLOAD_MANIFEST
     if mf.is_file():

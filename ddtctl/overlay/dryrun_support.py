@@ -18,8 +18,8 @@ ALGORITHM = "DDTREE"
 
 
 def argv_uses_ddtree(argv: Sequence[str]) -> bool:
-    """Whether any occurrence asks for DDTREE (not only the last, which argparse keeps): staging the payload view
-    for an argv that ends up not using it costs nothing, missing it would fail the dry-run."""
+    """Whether any occurrence asks for DDTREE (not only the last, which argparse keeps): staging the payload
+    view for an argv that ends up not using it costs nothing, missing it would fail the dry-run."""
     return any(v.upper() == ALGORITHM for v in flag_values([str(a) for a in argv], "--speculative-algorithm"))
 
 

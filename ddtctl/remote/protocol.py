@@ -451,7 +451,7 @@ class MissingReply:
 
 @dataclass(frozen=True)
 class Missing(Request[MissingReply]):
-    """Which objects the store lacks, over the agent (deploy lists the store over SFTP instead: no process)."""
+    """Which objects the store lacks, asked of the agent (deploy lists the store over SFTP: no process)."""
 
     OP = Op.MISSING
     hashes: tuple[str, ...]
@@ -461,7 +461,7 @@ class Missing(Request[MissingReply]):
 
 @dataclass(frozen=True)
 class Commit(Request[CommitReply]):
-    """Verify uploads in incoming/ (name -> sha256) in one call (deploy streams them with CommitStream instead)."""
+    """Verify uploads in incoming/ (name -> sha256) in one call (deploy streams them: CommitStream)."""
 
     OP = Op.COMMIT
     files: dict[str, str]

@@ -402,8 +402,8 @@ class Connection:
 
     def call(self, request: Request[ReplyT], *, timeout: float | None = None, retry: bool = False,
              locked: bool = False) -> ReplyT:
-        """Run one typed agent operation (ddtctl.remote.protocol) and return its parsed reply. `locked`: present
-        this connection's deploy-lock token (operations that change the host require it)."""
+        """Run one typed agent operation (ddtctl.remote.protocol) and return its parsed reply. `locked`:
+        present this connection's deploy-lock token (operations that change the host require it)."""
         params = request.params()
         if locked:
             params["lock_token"] = self.lock_token

@@ -1,5 +1,6 @@
-"""`ddtctl deploy` honours the profile's `ignore:` entries as `ddtctl validate` does (issue #17): an ignored rule
-neither blocks nor warns (its check says it was ignored, and why); an entry that cannot be ignored is refused."""
+"""`ddtctl deploy` honours the profile's `ignore:` entries as `ddtctl validate` does (issue #17): an ignored
+rule neither blocks nor warns (its check says it was ignored, and why); an entry that cannot be ignored is
+refused."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def _validate_checks(s) -> dict:
 
 def test_the_profile_ignore_list_reaches_the_deploy_spec(tmp_path: Path):
     profile = tmp_path / "p.yaml"
-    profile.write_text('name: p\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  attention-backend: fa3\n'
-                       'ignore:\n  - {rule: ddt701, reason: "the B200 image ships FA3 kernels"}\n')
+    profile.write_text(
+        'name: p\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  attention-backend: fa3\n'
+        'ignore:\n  - {rule: ddt701, reason: "the B200 image ships FA3 kernels"}\n'
+    )
     s = spec_from_profile(str(profile), host="gpu1")
     assert s.ignore == {"DDT701": "the B200 image ships FA3 kernels"}
 
@@ -32,7 +35,9 @@ def test_an_ignored_error_no_longer_rejects_the_deploy():
     ignored = _validate_checks(spec(FA3, gpu=None, ignore={"DDT701": "the B200 image ships FA3 kernels"}))
     check = ignored["validate:DDT701"]
     assert check.ok and not check.blocks and check.severity == "info"
-    assert check.message.startswith("ignored by the profile (the B200 image ships FA3 kernels): attention backend")
+    assert check.message.startswith(
+        "ignored by the profile (the B200 image ships FA3 kernels): attention backend"
+    )
     assert ignored["validate"].ok  # the static rules pass once the ignored finding is set aside
 
 
@@ -40,14 +45,19 @@ def test_an_ignored_warning_is_not_reported_as_a_warning():
     argv = ["--model-path", "/m", "--speculative-num-steps", "3"]
     warned = _validate_checks(spec(argv, gpu=None))["validate:DDT805"]
     assert not warned.ok and warned.severity == "warning"
-    quiet = _validate_checks(spec(argv, gpu=None, ignore={"DDT805": "set for the next release"}))["validate:DDT805"]
+    quiet = _validate_checks(spec(argv, gpu=None, ignore={"DDT805": "set for the next release"}))[
+        "validate:DDT805"
+    ]
     assert quiet.ok and quiet.severity == "info"
 
 
 def test_an_entry_that_cannot_be_ignored_rejects_the_deploy_like_validate():
     s = spec(FA3, gpu=None, ignore={"DDT001": "x", "DDT999": "y"})
-    refusals = [c for c in preflight_checks(s, target(s), facts(**B200), remote_dry_run=True)
-                if c.name == "validate:DDT007"]
+    refusals = [
+        c
+        for c in preflight_checks(s, target(s), facts(**B200), remote_dry_run=True)
+        if c.name == "validate:DDT007"
+    ]
     assert all(c.blocks and c.fix == "remove this ignore entry from the profile" for c in refusals)
     assert [c.message.split(":")[0] for c in refusals] == ["ignore DDT001", "ignore DDT999"]
     assert "SGLang 0.5.23 rejects this launch itself" in refusals[0].message

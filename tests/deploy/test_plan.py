@@ -27,7 +27,9 @@ def test_first_deploy_ships_what_the_store_lacks_and_starts():
 def test_the_same_release_running_is_unchanged_even_with_newer_tools():
     s = spec()
     t = target(s)
-    st = state(current="r1", releases=[_record(s, t, "r1")], server={"running": True, "release": "r1", "pid": 7})
+    st = state(
+        current="r1", releases=[_record(s, t, "r1")], server={"running": True, "release": "r1", "pid": 7}
+    )
     hp = make_plan_for_host(s, t, st, {"a" * 64}, restart=False)  # the tools changed: not a reason to restart
     assert hp.unchanged and hp.release_id == "r1" and hp.files_to_ship == []
     assert describe_plan(hp).startswith("no change: the same release is running; release r1")
@@ -45,11 +47,19 @@ def test_the_same_release_stopped_is_started_again_without_a_new_release():
 
 
 def test_a_changed_argv_is_a_new_release_that_stops_the_old_and_shows_the_diff():
-    old = spec(["--model-path", "/m", "--port", "30000", "--mem-fraction-static", "0.8", "--api-key", "sekrit"])
+    old = spec(
+        ["--model-path", "/m", "--port", "30000", "--mem-fraction-static", "0.8", "--api-key", "sekrit"]
+    )
     t_old = target(old)
-    new = spec(["--model-path", "/m", "--port", "30000", "--mem-fraction-static", "0.7", "--api-key", "other"])
-    st = state(current="r1", releases=[_record(old, t_old, "r1")], server={"running": True, "release": "r1"},
-               installed="deadbeef")
+    new = spec(
+        ["--model-path", "/m", "--port", "30000", "--mem-fraction-static", "0.7", "--api-key", "other"]
+    )
+    st = state(
+        current="r1",
+        releases=[_record(old, t_old, "r1")],
+        server={"running": True, "release": "r1"},
+        installed="deadbeef",
+    )
     hp = make_plan_for_host(new, target(new), st, set(), restart=False)
     assert hp.reason == "release changed" and hp.stop and hp.start and hp.new_release
     assert hp.uninstall and not hp.install  # the old release had a payload, this one has none
@@ -62,6 +72,9 @@ def test_a_changed_argv_is_a_new_release_that_stops_the_old_and_shows_the_diff()
 
 def test_argv_diff_lists_new_removed_and_changed_flags():
     assert argv_diff(["--a", "1", "--gone"], ["--a", "2", "--new", "x"]) == [
-        ("a", "1", "2"), ("new", None, "x"), ("gone", True, None)]
+        ("a", "1", "2"),
+        ("new", None, "x"),
+        ("gone", True, None),
+    ]
     assert argv_diff(None, ["--a", "1"]) == [("a", None, "1")]
     assert argv_diff(["--a", "1"], ["--a=1"]) == []

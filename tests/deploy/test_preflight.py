@@ -47,11 +47,17 @@ def test_too_few_visible_gpus_blocks_and_cuda_visible_devices_counts():
 
 def test_another_gpu_generation_or_sglang_release_blocks():
     s = spec()
-    checks = _by_name(preflight_checks(s, target(s), facts(gpu="NVIDIA B200", sm=(10, 0)), remote_dry_run=True))
-    assert checks["gpu-generation"].blocks and "host has NVIDIA B200 (sm100)" in checks["gpu-generation"].message
+    checks = _by_name(
+        preflight_checks(s, target(s), facts(gpu="NVIDIA B200", sm=(10, 0)), remote_dry_run=True)
+    )
+    assert (
+        checks["gpu-generation"].blocks and "host has NVIDIA B200 (sm100)" in checks["gpu-generation"].message
+    )
     other = _by_name(preflight_checks(s, target(s), facts(sglang="0.5.22"), remote_dry_run=True))
-    assert other["sglang"].blocks and other["sglang"].fix == "install sglang==0.5.23 on the host or change the " \
-                                                             "profile's `sglang:`"
+    assert (
+        other["sglang"].blocks
+        and other["sglang"].fix == "install sglang==0.5.23 on the host or change the profile's `sglang:`"
+    )
 
 
 def test_missing_sglang_only_warns_without_the_remote_dry_run():
@@ -59,7 +65,9 @@ def test_missing_sglang_only_warns_without_the_remote_dry_run():
     with_dry_run = _by_name(preflight_checks(s, target(s), facts(sglang=None), remote_dry_run=True))
     assert with_dry_run["sglang"].blocks
     without = _by_name(preflight_checks(s, target(s), facts(sglang=None), remote_dry_run=False))
-    assert not without["sglang"].ok and without["sglang"].severity == "warning" and not without["sglang"].blocks
+    assert (
+        not without["sglang"].ok and without["sglang"].severity == "warning" and not without["sglang"].blocks
+    )
 
 
 def test_port_disk_and_model_checks():
@@ -68,9 +76,16 @@ def test_port_disk_and_model_checks():
     assert check_port(t, facts(ports=[30000])).blocks
     ours = check_port(t, facts(ports=[30000], server={"running": True, "port": 30000, "release": "r1"}))
     assert ours.ok and ours.message == "port 30000 is used by our server"
-    checks = _by_name(preflight_checks(s, t, facts(disk_gib=0.5, models={"/m": {"error": "no config.json at /m"}}),
-                                       remote_dry_run=True))
-    assert checks["disk"].blocks and checks["model"].blocks and checks["model"].message == "/m: no config.json at /m"
+    checks = _by_name(
+        preflight_checks(
+            s, t, facts(disk_gib=0.5, models={"/m": {"error": "no config.json at /m"}}), remote_dry_run=True
+        )
+    )
+    assert (
+        checks["disk"].blocks
+        and checks["model"].blocks
+        and checks["model"].message == "/m: no config.json at /m"
+    )
 
 
 def test_static_validation_uses_the_hosts_gpu():
