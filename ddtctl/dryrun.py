@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from ddtctl.argv import flag_occurrences, has_flag
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import model_config_cache_dir
 
@@ -118,26 +119,13 @@ class ModelConfigMissing(Exception):
     pass
 
 
-def _flag_value_positions(argv: list[str], flags: Iterable[str]) -> list[tuple[int, str, bool]]:
-    """(index of the value, flag, inline '=' form) for each occurrence of the flags."""
-    out = []
-    flags = tuple(flags)
-    for i, arg in enumerate(argv):
-        for flag in flags:
-            if arg == flag and i + 1 < len(argv):
-                out.append((i + 1, flag, False))
-            elif arg.startswith(flag + "="):
-                out.append((i, flag, True))
-    return out
-
-
 def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[str], dict[str, str]]:
     """Point --model-path / --speculative-draft-model-path at a local dir with config.json.
     Returns (argv, {local_dir: original_path}); raises ModelConfigMissing naming what is missing."""
     argv = list(argv)
     mapping: dict[str, str] = {}
-    for idx, flag, inline in _flag_value_positions(argv, MODEL_PATH_FLAGS + DRAFT_PATH_FLAGS):
-        value = argv[idx].split("=", 1)[1] if inline else argv[idx]
+    for occ in flag_occurrences(argv, MODEL_PATH_FLAGS + DRAFT_PATH_FLAGS):  # every one: each is rewritten
+        idx, flag, inline, value = occ.value_index, occ.flag, occ.inline, occ.value(argv)
         if value.lower() in ("none", "dummy", ""):
             continue
         local = locate_model_config(value, host)
@@ -169,10 +157,6 @@ def _unmap(value: Any, mapping: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {k: _unmap(v, mapping) for k, v in value.items()}
     return value
-
-
-def _has_flag(argv: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
 # -- running --------------------------------------------------------------------------------------------------------
@@ -223,7 +207,7 @@ def dry_run_argvs(
             results[i] = DryRunResult(source, False, {"type": "ModelConfigMissing", "message": str(err), "hook": None},
                                       argv=list(argv), gpu=gpu_name, setup_error=True)
             continue
-        if platform is not None and not _has_flag(run_argv, "--device"):
+        if platform is not None and not has_flag(run_argv, "--device"):
             run_argv = run_argv + ["--device", "cuda"]
         prepared.append((i, run_argv, platform, gpu_name, mapping))
 

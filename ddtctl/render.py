@@ -52,7 +52,7 @@ class Rendered:
 
 
 def _masked_argv(argv: list[str]) -> list[str]:
-    from ddtctl.deploy import mask_argv
+    from ddtctl.argv import mask_argv
 
     return mask_argv(argv)
 
@@ -66,7 +66,7 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
 
     import yaml
 
-    from ddtctl.deploy import SECRET_ENV
+    from ddtctl.argv import SECRET_ENV
     from ddtctl.profile import load_profile
     from ddtctl.schema.extensions import extended_catalog
     from ddtctl.sglang_config import profile_to_config
@@ -104,7 +104,7 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
     else:
         config = profile_to_config(prof.model.path, prof.server, catalog)
         if not show_secrets:
-            from ddtctl.deploy import is_secret_flag
+            from ddtctl.argv import is_secret_flag
 
             config = {k: ("***" if is_secret_flag(k) and v not in (None, False, "") else v) for k, v in config.items()}
         header = [f"# SGLang {prof.sglang} server config rendered by ddtctl from {loaded.source}",

@@ -394,6 +394,7 @@ def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, paylo
                prompts: Prompts | None = None) -> PointResult:
     """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
     from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
+    from ddtctl.remote.protocol import Probe
     from ddtctl.remote.transport import LockHeld
     from ddtctl.validate import validate_path
 
@@ -426,8 +427,8 @@ def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, paylo
                 b = bench_argv(bench_cmd, host.python, host=target.probe_host, port=target.port,
                                tokenizer=spec.model_paths[0], concurrency=c, opts=opts, prompts=prompts)
                 pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s, prompts=prompts, key=server_key))
-            probe = conn.agent("probe", {"port": target.port, "host": target.probe_host, "lines": 0}, retry=True)
-            pr.server_metrics = server_metrics(probe.get("server_info"))
+            probe = conn.call(Probe(target.port, target.probe_host, lines=0), retry=True)
+            pr.server_metrics = server_metrics(probe.server_info)
         bad = [r for r in pr.runs if not r.ok]
         pr.status = "ok" if not bad else "failed"
         if bad:

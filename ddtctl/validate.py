@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl import PINNED_SGLANG
+from ddtctl.argv import flag_value
 from ddtctl.errors import DdtctlError, ExitCode, UsageError
 from ddtctl.flags import FlagValues, flags_from_argv, flags_from_server
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
@@ -280,7 +281,8 @@ def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINN
     argv = expand_config_argv(list(argv), catalog)  # SGLang's own --config FILE, expanded as SGLang does
     flags = flags_from_argv(list(argv), catalog)
     flags.findings = [f for f in flags.findings if f.rule != "DDT008"]  # a raw argv carries --model-path itself
-    model_path = _option_value(argv, catalog.get("model-path"))
+    model_spec = catalog.get("model-path")
+    model_path = flag_value(argv, *(model_spec.option_strings if model_spec else ()))
     extra = [] if model_path else [Finding(rule="DDT008", severity=ERROR, message="argv: --model-path is required",
                                            fix="add --model-path /path/to/model")]
     model = read_model_facts(model_path)
@@ -288,17 +290,6 @@ def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINN
     gpu_spec = resolve_gpu(gpu) if gpu else None
     return apply_ignores(check_flags(flags, source=source, model=model, draft=draft, gpu=gpu_spec, gpu_count=None,
                                      catalog=catalog, extra=extra), dict(ignore or {}))
-
-
-def _option_value(argv: list[str], spec) -> str | None:
-    """The value given to a store option in argv (`--opt v` or `--opt=v`; the last one wins, as in argparse)."""
-    value = None
-    options = spec.option_strings if spec else ()
-    for i, token in enumerate(argv):
-        name, eq, inline = token.partition("=")
-        if name in options:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
 
 
 __all__ = ["ValidationResult", "apply_ignores", "ignore_refusal", "parse_ignore_option", "validate_argv",

@@ -10,6 +10,8 @@ has the same `--version` option and `completion` command, used with --debug or D
 
 from __future__ import annotations
 
+from ddtctl.errors import ExitCode
+
 
 def try_validate(args: list[str]) -> int | None:
     """Exit code, or None to let typer handle the command line."""
@@ -72,7 +74,7 @@ def try_basics(args: list[str]) -> int | None:
         import sys
 
         sys.stdout.write(version_text() + "\n")
-        return 0
+        return ExitCode.OK
     if len(args) == 2 and args[0] == "completion":
         from ddtctl.cli.completion import SHELLS, script
 
@@ -80,5 +82,5 @@ def try_basics(args: list[str]) -> int | None:
             import sys
 
             sys.stdout.write(script(args[1]))
-            return 0
+            return ExitCode.OK
     return None

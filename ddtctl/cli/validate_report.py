@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from ddtctl.errors import ExitCode
+
 
 def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str | None, fix: bool, output: str,
                  quiet: bool, diff: bool = False, unsafe_fixes: bool = False,
@@ -48,7 +50,6 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
 
 
 def _exit_code(results) -> int:
-    from ddtctl.errors import ExitCode
 
     if any(r.error for r in results):
         return ExitCode.USAGE

@@ -15,19 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ddtctl.argv import flag_values
 from ddtctl.errors import UsageError
 
 ALGORITHM = "DDTREE"
 
 
 def argv_uses_ddtree(argv: Sequence[str]) -> bool:
-    args = list(argv)
-    for i, a in enumerate(args):
-        if a == "--speculative-algorithm" and i + 1 < len(args) and str(args[i + 1]).upper() == ALGORITHM:
-            return True
-        if a.startswith("--speculative-algorithm=") and a.split("=", 1)[1].upper() == ALGORITHM:
-            return True
-    return False
+    """Whether any occurrence asks for DDTREE (not only the last, which argparse keeps): staging the payload
+    view for an argv that ends up not using it costs nothing, missing it would fail the dry-run."""
+    return any(v.upper() == ALGORITHM for v in flag_values([str(a) for a in argv], "--speculative-algorithm"))
 
 
 def profiles_use_ddtree(paths: Sequence[str]) -> bool:

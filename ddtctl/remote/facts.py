@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.remote.protocol import Facts
 from ddtctl.remote.transport import Connection
 
 
@@ -60,7 +61,7 @@ class HostFacts:
 
 
 def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool = True) -> HostFacts:  # type: ignore[assignment]
-    raw = conn.agent("facts", {"nvidia_smi": conn.host.nvidia_smi, "model_paths": list(model_paths)}, retry=True)
+    raw = conn.call(Facts(conn.host.nvidia_smi, tuple(model_paths)), retry=True)
     facts = HostFacts(
         host=conn.host.name,
         hostname=raw["hostname"],

@@ -15,10 +15,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
+
+import paramiko
 
 from ddtctl.errors import DdtctlError, OverlayError, RemoteError
 from ddtctl.overlay.installer import sha256_file  # the same hashing the host-side installer does
+from ddtctl.remote.protocol import CommitStream, Request, ShipReply
 from ddtctl.remote.transport import Connection, ConnectionLost
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
@@ -38,6 +41,8 @@ class Manifest:
 
     root: Path | None
     files: dict[str, FileEntry] = field(default_factory=dict)
+    # loose files gathered from several places (manifest_from_files): relative path -> local file
+    sources: dict[str, Path] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -58,7 +63,10 @@ class Manifest:
                           for k, v in sorted(self.files.items())}}
 
     def path_of(self, rel: str) -> Path:
-        assert self.root is not None
+        """The local file behind `rel`."""
+        if rel in self.sources:
+            return self.sources[rel]
+        assert self.root is not None, f"{rel} has no local file in this manifest"
         return self.root / rel
 
 
@@ -80,7 +88,7 @@ def build_manifest(root: str | os.PathLike, *, expected: dict[str, str] | None =
             if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
                 raise OverlayError(f"payload holds a non-regular file (symlink or special): {rel}", where=str(root),
                                    fix="payloads are plain files only")
-            files[rel] = FileEntry(sha256_file(p), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644)
+            files[rel] = FileEntry(sha256_file(str(p)), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644)
     if expected is not None:
         got = {k: v.sha256 for k, v in files.items()}
         if got != expected:
@@ -92,20 +100,12 @@ def build_manifest(root: str | os.PathLike, *, expected: dict[str, str] | None =
 
 def manifest_from_files(files: dict[str, Path]) -> Manifest:
     """A manifest for loose files (e.g. tools: installer.py, the resolver worker) under chosen names."""
-    m = Manifest(None, {})
-    m._paths = {}  # type: ignore[attr-defined]
+    m = Manifest(None)
     for rel, path in files.items():
         p = Path(path)
-        m.files[rel] = FileEntry(sha256_file(p), p.stat().st_size, 0o644)
-        m._paths[rel] = p  # type: ignore[attr-defined]
+        m.files[rel] = FileEntry(sha256_file(str(p)), p.stat().st_size, 0o644)
+        m.sources[rel] = p
     return m
-
-
-def local_path(m: Manifest, rel: str) -> Path:
-    paths = getattr(m, "_paths", None)
-    if paths and rel in paths:
-        return paths[rel]
-    return m.path_of(rel)
 
 
 @dataclass
@@ -193,35 +193,67 @@ def _plan_uploads(todo: list[tuple[str, tuple[Path, int]]], workers: int) -> tup
     return jobs, n
 
 
-def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing | None = None,
-         on_progress: Callable[[str, int, int], None] | None = None, workers: int = 4,
-         then: list[tuple[str, dict]] = ()) -> ShipResult:  # type: ignore[assignment]
-    """Upload the objects the host lacks over SFTP, then verify them (sha256 recomputed on the host, in the same
-    round trip as `then`) and move them into the store. A dropped connection leaves only unverified files in
-    incoming/: the store, the releases and the running server are untouched; a re-run reuses complete leftovers."""
-    # the host's verifier process starts while the SFTP channel opens and the store is listed
-    argv_params = {"then": list(then), "lock_token": getattr(conn, "lock_token", None)}
-    chan, handshake = conn.open_agent_stream("commit_stream", argv_params)
-    chan.settimeout(conn.host.command_timeout_s)
-    hs_pool = ThreadPoolExecutor(1)
-    hs = hs_pool.submit(handshake)  # uploads start without waiting for the verifier to be up
-    hs_pool.shutdown(wait=False)
-    pending: list[bytes] = []
+class _Verifier:
+    """The host's verifier (the agent's commit_stream), started before the uploads: told each completed upload
+    (`NAME SHA256`), then END; its reply holds the commit and the results of the `then` operations."""
 
-    def tell(line: str, *, wait: bool = False) -> None:
+    def __init__(self, conn: Connection, request: CommitStream):
+        self.conn = conn
+        self.request = request
+        self.chan, handshake = conn.open_agent_stream(request.OP.value, request.params())
+        self.chan.settimeout(conn.host.command_timeout_s)
+        pool = ThreadPoolExecutor(1)
+        self.handshake = pool.submit(handshake)  # uploads start without waiting for the verifier to be up
+        pool.shutdown(wait=False)
+        self.pending: list[bytes] = []
+
+    def tell(self, line: str, *, wait: bool = False) -> None:
         """Queue a line for the verifier; send what is queued once it is up (or wait for it)."""
-        pending.append(line.encode())
-        if wait or hs.done():
-            hs.result()
-            chan.sendall(b"".join(pending))
-            pending.clear()
+        self.pending.append(line.encode())
+        if wait or self.handshake.done():
+            self.handshake.result()
+            self.chan.sendall(b"".join(self.pending))
+            self.pending.clear()
 
-    try:
-        if listing is None:
-            listing = list_store(conn)
-    except BaseException:
+    def finish(self) -> bytes:
+        """END, then everything the verifier printed."""
+        self.tell("END\n", wait=True)
+        self.chan.shutdown_write()
+        out = bytearray()
+        while data := self.chan.recv(65536):
+            out += data
+        return bytes(out)
+
+    def reply(self, out: bytes) -> ShipReply:
+        from ddtctl.remote.transport import CommandResult, parse_agent_reply
+
+        chan = self.chan
+        err_text = chan.recv_stderr(65536).decode(errors="replace") if chan.recv_stderr_ready() else ""
+        rc = chan.recv_exit_status() if chan.status_event.wait(10) else -1
         chan.close()
-        raise
+        result = CommandResult([self.request.OP.value], rc, out.decode(errors="replace"), err_text)
+        return self.request.parse(parse_agent_reply(result, "ship", self.conn.host.name))
+
+    def close(self) -> None:
+        self.chan.close()
+
+
+@dataclass
+class _Uploads:
+    """What one ship sends: the objects to upload, the complete leftovers reused, and every upload's name."""
+
+    total_files: int
+    missing: set[str]
+    todo: list[tuple[str, tuple[Path, int]]]  # (sha256, (local file, size)), biggest first
+    names: dict[str, str]  # file name in incoming/ -> sha256 (reused leftovers keep their name)
+    reused: int
+    nonce: str  # this ship's suffix of fresh upload names
+
+    def fresh(self, name: str) -> bool:
+        return name.endswith(f".{self.nonce}")
+
+
+def _uploads(manifests: list[Manifest], listing: StoreListing) -> _Uploads:
     missing = missing_objects(listing, manifests)
     sources: dict[str, tuple[Path, int]] = {}
     total_files = 0
@@ -229,127 +261,160 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
         for rel, e in m.files.items():
             total_files += 1
             if e.sha256 in missing and e.sha256 not in sources:
-                sources[e.sha256] = (local_path(m, rel), e.size)
-    nonce = uuid.uuid4().hex[:8]
-    uploads: dict[str, str] = {}
-    reused = 0
-    todo = []
+                sources[e.sha256] = (m.path_of(rel), e.size)
+    up = _Uploads(total_files, missing, [], {}, 0, uuid.uuid4().hex[:8])
     for sha, (path, size) in sorted(sources.items(), key=lambda kv: -kv[1][1]):
         left = listing.leftovers.get(sha)
         if left and left[1] == size:
-            uploads[left[0]] = sha  # verified on the host below like any upload
-            reused += 1
+            up.names[left[0]] = sha  # verified on the host like any upload
+            up.reused += 1
         else:
-            todo.append((sha, (path, size)))
-            uploads[f"{sha}.{nonce}"] = sha
-    incoming = listing.incoming
-    sent_bytes = 0
-    done = 0
-    argv = ["commit_stream"]
-    if not uploads and not then:  # nothing to send or activate: the verifier stops at EOF without END
-        chan.close()
-        return ShipResult(files_total=total_files, files_sent=0, bytes_sent=0, objects_missing=0, verified=0,
-                          skipped=total_files)
-    try:
-        for name, sha in uploads.items():
-            if not name.endswith(f".{nonce}"):
-                tell(f"{name} {sha}\n")  # reused leftovers: verified like fresh uploads
-        if todo:
-            jobs, n = _plan_uploads(todo, workers)
-            remaining = {sha: sum(1 for j in jobs if j[0] == sha) for sha, _ in todo}
-            count_lock = threading.Lock()
-            for sha, _path, size, offset, length in jobs:
-                if length != size and offset == 0:  # ranged upload: create the full-size file once, up front
-                    with conn.sftp().open(f"{incoming}/{sha}.{nonce}", "wb") as f:
-                        f.truncate(size)
+            up.todo.append((sha, (path, size)))
+            up.names[f"{sha}.{up.nonce}"] = sha
+    return up
 
-            clients: queue.SimpleQueue = queue.SimpleQueue()
-            clients.put(conn.sftp())  # the open channel serves too; more are opened only when all are busy
-            opened: list = []
 
-            def _put(job: tuple[str, Path, int, int, int]) -> tuple[str, int, int, bool]:
-                try:
-                    sftp = clients.get_nowait()
-                except queue.Empty:
-                    sftp = conn.client.open_sftp()  # type: ignore[union-attr]
-                    sftp.get_channel().settimeout(conn.host.command_timeout_s)
-                    opened.append(sftp)
-                try:
-                    return _put_with(sftp, job)
-                finally:
-                    clients.put(sftp)
+Job = tuple[str, Path, int, int, int]  # sha256, local file, its size, offset, length
 
-            def _put_with(sftp, job: tuple[str, Path, int, int, int]) -> tuple[str, int, int, bool]:
-                sha, path, size, offset, length = job
-                remote = f"{incoming}/{sha}.{nonce}"
-                before = os.stat(path)
-                h = hashlib.sha256() if length == size else None
-                with open(path, "rb") as src, sftp.open(remote, "wb" if h else "r+b") as dst:
-                    dst.set_pipelined(True)
-                    src.seek(offset)
-                    dst.seek(offset)
-                    left = length
-                    while left and (chunk := src.read(min(1 << 18, left))):
-                        if h:
-                            h.update(chunk)
-                        dst.write(chunk)
-                        left -= len(chunk)
-                after = os.stat(path)
-                changed = (h.hexdigest() != sha) if h else \
-                    (before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size) or after.st_size != size
-                if changed:  # what was planned is not what was sent: the local file changed meanwhile
-                    raise OverlayError(f"{path} changed while it was being deployed (planned sha256 {sha[:12]})",
-                                       fix="re-run the deploy once the file is stable")
-                with count_lock:
-                    remaining[sha] -= 1
-                    last = remaining[sha] == 0
-                return sha, size, length, last
 
+class _Uploader:
+    """Upload jobs over SFTP channels: the connection's own, and more opened only while all are busy."""
+
+    def __init__(self, conn: Connection, incoming: str, nonce: str, jobs: list[Job]):
+        self.conn = conn
+        self.incoming = incoming
+        self.nonce = nonce
+        # how many jobs (ranges) of each object are still to send
+        self.remaining = {sha: sum(1 for j in jobs if j[0] == sha) for sha, *_ in jobs}
+        self.count_lock = threading.Lock()
+        self.clients: queue.SimpleQueue = queue.SimpleQueue()
+        self.clients.put(conn.sftp())
+        self.opened: list[paramiko.SFTPClient] = []
+        for sha, _path, size, offset, length in jobs:
+            if length != size and offset == 0:  # ranged upload: create the full-size file once, up front
+                with conn.sftp().open(self.remote(sha), "wb") as f:
+                    f.truncate(size)
+
+    def remote(self, sha: str) -> str:
+        return f"{self.incoming}/{sha}.{self.nonce}"
+
+    def put(self, job: Job) -> tuple[str, int, bool]:
+        """(sha256, bytes sent, whether the object is now complete)."""
+        try:
+            sftp = self.clients.get_nowait()
+        except queue.Empty:
+            # the client is set: ship() runs on an open connection
+            sftp = self.conn.client.open_sftp()  # type: ignore[union-attr]
+            sftp.get_channel().settimeout(self.conn.host.command_timeout_s)
+            self.opened.append(sftp)
+        try:
+            self._send(sftp, job)
+        finally:
+            self.clients.put(sftp)
+        sha, _path, _size, _offset, length = job
+        with self.count_lock:
+            self.remaining[sha] -= 1
+            return sha, length, self.remaining[sha] == 0
+
+    def _send(self, sftp: paramiko.SFTPClient, job: Job) -> None:
+        sha, path, size, offset, length = job
+        before = os.stat(path)
+        h = hashlib.sha256() if length == size else None
+        with open(path, "rb") as src, sftp.open(self.remote(sha), "wb" if h else "r+b") as dst:
+            dst.set_pipelined(True)
+            src.seek(offset)
+            dst.seek(offset)
+            left = length
+            while left and (chunk := src.read(min(1 << 18, left))):
+                if h:
+                    h.update(chunk)
+                dst.write(chunk)
+                left -= len(chunk)
+        after = os.stat(path)
+        if h:
+            changed = h.hexdigest() != sha
+        else:  # a range: the file must not have changed while it was read
+            stamp = (before.st_mtime_ns, before.st_size)
+            changed = stamp != (after.st_mtime_ns, after.st_size) or after.st_size != size
+        if changed:  # what was planned is not what was sent: the local file changed meanwhile
+            raise OverlayError(f"{path} changed while it was being deployed (planned sha256 {sha[:12]})",
+                               fix="re-run the deploy once the file is stable")
+
+    def close(self) -> None:
+        for extra in self.opened:
             try:
-                with ThreadPoolExecutor(n) as pool:
-                    for sha, _size, length, last in pool.map(_put, jobs):
-                        sent_bytes += length
-                        if last:
-                            tell(f"{sha}.{nonce} {sha}\n")
-                            done += 1
-                            if on_progress:
-                                on_progress("upload", done, len(todo))
-            finally:
-                for extra in opened:
-                    try:
-                        extra.close()
-                    except Exception:
-                        pass
-        tell("END\n", wait=True)
-        chan.shutdown_write()
-        out = bytearray()
-        while True:
-            data = chan.recv(65536)
-            if not data:
-                break
-            out += data
+                extra.close()
+            except Exception:
+                pass
+
+
+@dataclass
+class _Sent:
+    bytes: int = 0
+    objects: int = 0
+
+
+def _upload_all(conn: Connection, listing: StoreListing, up: _Uploads, workers: int, verifier: _Verifier,
+                on_progress: Callable[[str, int, int], None] | None, sent: _Sent) -> None:
+    """Upload every object of `up.todo` (in parallel when it pays), telling the verifier as each completes."""
+    jobs, n = _plan_uploads(up.todo, workers)
+    uploader = _Uploader(conn, listing.incoming, up.nonce, jobs)
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            for sha, length, complete in pool.map(uploader.put, jobs):
+                sent.bytes += length
+                if complete:
+                    verifier.tell(f"{sha}.{up.nonce} {sha}\n")
+                    sent.objects += 1
+                    if on_progress:
+                        on_progress("upload", sent.objects, len(up.todo))
+    finally:
+        uploader.close()
+
+
+def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing | None = None,
+         on_progress: Callable[[str, int, int], None] | None = None, workers: int = 4,
+         then: Sequence[Request] = ()) -> ShipResult:
+    """Upload the objects the host lacks over SFTP, then verify them (sha256 recomputed on the host, in the
+    same round trip as `then`) and move them into the store. A dropped connection leaves only unverified files
+    in incoming/: the store, the releases and the running server are untouched; a re-run reuses complete
+    leftovers."""
+    # the host's verifier process starts while the SFTP channel opens and the store is listed
+    verifier = _Verifier(conn, CommitStream(tuple(then), conn.lock_token))
+    try:
+        if listing is None:
+            listing = list_store(conn)
+    except BaseException:
+        verifier.close()
+        raise
+    up = _uploads(manifests, listing)
+    if not up.names and not then:  # nothing to send or activate: the verifier stops at EOF without END
+        verifier.close()
+        return ShipResult(files_total=up.total_files, files_sent=0, bytes_sent=0, objects_missing=0,
+                          verified=0, skipped=up.total_files)
+    sent = _Sent()
+    try:
+        for name, sha in up.names.items():
+            if not up.fresh(name):
+                verifier.tell(f"{name} {sha}\n")  # reused leftovers: verified like fresh uploads
+        if up.todo:
+            _upload_all(conn, listing, up, workers, verifier, on_progress, sent)
+        out = verifier.finish()
     except DdtctlError:
-        chan.close()
+        verifier.close()
         raise
     except Exception as err:
-        chan.close()
-        raise ConnectionLost(f"connection lost while shipping ({done}/{len(todo)} files sent): "
+        verifier.close()
+        raise ConnectionLost(f"connection lost while shipping ({sent.objects}/{len(up.todo)} files sent): "
                              f"{err or type(err).__name__}", where=conn.host.name,
-                             fix="re-run the deploy; complete uploads are reused after verification") from None
-    from ddtctl.remote.transport import CommandResult, parse_agent_reply
-
-    err_text = chan.recv_stderr(65536).decode(errors="replace") if chan.recv_stderr_ready() else ""
-    rc = chan.recv_exit_status() if chan.status_event.wait(10) else -1
-    chan.close()
-    results = parse_agent_reply(CommandResult(argv, rc, out.decode(errors="replace"), err_text), "ship",
-                                conn.host.name)
-    res = results[0]
-    if res["bad"]:
-        first = res["bad"][0]
-        raise RemoteError(f"{len(res['bad'])} uploaded file(s) failed sha256 verification on the host "
-                          f"(e.g. {first['name'][:12]}: {first['reason']})", where=conn.host.name,
+                             fix="re-run the deploy; complete uploads are reused after verification"
+                             ) from None
+    reply = verifier.reply(out)
+    if reply.commit.bad:
+        first = reply.commit.bad[0]
+        raise RemoteError(f"{len(reply.commit.bad)} uploaded file(s) failed sha256 verification on the host "
+                          f"(e.g. {first.name[:12]}: {first.reason})", where=conn.host.name,
                           fix="re-run the deploy; corrupted uploads were deleted")
-    verified = len(res["stored"])
-    return ShipResult(files_total=total_files, files_sent=len(todo), bytes_sent=sent_bytes,
-                      objects_missing=len(missing), verified=verified, skipped=total_files - len(todo),
-                      reused=reused)
+    return ShipResult(files_total=up.total_files, files_sent=len(up.todo), bytes_sent=sent.bytes,
+                      objects_missing=len(up.missing), verified=len(reply.commit.stored),
+                      skipped=up.total_files - len(up.todo), reused=up.reused)

@@ -17,13 +17,16 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
 from ddtctl.errors import RemoteError
 from ddtctl.remote.inventory import Host
+from ddtctl.remote.protocol import Request
 from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
+
+ReplyT = TypeVar("ReplyT")
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
@@ -89,6 +92,17 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         self.trusted = f"{key.get_name()} {fp}"
 
 
+class HeldLock(Protocol):
+    """The host's deploy lock as a connection sees it (ddtctl.deploy.lock.RemoteLock)."""
+
+    token: str
+
+    @property
+    def alive(self) -> bool: ...
+
+    def reacquire(self) -> Any: ...
+
+
 class Connection:
     """One SSH connection to a host; use as a context manager."""
 
@@ -104,6 +118,12 @@ class Connection:
         self._agent_seen = False
         self._sock: Any = None  # what the session runs over: a socket, a ProxyCommand or a jump host's channel
         self._hops: list[Connection] = []
+        self.lock: HeldLock | None = None  # the deploy lock held over this connection, if any
+
+    @property
+    def lock_token(self) -> str | None:
+        """What lock-holding agent operations present to prove the caller holds the host's deploy lock."""
+        return self.lock.token if self.lock is not None else None
 
     # -------------------------------------------------------------------------------------------- connect
     def open(self, sock: Any = None) -> "Connection":
@@ -380,6 +400,15 @@ class Connection:
         self.work_dir = reply_work_dir(res) or self.work_dir
         return parse_agent_reply(res, op, self.host.name)
 
+    def call(self, request: Request[ReplyT], *, timeout: float | None = None, retry: bool = False,
+             locked: bool = False) -> ReplyT:
+        """Run one typed agent operation (ddtctl.remote.protocol) and return its parsed reply. `locked`:
+        present this connection's deploy-lock token (operations that change the host require it)."""
+        params = request.params()
+        if locked:
+            params["lock_token"] = self.lock_token
+        return request.parse(self.agent(request.OP.value, params, timeout=timeout, retry=retry))
+
     def open_agent_stream(self, op: str, params: dict[str, Any] | None = None):
         """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call handshake()
         (possibly in a thread) before writing to the channel; it sends the agent when the boot asks for it."""
@@ -416,6 +445,10 @@ def agent_handshake(chan: paramiko.Channel, where: str) -> None:
         c = chan.recv(1)
         if not c:
             err = chan.recv_stderr(4096).decode(errors="replace").strip() if chan.recv_stderr_ready() else ""
+            transport = chan.get_transport()
+            if not err and not (transport is not None and transport.is_active()):
+                # the connection died before the boot answered (a deploy resumes from ConnectionLost)
+                raise ConnectionLost("connection lost while starting the agent", where=where)
             raise RemoteError(f"agent start failed: {err[-300:] or 'no answer'}", where=where)
         line += c
     text = line.strip()

@@ -1,0 +1,188 @@
+"""What a deploy launches, independent of the hosts' current state: a profile rendered into a DeploySpec, and
+the per-host Target (argv with the multi-node flags, launcher, env, port) it becomes on each host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddtctl.argv import flag_value
+from ddtctl.errors import OverlayError, UsageError
+from ddtctl.remote.inventory import Host
+from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
+
+PAYLOAD_MANIFEST = "ddtree-manifest.json"
+DEFAULT_PORT = 30000
+MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
+
+
+@dataclass
+class Target:
+    """One host of a deploy: what runs there."""
+
+    host: Host
+    rank: int
+    nnodes: int
+    argv: list[str]  # SGLang argv (multi-node flags included)
+    launch_argv: list[str]  # launcher + argv
+    env: dict[str, str]
+    port: int
+    probe_host: str
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+@dataclass
+class DeploySpec:
+    """Everything a deploy needs that does not depend on the host's current state."""
+
+    name: str
+    source: str
+    profile_hash: str
+    sglang: str
+    gpu: str | None
+    gpu_count: int | None
+    server_argv: list[str]
+    env: dict[str, str]
+    health_timeout_s: float
+    launcher: list[str] | None
+    host_names: list[str]
+    model_paths: list[str]
+    payload: Manifest | None = None
+    tools: Manifest | None = None
+    algorithm: str | None = None
+    dist_init_addr: str | None = None  # override for multi-node
+    # the profile's `ignore:` entries, rule id -> reason: preflight applies them as `ddtctl validate` does
+    ignore: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def manifests(self) -> list[Manifest]:
+        """What every release of this spec ships: the payload (if any) and the tools."""
+        return [m for m in (self.payload, self.tools) if m is not None]
+
+    def targets(self, hosts: list[Host]) -> list[Target]:
+        n = len(hosts)
+        port = flag_value(self.server_argv, "--port")
+        bind = flag_value(self.server_argv, "--host") or "127.0.0.1"
+        probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "localhost") else bind
+        out = []
+        for rank, host in enumerate(hosts):
+            argv = list(self.server_argv)
+            if n > 1:
+                for flag in MULTI_NODE_FLAGS:
+                    if flag_value(argv, flag) is not None:
+                        raise UsageError(
+                            f"{flag} is set in the profile; deploy renders it per host",
+                            where=self.source,
+                            fix=f"remove {flag} from server:",
+                        )
+                addr = self.dist_init_addr or f"{hosts[0].address}:{hosts[0].dist_init_port}"
+                argv += ["--nnodes", str(n), "--node-rank", str(rank), "--dist-init-addr", addr]
+            if self.launcher:
+                launcher = [p.replace("{python}", host.python) for p in self.launcher]
+            else:
+                launcher = host.launcher_argv()
+            env = {**host.env, **self.env}
+            out.append(Target(host, rank, n, argv, launcher + argv, env, int(port or DEFAULT_PORT), probe))
+        return out
+
+
+def tools_manifest() -> Manifest:
+    """Files every release carries besides the payload: the overlay installer and the resolver worker."""
+    root = Path(__file__).resolve().parent.parent
+    return manifest_from_files(
+        {
+            "installer.py": root / "overlay" / "installer.py",
+            "resolver_worker.py": root / "bridge" / "resolver_worker.py",
+        }
+    )
+
+
+def _deploy_hosts(profile_hosts: list[str], host: str | None, source: str) -> list[str]:
+    if host and profile_hosts and host not in profile_hosts and len(profile_hosts) > 1:
+        raise UsageError(
+            f"host {host} is not one of the profile's hosts ({', '.join(profile_hosts)})", where=source
+        )
+    if host and len(profile_hosts) <= 1:
+        return [host]
+    if not profile_hosts:
+        raise UsageError("no host to deploy to", where=source, fix="pass HOST or set `host:` in the profile")
+    return profile_hosts
+
+
+def load_payload(payload_dir: str) -> Manifest:
+    """The payload's manifest, checked against the ddtree-manifest.json it was built with (if any)."""
+    expected = None
+    mf = Path(payload_dir) / PAYLOAD_MANIFEST
+    if mf.is_file():
+        data = json.loads(mf.read_text())
+        expected = {f"files/{e['path']}": e["sha256"] for e in data.get("files", [])}
+    payload = build_manifest(payload_dir)
+    if expected:
+        got = {k: v.sha256 for k, v in payload.files.items() if k.startswith("files/")}
+        if got != expected:
+            bad = sorted(set(got) ^ set(expected)) or sorted(k for k in got if got[k] != expected.get(k))
+            raise OverlayError(
+                f"payload does not match its {PAYLOAD_MANIFEST} (e.g. {bad[0]})",
+                where=str(payload_dir),
+                fix="rebuild the payload",
+            )
+    return payload
+
+
+def spec_from_profile(
+    path: str, *, host: str | None = None, algo: str | None = None, payload_dir: str | None = None
+) -> DeploySpec:
+    """Load and render a profile (ddtctl.profile / ddtctl.render) into a DeploySpec."""
+    from ddtctl.profile import load_profile
+    from ddtctl.render import render_argv
+
+    loaded = load_profile(path)
+    prof = loaded.profile
+    if algo:
+        prof.server["speculative-algorithm"] = algo.upper()
+    argv = render_argv(prof)
+    hosts = _deploy_hosts(list(prof.hosts or ([prof.host] if prof.host else [])), host, loaded.source)
+    model_paths = [prof.model.path]
+    draft = flag_value(argv, "--speculative-draft-model-path")
+    if draft:
+        model_paths.append(draft)
+    algorithm = str(prof.server.get("speculative-algorithm") or "").upper() or None
+    if payload_dir is None and algorithm == "DDTREE":
+        payload_dir = default_payload_dir(prof.sglang)
+    return DeploySpec(
+        name=prof.name,
+        source=loaded.source,
+        profile_hash=hashlib.sha256(loaded.text.encode()).hexdigest(),
+        sglang=prof.sglang,
+        gpu=prof.hardware.gpu if prof.hardware else None,
+        gpu_count=prof.hardware.count if prof.hardware else None,
+        server_argv=argv,
+        env=dict(prof.env),
+        health_timeout_s=float(prof.launch.health_timeout_s),
+        launcher=list(prof.launch.launcher) if prof.launch.launcher else None,
+        host_names=hosts,
+        model_paths=model_paths,
+        payload=load_payload(payload_dir) if payload_dir else None,
+        tools=tools_manifest(),
+        algorithm=algorithm,
+        ignore={entry.rule.strip().upper(): entry.reason for entry in prof.ignore},
+    )
+
+
+def default_payload_dir(sglang: str) -> str:
+    """The built DDTREE payload for this SGLang release (ddtctl.overlay.build against the local managed env's
+    pristine SGLang files, whose hashes the installer checks again on the host)."""
+    from ddtctl.overlay.build import build
+
+    res = build(None, reuse=True)
+    if res.sglang != sglang:
+        raise UsageError(
+            f"the DDTREE payload is for sglang {res.sglang}, the profile targets {sglang}",
+            fix="pass --payload DIR built for that release",
+        )
+    return str(res.payload_dir)

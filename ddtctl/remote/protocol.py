@@ -1,0 +1,592 @@
+"""The host agent's operations as typed requests and replies: the controller's side of ddtctl/remote/agent.py.
+
+The agent (standard library only, run by the host's python) takes `OP BASE64_JSON` and answers one JSON line
+`{"ok": true, "result": ...}`. Here each operation is a request dataclass (its parameters, the wire name `OP`)
+and a reply dataclass parsed from the agent's `result` in one place: controller code reads `reply.log_offset`,
+never `result["log_offset"]`. A reply that lacks a field the controller needs is a RemoteError naming the
+operation and the field (an agent and a controller of different versions), not a KeyError.
+
+Open-ended records (a release as the deploy wrote it, the server's pid file) keep their JSON as `raw` next to
+the fields the controller reads, for the reports that show them as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ddtctl.errors import RemoteError
+
+
+class Op(StrEnum):
+    """The agent's operation names (agent.py `op_<name>`)."""
+
+    HELLO = "hello"
+    FACTS = "facts"
+    STATE = "state"
+    PROBE = "probe"
+    LOGS = "logs"
+    MISSING = "missing"
+    COMMIT = "commit"
+    MATERIALIZE = "materialize"
+    SET_STATUS = "set_status"
+    INSTALL = "install"
+    UNINSTALL = "uninstall"
+    WARMUP = "warmup"
+    START = "start"
+    STOP = "stop"
+    GC = "gc"
+    BATCH = "batch"
+    LOCK = "lock"
+    COMMIT_STREAM = "commit_stream"
+
+
+def _field(data: Any, key: str, op: str) -> Any:
+    if not isinstance(data, dict) or key not in data:
+        raise RemoteError(
+            f"the agent's `{op}` reply lacks {key!r}",
+            fix="the host runs another agent version: re-run, ddtctl sends its own agent",
+        )
+    return data[key]
+
+
+def _dict(data: Any, op: str) -> dict:
+    if not isinstance(data, dict):
+        raise RemoteError(f"the agent's `{op}` reply is not an object: {str(data)[:80]!r}")
+    return data
+
+
+ReplyT = TypeVar("ReplyT")
+
+
+@dataclass(frozen=True)
+class Request(Generic[ReplyT]):
+    """One agent operation. `params()` is what goes on the wire (None-valued fields are left out: the agent
+    applies its own default); `parse()` turns the agent's result into the reply type."""
+
+    OP: ClassVar[Op]
+    REPLY: ClassVar[Any]  # the reply dataclass: its from_json parses the agent's result
+
+    def params(self) -> dict[str, Any]:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def parse(self, result: Any) -> ReplyT:
+        return self.REPLY.from_json(result)
+
+
+# ----------------------------------------------------------------------------------------------- replies
+@dataclass
+class HelloReply:
+    work_dir: str
+    python: str
+    pid: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> "HelloReply":
+        return cls(
+            _field(data, "work_dir", Op.HELLO),
+            _field(data, "python", Op.HELLO),
+            _field(data, "pid", Op.HELLO),
+        )
+
+
+@dataclass
+class ServerProcess:
+    """The server ddtctl started (the agent's run/server.json, with `running` checked against /proc)."""
+
+    running: bool
+    pid: int | None
+    release: str | None
+    port: int | None
+    raw: dict
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ServerProcess | None":
+        if data is None:
+            return None
+        d = _dict(data, Op.STATE)
+        return cls(bool(d.get("running")), d.get("pid"), d.get("release"), d.get("port"), d)
+
+
+@dataclass
+class ReleaseRecord:
+    """A release as its release.json holds it (what the deploy wrote, plus the agent's status and events)."""
+
+    id: str
+    status: str | None
+    fingerprint: str | None
+    argv: list[str]
+    launch_argv: list[str]
+    env: dict[str, str]
+    port: int
+    probe_host: str
+    rank: int
+    nnodes: int
+    health_timeout_s: float | None
+    payload_hash: str | None
+    raw: dict
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ReleaseRecord":
+        d = _dict(data, Op.STATE)
+        return cls(
+            id=str(_field(d, "id", Op.STATE)),
+            status=d.get("status"),
+            fingerprint=d.get("fingerprint"),
+            argv=[str(a) for a in d.get("argv") or []],
+            launch_argv=[str(a) for a in d.get("launch_argv") or []],
+            env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
+            port=int(d.get("port") or 30000),
+            probe_host=d.get("probe_host") or "127.0.0.1",
+            rank=int(d.get("rank") or 0),
+            nnodes=int(d.get("nnodes") or 1),
+            health_timeout_s=float(d["health_timeout_s"]) if d.get("health_timeout_s") else None,
+            payload_hash=d.get("payload_hash"),
+            raw=d,
+        )
+
+
+@dataclass
+class HostState:
+    """The agent's state.json: the current release, the previous one, the payload installed into SGLang."""
+
+    current: str | None
+    previous: str | None
+    installed_payload: dict | None  # {"hash", "release", "time"}
+    raw: dict
+
+    @property
+    def installed_hash(self) -> str | None:
+        return (self.installed_payload or {}).get("hash")
+
+    @classmethod
+    def from_json(cls, data: Any, op: str = Op.STATE) -> "HostState":
+        d = _dict(data, op)
+        return cls(d.get("current"), d.get("previous"), d.get("installed_payload"), d)
+
+
+@dataclass
+class StateReply:
+    state: HostState
+    releases: list[ReleaseRecord]
+    server: ServerProcess | None
+
+    def release(self, release_id: str | None) -> ReleaseRecord | None:
+        return next((r for r in self.releases if r.id == release_id), None)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StateReply":
+        return cls(
+            HostState.from_json(_field(data, "state", Op.STATE)),
+            [ReleaseRecord.from_json(r) for r in _field(data, "releases", Op.STATE)],
+            ServerProcess.from_json(data.get("server")),
+        )
+
+
+@dataclass
+class LogReply:
+    log: str
+    log_offset: int
+    log_path: str
+
+    @classmethod
+    def from_json(cls, data: Any, op: str = Op.LOGS) -> "LogReply":
+        return cls(
+            str(_field(data, "log", op)),
+            int(_field(data, "log_offset", op)),
+            str(_field(data, "log_path", op)),
+        )
+
+
+@dataclass
+class ProbeReply:
+    """One health poll: the process, /health, /get_server_info, and the log bytes since the asked offset."""
+
+    running: bool
+    pid: int | None
+    release: str | None
+    health: int | None
+    health_error: str | None
+    server_info: dict | None
+    log: LogReply
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProbeReply":
+        d = _dict(data, Op.PROBE)
+        return cls(
+            bool(_field(d, "running", Op.PROBE)),
+            d.get("pid"),
+            d.get("release"),
+            d.get("health"),
+            d.get("health_error"),
+            d.get("server_info"),
+            LogReply.from_json(d, Op.PROBE),
+        )
+
+
+@dataclass
+class StartReply:
+    pid: int
+    log_path: str
+    log_offset: int
+    already_running: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StartReply":
+        return cls(
+            int(_field(data, "pid", Op.START)),
+            str(_field(data, "log", Op.START)),
+            int(data.get("log_offset") or 0),
+            bool(data.get("already")),
+        )
+
+
+@dataclass
+class WarmupReply:
+    rc: int
+    elapsed_s: float
+    log_path: str
+    tail: str
+    triton_cache: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> "WarmupReply":
+        op = Op.WARMUP
+        return cls(
+            int(_field(data, "rc", op)),
+            float(_field(data, "elapsed_s", op)),
+            str(_field(data, "log", op)),
+            str(_field(data, "tail", op)),
+            str(_field(data, "triton_cache", op)),
+        )
+
+
+@dataclass
+class StopReply:
+    was_running: bool
+    pid: int | None = None
+    release: str | None = None
+    forced: bool = False
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StopReply":
+        d = _dict(data, Op.STOP)
+        return cls(
+            bool(_field(d, "was_running", Op.STOP)), d.get("pid"), d.get("release"), bool(d.get("forced"))
+        )
+
+
+@dataclass
+class GcReply:
+    removed_releases: list[str]
+    dropped_objects: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> "GcReply":
+        return cls(list(_field(data, "removed_releases", Op.GC)), int(_field(data, "dropped_objects", Op.GC)))
+
+
+@dataclass
+class SetStatusReply:
+    state: HostState
+
+    @classmethod
+    def from_json(cls, data: Any) -> "SetStatusReply":
+        return cls(HostState.from_json(_field(data, "state", Op.SET_STATUS), Op.SET_STATUS))
+
+
+@dataclass
+class InstallReply:
+    changed: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> "InstallReply":
+        return cls(bool(_field(data, "changed", Op.INSTALL)))
+
+
+@dataclass
+class MaterializeReply:
+    id: str
+    existed: bool
+
+    @classmethod
+    def from_json(cls, data: Any) -> "MaterializeReply":
+        return cls(str(_field(data, "id", Op.MATERIALIZE)), bool(_field(data, "existed", Op.MATERIALIZE)))
+
+
+@dataclass
+class BadUpload:
+    name: str
+    reason: str
+
+
+@dataclass
+class CommitReply:
+    """Uploads verified on the host (sha256 recomputed there) and moved into the store, and those refused."""
+
+    stored: list[str]
+    bad: list[BadUpload]
+
+    @classmethod
+    def from_json(cls, data: Any) -> "CommitReply":
+        op = Op.COMMIT_STREAM
+        return cls(
+            list(_field(data, "stored", op)),
+            [
+                BadUpload(str(_field(b, "name", op)), str(_field(b, "reason", op)))
+                for b in _field(data, "bad", op)
+            ],
+        )
+
+
+@dataclass
+class ShipReply:
+    commit: CommitReply
+    then: list[Any]  # the replies of the operations run after the commit (materialize, ...)
+
+
+@dataclass
+class LockHolder:
+    holder: str
+    since: float
+
+    @classmethod
+    def from_json(cls, data: Any) -> "LockHolder":
+        d = data if isinstance(data, dict) else {}
+        return cls(str(d.get("holder") or "?"), float(d.get("since") or 0))
+
+
+@dataclass
+class LockMessage:
+    """One status line of the `lock` operation: taken, waiting behind another holder, or refused."""
+
+    locked: bool = False
+    waiting: bool = False
+    error: str | None = None
+    held_by: LockHolder = field(default_factory=lambda: LockHolder("?", 0.0))
+
+    @classmethod
+    def from_json(cls, data: Any) -> "LockMessage":
+        d = _dict(data, Op.LOCK)
+        return cls(
+            bool(d.get("locked")),
+            bool(d.get("waiting")),
+            d.get("error"),
+            LockHolder.from_json(d.get("held_by")),
+        )
+
+
+# ----------------------------------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Hello(Request[HelloReply]):
+    OP = Op.HELLO
+
+    REPLY = HelloReply
+
+
+@dataclass(frozen=True)
+class Facts(Request[dict]):
+    """GPUs, python, SGLang, disk, ports, server, model configs: ddtctl.remote.facts.HostFacts is its typed
+    parse (it also caches the model configs locally)."""
+
+    OP = Op.FACTS
+    nvidia_smi: str | None = None
+    model_paths: tuple[str, ...] = ()
+
+    def parse(self, result: Any) -> dict:
+        return _dict(result, Op.FACTS)
+
+
+@dataclass(frozen=True)
+class State(Request[StateReply]):
+    OP = Op.STATE
+
+    REPLY = StateReply
+
+
+@dataclass(frozen=True)
+class Probe(Request[ProbeReply]):
+    """`log_offset` None: the last `lines` lines of the log; else the bytes from that offset."""
+
+    OP = Op.PROBE
+    port: int
+    host: str | None = None
+    log_offset: int | None = None
+    log_release: str | None = None
+    lines: int | None = None
+    server_info: bool | None = None  # False: /health only
+
+    REPLY = ProbeReply
+
+
+@dataclass(frozen=True)
+class Logs(Request[LogReply]):
+    OP = Op.LOGS
+    lines: int | None = None
+    log_offset: int | None = None
+    log_release: str | None = None
+
+    REPLY = LogReply
+
+
+@dataclass
+class MissingReply:
+    missing: list[str]
+    salvaged: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> "MissingReply":
+        return cls(list(_field(data, "missing", Op.MISSING)), int(_field(data, "salvaged", Op.MISSING)))
+
+
+@dataclass(frozen=True)
+class Missing(Request[MissingReply]):
+    """Which objects the store lacks, asked of the agent (deploy lists the store over SFTP: no process)."""
+
+    OP = Op.MISSING
+    hashes: tuple[str, ...]
+
+    REPLY = MissingReply
+
+
+@dataclass(frozen=True)
+class Commit(Request[CommitReply]):
+    """Verify uploads in incoming/ (name -> sha256) in one call (deploy streams them: CommitStream)."""
+
+    OP = Op.COMMIT
+    files: dict[str, str]
+
+    REPLY = CommitReply
+
+
+@dataclass(frozen=True)
+class Materialize(Request[MaterializeReply]):
+    OP = Op.MATERIALIZE
+    release: dict
+
+    REPLY = MaterializeReply
+
+
+@dataclass(frozen=True)
+class SetStatus(Request[SetStatusReply]):
+    OP = Op.SET_STATUS
+    id: str
+    status: str
+    make_current: bool | None = None
+    note: str | None = None
+
+    REPLY = SetStatusReply
+
+
+@dataclass(frozen=True)
+class Install(Request[InstallReply]):
+    OP = Op.INSTALL
+    id: str
+    sglang_root: str | None
+
+    REPLY = InstallReply
+
+
+@dataclass(frozen=True)
+class Uninstall(Request[InstallReply]):
+    OP = Op.UNINSTALL
+    sglang_root: str | None
+
+    REPLY = InstallReply
+
+
+@dataclass(frozen=True)
+class Warmup(Request[WarmupReply]):
+    OP = Op.WARMUP
+    id: str
+    argv: tuple[str, ...]
+    timeout_s: float
+
+    REPLY = WarmupReply
+
+
+@dataclass(frozen=True)
+class Start(Request[StartReply]):
+    OP = Op.START
+    id: str
+
+    REPLY = StartReply
+
+
+@dataclass(frozen=True)
+class Stop(Request[StopReply]):
+    OP = Op.STOP
+    grace_s: float
+
+    REPLY = StopReply
+
+
+@dataclass(frozen=True)
+class Gc(Request[GcReply]):
+    OP = Op.GC
+    keep: int
+
+    REPLY = GcReply
+
+
+@dataclass(frozen=True)
+class Batch(Request[list]):
+    """Several operations in one round trip; the agent stops at the first failure. The reply is each
+    operation's reply, parsed by its own request."""
+
+    OP = Op.BATCH
+    ops: tuple[Request, ...]
+
+    def params(self) -> dict[str, Any]:
+        return {"ops": [[r.OP.value, r.params()] for r in self.ops]}
+
+    def parse(self, result: Any) -> list:
+        if not isinstance(result, list) or len(result) != len(self.ops):
+            raise RemoteError(
+                f"the agent's `batch` reply has {len(result) if isinstance(result, list) else 'no'} "
+                f"results for {len(self.ops)} operations"
+            )
+        return [r.parse(x) for r, x in zip(self.ops, result, strict=True)]
+
+
+@dataclass(frozen=True)
+class CommitStream(Request[ShipReply]):
+    """Verify uploads as they land (stdin lines `NAME SHA256`, then `END`), then run `then` (e.g.
+    Materialize)."""
+
+    OP = Op.COMMIT_STREAM
+    then: tuple[Request, ...] = ()
+    lock_token: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"then": [[r.OP.value, r.params()] for r in self.then], "lock_token": self.lock_token}
+
+    def parse(self, result: Any) -> ShipReply:
+        if not isinstance(result, list) or not result:
+            raise RemoteError("the agent's `commit_stream` reply is not a list of results")
+        return ShipReply(
+            CommitReply.from_json(result[0]),
+            [r.parse(x) for r, x in zip(self.then, result[1:], strict=False)],
+        )
+
+
+@dataclass(frozen=True)
+class Lock(Request[LockMessage]):
+    """Held for as long as the channel's stdin stays open; each status line parses as a LockMessage."""
+
+    OP = Op.LOCK
+    token: str
+    holder: str
+    wait_s: float
+
+    REPLY = LockMessage
