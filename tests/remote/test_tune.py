@@ -211,7 +211,7 @@ def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
     space.write_text(f"{BUDGET}: [32]\n")
     run = CliRunner().invoke(app, args + ["--space", str(space), "--format", "json"])
     assert run.exit_code == 0, run.output
-    out = json.loads(run.stdout)
+    out = json_envelope.results(run.stdout, "tune")
     assert out["winner"]["status"] == "ok" and out["winner"]["runs"][0]["ok"]
     assert "--api-key" in out["winner"]["argv"] and "***" in out["winner"]["argv"]
     for shown in (run.stdout, run.stderr, results.read_text()):
