@@ -634,12 +634,26 @@ def _killpg(info, sig) -> None:
         os.kill(int(info["pid"]), sig)
 
 
-def _http_get(url: str, timeout: float):
+def _api_key(argv) -> str | None:
+    """The server's own --api-key (last one wins, as in argparse), read from its launch record on this host: SGLang
+    guards /get_server_info with it, and it never has to travel in a probe's parameters."""
+    key = None
+    argv = list(argv or [])
+    for i, arg in enumerate(argv):
+        if arg == "--api-key" and i + 1 < len(argv):
+            key = argv[i + 1]
+        elif arg.startswith("--api-key="):
+            key = arg.split("=", 1)[1]
+    return key or None
+
+
+def _http_get(url: str, timeout: float, token: str | None = None):
     import urllib.error
     import urllib.request
 
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read(1 << 20)
     except urllib.error.HTTPError as err:
         return err.code, b""
@@ -661,7 +675,8 @@ def op_probe(params: dict):
         if code is None:
             out["health_error"] = body.decode(errors="replace")[:200]
         if code == 200 and params.get("server_info", True):
-            code2, body2 = _http_get(base + "/get_server_info", float(params.get("http_timeout_s", 3)) * 3)
+            code2, body2 = _http_get(base + "/get_server_info", float(params.get("http_timeout_s", 3)) * 3,
+                                     _api_key(info.get("argv")))
             if code2 == 200:
                 try:
                     out["server_info"] = json.loads(body2.decode())

@@ -420,3 +420,15 @@ def test_a_payload_with_another_worker_keeps_ddt120_a_warning(lab):
     ddt120 = [c for c in r.checks if c.name == "validate:DDT120"]
     assert ddt120 and all(c.severity == "warning" for c in ddt120), r.checks
     assert r.status == "planned", r.error
+
+
+def test_a_server_launched_with_an_api_key_is_judged_healthy_without_the_key_leaving_the_host(lab):
+    """SGLang guards /get_server_info with --api-key (the stand-in too: 401 without the bearer). The agent reads
+    the key from the running server's launch record on the host; it is in no probe parameter or result."""
+    secret = "sk-deploy-probe-7f3a"
+    r = _deploy(lab, lab.profile("keyed", server={"api-key": secret}))
+    assert r.status == "deployed", r.error
+    assert r.health.ok and r.health.server_info["api_key"] == secret  # the stand-in echoes its parsed argv
+    st = host_status(lab.host())
+    assert st.health == 200 and st.server_info is not None
+    assert secret not in json.dumps(r.to_json())

@@ -94,7 +94,8 @@ def main() -> int:
         req = urllib.request.Request(base + "/generate", json.dumps(body).encode(), headers)
         with urllib.request.urlopen(req, timeout=10) as resp:
             completed += bool(json.loads(resp.read()).get("output_ids"))
-    with urllib.request.urlopen(base + "/server_info", timeout=10) as resp:
+    auth = {k: v for k, v in headers.items() if k == "Authorization"}  # as SGLang's get_auth_headers()
+    with urllib.request.urlopen(urllib.request.Request(base + "/server_info", headers=auth), timeout=10) as resp:
         info = json.loads(resp.read())
     row = {"tag": None, "backend": args.backend, "dataset_name": args.dataset_name, "request_rate": float("inf"),
            "max_concurrency": args.max_concurrency, "random_input_len": args.random_input_len,

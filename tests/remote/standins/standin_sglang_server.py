@@ -17,9 +17,8 @@ own `ddtree` metrics; tests/remote/standins/standin_bench_serving.py turns it in
 POST /generate ({"input_ids": [...], "sampling_params": {"max_new_tokens": N}}) answers `output_ids`: a fixed
 function of the prompt, the same whatever the algorithm (as greedy decoding must be), so bench/deploy_gpu.py's CPU
 rehearsal can compare a deployed server's outputs with a plain one's. STANDIN_GENERATE_SALT=x changes that function.
-Launched with --api-key, POST /generate answers 401 without `Authorization: Bearer KEY`, as SGLang's
-middleware does (SGLang guards /get_server_info too; the stand-in leaves it open: deploy's probe sends no
-key).
+Launched with --api-key, POST /generate and GET /get_server_info answer 401 without `Authorization: Bearer KEY`,
+as SGLang's middleware does (its NORMAL auth level; /health stays open).
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
@@ -134,6 +133,8 @@ def main():
             elif self.path in ("/get_server_info", "/server_info"):
                 if not healthy:
                     return self._send(503)
+                if args.get("api_key") and self.headers.get("Authorization") != f"Bearer {args['api_key']}":
+                    return self._send(401, b'{"error": "Unauthorized"}')
                 info = dict(args, version="0.5.23", launch_command=argv, standin=True, pid=os.getpid(),
                             env={k: v for k, v in os.environ.items() if k.startswith(("STANDIN_", "DDTCTL_", "CUDA_", "NCCL_", "TRITON_"))})
                 accept = accept_length(args)
