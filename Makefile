@@ -35,6 +35,7 @@ test: setup system-deps sglang-env lint typecheck
 # ruff's pyflakes, pycodestyle, import-order, bugbear and complexity checks on ddtctl/ (config: pyproject.toml).
 lint: setup
 	$(BIN)/ruff check ddtctl
+	$(BIN)/ruff format --check ddtctl
 
 # mypy over ddtctl/ (config and the modules still waived: pyproject.toml [tool.mypy]).
 typecheck: setup

@@ -97,8 +97,13 @@ class CatalogDiff:
         return next((r for r in self.removed if r.flag == name), None)
 
     def counts(self) -> dict[str, int]:
-        return {"added": len(self.added), "removed": len(self.removed), "renamed": len(self.renamed),
-                "deprecated": len(self.deprecated), "changed": len(self.changed)}
+        return {
+            "added": len(self.added),
+            "removed": len(self.removed),
+            "renamed": len(self.renamed),
+            "deprecated": len(self.deprecated),
+            "changed": len(self.changed),
+        }
 
     def to_json(self) -> dict:
         return {
@@ -145,7 +150,9 @@ def _known(cat: Catalog, name: str) -> FlagSpec:
     return spec
 
 
-def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Catalog) -> tuple[str, list[str]] | None:
+def _alias_target(
+    catalogs: Sequence[tuple[str, Catalog]], old: str, target: Catalog
+) -> tuple[str, list[str]] | None:
     """Follow sglang's deprecated-alias declarations (in any catalog of the span) from `old` to a live flag of
     `target`. Declarations are read both ways, so a downgrade maps the new name back to the old one."""
     evidence: list[str] = []
@@ -156,13 +163,18 @@ def _alias_target(catalogs: Sequence[tuple[str, Catalog]], old: str, target: Cat
         for version, cat in catalogs:
             spec = _live(cat, frontier)
             if spec is not None and spec.deprecated and spec.alias_of and spec.alias_of not in seen:
-                step = (spec.alias_of,
-                        f"sglang {version} declares --{frontier} a deprecated alias of --{spec.alias_of}")
+                step = (
+                    spec.alias_of,
+                    f"sglang {version} declares --{frontier} a deprecated alias of --{spec.alias_of}",
+                )
                 break
             # reverse direction: some flag of this catalog aliases `frontier`
             for other in cat.flags:
                 if other.deprecated and other.alias_of == frontier and other.name not in seen:
-                    step = (other.name, f"sglang {version} declares --{other.name} a deprecated alias of --{frontier}")
+                    step = (
+                        other.name,
+                        f"sglang {version} declares --{other.name} a deprecated alias of --{frontier}",
+                    )
                     break
             if step:
                 break
@@ -229,11 +241,27 @@ class _RenameFinder:
         self.matched_new: set[str] = set()
         self.renamed_old: set[str] = set()
 
-    def add(self, old: FlagSpec, new: FlagSpec, how: str, notes: list[str], *, accepted: bool = False,
-            score: float | None = None) -> None:
-        self.out.renamed.append(Rename(old.name, new.name, how, notes, accepted,
-                                       None if score is None else round(score, 3),
-                                       compare_specs(old, new, ("type", "default", "choices", "nargs"))))
+    def add(
+        self,
+        old: FlagSpec,
+        new: FlagSpec,
+        how: str,
+        notes: list[str],
+        *,
+        accepted: bool = False,
+        score: float | None = None,
+    ) -> None:
+        self.out.renamed.append(
+            Rename(
+                old.name,
+                new.name,
+                how,
+                notes,
+                accepted,
+                None if score is None else round(score, 3),
+                compare_specs(old, new, ("type", "default", "choices", "nargs")),
+            )
+        )
         self.matched_new.add(new.name)
         self.renamed_old.add(old.name)
 
@@ -246,9 +274,13 @@ class _RenameFinder:
                 continue
             target = b.get(other.alias_of)
             if target is not None and _live(a, target.name) is None:
-                self.add(spec, target, "declared",
-                         [f"sglang {b.version} declares --{spec.name} a deprecated alias of --{target.name}"],
-                         accepted=True)
+                self.add(
+                    spec,
+                    target,
+                    "declared",
+                    [f"sglang {b.version} declares --{spec.name} a deprecated alias of --{target.name}"],
+                    accepted=True,
+                )
 
     def declared_or_same_dest(self, gone: list[FlagSpec]) -> list[FlagSpec]:
         """Gone flags that sglang's own alias declarations (anywhere in the span), else the one live flag of b
@@ -262,8 +294,11 @@ class _RenameFinder:
                 pending.append(spec)
         still: list[FlagSpec] = []
         for spec in pending:
-            same = [s for s in self.b.by_dest(spec.dest) if not s.deprecated and s.name not in self.matched_new
-                    and _live(self.a, s.name) is None]
+            same = [
+                s
+                for s in self.b.by_dest(spec.dest)
+                if not s.deprecated and s.name not in self.matched_new and _live(self.a, s.name) is None
+            ]
             if len(same) == 1 and (same[0].nargs == 0) == (spec.nargs == 0):
                 self.add(spec, same[0], "dest", [f"same dest {spec.dest}"])
             else:
@@ -298,7 +333,8 @@ def _removal_hint(spec: FlagSpec, span: list[tuple[str, Catalog]], b: Catalog) -
             head = s.replacement.strip().split("=", 1)[0].split(" ", 1)[0]
             gone_too = head.startswith("--") and "{" not in head and _live(b, head) is None
             hint = f"sglang {version} said: use {s.replacement}" + (
-                f", which sglang {b.version} lacks too" if gone_too else "")
+                f", which sglang {b.version} lacks too" if gone_too else ""
+            )
     return hint
 
 
@@ -317,13 +353,24 @@ def _kept_flag_changes(a: Catalog, b: Catalog, renamed_old: set[str], out: Catal
             out.changed.append(FlagChange(spec.name, changes))
 
 
-def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catalog]] = (),
-                  from_label: str | None = None, to_label: str | None = None) -> CatalogDiff:
+def diff_catalogs(
+    a: Catalog,
+    b: Catalog,
+    *,
+    evidence: Iterable[tuple[str, Catalog]] = (),
+    from_label: str | None = None,
+    to_label: str | None = None,
+) -> CatalogDiff:
     """What changed from catalog `a` to catalog `b`. `evidence`: other (version, catalog) pairs whose
     deprecated-alias declarations may prove a rename (e.g. 0.5.19 between 0.5.12 and 0.5.23)."""
     span = [(a.version, a), *list(evidence), (b.version, b)]
-    out = CatalogDiff(a.version, b.version, from_label or f"sglang {a.version}", to_label or f"sglang {b.version}",
-                      evidence_versions=[v for v, _ in span[1:-1]])
+    out = CatalogDiff(
+        a.version,
+        b.version,
+        from_label or f"sglang {a.version}",
+        to_label or f"sglang {b.version}",
+        evidence_versions=[v for v, _ in span[1:-1]],
+    )
 
     only_a = [s for s in a.flags if _live(b, s.name) is None]
     only_b = [s for s in b.flags if _live(a, s.name) is None]
@@ -333,8 +380,11 @@ def diff_catalogs(a: Catalog, b: Catalog, *, evidence: Iterable[tuple[str, Catal
     # 2. gone flags: sglang's own alias declarations anywhere in the span, then the same dest, then similarity
     renames.similar(renames.declared_or_same_dest(only_a), only_b)
 
-    out.removed.extend(Removed(spec.name, _removal_hint(spec, span, b), spec.deprecated)
-                       for spec in only_a if spec.name not in renames.renamed_old)
+    out.removed.extend(
+        Removed(spec.name, _removal_hint(spec, span, b), spec.deprecated)
+        for spec in only_a
+        if spec.name not in renames.renamed_old
+    )
     out.added = [s.name for s in only_b if s.name not in renames.matched_new]
     _kept_flag_changes(a, b, renames.renamed_old, out)
     out.renamed.sort(key=lambda r: r.old)
@@ -355,7 +405,9 @@ def diff_versions(from_version: str, to_version: str) -> CatalogDiff:
 DUMP_SCRIPT = Path(__file__).resolve().parent / "schema" / "argparse_dump.py"
 
 
-def live_catalog(python: str | os.PathLike[str], *, timeout_s: float = 300.0, keep_env: bool = False) -> Catalog:
+def live_catalog(
+    python: str | os.PathLike[str], *, timeout_s: float = 300.0, keep_env: bool = False
+) -> Catalog:
     """The argparse surface of the sglang importable by `python`, dumped
     in a subprocess (never imported here)."""
     py = Path(python)
@@ -367,14 +419,18 @@ def live_catalog(python: str | os.PathLike[str], *, timeout_s: float = 300.0, ke
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
         except subprocess.TimeoutExpired:
-            raise EnvironmentMissing(f"{py} did not dump its sglang parser within {timeout_s:.0f} s") from None
+            raise EnvironmentMissing(
+                f"{py} did not dump its sglang parser within {timeout_s:.0f} s"
+            ) from None
         except OSError as err:
             raise EnvironmentMissing(f"cannot run {py}: {err.strerror}") from None
         if proc.returncode != 0 or not out.exists():
             lines = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"exit {proc.returncode}"
-            raise EnvironmentMissing(f"{py} cannot build the sglang parser: {last}",
-                                     fix="check that sglang imports in that interpreter (`ddtctl env show`)")
+            raise EnvironmentMissing(
+                f"{py} cannot build the sglang parser: {last}",
+                fix="check that sglang imports in that interpreter (`ddtctl env show`)",
+            )
         doc = json.loads(out.read_text(encoding="utf-8"))
     return catalog_from_dict(doc, source=f"{py} (live)")
 
@@ -391,8 +447,13 @@ class InstalledDiff:
         return self.installed_version != self.catalog_version or not self.diff.identical
 
     def to_json(self) -> dict:
-        return {"python": self.python, "installed_version": self.installed_version,
-                "catalog_version": self.catalog_version, "drift": self.drift, "diff": self.diff.to_json()}
+        return {
+            "python": self.python,
+            "installed_version": self.installed_version,
+            "catalog_version": self.catalog_version,
+            "drift": self.drift,
+            "diff": self.diff.to_json(),
+        }
 
 
 def default_python(version: str | None = None) -> Path:
@@ -403,8 +464,9 @@ def default_python(version: str | None = None) -> Path:
     return Path(require_env(version or PINNED_SGLANG).python)
 
 
-def diff_installed(python: str | os.PathLike[str] | None = None, sglang: str | None = None, *,
-                   timeout_s: float = 300.0) -> InstalledDiff:
+def diff_installed(
+    python: str | os.PathLike[str] | None = None, sglang: str | None = None, *, timeout_s: float = 300.0
+) -> InstalledDiff:
     """Shipped catalog (of `sglang`, default: the installed release, or the pinned one when none is shipped)
     vs the live parser of the sglang `python` imports."""
     from ddtctl import PINNED_SGLANG
@@ -413,8 +475,12 @@ def diff_installed(python: str | os.PathLike[str] | None = None, sglang: str | N
     live = live_catalog(py, timeout_s=timeout_s)
     version = sglang or (live.version if live.version in available_versions() else PINNED_SGLANG)
     shipped = load_catalog(version)
-    diff = diff_catalogs(shipped, live, from_label=f"catalog sglang-{shipped.version}.json",
-                         to_label=f"installed sglang {live.version} ({py})")
+    diff = diff_catalogs(
+        shipped,
+        live,
+        from_label=f"catalog sglang-{shipped.version}.json",
+        to_label=f"installed sglang {live.version} ({py})",
+    )
     return InstalledDiff(str(py), live.version, shipped.version, diff)
 
 
@@ -440,21 +506,29 @@ class ProfileDiff:
     only_a: dict[str, Any] = field(default_factory=dict)
     only_b: dict[str, Any] = field(default_factory=dict)
     changed: list[ValueChange] = field(default_factory=list)
-    context: list[ValueChange] = field(default_factory=list)  # sglang release, gpu, env, host: not argv but matters
-    resolved: dict | None = None  # with --resolved: {"a": {...}, "b": {...}, "changed": [...], "verdicts": ...}
+    context: list[ValueChange] = field(
+        default_factory=list
+    )  # sglang release, gpu, env, host: not argv but matters
+    resolved: dict | None = (
+        None  # with --resolved: {"a": {...}, "b": {...}, "changed": [...], "verdicts": ...}
+    )
 
     @property
     def identical(self) -> bool:
-        same_resolved = self.resolved is None or not (self.resolved.get("changed") or
-                                                      self.resolved.get("verdict_changed"))
+        same_resolved = self.resolved is None or not (
+            self.resolved.get("changed") or self.resolved.get("verdict_changed")
+        )
         return not (self.only_a or self.only_b or self.changed or self.context) and same_resolved
 
     def to_json(self) -> dict:
         return {
-            "a": self.a, "b": self.b, "identical": self.identical,
+            "a": self.a,
+            "b": self.b,
+            "identical": self.identical,
             "sglang": {"a": self.sglang[0], "b": self.sglang[1]},
             "argv": {"a": self.argv[0], "b": self.argv[1]},
-            "only_a": self.only_a, "only_b": self.only_b,
+            "only_a": self.only_a,
+            "only_b": self.only_b,
             "changed": [asdict(c) for c in self.changed],
             "context": [asdict(c) for c in self.context],
             "resolved": self.resolved,
@@ -476,7 +550,9 @@ def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
         spec = catalog.get(opt)
         key = spec.option if spec is not None else opt
         if spec is not None and Catalog.is_boolean_switch(spec) and not eq:
-            negated = spec.action == "boolean_optional" and opt.lstrip("-").replace("_", "-") == f"no-{spec.name}"
+            negated = (
+                spec.action == "boolean_optional" and opt.lstrip("-").replace("_", "-") == f"no-{spec.name}"
+            )
             out[key] = not negated
             continue
         if eq:
@@ -489,7 +565,9 @@ def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
                 i += 1
                 if not takes_many:
                     break
-        out[key] = values[0] if len(values) == 1 and not (spec is not None and spec.nargs in ("+", "*")) else values
+        out[key] = (
+            values[0] if len(values) == 1 and not (spec is not None and spec.nargs in ("+", "*")) else values
+        )
     return out
 
 
@@ -500,9 +578,16 @@ def _mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict, lis
     return only_a, only_b, changed
 
 
-def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str | None = None,
-                  python: str | os.PathLike[str] | None = None, timeout_s: float = 120.0,
-                  extra_sys_path: Sequence[str | os.PathLike[str]] = ()) -> ProfileDiff:
+def diff_profiles(
+    path_a: str,
+    path_b: str,
+    *,
+    resolved: bool = False,
+    gpu: str | None = None,
+    python: str | os.PathLike[str] | None = None,
+    timeout_s: float = 120.0,
+    extra_sys_path: Sequence[str | os.PathLike[str]] = (),
+) -> ProfileDiff:
     """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution.
 
     extra_sys_path goes first on the resolver's sys.path (the DDTREE overlay view, for DDTREE profiles)."""
@@ -524,7 +609,11 @@ def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str 
 
     ctx("sglang", pa.sglang, pb.sglang)
     ctx("hardware.gpu", pa.hardware.gpu if pa.hardware else None, pb.hardware.gpu if pb.hardware else None)
-    ctx("hardware.count", pa.hardware.count if pa.hardware else None, pb.hardware.count if pb.hardware else None)
+    ctx(
+        "hardware.count",
+        pa.hardware.count if pa.hardware else None,
+        pb.hardware.count if pb.hardware else None,
+    )
     ctx("host", pa.host or pa.hosts, pb.host or pb.hosts)
     env_a, env_b, env_c = _mapping_diff(dict(pa.env), dict(pb.env))
     for k, v in env_a.items():
@@ -533,11 +622,13 @@ def diff_profiles(path_a: str, path_b: str, *, resolved: bool = False, gpu: str 
         context.append(ValueChange(f"env.{k}", None, v))
     for c in env_c:
         context.append(ValueChange(f"env.{c.key}", c.a, c.b))
-    result = ProfileDiff(la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed,
-                         context)
+    result = ProfileDiff(
+        la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed, context
+    )
     if resolved:
-        result.resolved = _resolved_diff(la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s,
-                                         extra_sys_path=extra_sys_path)
+        result.resolved = _resolved_diff(
+            la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s, extra_sys_path=extra_sys_path
+        )
     return result
 
 
@@ -545,32 +636,51 @@ def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_
     try:
         from ddtctl.dryrun import dry_run_argvs
     except ImportError:  # pragma: no cover - the dry-run module ships with ddtctl
-        raise EnvironmentMissing("SGLang resolution is not available in this ddtctl build",
-                                 fix="drop --resolved") from None
+        raise EnvironmentMissing(
+            "SGLang resolution is not available in this ddtctl build", fix="drop --resolved"
+        ) from None
     pa, pb = la.profile, lb.profile
     if pa.sglang != pb.sglang and python is None:
-        raise UsageError(f"--resolved compares through one SGLang resolver; the profiles target {pa.sglang} and "
-                         f"{pb.sglang}", fix="migrate one profile first (`ddtctl migrate`) or drop --resolved")
+        raise UsageError(
+            f"--resolved compares through one SGLang resolver; the profiles target {pa.sglang} and "
+            f"{pb.sglang}",
+            fix="migrate one profile first (`ddtctl migrate`) or drop --resolved",
+        )
     gpus = []
     for loaded in (la, lb):
         chosen = gpu or (loaded.profile.hardware.gpu if loaded.profile.hardware else None)
         if chosen is None:
-            raise UsageError("no GPU declared: SGLang's resolution depends on the GPU generation",
-                             where=loaded.source, fix="add `hardware: {gpu: H200}` to the profile or pass --gpu")
+            raise UsageError(
+                "no GPU declared: SGLang's resolution depends on the GPU generation",
+                where=loaded.source,
+                fix="add `hardware: {gpu: H200}` to the profile or pass --gpu",
+            )
         gpus.append(chosen)
     hosts = [pa.host or (pa.hosts[0] if pa.hosts else None), pb.host or (pb.hosts[0] if pb.hosts else None)]
-    ra, rb = dry_run_argvs([(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])], python=python,
-                           timeout_s=timeout_s, hosts=hosts, sglang=pa.sglang, extra_sys_path=extra_sys_path)
+    ra, rb = dry_run_argvs(
+        [(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])],
+        python=python,
+        timeout_s=timeout_s,
+        hosts=hosts,
+        sglang=pa.sglang,
+        extra_sys_path=extra_sys_path,
+    )
     for r in (ra, rb):
         if r.setup_error:  # nothing was resolved: comparing would claim "the same" falsely
             err = r.error or {}
-            raise EnvironmentMissing(f"SGLang could not resolve this profile: {err.get('type')}: "
-                                     f"{str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}",
-                                     where=r.source, fix="see `ddtctl dry-run` on it; or drop --resolved")
+            raise EnvironmentMissing(
+                f"SGLang could not resolve this profile: {err.get('type')}: "
+                f"{str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}",
+                where=r.source,
+                fix="see `ddtctl dry-run` on it; or drop --resolved",
+            )
     keys = sorted(set(ra.resolved) | set(rb.resolved))
     given = {a.lstrip("-").replace("-", "_") for a in [*argv_a, *argv_b] if a.startswith("--")}
-    changed = [asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k))) for k in keys
-               if ra.resolved.get(k) != rb.resolved.get(k) and (k not in RANDOM_WHEN_UNSET or k in given)]
+    changed = [
+        asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k)))
+        for k in keys
+        if ra.resolved.get(k) != rb.resolved.get(k) and (k not in RANDOM_WHEN_UNSET or k in given)
+    ]
     return {
         "a": {"ok": ra.accepted, "error": ra.error_json(), "overrides": ra.overrides},
         "b": {"ok": rb.accepted, "error": rb.error_json(), "overrides": rb.overrides},

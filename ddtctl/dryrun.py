@@ -55,8 +55,10 @@ class DryRunResult:
             "error": self.error_json(),
             "resolved": self.resolved,
             "overrides": self.overrides,
-            "warnings": [warning_record(w, file=None if self.source == "argv" else self.source).to_json()
-                         for w in self.warnings],
+            "warnings": [
+                warning_record(w, file=None if self.source == "argv" else self.source).to_json()
+                for w in self.warnings
+            ],
         }
 
     def error_json(self) -> dict | None:
@@ -65,9 +67,14 @@ class DryRunResult:
         from ddtctl.errors import ExitCode
 
         err = self.error
-        return {"message": str(err.get("message", "")), "where": self.error_at, "fix": err.get("fix"),
-                "exit_code": ExitCode.USAGE if self.setup_error else ExitCode.INVALID,
-                "type": err.get("type"), "hook": err.get("hook")}
+        return {
+            "message": str(err.get("message", "")),
+            "where": self.error_at,
+            "fix": err.get("fix"),
+            "exit_code": ExitCode.USAGE if self.setup_error else ExitCode.INVALID,
+            "type": err.get("type"),
+            "hook": err.get("hook"),
+        }
 
     @property
     def changed(self) -> list[dict]:
@@ -131,8 +138,11 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
         local = locate_model_config(value, host)
         if local is None:
             where = f"for host {host}" if host else "locally"
-            fetch = (f"fetch it with `ddtctl facts {host} --model {value}`" if host
-                     else "give a local directory that contains it")
+            fetch = (
+                f"fetch it with `ddtctl facts {host} --model {value}`"
+                if host
+                else "give a local directory that contains it"
+            )
             raise ModelConfigMissing(
                 f"{flag} {value}: no config.json {where} (looked in {value} and "
                 f"{model_config_cache_dir(host, value)}); SGLang's resolver reads the model's config.json: {fetch}"
@@ -164,7 +174,9 @@ def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) 
     if python:
         p = Path(python)
         if not p.exists():
-            raise EnvironmentMissing(f"python {p} does not exist", fix="pass an existing interpreter to --python")
+            raise EnvironmentMissing(
+                f"python {p} does not exist", fix="pass an existing interpreter to --python"
+            )
         return p
     from ddtctl.envs import DEFAULT_SGLANG, require_env
 
@@ -198,14 +210,25 @@ def dry_run_argvs(
         try:
             platform, gpu_name = platform_for(gpu)
         except UsageError as err:
-            results[i] = DryRunResult(source, False, {"type": "UsageError", "message": err.one_line(), "hook": None},
-                                      argv=list(argv), setup_error=True)
+            results[i] = DryRunResult(
+                source,
+                False,
+                {"type": "UsageError", "message": err.one_line(), "hook": None},
+                argv=list(argv),
+                setup_error=True,
+            )
             continue
         try:
             run_argv, mapping = localize_model_paths(argv, host)
         except ModelConfigMissing as err:
-            results[i] = DryRunResult(source, False, {"type": "ModelConfigMissing", "message": str(err), "hook": None},
-                                      argv=list(argv), gpu=gpu_name, setup_error=True)
+            results[i] = DryRunResult(
+                source,
+                False,
+                {"type": "ModelConfigMissing", "message": str(err), "hook": None},
+                argv=list(argv),
+                gpu=gpu_name,
+                setup_error=True,
+            )
             continue
         if platform is not None and not has_flag(run_argv, "--device"):
             run_argv = run_argv + ["--device", "cuda"]
@@ -219,8 +242,9 @@ def dry_run_argvs(
             for i, run_argv, platform, gpu_name, mapping in prepared:
                 source = items[i][0]
                 try:
-                    msg = client.resolve(run_argv, platform=platform, timeout_s=timeout_s,
-                                         env=(envs[i] if envs else None))
+                    msg = client.resolve(
+                        run_argv, platform=platform, timeout_s=timeout_s, env=(envs[i] if envs else None)
+                    )
                 except WorkerStartError as err:
                     raise EnvironmentMissing(
                         f"the SGLang resolver did not start: {err.message}",
@@ -228,9 +252,17 @@ def dry_run_argvs(
                     ) from None
                 except WorkerError as err:
                     tail = err.stderr_tail.strip()
-                    message = err.message + (f"\n--- resolver stderr (last lines) ---\n{tail}" if tail else "")
-                    results[i] = DryRunResult(source, False, {"type": err.kind, "message": message, "hook": None},
-                                              argv=run_argv, gpu=gpu_name, setup_error=True)
+                    message = err.message + (
+                        f"\n--- resolver stderr (last lines) ---\n{tail}" if tail else ""
+                    )
+                    results[i] = DryRunResult(
+                        source,
+                        False,
+                        {"type": err.kind, "message": message, "hook": None},
+                        argv=run_argv,
+                        gpu=gpu_name,
+                        setup_error=True,
+                    )
                     continue
                 results[i] = DryRunResult(
                     source=source,
@@ -289,5 +321,12 @@ def dry_run_profiles(
             fix="dry-run the profiles of one release at a time",
         )
     sglang = next(iter(versions)) if versions else None
-    return dry_run_argvs(items, python=python, extra_sys_path=extra_sys_path, timeout_s=timeout_s, hosts=hosts,
-                         sglang=sglang, envs=server_envs)
+    return dry_run_argvs(
+        items,
+        python=python,
+        extra_sys_path=extra_sys_path,
+        timeout_s=timeout_s,
+        hosts=hosts,
+        sglang=sglang,
+        envs=server_envs,
+    )

@@ -70,7 +70,12 @@ def requirements_hash(version: str) -> str:
     recipe = _recipe(version)
     payload = {
         "python": recipe["python"],
-        "steps": [recipe["torch"], recipe["sglang"] + " --no-deps", "-r lock", recipe["torchvision"] + " --no-deps"],
+        "steps": [
+            recipe["torch"],
+            recipe["sglang"] + " --no-deps",
+            "-r lock",
+            recipe["torchvision"] + " --no-deps",
+        ],
         "lock": requirement_lines(version),
         "format": 1,
     }
@@ -127,8 +132,13 @@ def managed_env(version: str = DEFAULT_SGLANG, *, with_size: bool = False) -> Ma
     if override:
         py = Path(override)
         return ManagedEnv(
-            version, py.parent.parent, py, py.exists(), "external" if py.exists() else "missing",
-            expected_hash=expected, external=True,
+            version,
+            py.parent.parent,
+            py,
+            py.exists(),
+            "external" if py.exists() else "missing",
+            expected_hash=expected,
+            external=True,
         )
     root = env_root(version)
     python = root / "bin" / "python"
@@ -223,7 +233,9 @@ class _Lock:
 def _run(cmd: list[str], log, *, env: dict | None = None, verbose: bool = False) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace"
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         log.write(line)
@@ -280,7 +292,10 @@ def create_env(
                         f"installing the resolver's pinned packages ({len(requirement_lines(version))})",
                         pip + ["-r", str(BRIDGE_DIR / recipe["lock"])],
                     ),
-                    (f"installing {recipe['torchvision']} --no-deps", pip + ["--no-deps", recipe["torchvision"]]),
+                    (
+                        f"installing {recipe['torchvision']} --no-deps",
+                        pip + ["--no-deps", recipe["torchvision"]],
+                    ),
                 ]
                 for i, (label, cmd) in enumerate(plan, start=1):
                     say(i, total, label)
@@ -327,7 +342,7 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
                 f"a CUDA build of torch ({ver}) was installed into the managed env",
                 where=log.name,
                 fix="make `pip install torch==2.13.0` resolve to the CPU build "
-                    "(e.g. --index-url for CPU wheels)",
+                "(e.g. --index-url for CPU wheels)",
             )
 
 

@@ -60,8 +60,12 @@ def unified_diff(source: str, before: str, after: str) -> str:
 
     if before == after:
         return ""
-    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                 fromfile=f"a/{source.lstrip('/')}", tofile=f"b/{source.lstrip('/')}")
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"a/{source.lstrip('/')}",
+        tofile=f"b/{source.lstrip('/')}",
+    )
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

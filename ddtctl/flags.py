@@ -14,8 +14,13 @@ from typing import Any
 from ddtctl.rules.engine import ERROR, WARNING, Finding
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
-SWITCH_TRUE_ACTIONS = ("store_true", "deprecated_store_true", "boolean_optional", "store_const",
-                       "deprecated_store_const")
+SWITCH_TRUE_ACTIONS = (
+    "store_true",
+    "deprecated_store_true",
+    "boolean_optional",
+    "store_const",
+    "deprecated_store_const",
+)
 RESERVED = {"model_path": "model.path"}  # flags a profile sets outside `server:`
 
 
@@ -29,9 +34,18 @@ class FlagValues:
     unknown: int = 0  # unknown flags met so far (only the first SUGGEST_PER_INPUT get a did-you-mean search)
 
 
-def _finding(rule: str, message: str, line: int | None, key: str, fix: str | None = None,
-             severity: str = ERROR, edits: dict[str, Any] | None = None) -> Finding:
-    return Finding(rule=rule, severity=severity, message=message, line=line, fix=fix, key=key, edits=edits or {})
+def _finding(
+    rule: str,
+    message: str,
+    line: int | None,
+    key: str,
+    fix: str | None = None,
+    severity: str = ERROR,
+    edits: dict[str, Any] | None = None,
+) -> Finding:
+    return Finding(
+        rule=rule, severity=severity, message=message, line=line, fix=fix, key=key, edits=edits or {}
+    )
 
 
 def _int_value(spec: FlagSpec, value: Any) -> int | str:
@@ -106,8 +120,13 @@ def coerce(spec: FlagSpec, value: Any) -> Any:
         if spec.action in ("store_const", "deprecated_store_const"):
             return spec.const if value else spec.default
         return value
-    if spec.nargs in ("+", "*") or isinstance(spec.nargs, int) or spec.action in ("append",) or \
-            spec.action.startswith("custom:") and spec.nargs == "*":
+    if (
+        spec.nargs in ("+", "*")
+        or isinstance(spec.nargs, int)
+        or spec.action in ("append",)
+        or spec.action.startswith("custom:")
+        and spec.nargs == "*"
+    ):
         items = value if isinstance(value, list) else [value]
         if spec.nargs == "+" and not items:
             raise ValueError("expected at least one value")
@@ -143,7 +162,9 @@ def _check_choices(spec: FlagSpec, values: list[Any]) -> None:
             raise LookupError(v)
 
 
-def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out: FlagValues | None = None) -> Finding:
+def _unknown_flag(
+    catalog: Catalog, key: str, line: int | None, where: str, out: FlagValues | None = None
+) -> Finding:
     from ddtctl.schema.catalog import SUGGEST_MAX_KEY, SUGGEST_PER_INPUT, available_versions, load_catalog
 
     name = key.lstrip("-").replace("_", "-")
@@ -151,8 +172,13 @@ def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out:
         out.unknown += 1
         if out.unknown > SUGGEST_PER_INPUT or len(name) > SUGGEST_MAX_KEY:  # bounded work for hostile input
             shown = name if len(name) <= 80 else name[:77] + "..."
-            return _finding("DDT001", f"{where}: unknown SGLang {catalog.version} flag --{shown}", line, key,
-                            fix="see `ddtctl diff-flags` or the SGLang docs")
+            return _finding(
+                "DDT001",
+                f"{where}: unknown SGLang {catalog.version} flag --{shown}",
+                line,
+                key,
+                fix="see `ddtctl diff-flags` or the SGLang docs",
+            )
     for version in reversed(available_versions()):
         if version == catalog.version:
             continue
@@ -161,32 +187,64 @@ def _unknown_flag(catalog: Catalog, key: str, line: int | None, where: str, out:
             target = other.alias_of or (other.replacement or "").lstrip("-") or None
             live = catalog.get(target) if target else None
             if live is not None:
-                return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (in "
-                                f"{version} it {'is a deprecated alias of' if other.deprecated else 'maps to'} "
-                                f"--{live.name})", line, key,
-                                fix=f"rename it to {live.name} (ddtctl migrate does this)")
-            return _finding("DDT001", f"{where}: --{name} does not exist in sglang {catalog.version} (it exists in "
-                            f"{version})", line, key, fix=f"remove it, or target sglang {version}")
+                return _finding(
+                    "DDT001",
+                    f"{where}: --{name} does not exist in sglang {catalog.version} (in "
+                    f"{version} it {'is a deprecated alias of' if other.deprecated else 'maps to'} "
+                    f"--{live.name})",
+                    line,
+                    key,
+                    fix=f"rename it to {live.name} (ddtctl migrate does this)",
+                )
+            return _finding(
+                "DDT001",
+                f"{where}: --{name} does not exist in sglang {catalog.version} (it exists in {version})",
+                line,
+                key,
+                fix=f"remove it, or target sglang {version}",
+            )
     close = catalog.suggest(name)
     hint = f"did you mean {', '.join(close)}?" if close else "see `ddtctl diff-flags` or the SGLang docs"
     return _finding("DDT001", f"{where}: unknown SGLang {catalog.version} flag --{name}", line, key, fix=hint)
 
 
-def _accept(out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None,
-            where: str) -> None:
+def _accept(
+    out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None, where: str
+) -> None:
     if spec.dest in RESERVED:
-        out.findings.append(_finding("DDT008",
-                                     f"{where}: --{spec.name} belongs in {RESERVED[spec.dest]}, not in server",
-                                     line, key, fix=f"move the value to {RESERVED[spec.dest]}"))
+        out.findings.append(
+            _finding(
+                "DDT008",
+                f"{where}: --{spec.name} belongs in {RESERVED[spec.dest]}, not in server",
+                line,
+                key,
+                fix=f"move the value to {RESERVED[spec.dest]}",
+            )
+        )
         return
     if spec.deprecated:
         live = spec.alias_of or (spec.replacement or "").lstrip("-") or None
-        out.findings.append(_finding("DDT004", f"{where}: --{spec.name} is deprecated in sglang {catalog.version}"
-                                     + (f" (use --{live})" if live else ""), line, key,
-                                     fix=f"rename it to {live}" if live else "remove it", severity=WARNING))
+        out.findings.append(
+            _finding(
+                "DDT004",
+                f"{where}: --{spec.name} is deprecated in sglang {catalog.version}"
+                + (f" (use --{live})" if live else ""),
+                line,
+                key,
+                fix=f"rename it to {live}" if live else "remove it",
+                severity=WARNING,
+            )
+        )
     if spec.dest in out.given:
-        out.findings.append(_finding("DDT009", f"{where}: --{spec.name} is given twice (also as {out.keys[spec.dest]})",
-                                     line, key, fix="keep one of them"))
+        out.findings.append(
+            _finding(
+                "DDT009",
+                f"{where}: --{spec.name} is given twice (also as {out.keys[spec.dest]})",
+                line,
+                key,
+                fix="keep one of them",
+            )
+        )
         return
     try:
         typed = coerce(spec, value)
@@ -195,21 +253,42 @@ def _accept(out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: 
         import difflib
 
         close = difflib.get_close_matches(str(err.args[0]), [str(c) for c in spec.choices or ()], n=1)
-        out.findings.append(_finding(
-            "DDT003", f"{where}: {err.args[0]!r} is not a choice of --{spec.name} ({choices})", line, key,
-            fix=f"use {close[0]}" if close else f"use one of {choices}",
-            edits={spec.name: close[0]} if close else None))
+        out.findings.append(
+            _finding(
+                "DDT003",
+                f"{where}: {err.args[0]!r} is not a choice of --{spec.name} ({choices})",
+                line,
+                key,
+                fix=f"use {close[0]}" if close else f"use one of {choices}",
+                edits={spec.name: close[0]} if close else None,
+            )
+        )
         return
     except ValueError as err:
-        out.findings.append(_finding("DDT002", f"{where}: --{spec.name}: {err}", line, key,
-                                     fix=f"give --{spec.name} a {spec.type or 'value'}" if spec.type else None))
+        out.findings.append(
+            _finding(
+                "DDT002",
+                f"{where}: --{spec.name}: {err}",
+                line,
+                key,
+                fix=f"give --{spec.name} a {spec.type or 'value'}" if spec.type else None,
+            )
+        )
         return
     problem = _out_of_range(spec, typed)
     if problem:
         need = problem.rpartition("must be ")[2]
-        out.findings.append(_finding("DDT002", f"{where}: --{spec.name}: {problem}", line, key,
-                                     fix=f"set {spec.name} to {need}" if need.startswith("a ")
-                                     else f"set {spec.name} to a value {need}"))
+        out.findings.append(
+            _finding(
+                "DDT002",
+                f"{where}: --{spec.name}: {problem}",
+                line,
+                key,
+                fix=f"set {spec.name} to {need}"
+                if need.startswith("a ")
+                else f"set {spec.name} to a value {need}",
+            )
+        )
         return
     out.given[spec.dest] = typed
     out.specs[spec.dest] = spec
@@ -238,8 +317,15 @@ def flags_from_argv(argv: list[str], catalog: Catalog) -> FlagValues:
         token = argv[i]
         i += 1
         if not token.startswith("-"):
-            out.findings.append(_finding("DDT001", f"argv: unexpected positional argument {token!r}", None, token,
-                                         fix="SGLang takes only --flags"))
+            out.findings.append(
+                _finding(
+                    "DDT001",
+                    f"argv: unexpected positional argument {token!r}",
+                    None,
+                    token,
+                    fix="SGLang takes only --flags",
+                )
+            )
             continue
         option, eq, inline = token.partition("=")
         negated = False
@@ -263,8 +349,10 @@ def flags_from_argv(argv: list[str], catalog: Catalog) -> FlagValues:
             value = inline
         else:
             values = []
-            while i < len(argv) and not (argv[i].startswith("--") or (argv[i].startswith("-") and len(argv[i]) > 1
-                                                                      and not argv[i][1:2].isdigit())):
+            while i < len(argv) and not (
+                argv[i].startswith("--")
+                or (argv[i].startswith("-") and len(argv[i]) > 1 and not argv[i][1:2].isdigit())
+            ):
                 values.append(argv[i])
                 i += 1
                 if spec.nargs in (None, "?"):

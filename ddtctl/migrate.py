@@ -64,8 +64,14 @@ class MigrationResult:
         return not self.removed and not any(w.blocking for w in self.warnings)
 
     def unified_diff(self) -> str:
-        return "".join(difflib.unified_diff(self.original.splitlines(True), self.text.splitlines(True),
-                                            self.source, f"{self.source} (sglang {self.to_version})"))
+        return "".join(
+            difflib.unified_diff(
+                self.original.splitlines(True),
+                self.text.splitlines(True),
+                self.source,
+                f"{self.source} (sglang {self.to_version})",
+            )
+        )
 
     def to_json(self) -> dict:
         return {
@@ -84,8 +90,15 @@ class MigrationResult:
         """A KeyIssue in the shape of every command's findings (ddtctl.report), plus `blocking`."""
         from ddtctl.report import FindingRecord
 
-        record = FindingRecord(id=None, severity=severity, message=issue.message, file=self.source,
-                               line=issue.line, key=issue.key, fix=issue.fix)
+        record = FindingRecord(
+            id=None,
+            severity=severity,
+            message=issue.message,
+            file=self.source,
+            line=issue.line,
+            key=issue.key,
+            fix=issue.fix,
+        )
         return dict(record.to_json(), blocking=issue.blocking)
 
 
@@ -128,7 +141,9 @@ def _replacement_value(replacement: str | None, target) -> tuple[str, Any] | Non
 
 
 # -- the migration ---------------------------------------------------------------------------------------------------
-def migrate_text(text: str, source: str, to_version: str, *, from_version: str | None = None) -> MigrationResult:
+def migrate_text(
+    text: str, source: str, to_version: str, *, from_version: str | None = None
+) -> MigrationResult:
     from ddtctl.diffflags import diff_versions
     from ddtctl.profile import parse_profile_text
     from ddtctl.schema.catalog import load_catalog
@@ -138,13 +153,18 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
     declared = data.get("sglang")
     src_version = from_version or (str(declared) if declared is not None else None)
     if not src_version:
-        raise UsageError("the profile has no `sglang:` release to migrate from", where=source,
-                         fix="add `sglang: \"0.5.12\"` (the release it was written for) or pass --from")
+        raise UsageError(
+            "the profile has no `sglang:` release to migrate from",
+            where=source,
+            fix='add `sglang: "0.5.12"` (the release it was written for) or pass --from',
+        )
     source_cat, target = load_catalog(src_version), load_catalog(to_version)
     result = MigrationResult(source, source_cat.version, target.version, original=text, text=text)
     server = data.get("server") or {}
     if not isinstance(server, dict):
-        raise ProfileError("`server:` must be a mapping of SGLang flags", where=f"{source}:{doc.lines.get('server')}")
+        raise ProfileError(
+            "`server:` must be a mapping of SGLang flags", where=f"{source}:{doc.lines.get('server')}"
+        )
     diff = diff_versions(source_cat.version, target.version) if source_cat.version != target.version else None
     try:
         from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
@@ -164,14 +184,26 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
         if spec is None:
             unknown += 1  # did-you-mean for the first few only: bounded work on hostile input (issue #14)
             close = source_cat.suggest(key) if unknown <= SUGGEST_PER_INPUT else []
-            result.warnings.append(KeyIssue(line_no, key, f"not a flag of sglang {source_cat.version}; left as is",
-                                            f"did you mean {close[0]!r}?" if close else None))
+            result.warnings.append(
+                KeyIssue(
+                    line_no,
+                    key,
+                    f"not a flag of sglang {source_cat.version}; left as is",
+                    f"did you mean {close[0]!r}?" if close else None,
+                )
+            )
             continue
         now = target.get_option(key)
         if now is not None and not (now.deprecated and now.alias_of):
             if now.deprecated:
-                result.warnings.append(KeyIssue(line_no, key, f"deprecated in sglang {target.version}",
-                                                f"use {now.replacement}" if now.replacement else None))
+                result.warnings.append(
+                    KeyIssue(
+                        line_no,
+                        key,
+                        f"deprecated in sglang {target.version}",
+                        f"use {now.replacement}" if now.replacement else None,
+                    )
+                )
             continue
         target_flag = _target_flag(result, key, spec, value, line_no, now, diff, source_cat, target)
         if target_flag is None:
@@ -179,8 +211,14 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
         new_name, reason, new_value = target_flag
         new_canon = _canon(new_name)
         if new_canon in present and new_canon != key:
-            result.removed.append(KeyIssue(line_no, key, f"--{new_name} (its new name) is also set",
-                                           f"keep one of `{key}` and `{new_name}`"))
+            result.removed.append(
+                KeyIssue(
+                    line_no,
+                    key,
+                    f"--{new_name} (its new name) is also set",
+                    f"keep one of `{key}` and `{new_name}`",
+                )
+            )
             continue
         written = find_key(editor.data["server"], key, _canon)
         if line_no is None or written is None:
@@ -190,14 +228,19 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
         if new_value is not None:
             set_value(editor, editor.data["server"], _restyle(new_name, old_key), new_value, gap=None)
         present.add(new_canon)
-        result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value,
-                                    new_value))
+        result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value, new_value))
         _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
 
     if result.edits or source_cat.version != target.version:
         if not _set_sglang(editor, target.version):
-            result.warnings.append(KeyIssue(None, "sglang", f"no `sglang:` line to update to {target.version}",
-                                            f"add `sglang: \"{target.version}\"`"))
+            result.warnings.append(
+                KeyIssue(
+                    None,
+                    "sglang",
+                    f"no `sglang:` line to update to {target.version}",
+                    f'add `sglang: "{target.version}"`',
+                )
+            )
     try:
         result.text = editor.result()
     except EditRefused as refused:
@@ -205,9 +248,17 @@ def migrate_text(text: str, source: str, to_version: str, *, from_version: str |
     return result
 
 
-
-def _target_flag(result: MigrationResult, key: str, spec: Any, value: Any, line_no: int | None, now: Any,
-                 diff: Any, source_cat: Catalog, target: Catalog) -> tuple[str, str, Any] | None:
+def _target_flag(
+    result: MigrationResult,
+    key: str,
+    spec: Any,
+    value: Any,
+    line_no: int | None,
+    now: Any,
+    diff: Any,
+    source_cat: Catalog,
+    target: Catalog,
+) -> tuple[str, str, Any] | None:
     """The flag `key` becomes in the target release: (new name, why, new value or None). None when it has no
     successor (recorded in result.removed)."""
     from ddtctl.schema.catalog import load_catalog
@@ -223,8 +274,14 @@ def _target_flag(result: MigrationResult, key: str, spec: Any, value: Any, line_
             how = {"declared": "", "dest": " (same dest)", "similar": " (inferred)"}[rename.how]
             reason = f"renamed{how}: {'; '.join(rename.evidence)}"
             if rename.how == "similar":
-                result.warnings.append(KeyIssue(line_no, key, f"rename to {new_name} inferred from similarity, "
-                                                              "not declared by SGLang", "check it"))
+                result.warnings.append(
+                    KeyIssue(
+                        line_no,
+                        key,
+                        f"rename to {new_name} inferred from similarity, not declared by SGLang",
+                        "check it",
+                    )
+                )
         else:
             gone = diff.removed_entry(spec.name) if diff else None
             hint = gone.hint if gone else None
@@ -240,18 +297,34 @@ def _target_flag(result: MigrationResult, key: str, spec: Any, value: Any, line_
                 fix = hint or "delete the line, or find its replacement in `ddtctl diff-flags`"
                 if Catalog.is_boolean_switch(spec) and value is False:
                     fix = "it is set to false (the default): delete the line"
-                result.removed.append(KeyIssue(line_no, key, f"sglang {target.version} has no --{spec.name}",
-                                               fix))
+                result.removed.append(
+                    KeyIssue(line_no, key, f"sglang {target.version} has no --{spec.name}", fix)
+                )
                 return None
     return new_name, reason, new_value
+
 
 def _report_refusal(result: MigrationResult, reason: str) -> None:
     """The edits could not be written without touching other lines: each becomes a manual step."""
     if not result.edits:
-        result.warnings.append(KeyIssue(None, "sglang", f"could not update `sglang:` automatically: {reason}",
-                                        f"set it to \"{result.to_version}\"", blocking=True))
-    result.removed.extend(KeyIssue(e.line, e.old_key, f"could not rename it to {e.new_key} automatically: "
-                                                      f"{reason}", "edit it by hand") for e in result.edits)
+        result.warnings.append(
+            KeyIssue(
+                None,
+                "sglang",
+                f"could not update `sglang:` automatically: {reason}",
+                f'set it to "{result.to_version}"',
+                blocking=True,
+            )
+        )
+    result.removed.extend(
+        KeyIssue(
+            e.line,
+            e.old_key,
+            f"could not rename it to {e.new_key} automatically: {reason}",
+            "edit it by hand",
+        )
+        for e in result.edits
+    )
     result.edits = []
 
 
@@ -259,9 +332,11 @@ def _editor(text: str, source: str) -> RoundTrip:
     try:
         return RoundTrip(text, source)
     except EditRefused as refused:
-        raise ProfileError(f"cannot edit the profile: {refused.reason}", where=source,
-                           fix="fix the YAML (`ddtctl validate` names the line), then migrate again") \
-            from None
+        raise ProfileError(
+            f"cannot edit the profile: {refused.reason}",
+            where=source,
+            fix="fix the YAML (`ddtctl validate` names the line), then migrate again",
+        ) from None
 
 
 def _span_versions(a: str, b: str) -> list[str]:
@@ -280,13 +355,20 @@ def _check_value(result: MigrationResult, target, new_name: str, value: Any, lin
     allowed = [str(c) for c in spec.choices]
     bad = [v for v in values if str(v) not in allowed]
     if bad:
-        result.warnings.append(KeyIssue(line, key, f"value {bad[0]!r} is not a choice of --{new_name} in sglang "
-                                                    f"{target.version}", f"one of: {', '.join(allowed)}",
-                                            blocking=True))
+        result.warnings.append(
+            KeyIssue(
+                line,
+                key,
+                f"value {bad[0]!r} is not a choice of --{new_name} in sglang {target.version}",
+                f"one of: {', '.join(allowed)}",
+                blocking=True,
+            )
+        )
 
 
-def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None,
-                    write: bool = False) -> MigrationResult:
+def migrate_profile(
+    path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None, write: bool = False
+) -> MigrationResult:
     from ddtctl.profile import read_profile_document
     from ddtctl.safeio import rewrite
 
@@ -296,7 +378,11 @@ def migrate_profile(path: str | os.PathLike[str], to_version: str, *, from_versi
     if write and result.changed:
         # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or changed
         # since it was read (issue #14)
-        rewrite(path, result.text, original=doc.raw if doc.raw is not None else doc.text.encode("utf-8"),
-                what="profile")
+        rewrite(
+            path,
+            result.text,
+            original=doc.raw if doc.raw is not None else doc.text.encode("utf-8"),
+            what="profile",
+        )
         result.written = True
     return result

@@ -91,7 +91,9 @@ class ModelFacts:
     full_attention_interval: int | None = None
     layer_types: tuple[str, ...] = ()
     mamba_ssm_dtype: str | None = None  # the config's; SGLang's default is float32
-    weights_bytes: int | None = None  # the checkpoint's weight files (*.safetensors), when the directory is local
+    weights_bytes: int | None = (
+        None  # the checkpoint's weight files (*.safetensors), when the directory is local
+    )
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -104,7 +106,9 @@ class ModelFacts:
             return None
         if self.architecture in HYBRID_ARCHITECTURES:
             return True
-        layer_types = self.raw.get("layer_types") or (self.raw.get("text_config") or {}).get("layer_types") or []
+        layer_types = (
+            self.raw.get("layer_types") or (self.raw.get("text_config") or {}).get("layer_types") or []
+        )
         return any(t in ("linear_attention", "mamba") for t in layer_types) if layer_types else False
 
     @property
@@ -166,7 +170,9 @@ def facts_from_config(config: dict[str, Any], source: str = "config.json") -> Mo
         linear_value_head_dim=_int(pick("linear_value_head_dim")),
         linear_conv_kernel_dim=_int(pick("linear_conv_kernel_dim")),
         full_attention_interval=_int(pick("full_attention_interval")),
-        layer_types=tuple(t for t in layer_types if isinstance(t, str)) if isinstance(layer_types, list) else (),
+        layer_types=tuple(t for t in layer_types if isinstance(t, str))
+        if isinstance(layer_types, list)
+        else (),
         mamba_ssm_dtype=ssm_dtype if isinstance(ssm_dtype, str) else None,
         raw=config,
     )

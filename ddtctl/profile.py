@@ -54,13 +54,18 @@ class Hardware(_Strict):
 class ModelSpec(_Strict):
     path: str = Field(min_length=1, description="Model directory on the target host (or a hub id)")
     architecture: str | None = Field(
-        default=None, description="config.json architectures[0]; optional when config.json is readable locally")
+        default=None,
+        description="config.json architectures[0]; optional when config.json is readable locally",
+    )
 
 
 class Launch(_Strict):
-    health_timeout_s: int = Field(default=1800, ge=10, le=86400, description="Seconds to wait until /health is ok")
+    health_timeout_s: int = Field(
+        default=1800, ge=10, le=86400, description="Seconds to wait until /health is ok"
+    )
     launcher: list[str] | None = Field(
-        default=None, description="Command that starts the server (default: python -m sglang.launch_server)")
+        default=None, description="Command that starts the server (default: python -m sglang.launch_server)"
+    )
 
 
 class IgnoreEntry(_Strict):
@@ -68,14 +73,18 @@ class IgnoreEntry(_Strict):
     it and lists it in JSON; errors SGLang itself rejects cannot be ignored)."""
 
     rule: str = Field(min_length=1, max_length=16, description="Rule id to ignore, e.g. DDT114")
-    reason: str = Field(min_length=1, max_length=500, description="Why this finding does not apply (required)")
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why this finding does not apply (required)"
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _not_bare(cls, data: Any) -> Any:
         if isinstance(data, str):
-            raise ValueError(f"a bare rule id ({data[:16]!r}) is not an ignore entry: write "
-                             f"{{rule: {data[:16]}, reason: \"why it does not apply\"}}")
+            raise ValueError(
+                f"a bare rule id ({data[:16]!r}) is not an ignore entry: write "
+                f'{{rule: {data[:16]}, reason: "why it does not apply"}}'
+            )
         return data
 
     @field_validator("reason")
@@ -92,16 +101,24 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 class Profile(_Strict):
     name: str = Field(pattern=NAME_PATTERN, description="Profile name (letters, digits, . _ -)")
     description: str | None = None
-    sglang: str = Field(default=PINNED_SGLANG, pattern=r"^\d+\.\d+\.\d+$", description="SGLang release targeted")
+    sglang: str = Field(
+        default=PINNED_SGLANG, pattern=r"^\d+\.\d+\.\d+$", description="SGLang release targeted"
+    )
     host: str | None = Field(default=None, description="Inventory host name (hosts.yaml) used by deploy")
-    hosts: list[str] | None = Field(default=None, min_length=1, description="Several hosts: one multi-node server")
+    hosts: list[str] | None = Field(
+        default=None, min_length=1, description="Several hosts: one multi-node server"
+    )
     hardware: Hardware | None = None
     model: ModelSpec
-    server: dict[str, Any] = Field(default_factory=dict, description="SGLang flags by name (dashed or underscored)")
+    server: dict[str, Any] = Field(
+        default_factory=dict, description="SGLang flags by name (dashed or underscored)"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the server process")
     launch: Launch = Field(default_factory=Launch)
-    ignore: list[IgnoreEntry] = Field(default_factory=list, description="Findings suppressed on purpose, each with "
-                                      "its reason: [{rule: DDT114, reason: ...}]")
+    ignore: list[IgnoreEntry] = Field(
+        default_factory=list,
+        description="Findings suppressed on purpose, each with its reason: [{rule: DDT114, reason: ...}]",
+    )
 
     @field_validator("env")
     @classmethod
@@ -120,7 +137,9 @@ class ProfileDocument:
     data: dict[str, Any]
     lines: dict[str, int]
     text: str
-    raw: bytes | None = None  # the file's bytes as read (what `--fix` / `migrate --write` must still find there)
+    raw: bytes | None = (
+        None  # the file's bytes as read (what `--fix` / `migrate --write` must still find there)
+    )
     columns: dict[int, int] = field(default_factory=dict)  # line -> 1-based column of the first key on it
 
 
@@ -147,34 +166,53 @@ def canonical_flag_key(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-").lower()
 
 
-def _build(node: yaml.Node, path: str, loader: Any, lines: dict[str, int], source: str, depth: int = 0,
-           columns: dict[int, int] | None = None) -> Any:
+def _build(
+    node: yaml.Node,
+    path: str,
+    loader: Any,
+    lines: dict[str, int],
+    source: str,
+    depth: int = 0,
+    columns: dict[int, int] | None = None,
+) -> Any:
     if depth > MAX_NESTING:
-        raise ProfileError(f"nested more than {MAX_NESTING} levels deep", where=f"{source}:{node.start_mark.line + 1}",
-                           fix="profiles need only a few levels (server: flag: value)")
+        raise ProfileError(
+            f"nested more than {MAX_NESTING} levels deep",
+            where=f"{source}:{node.start_mark.line + 1}",
+            fix="profiles need only a few levels (server: flag: value)",
+        )
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise ProfileError("YAML merge keys (<<) are not supported in profiles",
-                                   where=f"{source}:{key_node.start_mark.line + 1}", fix="write the keys out")
+                raise ProfileError(
+                    "YAML merge keys (<<) are not supported in profiles",
+                    where=f"{source}:{key_node.start_mark.line + 1}",
+                    fix="write the keys out",
+                )
             if not isinstance(key_node, yaml.ScalarNode):
-                raise ProfileError("mapping keys must be plain names", where=f"{source}:{key_node.start_mark.line + 1}")
+                raise ProfileError(
+                    "mapping keys must be plain names", where=f"{source}:{key_node.start_mark.line + 1}"
+                )
             key = str(_construct(loader, key_node, source))
             norm = canonical_flag_key(key) if path == "server" else key
             child = f"{path}.{norm}" if path else norm
             if norm in out:
                 raise ProfileError(
                     f"duplicate key {key!r} (first at line {lines.get(child, '?')})",
-                    where=f"{source}:{key_node.start_mark.line + 1}", fix="keep one of them")
+                    where=f"{source}:{key_node.start_mark.line + 1}",
+                    fix="keep one of them",
+                )
             lines[child] = key_node.start_mark.line + 1
             if columns is not None:
                 columns.setdefault(lines[child], key_node.start_mark.column + 1)
             out[norm] = _build(value_node, child, loader, lines, source, depth + 1, columns)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, f"{path}[{i}]", loader, lines, source, depth + 1, columns)
-                for i, item in enumerate(node.value)]
+        return [
+            _build(item, f"{path}[{i}]", loader, lines, source, depth + 1, columns)
+            for i, item in enumerate(node.value)
+        ]
     return _construct(loader, node, source)
 
 
@@ -186,12 +224,17 @@ def _construct(loader: Any, node: yaml.Node, source: str) -> Any:
     if node.tag == "tag:yaml.org,2002:int" and isinstance(node.value, str):
         digits = sum(ch.isdigit() for ch in node.value)
         if digits > MAX_INT_DIGITS:
-            raise ProfileError(f"integer with {digits} digits is out of range",
-                               where=f"{source}:{node.start_mark.line + 1}", fix="write a real value")
+            raise ProfileError(
+                f"integer with {digits} digits is out of range",
+                where=f"{source}:{node.start_mark.line + 1}",
+                fix="write a real value",
+            )
     try:
         return loader.construct_object(node)
     except (ValueError, OverflowError) as err:
-        raise ProfileError(f"invalid value: {str(err)[:120]}", where=f"{source}:{node.start_mark.line + 1}") from None
+        raise ProfileError(
+            f"invalid value: {str(err)[:120]}", where=f"{source}:{node.start_mark.line + 1}"
+        ) from None
 
 
 def _refuse_aliases(text: str, source: str) -> None:
@@ -199,8 +242,11 @@ def _refuse_aliases(text: str, source: str) -> None:
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             line = event.start_mark.line + 1 if event.start_mark else "?"  # the parser marks every event
-            raise ProfileError("YAML anchors/aliases (&, *) are not allowed in profiles",
-                               where=f"{source}:{line}", fix="write the values out")
+            raise ProfileError(
+                "YAML anchors/aliases (&, *) are not allowed in profiles",
+                where=f"{source}:{line}",
+                fix="write the values out",
+            )
 
 
 def parse_profile_text(text: str, source: str) -> ProfileDocument:
@@ -212,8 +258,10 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
         if node is None:
             raise ProfileError("the file is empty", where=source, fix="start from a profile in profiles/")
         if not isinstance(node, yaml.MappingNode):
-            raise ProfileError("a profile must be a YAML mapping (name:, model:, server: ...)",
-                               where=f"{source}:{node.start_mark.line + 1}")
+            raise ProfileError(
+                "a profile must be a YAML mapping (name:, model:, server: ...)",
+                where=f"{source}:{node.start_mark.line + 1}",
+            )
         lines: dict[str, int] = {}
         columns: dict[int, int] = {}
         data = _build(node, "", loader, lines, source, columns=columns)
@@ -239,8 +287,9 @@ def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
-        raise ProfileError(f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}",
-                           fix="save the file as UTF-8") from None
+        raise ProfileError(
+            f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}", fix="save the file as UTF-8"
+        ) from None
     doc = parse_profile_text(text, source)
     doc.raw = raw
     return doc
@@ -271,7 +320,11 @@ def _suggest_top_level(loc: str) -> str:
 
     parent, _, key = loc.rpartition(".")
     sections: dict[str, type[BaseModel]] = {
-        "": Profile, "hardware": Hardware, "model": ModelSpec, "launch": Launch}
+        "": Profile,
+        "hardware": Hardware,
+        "model": ModelSpec,
+        "launch": Launch,
+    }
     fields = sections.get(parent)
     if fields is None and parent.startswith("ignore."):
         fields = IgnoreEntry
@@ -323,8 +376,13 @@ def discover_profiles(paths: list[str]) -> list[Path]:
         for item in matches:
             p = Path(item)
             if p.is_dir():
-                inside = sorted(q for q in p.rglob("*") if q.is_file() and is_profile_file(q)
-                                and not any(part.startswith(".") for part in q.relative_to(p).parts))
+                inside = sorted(
+                    q
+                    for q in p.rglob("*")
+                    if q.is_file()
+                    and is_profile_file(q)
+                    and not any(part.startswith(".") for part in q.relative_to(p).parts)
+                )
                 if not inside:
                     raise ProfileError("directory holds no profiles (*.yaml, *.yml)", where=str(p))
                 found.extend(inside)

@@ -24,8 +24,10 @@ def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
     for key, value in profile.server.items():
         spec = catalog.get(key)
         if spec is None:
-            raise ProfileError(f"server.{key}: unknown SGLang {catalog.version} flag",
-                               fix="run `ddtctl validate` on the profile")
+            raise ProfileError(
+                f"server.{key}: unknown SGLang {catalog.version} flag",
+                fix="run `ddtctl validate` on the profile",
+            )
         argv.extend(render_flag(spec, value))
     return argv
 
@@ -47,8 +49,15 @@ class Rendered:
     text: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "format": self.format, "launcher": self.launcher, "argv": self.argv,
-                "env": self.env, "config": self.config, "text": self.text}
+        return {
+            "source": self.source,
+            "format": self.format,
+            "launcher": self.launcher,
+            "argv": self.argv,
+            "env": self.env,
+            "config": self.config,
+            "text": self.text,
+        }
 
 
 def _masked_argv(argv: list[str]) -> list[str]:
@@ -86,8 +95,10 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
     if fmt == "argv":
         text = json.dumps(launcher + shown)
     elif fmt == "shell":
-        assigns = [f"{k}={shlex.quote(v)}" if show_secrets or k not in secret_env else f'{k}="${{{k}}}"'
-                   for k, v in env.items()]
+        assigns = [
+            f"{k}={shlex.quote(v)}" if show_secrets or k not in secret_env else f'{k}="${{{k}}}"'
+            for k, v in env.items()
+        ]
         words = [shlex.quote(w) for w in launcher] + [shlex.quote(w) for w in shown]
         lines, line = [], (["env", *assigns] if assigns else []) + words[: len(launcher)]
         i = 0
@@ -106,12 +117,26 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
         if not show_secrets:
             from ddtctl.argv import is_secret_flag
 
-            config = {k: ("***" if is_secret_flag(k) and v not in (None, False, "") else v) for k, v in config.items()}
-        header = [f"# SGLang {prof.sglang} server config rendered by ddtctl from {loaded.source}",
-                  f"# launch: {' '.join(launcher)} --config THIS_FILE.yaml"]
+            config = {
+                k: ("***" if is_secret_flag(k) and v not in (None, False, "") else v)
+                for k, v in config.items()
+            }
+        header = [
+            f"# SGLang {prof.sglang} server config rendered by ddtctl from {loaded.source}",
+            f"# launch: {' '.join(launcher)} --config THIS_FILE.yaml",
+        ]
         if env:
-            header.append("# environment (not part of SGLang's config): " + ", ".join(
-                f"{k}={shown_env[k]}" for k in env))
+            header.append(
+                "# environment (not part of SGLang's config): "
+                + ", ".join(f"{k}={shown_env[k]}" for k in env)
+            )
         text = "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
-    return Rendered(source=loaded.source, format=fmt, launcher=launcher, argv=shown, env=shown_env, config=config,
-                    text=text)
+    return Rendered(
+        source=loaded.source,
+        format=fmt,
+        launcher=launcher,
+        argv=shown,
+        env=shown_env,
+        config=config,
+        text=text,
+    )

@@ -35,8 +35,10 @@ FINDING_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": list(FINDING_KEYS),
     "properties": {
-        "id": {"type": ["string", "null"],
-               "description": "rule id (DDT111); null for a warning SGLang logged without one"},
+        "id": {
+            "type": ["string", "null"],
+            "description": "rule id (DDT111); null for a warning SGLang logged without one",
+        },
         "severity": {"enum": list(SEVERITIES)},
         "message": {"type": "string"},
         "file": _NULLABLE_STRING,
@@ -45,16 +47,22 @@ FINDING_SCHEMA: dict[str, Any] = {
         "key": _NULLABLE_STRING,
         "fix": _NULLABLE_STRING,
         "fixable": {"type": "boolean", "description": "`validate --fix` can apply the fix"},
-        "fix_safety": {"enum": ["safe", "unsafe", None],
-                       "description": "unsafe: applied only with --unsafe-fixes"},
+        "fix_safety": {
+            "enum": ["safe", "unsafe", None],
+            "description": "unsafe: applied only with --unsafe-fixes",
+        },
     },
 }
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["message", "where", "fix", "exit_code"],
-    "properties": {"message": {"type": "string"}, "where": _NULLABLE_STRING, "fix": _NULLABLE_STRING,
-                   "exit_code": {"type": "integer", "minimum": 1}},
+    "properties": {
+        "message": {"type": "string"},
+        "where": _NULLABLE_STRING,
+        "fix": _NULLABLE_STRING,
+        "exit_code": {"type": "integer", "minimum": 1},
+    },
 }
 
 ENVELOPE_SCHEMA: dict[str, Any] = {
@@ -101,8 +109,13 @@ class Envelope:
     version: int = field(default=ENVELOPE_VERSION)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "command": self.command, "ok": self.ok, "results": self.results,
-                "error": self.error.to_json() if self.error else None}
+        return {
+            "version": self.version,
+            "command": self.command,
+            "ok": self.ok,
+            "results": self.results,
+            "error": self.error.to_json() if self.error else None,
+        }
 
 
 @dataclass
@@ -127,9 +140,18 @@ class FindingRecord:
 def finding_record(finding: Any, *, file: str | None, columns: dict[int, int] | None = None) -> FindingRecord:
     """A rule-engine Finding (ddtctl.rules.engine) as a record; `columns`: line -> column of the key there."""
     line = finding.line
-    return FindingRecord(id=finding.rule, severity=finding.severity, message=finding.message, file=file,
-                         line=line, column=(columns or {}).get(line) if line else None, key=finding.key,
-                         fix=finding.fix, fixable=bool(finding.fixable), fix_safety=finding.fixable)
+    return FindingRecord(
+        id=finding.rule,
+        severity=finding.severity,
+        message=finding.message,
+        file=file,
+        line=line,
+        column=(columns or {}).get(line) if line else None,
+        key=finding.key,
+        fix=finding.fix,
+        fixable=bool(finding.fixable),
+        fix_safety=finding.fixable,
+    )
 
 
 _RULE_TAG = re.compile(r"\[(DDT\d{3})\]")
@@ -146,8 +168,9 @@ class _State:
     emitted = False  # one document per process: an error after the results were printed stays on stderr
 
 
-def emit(command: str, results: dict[str, Any] | None, *, exit_code: int,
-         error: ErrorInfo | None = None) -> None:
+def emit(
+    command: str, results: dict[str, Any] | None, *, exit_code: int, error: ErrorInfo | None = None
+) -> None:
     """Print the envelope of `command` on stdout (ok: exit code 0 and no error)."""
     envelope = Envelope(command=command, ok=exit_code == 0 and error is None, results=results, error=error)
     sys.stdout.write(json.dumps(envelope.to_json(), indent=2, default=str) + "\n")

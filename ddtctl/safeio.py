@@ -19,8 +19,13 @@ from pathlib import Path
 
 from ddtctl.errors import DdtctlError, UsageError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -30,14 +35,22 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: str | os.PathLike[str], limit: int, *, error: type[DdtctlError] = UsageError,
-                 what: str = "input", fix: str | None = None) -> bytes:
+def read_regular(
+    path: str | os.PathLike[str],
+    limit: int,
+    *,
+    error: type[DdtctlError] = UsageError,
+    what: str = "input",
+    fix: str | None = None,
+) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; `error` (one line, where=path) otherwise.
 
     Opened with O_NONBLOCK so a FIFO cannot block the open, and checked with fstat on the open descriptor (no
     race with a rename); the read is bounded whatever st_size says (/proc files report 0)."""
     source = str(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         fd = os.open(source, flags)
     except FileNotFoundError:
@@ -53,10 +66,15 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, error: type[Ddtctl
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(f"is {_kind(st.st_mode)}, not a {what} file", where=source, fix=fix or "give a regular file")
+            raise error(
+                f"is {_kind(st.st_mode)}, not a {what} file", where=source, fix=fix or "give a regular file"
+            )
         if st.st_size > limit:
-            raise error(f"file is {st.st_size // 1024} KiB; {what}s are limited to {limit // 1024} KiB", where=source,
-                        fix=fix or f"is this really a {what}?")
+            raise error(
+                f"file is {st.st_size // 1024} KiB; {what}s are limited to {limit // 1024} KiB",
+                where=source,
+                fix=fix or f"is this really a {what}?",
+            )
         chunks, total = [], 0
         while total <= limit:
             try:
@@ -68,8 +86,11 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, error: type[Ddtctl
             chunks.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise error(f"file is over {limit // 1024} KiB; {what}s are limited to {limit // 1024} KiB",
-                        where=source, fix=fix or f"is this really a {what}?")
+            raise error(
+                f"file is over {limit // 1024} KiB; {what}s are limited to {limit // 1024} KiB",
+                where=source,
+                fix=fix or f"is this really a {what}?",
+            )
         return b"".join(chunks)
     except OSError as err:
         raise error(f"cannot read: {err.strerror or err}", where=source) from None
@@ -78,7 +99,7 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, error: type[Ddtctl
 
 
 def line_ending(original: bytes) -> str:
-    """"\\r\\n" when most of the file's line breaks are CRLF, else "\\n"."""
+    """ "\\r\\n" when most of the file's line breaks are CRLF, else "\\n"."""
     crlf = original.count(b"\r\n")
     return "\r\n" if crlf and crlf * 2 >= original.count(b"\n") else "\n"
 
@@ -140,17 +161,28 @@ def rewrite(path: str | os.PathLike[str], text: str, *, original: bytes, what: s
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"is {_kind(st.st_mode)}; refusing to rewrite it", where=source)
         if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
-            raise UsageError(f"the {what} is read-only; refusing to rewrite it", where=source,
-                             fix="make it writable (chmod u+w) if it should be changed")
+            raise UsageError(
+                f"the {what} is read-only; refusing to rewrite it",
+                where=source,
+                fix="make it writable (chmod u+w) if it should be changed",
+            )
         if _current(target) != original:
-            raise UsageError(f"the {what} changed since it was read; nothing written", where=source,
-                             fix="re-run the command on the saved file")
+            raise UsageError(
+                f"the {what} changed since it was read; nothing written",
+                where=source,
+                fix="re-run the command on the saved file",
+            )
         directory, name = os.path.split(target)
         tmp = _write_temp(directory, name, data, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
         try:
-            if _current(target) != original:  # last look before the rename (an editor may have saved meanwhile)
-                raise UsageError(f"the {what} changed while it was being rewritten; nothing written", where=source,
-                                 fix="re-run the command on the saved file")
+            if (
+                _current(target) != original
+            ):  # last look before the rename (an editor may have saved meanwhile)
+                raise UsageError(
+                    f"the {what} changed while it was being rewritten; nothing written",
+                    where=source,
+                    fix="re-run the command on the saved file",
+                )
             os.replace(tmp, target)
         except BaseException:
             try:
@@ -162,8 +194,7 @@ def rewrite(path: str | os.PathLike[str], text: str, *, original: bytes, what: s
     except DdtctlError:
         raise
     except OSError as err:
-        raise UsageError(f"cannot write: {err.strerror or err}", where=source,
-                         fix=_write_fix(err)) from None
+        raise UsageError(f"cannot write: {err.strerror or err}", where=source, fix=_write_fix(err)) from None
     return Path(target)
 
 
@@ -190,8 +221,11 @@ def write_new(path: str | os.PathLike[str], text: str, *, mode: int = 0o644) -> 
         target = os.path.realpath(source)
         directory, name = os.path.split(target)
         if not os.path.isdir(directory):
-            raise UsageError(f"no such directory: {os.path.dirname(source) or '.'}", where=source,
-                             fix="create the directory first")
+            raise UsageError(
+                f"no such directory: {os.path.dirname(source) or '.'}",
+                where=source,
+                fix="create the directory first",
+            )
         if os.path.isdir(target):
             raise UsageError("is a directory", where=source, fix="give a file name")
         tmp = _write_temp(directory, name, text.encode("utf-8"), mode & ~_umask(), None)
@@ -219,7 +253,7 @@ def _umask() -> int:
 
 
 def owned_dir_state(path: str | os.PathLike[str], marker: str, *, legacy=None) -> str:
-    """"absent", "empty", "owned" (holds ddtctl's `marker` file, or passes `legacy(path)`) or "foreign":
+    """ "absent", "empty", "owned" (holds ddtctl's `marker` file, or passes `legacy(path)`) or "foreign":
     whether ddtctl may replace the directory at `path`. A symlink or a non-directory is "foreign". ddtctl
     deletes only what it made (issue #14: `overlay import --out SRC --force` deleted SRC,
     `overlay build --out DIR` wiped DIR)."""
@@ -240,4 +274,3 @@ def owned_dir_state(path: str | os.PathLike[str], marker: str, *, legacy=None) -
     if legacy is not None and legacy(p):
         return "owned"
     return "foreign"
-

@@ -60,8 +60,11 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
     if not at:
         return None
     if len(at) > 1:
-        raise ProfileError("argv: --config is given more than once (SGLang: \"Multiple config files specified! Only "
-                           "one allowed.\")", fix="merge the config files into one")
+        raise ProfileError(
+            'argv: --config is given more than once (SGLang: "Multiple config files specified! Only '
+            'one allowed.")',
+            fix="merge the config files into one",
+        )
     if at[0] == len(argv) - 1:
         raise ProfileError("argv: --config has no file after it", fix="write --config path/to/server.yaml")
     return at[0], argv[at[0] + 1]
@@ -72,20 +75,25 @@ def load_config(path: str) -> dict[str, Any]:
 
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml"):
-        raise ProfileError(f"{path}: SGLang's --config must be YAML (.yaml / .yml), got {p.suffix or 'no suffix'!r}",
-                           fix="rename the file with a .yaml suffix")
+        raise ProfileError(
+            f"{path}: SGLang's --config must be YAML (.yaml / .yml), got {p.suffix or 'no suffix'!r}",
+            fix="rename the file with a .yaml suffix",
+        )
     if not p.exists():
         raise ProfileError(f"{path}: config file not found", fix="check the path given to --config")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{path}: not readable as YAML: {str(exc).splitlines()[0]}",
-                           fix="fix the YAML syntax") from None
+        raise ProfileError(
+            f"{path}: not readable as YAML: {str(exc).splitlines()[0]}", fix="fix the YAML syntax"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ProfileError(f"{path}: SGLang's --config must hold a mapping of flags at its root",
-                           fix="write `flag-name: value` lines")
+        raise ProfileError(
+            f"{path}: SGLang's --config must hold a mapping of flags at its root",
+            fix="write `flag-name: value` lines",
+        )
     return data
 
 
@@ -97,9 +105,11 @@ def config_to_argv(config: dict[str, Any], catalog: Catalog, *, where: str = "co
         norm = key.replace("-", "_")
         if norm in keys.unsupported:
             spec = keys.unsupported[norm]
-            raise ProfileError(f"{where}: {key}: SGLang's --config cannot set {spec.option} (a flag without a value "
-                               "that is not a plain switch; SGLang refuses it)",
-                               fix=f"pass {spec.option} on the command line instead")
+            raise ProfileError(
+                f"{where}: {key}: SGLang's --config cannot set {spec.option} (a flag without a value "
+                "that is not a plain switch; SGLang refuses it)",
+                fix=f"pass {spec.option} on the command line instead",
+            )
         if isinstance(value, bool):
             if norm in keys.store_true:
                 out += [f"--{key}"] if value else []
@@ -121,7 +131,7 @@ def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
         return list(argv)
     at, path = found
     config_args = config_to_argv(load_config(path), catalog, where=path)
-    return config_args + argv[:at] + argv[at + 2:]
+    return config_args + argv[:at] + argv[at + 2 :]
 
 
 def profile_to_config(model_path: str, server: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
@@ -133,13 +143,17 @@ def profile_to_config(model_path: str, server: dict[str, Any], catalog: Catalog)
     for name, value in server.items():
         spec = catalog.get(name)
         if spec is None:
-            raise ProfileError(f"server.{name}: unknown SGLang {catalog.version} flag",
-                               fix="run `ddtctl validate` on the profile")
+            raise ProfileError(
+                f"server.{name}: unknown SGLang {catalog.version} flag",
+                fix="run `ddtctl validate` on the profile",
+            )
         norm = spec.name.replace("-", "_")
         if norm in keys.unsupported:
-            raise ProfileError(f"server.{name}: SGLang's --config cannot carry {spec.option} (it refuses flags "
-                               "without a value that are not plain switches)",
-                               fix="render --as argv or --as shell instead")
+            raise ProfileError(
+                f"server.{name}: SGLang's --config cannot carry {spec.option} (it refuses flags "
+                "without a value that are not plain switches)",
+                fix="render --as argv or --as shell instead",
+            )
         if Catalog.is_boolean_switch(spec):
             if value:
                 out[spec.name] = True

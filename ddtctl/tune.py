@@ -42,11 +42,15 @@ BASELINES = ("auto", "dflash", "none", "off")
 
 # Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
 DDTREE_SPACE = {"speculative-ddtree-budget": [16, 32, 64], "speculative-ddtree-topk-cap": [None]}
-EAGLE_SPACE = {"speculative-num-steps": [3, 5], "speculative-eagle-topk": [1, 4],
-               "speculative-num-draft-tokens": [4, 8]}
+EAGLE_SPACE = {
+    "speculative-num-steps": [3, 5],
+    "speculative-eagle-topk": [1, 4],
+    "speculative-num-draft-tokens": [4, 8],
+}
 DFLASH_BLOCKS = (4, 8, 16)
 DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
 SPECULATIVE = re.compile(r"^speculative-")
+
 
 # ----------------------------------------------------------------------------------------------- results
 @dataclass
@@ -60,7 +64,9 @@ class PointResult:
     error: str | None = None
     release: str | None = None
     runs: list[BenchRun] = field(default_factory=list)
-    server_metrics: dict | None = None  # /get_server_info internal state (avg_spec_accept_length, ddtree: [...])
+    server_metrics: dict | None = (
+        None  # /get_server_info internal state (avg_spec_accept_length, ddtree: [...])
+    )
     argv: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     resumed: bool = False  # read back from the results file, not run now
@@ -122,14 +128,28 @@ class TuneResult:
 
     def to_json(self) -> dict:
         return {
-            "host": self.host, "profile": self.profile, "algorithm": self.algorithm,
-            "concurrency": self.concurrency, "concurrencies": self.concurrencies,
+            "host": self.host,
+            "profile": self.profile,
+            "algorithm": self.algorithm,
+            "concurrency": self.concurrency,
+            "concurrencies": self.concurrencies,
             "baseline": self.baseline.to_json() if self.baseline else None,
-            "points": [dict(p.to_json(), resumed=p.resumed,
-                            ratio={str(c): self.ratio(p, c) for c in self.concurrencies}) for p in self.points],
-            "winner": self.winner.to_json() if self.winner else None, "winner_ratio": self.winner_ratio,
-            "results_path": self.results_path, "start_release": self.start_release, "end_release": self.end_release,
-            "restored": self.restored, "kept_best": self.kept_best, "restore_error": self.restore_error,
+            "points": [
+                dict(
+                    p.to_json(),
+                    resumed=p.resumed,
+                    ratio={str(c): self.ratio(p, c) for c in self.concurrencies},
+                )
+                for p in self.points
+            ],
+            "winner": self.winner.to_json() if self.winner else None,
+            "winner_ratio": self.winner_ratio,
+            "results_path": self.results_path,
+            "start_release": self.start_release,
+            "end_release": self.end_release,
+            "restored": self.restored,
+            "kept_best": self.kept_best,
+            "restore_error": self.restore_error,
             "elapsed_s": round(self.elapsed_s, 3),
         }
 
@@ -138,19 +158,25 @@ class TuneResult:
 @dataclass
 class TuneOptions:
     space: dict[str, list[Any]] | None = None  # None: the algorithm's default space
-    baseline: str = "auto"  # auto (DDTREE -> dflash, else none) | dflash | none (no speculative decoding) | off
+    baseline: str = (
+        "auto"  # auto (DDTREE -> dflash, else none) | dflash | none (no speculative decoding) | off
+    )
     concurrencies: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
     winner_concurrency: int | None = None  # default: the lowest
     num_prompts: int = 64
     input_len: int = 512
     output_len: int = 256
     seed: int = 1
-    bench_cmd: list[str] | None = None  # default [{python}, -m, sglang.benchmark.serving]; {python}: the host's
+    bench_cmd: list[str] | None = (
+        None  # default [{python}, -m, sglang.benchmark.serving]; {python}: the host's
+    )
     prompts_file: str | None = None  # the user's prompts (JSON lines or ShareGPT JSON) instead of random ones
     bench_timeout_s: float = 1800.0
     results_path: str | None = None  # default: <profile>.tune.jsonl next to the profile
     keep_best: bool = False
-    payload_dir: str | None = None  # the DDTREE payload (default: built, as deploy does), shipped for every point
+    payload_dir: str | None = (
+        None  # the DDTREE payload (default: built, as deploy does), shipped for every point
+    )
     remote_dry_run: bool = True
     health_timeout_s: float | None = None
     health_interval_s: float = 0.5
@@ -158,7 +184,9 @@ class TuneOptions:
     lock_wait_s: float = 0.0
     trust_new_host: bool = False
     on_event: Callable[[Any], None] | None = None  # deploy events (ddtctl.deploy.Event)
-    on_point: Callable[[int, int, "PointResult"], None] | None = None  # (index, total, result) after each point
+    on_point: Callable[[int, int, "PointResult"], None] | None = (
+        None  # (index, total, result) after each point
+    )
     on_start: Callable[[int, "PointSpec"], None] | None = None  # (index, point) before each point
 
 
@@ -186,8 +214,11 @@ def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
     from ddtctl.profile import canonical_flag_key
 
     if not isinstance(data, dict) or not data:
-        raise UsageError("the search space must be a mapping flag -> list of values", where=where,
-                         fix="e.g. speculative-ddtree-budget: [16, 32, 64]")
+        raise UsageError(
+            "the search space must be a mapping flag -> list of values",
+            where=where,
+            fix="e.g. speculative-ddtree-budget: [16, 32, 64]",
+        )
     out: dict[str, list[Any]] = {}
     for key, values in data.items():
         values = values if isinstance(values, list) else [values]
@@ -207,13 +238,19 @@ def default_space(algorithm: str | None, server: dict[str, Any]) -> dict[str, li
         from ddtctl.model_facts import read_model_facts
 
         facts = read_model_facts(server.get("speculative-draft-model-path"))
-        top = (facts.block_size if facts and facts.block_size else None) or server.get("speculative-dflash-block-size")
+        top = (facts.block_size if facts and facts.block_size else None) or server.get(
+            "speculative-dflash-block-size"
+        )
         if not top:
-            raise UsageError("the drafter's block size is unknown here", fix="pass --space with "
-                             "speculative-dflash-block-size values")
+            raise UsageError(
+                "the drafter's block size is unknown here",
+                fix="pass --space with speculative-dflash-block-size values",
+            )
         return {"speculative-dflash-block-size": [b for b in DFLASH_BLOCKS if b < int(top)] + [int(top)]}
-    raise UsageError(f"no default search space for speculative-algorithm {algorithm or '(none)'}",
-                     fix="pass --space SPACE.yaml (flag -> list of values)")
+    raise UsageError(
+        f"no default search space for speculative-algorithm {algorithm or '(none)'}",
+        fix="pass --space SPACE.yaml (flag -> list of values)",
+    )
 
 
 def points_of(space: dict[str, list[Any]]) -> list[PointSpec]:
@@ -266,8 +303,13 @@ def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dic
 
 
 def _point_key(host: str, argv: list[str], opts: TuneOptions, prompts: Prompts | None) -> str:
-    bench = {"concurrencies": sorted(opts.concurrencies), "num_prompts": opts.num_prompts, "seed": opts.seed,
-             "input_len": opts.input_len, "output_len": opts.output_len}
+    bench = {
+        "concurrencies": sorted(opts.concurrencies),
+        "num_prompts": opts.num_prompts,
+        "seed": opts.seed,
+        "input_len": opts.input_len,
+        "output_len": opts.output_len,
+    }
     if prompts is not None:  # other prompts, other figures: not a point to resume
         bench.update(prompts=prompts.sha256, input_len=None)
     blob = json.dumps({"host": host, "argv": argv, "bench": bench}, sort_keys=True)
@@ -323,22 +365,34 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
         raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
     prompts = load_prompts(opts.prompts_file) if opts.prompts_file else None
     if prompts is not None and opts.output_len < MIN_OUTPUT_LEN:
-        raise UsageError(f"--output-len {opts.output_len} is too short for a prompt file",
-                         fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)")
+        raise UsageError(
+            f"--output-len {opts.output_len} is too short for a prompt file",
+            fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)",
+        )
     results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
     done = read_results(results_path)
     payload_dir = opts.payload_dir
     if payload_dir is None and any(
-            str(variant_data(doc.data, p.flags, p.label)["server"].get("speculative-algorithm", "")).upper()
-            == "DDTREE" for p in todo):
+        str(variant_data(doc.data, p.flags, p.label)["server"].get("speculative-algorithm", "")).upper()
+        == "DDTREE"
+        for p in todo
+    ):
         payload_dir = default_payload_dir(str(doc.data.get("sglang") or ""))  # one payload for every point
     bench_cmd = list(opts.bench_cmd or DEFAULT_BENCH)
     start = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
-    result = TuneResult(host.name, profile, algorithm, chosen, concs, None, [], None, results_path, start.current)
-    dopts = dict(remote_dry_run=opts.remote_dry_run, health_interval_s=opts.health_interval_s,
-                 stop_grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s, trust_new_host=opts.trust_new_host,
-                 health_timeout_s=opts.health_timeout_s, on_event=opts.on_event,
-                 keep_releases=max(5, len(todo) + 3))  # the starting release must survive the sweep's gc
+    result = TuneResult(
+        host.name, profile, algorithm, chosen, concs, None, [], None, results_path, start.current
+    )
+    dopts = dict(
+        remote_dry_run=opts.remote_dry_run,
+        health_interval_s=opts.health_interval_s,
+        stop_grace_s=opts.stop_grace_s,
+        lock_wait_s=opts.lock_wait_s,
+        trust_new_host=opts.trust_new_host,
+        health_timeout_s=opts.health_timeout_s,
+        on_event=opts.on_event,
+        keep_releases=max(5, len(todo) + 3),
+    )  # the starting release must survive the sweep's gc
     variants: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="ddtctl-tune-") as tmp:
         try:
@@ -360,8 +414,9 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
                 else:
-                    pr = _run_point(pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts,
-                                    prompts)
+                    pr = _run_point(
+                        pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts, prompts
+                    )
                     _mask_point(pr, secrets)
                     _append(results_path, host.name, profile, pr)
                 if pt.kind == "baseline":
@@ -379,6 +434,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
 
 def _mask_point(pr: PointResult, secrets: set[str]) -> None:
     """Secrets (the launch's --api-key, tokens in env) out of what a point's errors quote."""
+
     def mask(text: str | None) -> str | None:
         for secret in secrets:
             text = text.replace(secret, "***") if text else text
@@ -389,9 +445,19 @@ def _mask_point(pr: PointResult, secrets: set[str]) -> None:
         run.error = mask(run.error)
 
 
-def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, payload_dir: str | None,
-               bench_cmd: list[str], concs: list[int], opts: TuneOptions, dopts: dict,
-               prompts: Prompts | None = None) -> PointResult:
+def _run_point(
+    pt: PointSpec,
+    key: str,
+    argv: list[str],
+    path: Path,
+    host,
+    payload_dir: str | None,
+    bench_cmd: list[str],
+    concs: list[int],
+    opts: TuneOptions,
+    dopts: dict,
+    prompts: Prompts | None = None,
+) -> PointResult:
     """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
     from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
     from ddtctl.remote.protocol import Probe
@@ -412,9 +478,13 @@ def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, paylo
         r = deploy(spec, [host], DeployOptions(**dopts))
         pr.release = r.release.get(host.name)
         if r.status == "rejected":
-            pr.rules = sorted({c.name.split(":", 1)[1] for c in r.checks
-                               if not c.ok and c.severity == "error" and c.name.startswith("validate:")}) \
-                or (["dry-run"] if r.dry_run is not None and not r.dry_run.accepted else ["preflight"])
+            pr.rules = sorted(
+                {
+                    c.name.split(":", 1)[1]
+                    for c in r.checks
+                    if not c.ok and c.severity == "error" and c.name.startswith("validate:")
+                }
+            ) or (["dry-run"] if r.dry_run is not None and not r.dry_run.accepted else ["preflight"])
             pr.error = r.error
             return pr
         if r.status not in ("deployed", "unchanged"):
@@ -424,8 +494,16 @@ def _run_point(pt: PointSpec, key: str, argv: list[str], path: Path, host, paylo
         server_key = api_key(target.launch_argv)  # the server checks it on the benchmark's requests
         with connect(host, trust_new_host=opts.trust_new_host) as conn:
             for c in concs:
-                b = bench_argv(bench_cmd, host.python, host=target.probe_host, port=target.port,
-                               tokenizer=spec.model_paths[0], concurrency=c, opts=opts, prompts=prompts)
+                b = bench_argv(
+                    bench_cmd,
+                    host.python,
+                    host=target.probe_host,
+                    port=target.port,
+                    tokenizer=spec.model_paths[0],
+                    concurrency=c,
+                    opts=opts,
+                    prompts=prompts,
+                )
                 pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s, prompts=prompts, key=server_key))
             probe = conn.call(Probe(target.port, target.probe_host, lines=0), retry=True)
             pr.server_metrics = server_metrics(probe.server_info)
@@ -452,13 +530,23 @@ def _serving(status, release: str | None) -> bool:
     return bool(release and srv.get("running") and srv.get("release") == release)
 
 
-def _finish(result: TuneResult, start, host, opts: TuneOptions, variants: dict[str, Path], payload_dir: str | None,
-            dopts: dict) -> None:
+def _finish(
+    result: TuneResult,
+    start,
+    host,
+    opts: TuneOptions,
+    variants: dict[str, Path],
+    payload_dir: str | None,
+    dopts: dict,
+) -> None:
     """Put the host back on its starting release (or keep the winner serving, with keep_best)."""
     from ddtctl.deploy import DeployOptions, deploy, host_status, rollback, spec_from_profile, stop_server
+
     try:
         if opts.keep_best and result.winner is not None and result.winner.label in variants:
-            spec = spec_from_profile(str(variants[result.winner.label]), host=host.name, payload_dir=payload_dir)
+            spec = spec_from_profile(
+                str(variants[result.winner.label]), host=host.name, payload_dir=payload_dir
+            )
             r = deploy(spec, [host], DeployOptions(**dopts))
             if r.status not in ("deployed", "unchanged"):
                 raise DdtctlError(f"could not keep the winner serving: {r.error or r.status}")
@@ -466,17 +554,28 @@ def _finish(result: TuneResult, start, host, opts: TuneOptions, variants: dict[s
         else:
             now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
             was_serving = _serving(start, start.current)
-            if start.current is not None and (now.current != start.current
-                                              or (was_serving and not _serving(now, start.current))):
-                rb = rollback(host, start.current, lock_wait_s=opts.lock_wait_s, stop_grace_s=opts.stop_grace_s,
-                              health_timeout_s=opts.health_timeout_s, on_event=opts.on_event,
-                              trust_new_host=opts.trust_new_host)
+            if start.current is not None and (
+                now.current != start.current or (was_serving and not _serving(now, start.current))
+            ):
+                rb = rollback(
+                    host,
+                    start.current,
+                    lock_wait_s=opts.lock_wait_s,
+                    stop_grace_s=opts.stop_grace_s,
+                    health_timeout_s=opts.health_timeout_s,
+                    on_event=opts.on_event,
+                    trust_new_host=opts.trust_new_host,
+                )
                 if not rb.ok:
                     raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
                 now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
             if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
-                stop_server(host, grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s,
-                            trust_new_host=opts.trust_new_host)
+                stop_server(
+                    host,
+                    grace_s=opts.stop_grace_s,
+                    lock_wait_s=opts.lock_wait_s,
+                    trust_new_host=opts.trust_new_host,
+                )
             result.restored = True
         result.end_release = host_status(host, trust_new_host=opts.trust_new_host, probe=False).current
     except DdtctlError as err:
@@ -505,15 +604,21 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
     text = doc.text.replace("\r\n", "\n")
     doc = parse_profile_text(text, doc.source) if text != doc.text else doc
     server = doc.data.get("server") or {}
-    edits = {canonical_flag_key(k): v for k, v in point.flags.items()
-             if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)}
+    edits = {
+        canonical_flag_key(k): v
+        for k, v in point.flags.items()
+        if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)
+    }
     edits = {k: v for k, v in edits.items() if not (v is None and k not in server)}
     finding = Finding(rule="tune", severity=ERROR, message=f"tune winner {point.label}", edits=edits)
     fixed = apply_fixes(text, [finding], doc.lines)
     why = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, doc.source) if fixed.changed else None)
     if why:
-        raise UsageError(f"cannot write the winner into the profile: {why}", where=doc.source,
-                         fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand")
+        raise UsageError(
+            f"cannot write the winner into the profile: {why}",
+            where=doc.source,
+            fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand",
+        )
     if fixed.changed:
         rewrite(doc.source, fixed.text, original=raw if raw is not None else text.encode(), what="profile")
     return WriteResult(doc.source, fixed.changed, edits, unified_diff(doc.source, text, fixed.text))

@@ -93,19 +93,29 @@ def load_prompts(path: str) -> Prompts:
     except OSError as err:
         raise UsageError(f"cannot read the prompt file: {err.strerror}", where=path) from None
     if len(raw) > PROMPTS_MAX_BYTES:
-        raise UsageError(f"the prompt file is over {PROMPTS_MAX_BYTES >> 20} MiB", where=path,
-                         fix="keep the prompts the benchmark needs (--num-prompts of them)")
+        raise UsageError(
+            f"the prompt file is over {PROMPTS_MAX_BYTES >> 20} MiB",
+            where=path,
+            fix="keep the prompts the benchmark needs (--num-prompts of them)",
+        )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise UsageError(f"the prompt file is not UTF-8 (byte {err.start})", where=path) from None
     records = _records(text, path)
-    lines = [json.dumps({"conversations": [{"role": "user", "content": user},
-                                           {"role": "assistant", "content": answer}]}, ensure_ascii=False)
-             for user, answer in (_turns(rec, where) for where, rec in records)]
+    lines = [
+        json.dumps(
+            {"conversations": [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]},
+            ensure_ascii=False,
+        )
+        for user, answer in (_turns(rec, where) for where, rec in records)
+    ]
     if not lines:
-        raise UsageError("the prompt file holds no prompts", where=path,
-                         fix='one {"prompt": "..."} or {"conversations": [...]} per line')
+        raise UsageError(
+            "the prompt file holds no prompts",
+            where=path,
+            fix='one {"prompt": "..."} or {"conversations": [...]} per line',
+        )
     jsonl = "\n".join(lines) + "\n"
     return Prompts(path, jsonl, len(lines), hashlib.sha256(jsonl.encode()).hexdigest())
 
@@ -125,8 +135,11 @@ def _records(text: str, path: str) -> list[tuple[str, Any]]:
         try:
             out.append((f"{path}:{number}", json.loads(line)))
         except ValueError:
-            raise UsageError("not a JSON line", where=f"{path}:{number}",
-                             fix="JSON lines (one object per line) or a ShareGPT-style JSON array") from None
+            raise UsageError(
+                "not a JSON line",
+                where=f"{path}:{number}",
+                fix="JSON lines (one object per line) or a ShareGPT-style JSON array",
+            ) from None
     return out
 
 
@@ -139,13 +152,25 @@ def _turns(record: Any, where: str) -> tuple[str, str]:
         texts = [t.get("content", t.get("value")) for t in convs[:2]]
         if all(isinstance(t, str) for t in texts):
             return texts[0], texts[1] if len(texts) > 1 else ""
-    raise UsageError("a record without a prompt", where=where,
-                     fix='give {"prompt": "..."} or {"conversations": [{"value": "..."}, ...]}')
+    raise UsageError(
+        "a record without a prompt",
+        where=where,
+        fix='give {"prompt": "..."} or {"conversations": [{"value": "..."}, ...]}',
+    )
 
 
 # -- the benchmark -------------------------------------------------------------------------------------------
-def bench_argv(cmd: list[str], python: str, *, host: str, port: int, tokenizer: str | None, concurrency: int,
-               opts: Any, prompts: Prompts | None = None) -> list[str]:
+def bench_argv(
+    cmd: list[str],
+    python: str,
+    *,
+    host: str,
+    port: int,
+    tokenizer: str | None,
+    concurrency: int,
+    opts: Any,
+    prompts: Prompts | None = None,
+) -> list[str]:
     """The benchmark's argv (`opts`: ddtctl.tune.TuneOptions); with `prompts`, SGLang's custom dataset with
     the output length fixed, so every point generates as much (the wrapper adds --dataset-path)."""
     argv = [str(a).replace("{python}", python) for a in cmd]
@@ -153,10 +178,25 @@ def bench_argv(cmd: list[str], python: str, *, host: str, port: int, tokenizer: 
     if prompts is not None:
         argv += ["--dataset-name", "custom", "--sharegpt-output-len", str(opts.output_len)]
     else:
-        argv += ["--dataset-name", "random", "--random-input-len", str(opts.input_len),
-                 "--random-output-len", str(opts.output_len), "--random-range-ratio", "1.0"]
-    argv += ["--num-prompts", str(opts.num_prompts), "--max-concurrency", str(concurrency), "--seed",
-             str(opts.seed), "--disable-tqdm"]
+        argv += [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(opts.input_len),
+            "--random-output-len",
+            str(opts.output_len),
+            "--random-range-ratio",
+            "1.0",
+        ]
+    argv += [
+        "--num-prompts",
+        str(opts.num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--seed",
+        str(opts.seed),
+        "--disable-tqdm",
+    ]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     return argv
@@ -174,6 +214,7 @@ def api_key(launch_argv: list[str]) -> str | None:
 
 def parse_bench_row(row: dict, concurrency: int) -> BenchRun:
     """Figures from one line of SGLang's benchmark --output-file (sglang/benchmark/serving.py's `result`)."""
+
     def num(*keys: str) -> float | None:
         for k in keys:
             v = row.get(k)
@@ -182,27 +223,42 @@ def parse_bench_row(row: dict, concurrency: int) -> BenchRun:
         return None
 
     tps = num("output_throughput")
-    return BenchRun(concurrency, tps is not None, output_tps=tps,
-                    ttft_ms=num("median_ttft_ms", "mean_ttft_ms"),
-                    itl_p50_ms=num("median_itl_ms", "p50_itl_ms"), itl_p99_ms=num("p99_itl_ms"),
-                    accept_length=num("accept_length", "spec_accept_length"),
-                    completed=int(row["completed"]) if isinstance(row.get("completed"), int) else None,
-                    error=None if tps is not None else "no output_throughput in the benchmark's JSON")
+    return BenchRun(
+        concurrency,
+        tps is not None,
+        output_tps=tps,
+        ttft_ms=num("median_ttft_ms", "mean_ttft_ms"),
+        itl_p50_ms=num("median_itl_ms", "p50_itl_ms"),
+        itl_p99_ms=num("p99_itl_ms"),
+        accept_length=num("accept_length", "spec_accept_length"),
+        completed=int(row["completed"]) if isinstance(row.get("completed"), int) else None,
+        error=None if tps is not None else "no output_throughput in the benchmark's JSON",
+    )
 
 
-def run_bench(conn: Any, argv: list[str], concurrency: int, timeout_s: float, *,
-              prompts: Prompts | None = None, key: str | None = None) -> BenchRun:
+def run_bench(
+    conn: Any,
+    argv: list[str],
+    concurrency: int,
+    timeout_s: float,
+    *,
+    prompts: Prompts | None = None,
+    key: str | None = None,
+) -> BenchRun:
     """One benchmark run through BENCH_WRAPPER; the prompt file and the API key go on stdin."""
     extra: dict[str, Any] = {"env": {"OPENAI_API_KEY": key} if key else {}}
     if prompts is not None:
         extra["prompts"] = prompts.jsonl
-    res = conn.run([conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
-                   timeout=timeout_s + 60, stdin=json.dumps(extra).encode())
+    res = conn.run(
+        [conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
+        timeout=timeout_s + 60,
+        stdin=json.dumps(extra).encode(),
+    )
     line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(BENCH_MARK)), None)
     if line is None:
         why = (res.stderr or res.stdout).strip().splitlines()
         return BenchRun(concurrency, False, error=f"benchmark wrapper failed: {why[-1] if why else res.rc}")
-    out = json.loads(line[len(BENCH_MARK):])
+    out = json.loads(line[len(BENCH_MARK) :])
     if out["rc"] != 0 or not out["rows"]:
         tail = [ln for ln in str(out.get("tail") or "").splitlines() if ln.strip()]
         last = tail[-1] if tail else "no output"

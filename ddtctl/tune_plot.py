@@ -33,8 +33,10 @@ def _require(module: str, option: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise UsageError(f"{option} needs {module}, which is not installed",
-                         fix="pip install 'ddtctl[plot]' (the plot extra)") from None
+        raise UsageError(
+            f"{option} needs {module}, which is not installed",
+            fix="pip install 'ddtctl[plot]' (the plot extra)",
+        ) from None
 
 
 def check_extras(*, png: bool, terminal: bool) -> None:
@@ -102,8 +104,13 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
     for i, c in enumerate(result.concurrencies):
         color = f"C{i}"
         ys = [p.tps(c) for p in pts]
-        ax.plot([x for x, y in zip(xs, ys, strict=True) if y is not None], [y for y in ys if y is not None],
-                marker="o", color=color, label=f"concurrency {c}")
+        ax.plot(
+            [x for x, y in zip(xs, ys, strict=True) if y is not None],
+            [y for y in ys if y is not None],
+            marker="o",
+            color=color,
+            label=f"concurrency {c}",
+        )
         base = result.baseline.tps(c) if result.baseline else None
         if base is not None:
             ax.axhline(base, color=color, linestyle="--", linewidth=1, label=_baseline_label(result, c))

@@ -48,18 +48,28 @@ class ValidationResult:
         def record(f: Finding) -> dict[str, Any]:
             return finding_record(f, file=self.path, columns=self.columns).to_json()
 
-        return {"source": self.source, "ok": self.valid and not self.error,
-                "findings": [record(f) for f in self.findings],
-                "ignored": [dict(record(f), reason=reason) for f, reason in self.ignored],
-                "error": self._error_json(), "fix_refused": self.fix_refused, "fixed": self.fixed,
-                "unapplied_unsafe_fixes": self.unapplied, "diff": self.diff}
+        return {
+            "source": self.source,
+            "ok": self.valid and not self.error,
+            "findings": [record(f) for f in self.findings],
+            "ignored": [dict(record(f), reason=reason) for f, reason in self.ignored],
+            "error": self._error_json(),
+            "fix_refused": self.fix_refused,
+            "fixed": self.fixed,
+            "unapplied_unsafe_fixes": self.unapplied,
+            "diff": self.diff,
+        }
 
     def _error_json(self) -> dict[str, Any] | None:
         if not self.error:
             return None
         err = self.failure
-        return {"message": err.message if err else self.error, "where": err.where if err else self.source,
-                "fix": err.fix if err else None, "exit_code": err.exit_code if err else ExitCode.USAGE}
+        return {
+            "message": err.message if err else self.error,
+            "where": err.where if err else self.source,
+            "fix": err.fix if err else None,
+            "exit_code": err.exit_code if err else ExitCode.USAGE,
+        }
 
     @property
     def errors(self) -> list[Finding]:
@@ -69,16 +79,22 @@ class ValidationResult:
 def _finish(source: str, findings: list[Finding], skipped: dict[str, str], **kw: Any) -> ValidationResult:
     if skipped:
         reasons = sorted(set(skipped.values()))
-        findings.append(Finding(
-            rule="DDT000", severity=WARNING,
-            message=f"cannot check {', '.join(sorted(skipped))}: {'; '.join(reasons)}",
-            fix="see `ddtctl explain DDT000`"))
+        findings.append(
+            Finding(
+                rule="DDT000",
+                severity=WARNING,
+                message=f"cannot check {', '.join(sorted(skipped))}: {'; '.join(reasons)}",
+                fix="see `ddtctl explain DDT000`",
+            )
+        )
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.line or 0, f.rule))
     valid = not any(f.severity == ERROR for f in findings)
     return ValidationResult(source=source, valid=valid, findings=findings, skipped=skipped, **kw)
 
 
-def _model_facts(profile_model_path: str | None, architecture: str | None, host: str | None) -> ModelFacts | None:
+def _model_facts(
+    profile_model_path: str | None, architecture: str | None, host: str | None
+) -> ModelFacts | None:
     facts = read_model_facts(profile_model_path) or _cached_facts(host, profile_model_path)
     if facts is None and architecture:
         return facts_from_architecture(architecture)
@@ -94,12 +110,30 @@ def _cached_facts(host: str | None, path: str | None) -> ModelFacts | None:
     return read_model_facts(model_config_cache_dir(host, path))
 
 
-def check_flags(flags: FlagValues, *, source: str, model: ModelFacts | None, draft: ModelFacts | None,
-                gpu: GpuSpec | None, gpu_count: int | None, catalog, extra: list[Finding] | None = None,
-                anchor_line: int | None = None, **kw: Any) -> ValidationResult:
-    ctx = Context(given=flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines=flags.lines,
-                  keys=flags.keys, model=model, draft=draft, gpu=gpu, gpu_count=gpu_count,
-                  anchor_line=flags.lines.get("speculative_algorithm") or anchor_line)
+def check_flags(
+    flags: FlagValues,
+    *,
+    source: str,
+    model: ModelFacts | None,
+    draft: ModelFacts | None,
+    gpu: GpuSpec | None,
+    gpu_count: int | None,
+    catalog,
+    extra: list[Finding] | None = None,
+    anchor_line: int | None = None,
+    **kw: Any,
+) -> ValidationResult:
+    ctx = Context(
+        given=flags.given,
+        defaults={s.dest: s.default for s in catalog.flags},
+        lines=flags.lines,
+        keys=flags.keys,
+        model=model,
+        draft=draft,
+        gpu=gpu,
+        gpu_count=gpu_count,
+        anchor_line=flags.lines.get("speculative_algorithm") or anchor_line,
+    )
     findings = list(extra or []) + list(flags.findings)
     rule_findings, skipped = run_rules(ctx)
     findings.extend(rule_findings)
@@ -144,8 +178,10 @@ def ignore_refusal(rule_id: str) -> str | None:
     else:
         return f"unknown rule {rule_id!r} (`ddtctl rules` lists them)"
     if severity == ERROR and enforced:
-        return (f"{rule_id} cannot be ignored: SGLang {PINNED_SGLANG} rejects this launch itself "
-                f"(only warnings, info and ddtctl-stricter errors can be ignored)")
+        return (
+            f"{rule_id} cannot be ignored: SGLang {PINNED_SGLANG} rejects this launch itself "
+            f"(only warnings, info and ddtctl-stricter errors can be ignored)"
+        )
     return None
 
 
@@ -191,16 +227,24 @@ def _profile_ignores(profile: Profile, lines: dict[str, int]) -> tuple[dict[str,
         rule_id = entry.rule.strip().upper()
         refusal = ignore_refusal(rule_id)
         if refusal:
-            bad.append(Finding(rule="DDT007", severity=ERROR, message=f"ignore[{i}].rule: {refusal}",
-                               line=lines.get(f"ignore[{i}].rule") or lines.get("ignore"),
-                               fix="remove this ignore entry", key="ignore"))
+            bad.append(
+                Finding(
+                    rule="DDT007",
+                    severity=ERROR,
+                    message=f"ignore[{i}].rule: {refusal}",
+                    line=lines.get(f"ignore[{i}].rule") or lines.get("ignore"),
+                    fix="remove this ignore entry",
+                    key="ignore",
+                )
+            )
         else:
             out[rule_id] = entry.reason
     return out, bad
 
 
-def validate_document(doc: ProfileDocument, *, gpu: str | None = None,
-                      ignore: dict[str, str] | None = None) -> ValidationResult:
+def validate_document(
+    doc: ProfileDocument, *, gpu: str | None = None, ignore: dict[str, str] | None = None
+) -> ValidationResult:
     """`ignore`: rule id -> reason (from --ignore), added to the profile's own `ignore:` entries."""
     result = _validate_document(doc, gpu=gpu)
     result.path, result.columns = doc.source, doc.columns
@@ -218,27 +262,51 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
 
     profile, schema_errors = build_profile(doc)
     if profile is None:
-        findings = [Finding(rule="DDT007", severity=ERROR, message=f"{loc}: {msg}", line=line,
-                            fix=_schema_fix(loc, msg)) for loc, msg, line in schema_errors]
+        findings = [
+            Finding(
+                rule="DDT007", severity=ERROR, message=f"{loc}: {msg}", line=line, fix=_schema_fix(loc, msg)
+            )
+            for loc, msg, line in schema_errors
+        ]
         return _finish(doc.source, findings, {})
     catalog = extended_catalog(profile.sglang)
     flags = flags_from_server(profile.server, doc.lines, catalog)
     extra: list[Finding] = []
     model = _model_facts(profile.model.path, profile.model.architecture, profile.host)
-    if model is not None and model.source != "profile" and profile.model.architecture and \
-            model.architecture != profile.model.architecture:
-        extra.append(Finding(rule="DDT010", severity=ERROR, line=doc.lines.get("model.architecture"),
-                             message=f"model.architecture {profile.model.architecture} differs from config.json's "
-                                     f"{model.architecture}", fix=f"set model.architecture: {model.architecture}",
-                             key="model.architecture"))
+    if (
+        model is not None
+        and model.source != "profile"
+        and profile.model.architecture
+        and model.architecture != profile.model.architecture
+    ):
+        extra.append(
+            Finding(
+                rule="DDT010",
+                severity=ERROR,
+                line=doc.lines.get("model.architecture"),
+                message=f"model.architecture {profile.model.architecture} differs from config.json's "
+                f"{model.architecture}",
+                fix=f"set model.architecture: {model.architecture}",
+                key="model.architecture",
+            )
+        )
     draft_path = flags.given.get("speculative_draft_model_path")
     draft = read_model_facts(draft_path) or _cached_facts(profile.host, draft_path)
     gpu_spec = resolve_gpu(gpu) if gpu else (resolve_gpu(profile.hardware.gpu) if profile.hardware else None)
     if profile.hosts and len(profile.hosts) > 1 and "nnodes" not in flags.given:
         flags.given["nnodes"] = len(profile.hosts)
-    return check_flags(flags, source=doc.source, model=model, draft=draft, gpu=gpu_spec,
-                       gpu_count=profile.hardware.count if profile.hardware else None, catalog=catalog,
-                       extra=extra, profile=profile, anchor_line=doc.lines.get("server"))
+    return check_flags(
+        flags,
+        source=doc.source,
+        model=model,
+        draft=draft,
+        gpu=gpu_spec,
+        gpu_count=profile.hardware.count if profile.hardware else None,
+        catalog=catalog,
+        extra=extra,
+        profile=profile,
+        anchor_line=doc.lines.get("server"),
+    )
 
 
 def _schema_fix(loc: str, msg: str) -> str | None:
@@ -249,8 +317,9 @@ def _schema_fix(loc: str, msg: str) -> str | None:
     return None
 
 
-def validate_path(path: str | Path, *, gpu: str | None = None,
-                  ignore: dict[str, str] | None = None) -> ValidationResult:
+def validate_path(
+    path: str | Path, *, gpu: str | None = None, ignore: dict[str, str] | None = None
+) -> ValidationResult:
     try:
         doc = read_profile_document(path)
     except DdtctlError as err:
@@ -267,30 +336,71 @@ def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
     return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
 
 
-def validate_paths(paths: list[str], *, gpu: str | None = None,
-                   ignore: dict[str, str] | None = None) -> list[ValidationResult]:
+def validate_paths(
+    paths: list[str], *, gpu: str | None = None, ignore: dict[str, str] | None = None
+) -> list[ValidationResult]:
     return [validate_path(p, gpu=gpu, ignore=ignore) for p in discover_profiles(paths)]
 
 
-def validate_argv(argv: list[str], *, gpu: str | None = None, sglang: str = PINNED_SGLANG,
-                  source: str = "argv", ignore: dict[str, str] | None = None) -> ValidationResult:
+def validate_argv(
+    argv: list[str],
+    *,
+    gpu: str | None = None,
+    sglang: str = PINNED_SGLANG,
+    source: str = "argv",
+    ignore: dict[str, str] | None = None,
+) -> ValidationResult:
     from ddtctl.schema.extensions import extended_catalog
     from ddtctl.sglang_config import expand_config_argv
 
     catalog = extended_catalog(sglang)
     argv = expand_config_argv(list(argv), catalog)  # SGLang's own --config FILE, expanded as SGLang does
     flags = flags_from_argv(list(argv), catalog)
-    flags.findings = [f for f in flags.findings if f.rule != "DDT008"]  # a raw argv carries --model-path itself
+    flags.findings = [
+        f for f in flags.findings if f.rule != "DDT008"
+    ]  # a raw argv carries --model-path itself
     model_spec = catalog.get("model-path")
     model_path = flag_value(argv, *(model_spec.option_strings if model_spec else ()))
-    extra = [] if model_path else [Finding(rule="DDT008", severity=ERROR, message="argv: --model-path is required",
-                                           fix="add --model-path /path/to/model")]
+    extra = (
+        []
+        if model_path
+        else [
+            Finding(
+                rule="DDT008",
+                severity=ERROR,
+                message="argv: --model-path is required",
+                fix="add --model-path /path/to/model",
+            )
+        ]
+    )
     model = read_model_facts(model_path)
     draft = read_model_facts(flags.given.get("speculative_draft_model_path"))
     gpu_spec = resolve_gpu(gpu) if gpu else None
-    return apply_ignores(check_flags(flags, source=source, model=model, draft=draft, gpu=gpu_spec, gpu_count=None,
-                                     catalog=catalog, extra=extra), dict(ignore or {}))
+    return apply_ignores(
+        check_flags(
+            flags,
+            source=source,
+            model=model,
+            draft=draft,
+            gpu=gpu_spec,
+            gpu_count=None,
+            catalog=catalog,
+            extra=extra,
+        ),
+        dict(ignore or {}),
+    )
 
 
-__all__ = ["ValidationResult", "apply_ignores", "ignore_refusal", "parse_ignore_option", "validate_argv",
-           "validate_document", "validate_path", "validate_paths", "ERROR", "WARNING", "INFO"]
+__all__ = [
+    "ValidationResult",
+    "apply_ignores",
+    "ignore_refusal",
+    "parse_ignore_option",
+    "validate_argv",
+    "validate_document",
+    "validate_path",
+    "validate_paths",
+    "ERROR",
+    "WARNING",
+    "INFO",
+]

@@ -79,7 +79,7 @@ class RoundTrip:
         """How ruamel writes `value` as a mapping value (one line)."""
         out = io.StringIO()
         self.yaml.dump({"k": value}, out)
-        return out.getvalue().split("\n", 1)[0][len("k: "):]
+        return out.getvalue().split("\n", 1)[0][len("k: ") :]
 
     def result(self) -> str:
         """The original text with the edits made to `data`, and nothing else changed."""
@@ -228,7 +228,7 @@ def set_value(doc: RoundTrip, mapping: Any, key: Any, value: Any, *, gap: int | 
         return
     line, col = mapping.lc.value(key)
     if gap is None:
-        old_text = doc.original_line(line)[col:token.column].rstrip()
+        old_text = doc.original_line(line)[col : token.column].rstrip()
         gap = max(1, token.column - col - len(old_text))
     token.column = col + len(doc.rendered(mapping[key])) + gap
 

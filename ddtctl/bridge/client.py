@@ -20,7 +20,10 @@ def stderr_cause(stderr: str) -> str:
     """The line of a dead process's stderr that says why: a C++ abort ends with stack frames, a Python crash with
     the exception; the last line naming an error or an abort wins over the frames after it."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.strip().startswith("frame #")]
-    for markers in (("what():",), ("Error", "error:", "Exception", "Aborted", "Segmentation fault", "Killed")):
+    for markers in (
+        ("what():",),
+        ("Error", "error:", "Exception", "Aborted", "Segmentation fault", "Killed"),
+    ):
         for line in reversed(lines):
             if any(m in line for m in markers):
                 return line
@@ -105,7 +108,9 @@ class ResolverClient:
                 bufsize=1,
                 # PR_SET_PDEATHSIG follows the creating *thread*: only
                 # tie the worker to the main thread's life.
-                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
+                preexec_fn=_die_with_parent
+                if threading.current_thread() is threading.main_thread()
+                else None,
             )
         except OSError as exc:
             raise WorkerStartError(f"cannot start the resolver with {self.python}: {exc}") from None
@@ -159,12 +164,20 @@ class ResolverClient:
         self.close()
 
     # -- requests --------------------------------------------------------------------------------------------
-    def resolve(self, argv: Sequence[str], *, platform: dict | None = None, timeout_s: float = 60.0,
-                env: dict[str, str] | None = None) -> dict:
+    def resolve(
+        self,
+        argv: Sequence[str],
+        *,
+        platform: dict | None = None,
+        timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> dict:
         """Resolve one argv (with the server environment `env` applied for this resolve only); raises
         WorkerTimeout / WorkerCrashed (the worker is then dead; call start() again)."""
-        return self.request({"op": "resolve", "argv": [str(a) for a in argv], "platform": platform,
-                             "env": dict(env or {})}, timeout_s)
+        return self.request(
+            {"op": "resolve", "argv": [str(a) for a in argv], "platform": platform, "env": dict(env or {})},
+            timeout_s,
+        )
 
     def ping(self, timeout_s: float = 10.0) -> dict:
         return self.request({"op": "ping"}, timeout_s)

@@ -100,7 +100,6 @@ def _platform_facts(platform: dict | None) -> dict:
     return facts
 
 
-
 def _import_torchvision(torch: Any) -> None:
     """Import torchvision the way SGLang will, so a mismatched build cannot break the resolver.
 
@@ -111,6 +110,7 @@ def _import_torchvision(torch: Any) -> None:
     """
     try:
         import torchvision  # noqa: F401
+
         return
     except ImportError:
         return
@@ -131,6 +131,7 @@ def _import_torchvision(torch: Any) -> None:
         import torchvision  # noqa: F401,F811
     except ImportError:
         pass
+
 
 class _Probes:
     """Stubs for the direct device queries a few hooks make (torch.cuda.get_device_capability, the lru-cached
@@ -181,7 +182,9 @@ class _Probes:
         if mem_original is not None:
 
             def get_device_memory_capacity(device=None, *args, **kwargs):
-                if probes.memory_gb is not None and (device in (None, "cuda") or str(device).startswith("cuda")):
+                if probes.memory_gb is not None and (
+                    device in (None, "cuda") or str(device).startswith("cuda")
+                ):
                     return float(probes.memory_gb) * 1024.0  # MiB, like the real probe
                 return mem_original(device, *args, **kwargs)
 
@@ -223,8 +226,10 @@ def _jsonable(value, depth: int = 0):
     if isinstance(value, dict):
         return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
     name = getattr(value, "name", None)
-    if hasattr(value, "__class__") and value.__class__.__module__ == "enum" or (
-        isinstance(name, str) and hasattr(value, "value")
+    if (
+        hasattr(value, "__class__")
+        and value.__class__.__module__ == "enum"
+        or (isinstance(name, str) and hasattr(value, "value"))
     ):
         return _jsonable(getattr(value, "value", name), depth + 1)
     try:
@@ -594,8 +599,15 @@ def main() -> int:
         )
         out.close()
         os._exit(3)
-    send({"ready": True, "versions": worker.versions, "import_s": round(worker.import_s, 3), "pid": os.getpid(),
-          "plugins": getattr(worker, "plugins", [])})
+    send(
+        {
+            "ready": True,
+            "versions": worker.versions,
+            "import_s": round(worker.import_s, 3),
+            "pid": os.getpid(),
+            "plugins": getattr(worker, "plugins", []),
+        }
+    )
 
     for line in sys.stdin:
         line = line.strip()
@@ -610,8 +622,14 @@ def main() -> int:
         if op == "ping":
             send({"id": request.get("id"), "pong": True})
         elif op == "info":
-            send({"id": request.get("id"), "sys_path": sys.path, "versions": worker.versions,
-                  "sglang_file": getattr(sys.modules.get("sglang"), "__file__", None)})
+            send(
+                {
+                    "id": request.get("id"),
+                    "sys_path": sys.path,
+                    "versions": worker.versions,
+                    "sglang_file": getattr(sys.modules.get("sglang"), "__file__", None),
+                }
+            )
         elif op == "exit":
             break
         elif op == "resolve":

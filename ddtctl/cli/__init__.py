@@ -62,8 +62,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         what = f"internal error: {type(err).__name__}: {err}"
-        _fail(in_json, ErrorInfo(what, ExitCode.INTERNAL, fix="re-run with --debug for the traceback"),
-              f"ddtctl: {what} (re-run with --debug for the traceback)")
+        _fail(
+            in_json,
+            ErrorInfo(what, ExitCode.INTERNAL, fix="re-run with --debug for the traceback"),
+            f"ddtctl: {what} (re-run with --debug for the traceback)",
+        )
 
 
 def _run_for_json(app, args: list[str], command: str) -> int:

@@ -76,7 +76,13 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
-                                 help="Print the ddtctl version and the SGLang release it targets, and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        expose_value=False,
+        help="Print the ddtctl version and the SGLang release it targets, and exit.",
+    ),
 ) -> None:
     settings.debug = settings.debug or debug

@@ -19,8 +19,9 @@ def _field_change(change) -> str:
     if change.field == "choices" and isinstance(change.old, list) and isinstance(change.new, list):
         plus = [c for c in change.new if c not in change.old]
         minus = [c for c in change.old if c not in change.new]
-        parts = ([f"+{', +'.join(map(str, plus))}"] if plus else []) + ([f"-{', -'.join(map(str, minus))}"]
-                                                                        if minus else [])
+        parts = ([f"+{', +'.join(map(str, plus))}"] if plus else []) + (
+            [f"-{', -'.join(map(str, minus))}"] if minus else []
+        )
         return f"choices {' '.join(parts) or '(reordered)'}"
     return f"{change.field} {_short(change.old)} -> {_short(change.new)}"
 
@@ -54,7 +55,11 @@ def _print_catalog_diff(diff, *, all_added: bool = True) -> None:
     if diff.removed:
         con.print("\n[bold red]Removed[/]")
         for r in diff.removed:
-            note = f" [dim]({_esc(r.hint)})[/]" if r.hint else (" [dim](was deprecated)[/]" if r.was_deprecated else "")
+            note = (
+                f" [dim]({_esc(r.hint)})[/]"
+                if r.hint
+                else (" [dim](was deprecated)[/]" if r.was_deprecated else "")
+            )
             con.print(f"  [red]- --{_esc(r.flag)}[/]{note}")
     if diff.deprecated:
         con.print("\n[bold magenta]Newly deprecated[/]")
@@ -64,7 +69,9 @@ def _print_catalog_diff(diff, *, all_added: bool = True) -> None:
     if diff.changed:
         con.print("\n[bold cyan]Changed[/]")
         for fc in diff.changed:
-            con.print(f"  [cyan]~ --{_esc(fc.flag)}[/]: " + _esc("; ".join(_field_change(c) for c in fc.changes)))
+            con.print(
+                f"  [cyan]~ --{_esc(fc.flag)}[/]: " + _esc("; ".join(_field_change(c) for c in fc.changes))
+            )
     if diff.added:
         con.print("\n[bold green]Added[/]")
         try:
@@ -74,7 +81,11 @@ def _print_catalog_diff(diff, *, all_added: bool = True) -> None:
         shown = diff.added if all_added else diff.added[:20]
         for name in shown:
             spec = to_cat.get_option(name) if to_cat is not None else None
-            help_text = f" [dim]{_esc(_short(spec.help, 70, plain=True))}[/]" if spec is not None and spec.help else ""
+            help_text = (
+                f" [dim]{_esc(_short(spec.help, 70, plain=True))}[/]"
+                if spec is not None and spec.help
+                else ""
+            )
             con.print(f"  [green]+ --{_esc(name)}[/]{help_text}")
         if len(shown) < len(diff.added):
             con.print(f"  [dim]... and {len(diff.added) - len(shown)} more (--format json lists all)[/]")
@@ -116,8 +127,11 @@ def _print_profile_diff(pd) -> None:
         for side, label in (("a", pd.a), ("b", pd.b)):
             r = res[side]
             verdict = "[green]accepted[/]" if r["ok"] else "[red]rejected[/]"
-            err = f": {_esc((r['error'] or {}).get('type', ''))}: {_esc((r['error'] or {}).get('message', ''))}" \
-                if r.get("error") else ""
+            err = (
+                f": {_esc((r['error'] or {}).get('type', ''))}: {_esc((r['error'] or {}).get('message', ''))}"
+                if r.get("error")
+                else ""
+            )
             con.print(f"  {_esc(label)}: {verdict}{err}")
         if not res["changed"]:
             con.print("  [dim]resolved values are the same[/]")
@@ -127,20 +141,44 @@ def _print_profile_diff(pd) -> None:
 
 @app.command("diff-flags")
 def diff_flags(
-    profiles: Optional[list[str]] = typer.Argument(None, help="Two profiles: what launches differently (A -> B)."),
-    from_version: Optional[str] = typer.Option(None, "--from", help="Older SGLang release (shipped catalog)."),
-    to_version: Optional[str] = typer.Option(None, "--to", help="Newer SGLang release (default: the pinned one)."),
-    installed: bool = typer.Option(False, "--installed", help="Compare a catalog with the live argparse of an "
-                                   "installed SGLang (default interpreter: the managed env)."),
-    python: Optional[str] = typer.Option(None, "--python", help="Interpreter with sglang installed (--installed, "
-                                         "--resolved)."),
-    sglang: Optional[str] = typer.Option(None, "--sglang", help="With --installed: the catalog release to compare "
-                                         "against (default: the installed release when shipped, else the pinned one)."),
-    resolved: bool = typer.Option(False, "--resolved", help="With two profiles: also compare after SGLang's own "
-                                  "resolution (dry-run in the managed env)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="With --resolved: GPU to declare (default: each profile's)."),
-    overlay: str = typer.Option("auto", "--overlay", help="With --resolved: DDTREE payload: auto (built and used when "
-                                "a profile asks for DDTREE), none, or a payload directory."),
+    profiles: Optional[list[str]] = typer.Argument(
+        None, help="Two profiles: what launches differently (A -> B)."
+    ),
+    from_version: Optional[str] = typer.Option(
+        None, "--from", help="Older SGLang release (shipped catalog)."
+    ),
+    to_version: Optional[str] = typer.Option(
+        None, "--to", help="Newer SGLang release (default: the pinned one)."
+    ),
+    installed: bool = typer.Option(
+        False,
+        "--installed",
+        help="Compare a catalog with the live argparse of an "
+        "installed SGLang (default interpreter: the managed env).",
+    ),
+    python: Optional[str] = typer.Option(
+        None, "--python", help="Interpreter with sglang installed (--installed, --resolved)."
+    ),
+    sglang: Optional[str] = typer.Option(
+        None,
+        "--sglang",
+        help="With --installed: the catalog release to compare "
+        "against (default: the installed release when shipped, else the pinned one).",
+    ),
+    resolved: bool = typer.Option(
+        False,
+        "--resolved",
+        help="With two profiles: also compare after SGLang's own resolution (dry-run in the managed env).",
+    ),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="With --resolved: GPU to declare (default: each profile's)."
+    ),
+    overlay: str = typer.Option(
+        "auto",
+        "--overlay",
+        help="With --resolved: DDTREE payload: auto (built and used when "
+        "a profile asks for DDTREE), none, or a payload directory.",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
     brief: bool = typer.Option(False, "--brief", help="Text output: list at most 20 added flags."),
 ) -> None:
@@ -151,18 +189,30 @@ def diff_flags(
     """
     from ddtctl.errors import UsageError
 
-    modes = [name for name, on in (("--from/--to", bool(from_version or to_version)), ("--installed", installed),
-                                   ("profiles", bool(profiles))) if on]
+    modes = [
+        name
+        for name, on in (
+            ("--from/--to", bool(from_version or to_version)),
+            ("--installed", installed),
+            ("profiles", bool(profiles)),
+        )
+        if on
+    ]
     if len(modes) != 1:
-        raise UsageError("choose one of: --from/--to, --installed, or two profiles" if not modes
-                         else f"{' and '.join(modes)} cannot be combined",
-                         fix="ddtctl diff-flags --from 0.5.12 --to 0.5.23  |  --installed  |  A.yaml B.yaml")
+        raise UsageError(
+            "choose one of: --from/--to, --installed, or two profiles"
+            if not modes
+            else f"{' and '.join(modes)} cannot be combined",
+            fix="ddtctl diff-flags --from 0.5.12 --to 0.5.23  |  --installed  |  A.yaml B.yaml",
+        )
     if resolved and not profiles:
         raise UsageError("--resolved compares two profiles", fix="ddtctl diff-flags A.yaml B.yaml --resolved")
 
     if profiles:
         if len(profiles) != 2:
-            raise UsageError(f"expected two profiles, got {len(profiles)}", fix="ddtctl diff-flags A.yaml B.yaml")
+            raise UsageError(
+                f"expected two profiles, got {len(profiles)}", fix="ddtctl diff-flags A.yaml B.yaml"
+            )
         from ddtctl.diffflags import diff_profiles
 
         sys_path: list[str] = []
@@ -170,8 +220,9 @@ def diff_flags(
             from ddtctl.overlay.dryrun_support import overlay_sys_path
 
             sys_path = overlay_sys_path(overlay, profiles=list(profiles), python=python)
-        pd = diff_profiles(profiles[0], profiles[1], resolved=resolved, gpu=gpu, python=python,
-                           extra_sys_path=sys_path)
+        pd = diff_profiles(
+            profiles[0], profiles[1], resolved=resolved, gpu=gpu, python=python, extra_sys_path=sys_path
+        )
         if output == OutputFormat.json:
             emit_json("diff-flags", pd.to_json())
         else:
@@ -187,11 +238,16 @@ def diff_flags(
         else:
             con = stdout_console()
             if res.installed_version != res.catalog_version:
-                con.print(f"[bold red]drift[/]: {_esc(res.python)} has sglang {_esc(res.installed_version)}, "
-                          f"the catalog is for {_esc(res.catalog_version)}")
+                con.print(
+                    f"[bold red]drift[/]: {_esc(res.python)} has sglang {_esc(res.installed_version)}, "
+                    f"the catalog is for {_esc(res.catalog_version)}"
+                )
             _print_catalog_diff(res.diff, all_added=not brief)
-            con.print("[bold red]drift[/]" if res.drift else "[bold green]no drift[/]: the installed SGLang parses "
-                      "exactly the flags of the catalog")
+            con.print(
+                "[bold red]drift[/]"
+                if res.drift
+                else "[bold green]no drift[/]: the installed SGLang parses exactly the flags of the catalog"
+            )
         raise typer.Exit(ExitCode.INVALID if res.drift else ExitCode.OK)
 
     from ddtctl import PINNED_SGLANG
@@ -210,10 +266,15 @@ def diff_flags(
 @app.command("migrate")
 def migrate(
     profile: str = typer.Argument(..., help="Profile written for an older SGLang release."),
-    to_version: Optional[str] = typer.Option(None, "--to", help="Target SGLang release (default: the pinned one)."),
-    from_version: Optional[str] = typer.Option(None, "--from", help="Source release (default: the profile's "
-                                               "`sglang:`)."),
-    write: bool = typer.Option(False, "--write", help="Rewrite the file in place (default: show the diff only)."),
+    to_version: Optional[str] = typer.Option(
+        None, "--to", help="Target SGLang release (default: the pinned one)."
+    ),
+    from_version: Optional[str] = typer.Option(
+        None, "--from", help="Source release (default: the profile's `sglang:`)."
+    ),
+    write: bool = typer.Option(
+        False, "--write", help="Rewrite the file in place (default: show the diff only)."
+    ),
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
 ) -> None:
     """Rewrite a profile for a newer SGLang: renamed flags renamed (comments and layout kept), removed ones reported.
@@ -235,8 +296,10 @@ def migrate(
         con.print(f"[bold]{_esc(result.source)}[/]: sglang {result.from_version} -> {result.to_version}")
         for e in result.edits:
             extra = f" = {_short(e.new_value)}" if e.new_value is not None else ""
-            con.print(f"  [yellow]line {e.line}: {_esc(e.old_key)} -> {_esc(e.new_key)}{_esc(extra)}[/] "
-                      f"[dim]{_esc(e.reason)}[/]")
+            con.print(
+                f"  [yellow]line {e.line}: {_esc(e.old_key)} -> {_esc(e.new_key)}{_esc(extra)}[/] "
+                f"[dim]{_esc(e.reason)}[/]"
+            )
         for r in result.removed:
             where = f"line {r.line}: " if r.line else ""
             fix = f" [dim](fix: {_esc(r.fix)})[/]" if r.fix else ""

@@ -40,21 +40,38 @@ def _fmt_value(key: str, value) -> str:
     context_settings={"allow_interspersed_args": True},
 )
 def dry_run(
-    items: list[str] = typer.Argument(None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments "
-                                                 "after --"),
-    gpu: str = typer.Option(None, "--gpu", help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
-                                                "default: the profile's hardware.gpu"),
+    items: list[str] = typer.Argument(
+        None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments after --"
+    ),
+    gpu: str = typer.Option(
+        None,
+        "--gpu",
+        help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
+        "default: the profile's hardware.gpu",
+    ),
     argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format",
-                                     help="text, json, or github (GitHub Actions annotations: each rejection "
-                                          "and warning)"),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per profile before the resolver is restarted"),
-    python: str = typer.Option(None, "--python", help="Interpreter with sglang installed (default: the managed env)"),
-    sys_path: list[str] = typer.Option(None, "--sys-path", help="Directory put first on the resolver's sys.path "
-                                                                "(e.g. an overlay staging tree); repeatable"),
+    fmt: ReportFormat = typer.Option(
+        ReportFormat.text,
+        "--format",
+        help="text, json, or github (GitHub Actions annotations: each rejection and warning)",
+    ),
+    timeout: float = typer.Option(
+        60.0, "--timeout", help="Seconds per profile before the resolver is restarted"
+    ),
+    python: str = typer.Option(
+        None, "--python", help="Interpreter with sglang installed (default: the managed env)"
+    ),
+    sys_path: list[str] = typer.Option(
+        None,
+        "--sys-path",
+        help="Directory put first on the resolver's sys.path (e.g. an overlay staging tree); repeatable",
+    ),
     all_overrides: bool = typer.Option(False, "--all-overrides", help="Also list defaults SGLang filled in"),
-    overlay: str = typer.Option("auto", "--overlay", help="DDTREE payload: auto (built and used when DDTREE is "
-                                                         "asked for), none, or a payload directory"),
+    overlay: str = typer.Option(
+        "auto",
+        "--overlay",
+        help="DDTREE payload: auto (built and used when DDTREE is asked for), none, or a payload directory",
+    ),
 ) -> None:
     """Run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on each profile.
 
@@ -66,29 +83,39 @@ def dry_run(
     items = list(items or [])
     if argv_mode:
         if not items:
-            raise UsageError("--argv needs SGLang arguments",
-                             fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...")
+            raise UsageError(
+                "--argv needs SGLang arguments",
+                fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...",
+            )
         if gpu is None and "--device" not in items:
-            raise UsageError("no GPU declared: SGLang's verdict depends on the GPU generation",
-                             fix="pass --gpu H200 (or sm90, B200, ...)")
+            raise UsageError(
+                "no GPU declared: SGLang's verdict depends on the GPU generation",
+                fix="pass --gpu H200 (or sm90, B200, ...)",
+            )
         from ddtctl.cli.progress import working
         from ddtctl.overlay.dryrun_support import overlay_sys_path
 
-        with working("dry-run: starting SGLang's resolver (a few seconds; the overlay is built first if needed)"):
+        with working(
+            "dry-run: starting SGLang's resolver (a few seconds; the overlay is built first if needed)"
+        ):
             sys_path = list(sys_path or ()) + overlay_sys_path(overlay, argvs=[items], python=python)
-            results = dryrun.dry_run_argvs([("argv", items, gpu)], python=python, extra_sys_path=sys_path or (),
-                                           timeout_s=timeout)
+            results = dryrun.dry_run_argvs(
+                [("argv", items, gpu)], python=python, extra_sys_path=sys_path or (), timeout_s=timeout
+            )
     else:
         if not items:
             raise UsageError("no profiles given", fix="ddtctl dry-run PROFILE... (or --argv -- ARGS...)")
         from ddtctl.cli.progress import working
         from ddtctl.overlay.dryrun_support import overlay_sys_path
 
-        with working(f"dry-run: {len(items)} profile path(s) through SGLang's resolver (a few seconds; the overlay is "
-                     "built first if needed)"):
+        with working(
+            f"dry-run: {len(items)} profile path(s) through SGLang's resolver (a few seconds; the overlay is "
+            "built first if needed)"
+        ):
             sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
-            results = dryrun.dry_run_profiles(items, gpu=gpu, python=python, extra_sys_path=sys_path or (),
-                                              timeout_s=timeout)
+            results = dryrun.dry_run_profiles(
+                items, gpu=gpu, python=python, extra_sys_path=sys_path or (), timeout_s=timeout
+            )
     code = dryrun.exit_code(results)
     if fmt == ReportFormat.json:
         from ddtctl.cli._app import emit_json
@@ -112,8 +139,16 @@ def _print_annotations(results) -> None:
         file = None if r.source == "argv" else r.source
         err = r.error_json()
         if err is not None:
-            lines.append(github_annotation(FindingRecord(id=err["type"], severity="error", file=file,
-                                                         message=f"rejected by SGLang: {err['message']}")))
+            lines.append(
+                github_annotation(
+                    FindingRecord(
+                        id=err["type"],
+                        severity="error",
+                        file=file,
+                        message=f"rejected by SGLang: {err['message']}",
+                    )
+                )
+            )
         lines += [github_annotation(warning_record(w, file=file)) for w in r.warnings]
     sys.stdout.write("".join(line + "\n" for line in lines))
 
@@ -130,8 +165,12 @@ def _print_text(results, all_overrides: bool) -> None:
         if r.accepted:
             out.print(f"[green]ACCEPTED[/green] {escape(r.source)}{escape(gpu)}{took}")
             res = r.resolved
-            parts = [f"{label} {_fmt_value(key, res.get(key))}" for key, label in _SUMMARY
-                     if key in res and not (key.startswith("speculative") and res.get("speculative_algorithm") is None)]
+            parts = [
+                f"{label} {_fmt_value(key, res.get(key))}"
+                for key, label in _SUMMARY
+                if key in res
+                and not (key.startswith("speculative") and res.get("speculative_algorithm") is None)
+            ]
             tp = "/".join(str(res.get(k, "-")) for k in ("tp_size", "dp_size", "pp_size"))
             parts.append(f"tp/dp/pp {tp}")
             out.print("  " + escape(", ".join(parts)))
@@ -148,13 +187,18 @@ def _print_text(results, all_overrides: bool) -> None:
             out.print("  " + escape(err.get("message", "")).replace("\n", "\n  "))
             continue
         keys = {k for k, _ in _SUMMARY} | {"tp_size", "dp_size", "pp_size"}
-        shown = r.overrides if all_overrides else [o for o in r.overrides if o.get("raw") is not None
-                                                    or o["field"] in keys]
+        shown = (
+            r.overrides
+            if all_overrides
+            else [o for o in r.overrides if o.get("raw") is not None or o["field"] in keys]
+        )
         if shown:
             out.print("  SGLang changed silently:")
             for o in shown:
-                out.print(f"    {escape(o['field'])}: {escape(repr(o['raw']))} -> {escape(repr(o['resolved']))}"
-                          f"  [dim]({escape(str(o['hook']))})[/dim]")
+                out.print(
+                    f"    {escape(o['field'])}: {escape(repr(o['raw']))} -> {escape(repr(o['resolved']))}"
+                    f"  [dim]({escape(str(o['hook']))})[/dim]"
+                )
         filled = len(r.overrides) - len(shown)
         if filled and not all_overrides:
             out.print(f"  [dim]{filled} unset values filled in by SGLang (--all-overrides lists them)[/dim]")

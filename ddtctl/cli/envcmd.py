@@ -34,7 +34,9 @@ def _human(n: int | None) -> str:
 def create(
     sglang: str = typer.Option("0.5.23", "--sglang", help=_SGLANG_HELP),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the env is up to date."),
-    python: str = typer.Option(None, "--python", help="Base Python interpreter (default: this one, or pythonX.Y)."),
+    python: str = typer.Option(
+        None, "--python", help="Base Python interpreter (default: this one, or pythonX.Y)."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Stream pip's output."),
 ) -> None:
     """Build (once) the cached venv: CPU torch, sglang --no-deps, the pinned packages its resolver imports."""
@@ -49,6 +51,7 @@ def create(
     from ddtctl.cli.progress import working
 
     with working(f"env create: the managed SGLang {sglang} env") as update:
+
         def progress(i: int, n: int, msg: str) -> None:
             err.print(f"[{i}/{n}] {msg}  (+{time.monotonic() - t0:.0f}s)")
             update(f"env create [{i}/{n}] {msg}")
@@ -66,7 +69,9 @@ def create(
 def show(
     sglang: str = typer.Option("0.5.23", "--sglang", help=_SGLANG_HELP),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
-    check: bool = typer.Option(False, "--check", help="Also start the resolver and import sglang (a few seconds)."),
+    check: bool = typer.Option(
+        False, "--check", help="Also start the resolver and import sglang (a few seconds)."
+    ),
 ) -> None:
     """Report the managed env: python, versions, size, status. Exit 2 when it is not ready."""
     from ddtctl import envs
@@ -94,7 +99,9 @@ def show(
         if versions:
             out.print("  versions " + ", ".join(f"{k} {v}" for k, v in versions.items() if k != "import_s"))
         out.print(f"  size     {_human(data['size_bytes'])}")
-        out.print(f"  requirements {data.get('requirements_hash') or '-'} (current set {data['expected_hash']})")
+        out.print(
+            f"  requirements {data.get('requirements_hash') or '-'} (current set {data['expected_hash']})"
+        )
         if data.get("created"):
             out.print(f"  created  {data['created']}")
         if "check" in data:

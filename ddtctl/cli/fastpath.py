@@ -20,8 +20,17 @@ def try_validate(args: list[str]) -> int | None:
     rest = args[1:]
     if any(a in ("--help", "-h") for a in rest):
         return None
-    opts = {"argv": False, "gpu": None, "sglang": None, "fix": False, "output": "text", "quiet": False,
-            "diff": False, "unsafe_fixes": False, "ignore": []}
+    opts = {
+        "argv": False,
+        "gpu": None,
+        "sglang": None,
+        "fix": False,
+        "output": "text",
+        "quiet": False,
+        "diff": False,
+        "unsafe_fixes": False,
+        "ignore": [],
+    }
     paths: list[str] = []
     i = 0
     while i < len(rest):

@@ -33,8 +33,10 @@ def selftest_cmd(
         for c in result.checks:
             typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.name}: {c.detail}")
         versions = ", ".join(f"{k} {v}" for k, v in result.versions.items())
-        typer.echo(f"{'passed' if result.ok else 'FAILED'}: {sum(c.ok for c in result.checks)}/{len(result.checks)} "
-                   f"checks on {result.device} ({versions}) in {result.seconds:.1f} s")
+        typer.echo(
+            f"{'passed' if result.ok else 'FAILED'}: {sum(c.ok for c in result.checks)}/{len(result.checks)} "
+            f"checks on {result.device} ({versions}) in {result.seconds:.1f} s"
+        )
     raise typer.Exit(code)
 
 

@@ -40,8 +40,11 @@ def build_cmd(
     payload: str = typer.Option(None, "--payload", help=_PAYLOAD),
     sglang_root: str = typer.Option(None, "--sglang-root", help=_ROOT),
     python: str = typer.Option(None, "--python", help=_PY),
-    out: str = typer.Option(None, "--out", help="Build directory (default: "
-                            "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>)."),
+    out: str = typer.Option(
+        None,
+        "--out",
+        help="Build directory (default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>).",
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add its
@@ -57,16 +60,20 @@ def build_cmd(
         _json("build", r.to_json())
         return
     o = _out()
-    o.print(f"[green]built[/green] {escape(r.name)} {escape(r.version)} for sglang {escape(r.sglang)}  "
-            f"payload {r.payload_id[:16]}")
+    o.print(
+        f"[green]built[/green] {escape(r.name)} {escape(r.version)} for sglang {escape(r.sglang)}  "
+        f"payload {r.payload_id[:16]}"
+    )
     for f in r.files:
         base = f"  base {f['base_sha256'][:12]}" if f.get("base_sha256") else ""
         o.print(f"  {f['kind']:8} {escape(f['path'])}  sha256 {f['sha256'][:12]}{base}")
     for s in r.skipped_optional:
         o.print(f"  [yellow]skipped[/yellow] optional {escape(s)} (not present)")
     for s in r.stale_pins:
-        o.print(f"  [yellow]warning[/yellow] {escape(s)} differs from its pinned sha256 in manifest.json "
-                "(staged as it is; `ddtctl overlay manifest --update` re-pins it)")
+        o.print(
+            f"  [yellow]warning[/yellow] {escape(s)} differs from its pinned sha256 in manifest.json "
+            "(staged as it is; `ddtctl overlay manifest --update` re-pins it)"
+        )
     o.print(f"  staged:  {escape(str(r.payload_dir))}")
     o.print(f"  view:    {escape(str(r.view_dir))}  (dry-run puts it first on sys.path)")
     o.print(f"  against: {escape(str(r.sglang_root))} ({escape(str(r.python))})")
@@ -77,9 +84,12 @@ def verify_cmd(
     payload: str = typer.Option(None, "--payload", help=_PAYLOAD),
     sglang_root: str = typer.Option(None, "--sglang-root", help=_ROOT),
     python: str = typer.Option(None, "--python", help=_PY),
-    installed: bool = typer.Option(False, "--installed", help="Check the payload installed in --sglang-root instead "
-                                                             "of the built view."),
-    checks: str = typer.Option(None, "--checks", help="Comma-separated smoke check ids (default: the manifest's)."),
+    installed: bool = typer.Option(
+        False, "--installed", help="Check the payload installed in --sglang-root instead of the built view."
+    ),
+    checks: str = typer.Option(
+        None, "--checks", help="Comma-separated smoke check ids (default: the manifest's)."
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Run the payload's smoke checks in the target interpreter (DDTREE resolves, flags parse, a DDTREE argv
@@ -88,8 +98,13 @@ def verify_cmd(
 
     from ddtctl.overlay.manage import verify
 
-    r = verify(payload, sglang_root=sglang_root, python=python, installed=installed,
-               checks=[c for c in checks.split(",") if c] if checks else None)
+    r = verify(
+        payload,
+        sglang_root=sglang_root,
+        python=python,
+        installed=installed,
+        checks=[c for c in checks.split(",") if c] if checks else None,
+    )
     if fmt == OutputFormat.json:
         _json("verify", r.to_json(), ExitCode.OK if r.ok else ExitCode.OVERLAY)
     else:
@@ -108,12 +123,22 @@ def verify_cmd(
 
 @overlay_app.command("install")
 def install_cmd(
-    sglang_root: str = typer.Option(..., "--sglang-root", help="SGLang site-packages directory to install into."),
-    payload: str = typer.Option(None, "--payload", help="Payload source or built payload (default: the bundled one, "
-                                                       "built against --sglang-root's own pristine files)."),
+    sglang_root: str = typer.Option(
+        ..., "--sglang-root", help="SGLang site-packages directory to install into."
+    ),
+    payload: str = typer.Option(
+        None,
+        "--payload",
+        help="Payload source or built payload (default: the bundled one, "
+        "built against --sglang-root's own pristine files).",
+    ),
     python: str = typer.Option(None, "--python", help=_PY),
-    state_dir: str = typer.Option(None, "--state-dir", help="Backups, journal and install record (default: "
-                                  "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>)."),
+    state_dir: str = typer.Option(
+        None,
+        "--state-dir",
+        help="Backups, journal and install record (default: "
+        "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>).",
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
     """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is rolled
@@ -148,8 +173,10 @@ def _print_install(command: str, r, fmt: OutputFormat) -> None:
     if r.action == "none":
         o.print(f"nothing to do: {escape(str(r.details.get('reason', '')))}")
     else:
-        o.print(f"[green]{escape(r.action)}[/green] payload {str(r.payload_id or '')[:16]} "
-                f"({r.details.get('files', '?')} files) in {escape(str(r.sglang_root))}")
+        o.print(
+            f"[green]{escape(r.action)}[/green] payload {str(r.payload_id or '')[:16]} "
+            f"({r.details.get('files', '?')} files) in {escape(str(r.sglang_root))}"
+        )
     o.print(f"  state: {escape(str(r.state_dir))}")
 
 
@@ -173,10 +200,14 @@ def status_cmd(
     if s.get("recovered"):
         o.print(f"[yellow]recovered[/yellow] {escape(s['recovered'])}")
     if not s.get("installed"):
-        o.print(f"no payload installed in {escape(str(s.get('sglang_root')))} (sglang {escape(str(s.get('sglang')))})")
+        o.print(
+            f"no payload installed in {escape(str(s.get('sglang_root')))} (sglang {escape(str(s.get('sglang')))})"
+        )
         return
-    o.print(f"installed {escape(str(s.get('name')))} {escape(str(s.get('version')))} payload "
-            f"{str(s.get('payload_id'))[:16]} at {escape(str(s.get('installed_at')))}")
+    o.print(
+        f"installed {escape(str(s.get('name')))} {escape(str(s.get('version')))} payload "
+        f"{str(s.get('payload_id'))[:16]} at {escape(str(s.get('installed_at')))}"
+    )
     for f in s.get("files", []):
         o.print(f"  {escape(f)}")
     for f in s.get("drift", []):
@@ -185,12 +216,15 @@ def status_cmd(
 
 @overlay_app.command("import")
 def import_cmd(
-    src: str = typer.Argument(..., help="Directory mirroring the sglang package tree (sglang/srt/... or srt/...)."),
+    src: str = typer.Argument(
+        ..., help="Directory mirroring the sglang package tree (sglang/srt/... or srt/...)."
+    ),
     out: str = typer.Option(..., "--out", help="Payload source directory to write."),
     name: str = typer.Option("ddtree-sglang-imported", "--name", help="Payload name."),
     version: str = typer.Option("0.0.1", "--version", help="Payload version."),
-    sglang_root: str = typer.Option(None, "--sglang-root",
-                                    help="Pristine SGLang to diff against (default: managed env)."),
+    sglang_root: str = typer.Option(
+        None, "--sglang-root", help="Pristine SGLang to diff against (default: managed env)."
+    ),
     python: str = typer.Option(None, "--python", help=_PY),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
@@ -201,15 +235,19 @@ def import_cmd(
 
     from ddtctl.overlay.importer import import_dir
 
-    r = import_dir(src, out=out, sglang_root=sglang_root, python=python, name=name, version=version, force=force)
+    r = import_dir(
+        src, out=out, sglang_root=sglang_root, python=python, name=name, version=version, force=force
+    )
     if fmt == OutputFormat.json:
         _json("import", r.to_json())
         return
     o = _out()
     o.print(f"[green]imported[/green] into {escape(str(r.payload_dir))}")
     for p in r.patched:
-        o.print(f"  patched {escape(p['path'])} ({p['lines_changed']} lines)  base {p['base_sha256'][:12]} -> "
-                f"{p['result_sha256'][:12]}")
+        o.print(
+            f"  patched {escape(p['path'])} ({p['lines_changed']} lines)  base {p['base_sha256'][:12]} -> "
+            f"{p['result_sha256'][:12]}"
+        )
     for a in r.added:
         o.print(f"  added   {escape(a)}")
     for u in r.unchanged:

@@ -22,6 +22,7 @@ def working(message: str) -> Iterator[Callable[[str], None]]:
         return
     t0 = time.monotonic()
     with console.status(message, spinner="dots") as status:
+
         def update(text: str) -> None:
             status.update(f"{text}  [dim](+{time.monotonic() - t0:.0f}s)[/dim]")
 

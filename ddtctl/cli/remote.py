@@ -9,8 +9,13 @@ import typer
 
 from ddtctl.cli._app import OutputFormat, app
 
-_INVENTORY = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml "
-                          "here or in the nearest parent directory)")
+_INVENTORY = typer.Option(
+    None,
+    "--inventory",
+    "-i",
+    help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml "
+    "here or in the nearest parent directory)",
+)
 _TRUST = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)")
 _FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
 
@@ -56,8 +61,10 @@ class _Live:
         from ddtctl.errors import UsageError
 
         if self.fmt == OutputFormat.json:
-            raise UsageError("the plan needs confirmation and --format json does not prompt",
-                             fix="pass --yes, or --plan to see the plan first")
+            raise UsageError(
+                "the plan needs confirmation and --format json does not prompt",
+                fix="pass --yes, or --plan to see the plan first",
+            )
         if not sys.stdin.isatty():
             raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
         return typer.confirm("Apply this plan?", default=False)
@@ -110,9 +117,19 @@ def _deploy_json(result, events: list, warnings: list[str]) -> dict:
     from ddtctl.report import FindingRecord
 
     data = result.to_json()
-    data["checks"] = [dict(FindingRecord(id=c.get("name"), severity=c.get("severity") or "error",
-                                         message=str(c.get("message", "")), fix=c.get("fix")).to_json(),
-                           ok=c.get("ok"), host=c.get("host")) for c in data.get("checks") or []]
+    data["checks"] = [
+        dict(
+            FindingRecord(
+                id=c.get("name"),
+                severity=c.get("severity") or "error",
+                message=str(c.get("message", "")),
+                fix=c.get("fix"),
+            ).to_json(),
+            ok=c.get("ok"),
+            host=c.get("host"),
+        )
+        for c in data.get("checks") or []
+    ]
     data["error"] = _error_json(data.get("error"), result.exit_code)
     data["events"] = [ev.to_json() for ev in events]
     data["warnings"] = [FindingRecord(id=None, severity="warning", message=w).to_json() for w in warnings]
@@ -130,8 +147,11 @@ _ALIASES = {"dry_run": ("--dry-run", "--plan"), "check": ("--check", "--stage")}
 
 def _deprecations(fmt: OutputFormat, **used: bool) -> list[str]:
     """Hidden deprecated options still work, with a warning: on stderr, or in the JSON (`warnings`)."""
-    warnings = [f"`deploy {old}` is deprecated, use `deploy {new}`"
-                for name, (old, new) in _ALIASES.items() if used.get(name)]
+    warnings = [
+        f"`deploy {old}` is deprecated, use `deploy {new}`"
+        for name, (old, new) in _ALIASES.items()
+        if used.get(name)
+    ]
     if fmt != OutputFormat.json:
         import sys
 
@@ -142,23 +162,35 @@ def _deprecations(fmt: OutputFormat, **used: bool) -> list[str]:
 @app.command()
 def deploy(
     host: str = typer.Argument(None, help="Inventory host (default: the profile's host/hosts)"),
-    profile: str = typer.Option(None, "--profile", "-p", help="Profile to deploy (default: the host's profile)"),
+    profile: str = typer.Option(
+        None, "--profile", "-p", help="Profile to deploy (default: the host's profile)"
+    ),
     algo: str = typer.Option(None, "--algo", help="Override server.speculative-algorithm (e.g. DDTREE)"),
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
     inventory: str = _INVENTORY,
-    plan: bool = typer.Option(False, "--plan", help="Stop after printing the plan (read-only: nothing changes)"),
-    stage: bool = typer.Option(False, "--stage", help="Preflight in full (ship to the host's store, SGLang's resolver "
-                                                      "on the host), then stop: nothing installed or restarted"),
+    plan: bool = typer.Option(
+        False, "--plan", help="Stop after printing the plan (read-only: nothing changes)"
+    ),
+    stage: bool = typer.Option(
+        False,
+        "--stage",
+        help="Preflight in full (ship to the host's store, SGLang's resolver "
+        "on the host), then stop: nothing installed or restarted",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", hidden=True, help="Deprecated alias of --plan"),
     check: bool = typer.Option(False, "--check", hidden=True, help="Deprecated alias of --stage"),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation"),
     restart: bool = typer.Option(False, "--restart", help="Restart even if the release is unchanged"),
     trust_new_host: bool = _TRUST,
-    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)"),
-    skip_dry_run: bool = typer.Option(False, "--skip-remote-dry-run",
-                                      help="Do not run SGLang's resolver on the host before launching"),
-    health_timeout: float = typer.Option(None, "--health-timeout",
-                                         help="Seconds (default: profile launch.health_timeout_s)"),
+    lock_wait: float = typer.Option(
+        0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)"
+    ),
+    skip_dry_run: bool = typer.Option(
+        False, "--skip-remote-dry-run", help="Do not run SGLang's resolver on the host before launching"
+    ),
+    health_timeout: float = typer.Option(
+        None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"
+    ),
     fmt: OutputFormat = _FORMAT,
 ) -> None:
     """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
@@ -180,8 +212,11 @@ def deploy(
             raise UsageError("nothing to deploy", fix="ddtctl deploy HOST --profile PROFILE")
         h = resolve_host(host, inv)
         if not h.profile:
-            raise UsageError(f"host {host} has no default profile", where=str(inv.path or "inventory"),
-                             fix="pass --profile or set `profile:` for the host")
+            raise UsageError(
+                f"host {host} has no default profile",
+                where=str(inv.path or "inventory"),
+                fix="pass --profile or set `profile:` for the host",
+            )
         profile = h.profile
         if inv.path and not profile.startswith("/"):
             cand = inv.path.parent / profile
@@ -190,9 +225,16 @@ def deploy(
     hosts = [resolve_host(n, inv) for n in spec.host_names]
 
     live = _Live(fmt)
-    opts = DeployOptions(dry_run=plan, check_only=stage, restart=restart, trust_new_host=trust_new_host,
-                         lock_wait_s=lock_wait, remote_dry_run=not skip_dry_run, health_timeout_s=health_timeout,
-                         confirm=lambda _plan: live.confirm(yes))
+    opts = DeployOptions(
+        dry_run=plan,
+        check_only=stage,
+        restart=restart,
+        trust_new_host=trust_new_host,
+        lock_wait_s=lock_wait,
+        remote_dry_run=not skip_dry_run,
+        health_timeout_s=health_timeout,
+        confirm=lambda _plan: live.confirm(yes),
+    )
     with live:
         opts.on_event = live.on_event
         opts.on_ship_progress = live.ship_progress
@@ -216,15 +258,21 @@ def deploy(
         if line:
             con.print(f"[green]{line}[/green]")
         else:
-            back = ", ".join(f"{h}: {r or 'none (stopped, payload removed)'}" for h, r in result.rolled_back_to.items())
-            con.print(f"[red]{result.status}: {result.error}[/red]" + (f"\nrolled back to {back}" if back else ""))
+            back = ", ".join(
+                f"{h}: {r or 'none (stopped, payload removed)'}" for h, r in result.rolled_back_to.items()
+            )
+            con.print(
+                f"[red]{result.status}: {result.error}[/red]" + (f"\nrolled back to {back}" if back else "")
+            )
     raise typer.Exit(result.exit_code)
 
 
 @app.command()
 def facts(
     host: str = typer.Argument(..., help="Inventory host"),
-    model: list[str] = typer.Option(None, "--model", help="Model dir on the host whose config.json to fetch and cache"),
+    model: list[str] = typer.Option(
+        None, "--model", help="Model dir on the host whose config.json to fetch and cache"
+    ),
     inventory: str = _INVENTORY,
     trust_new_host: bool = _TRUST,
     fmt: OutputFormat = _FORMAT,
@@ -239,8 +287,11 @@ def facts(
             from ddtctl.profile import load_profile
 
             p = load_profile(h.profile).profile
-            models = [p.model.path] + ([str(p.server["speculative-draft-model-path"])]
-                                       if "speculative-draft-model-path" in p.server else [])
+            models = [p.model.path] + (
+                [str(p.server["speculative-draft-model-path"])]
+                if "speculative-draft-model-path" in p.server
+                else []
+            )
         except Exception:
             models = []
     f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
@@ -257,28 +308,49 @@ def facts(
     con.print(f"[bold]{escape(h.describe())}[/bold]  hostname {escape(f.hostname)}")
     if f.gpus:
         for g in f.gpus:
-            con.print(f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  {g.memory_free_mib}/{g.memory_total_mib} MiB free")
+            con.print(
+                f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  {g.memory_free_mib}/{g.memory_total_mib} MiB free"
+            )
     else:
         con.print(f"  GPUs: none ({escape(str(f.gpu_error))})")
     con.print(f"  driver {f.driver}  CUDA {f.cuda}")
-    con.print(f"  python {f.python_version} ({escape(f.python)})  sglang {f.sglang_version or 'absent'}"
-              f"{' at ' + escape(f.sglang_root) if f.sglang_root else ''}")
+    con.print(
+        f"  python {f.python_version} ({escape(f.python)})  sglang {f.sglang_version or 'absent'}"
+        f"{' at ' + escape(f.sglang_root) if f.sglang_root else ''}"
+    )
     con.print(f"  disk free {f.disk_free_bytes / 2**30:.1f} GiB in {escape(f.work_dir)}")
     con.print(f"  ports listening: {', '.join(map(str, f.ports_in_use)) or 'none'}")
     srv = f.server
-    con.print("  server: " + (f"running release {srv.get('release')} pid {srv.get('pid')} port {srv.get('port')}"
-                              if f.server_running else "not running"))
+    con.print(
+        "  server: "
+        + (
+            f"running release {srv.get('release')} pid {srv.get('pid')} port {srv.get('port')}"
+            if f.server_running
+            else "not running"
+        )
+    )
     for path, info in f.models.items():
         arch = (info.get("config") or {}).get("architectures")
-        con.print(f"  model {escape(path)}: " + (f"{arch} (cached in {escape(f.cached_configs.get(path, ''))})"
-                                                 if "config" in info else escape(info.get("error", ""))))
+        con.print(
+            f"  model {escape(path)}: "
+            + (
+                f"{arch} (cached in {escape(f.cached_configs.get(path, ''))})"
+                if "config" in info
+                else escape(info.get("error", ""))
+            )
+        )
 
 
 @app.command()
 def status(
-    host: str = typer.Argument(None, help="Inventory host (default: every host of the inventory, as a table)"),
-    probe: bool = typer.Option(False, "--probe", help="Without HOST: also connect to every host (in parallel) for its "
-                                                      "release, server and health"),
+    host: str = typer.Argument(
+        None, help="Inventory host (default: every host of the inventory, as a table)"
+    ),
+    probe: bool = typer.Option(
+        False,
+        "--probe",
+        help="Without HOST: also connect to every host (in parallel) for its release, server and health",
+    ),
     inventory: str = _INVENTORY,
     trust_new_host: bool = _TRUST,
     fmt: OutputFormat = _FORMAT,
@@ -304,18 +376,28 @@ def status(
 
         con = stdout_console()
         srv = st.server or {}
-        con.print(f"host {st.host}: current release {st.current or 'none'}"
-                  + (f" (previous {st.previous})" if st.previous else ""))
+        con.print(
+            f"host {st.host}: current release {st.current or 'none'}"
+            + (f" (previous {st.previous})" if st.previous else "")
+        )
         if srv.get("running"):
             info = st.server_info or {}
-            con.print(f"  server pid {srv.get('pid')} port {srv.get('port')} release {srv.get('release')}: "
-                      f"/health {st.health}" + (f", algorithm {info.get('speculative_algorithm')}, tp "
-                                                f"{info.get('tp_size')}" if info else ""))
+            con.print(
+                f"  server pid {srv.get('pid')} port {srv.get('port')} release {srv.get('release')}: "
+                f"/health {st.health}"
+                + (
+                    f", algorithm {info.get('speculative_algorithm')}, tp {info.get('tp_size')}"
+                    if info
+                    else ""
+                )
+            )
         else:
             con.print("  server: not running")
         inst = st.installed_payload or {}
-        con.print(f"  payload installed: {inst.get('hash', '')[:12] or 'none'}"
-                  + (f" (from {inst.get('release')})" if inst else ""))
+        con.print(
+            f"  payload installed: {inst.get('hash', '')[:12] or 'none'}"
+            + (f" (from {inst.get('release')})" if inst else "")
+        )
     raise typer.Exit(ExitCode.OK if healthy else ExitCode.DEPLOY)
 
 
@@ -330,8 +412,10 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
 
     inv = load_inventory(inventory)
     hosts = list(inv.hosts.values())
-    rows: list[dict] = [{"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
-                        for h in hosts]
+    rows: list[dict] = [
+        {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
+        for h in hosts
+    ]
     code = ExitCode.OK
     if probe and hosts:
         from concurrent.futures import ThreadPoolExecutor
@@ -359,8 +443,16 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         from ddtctl.cli._app import emit_json
         from ddtctl.report import ErrorInfo
 
-        emit_json("status", {"hosts": [dict(r, error=ErrorInfo.from_exception(r["error"]).to_json()
-                                            if r.get("error") else None) for r in rows]}, code)
+        emit_json(
+            "status",
+            {
+                "hosts": [
+                    dict(r, error=ErrorInfo.from_exception(r["error"]).to_json() if r.get("error") else None)
+                    for r in rows
+                ]
+            },
+            code,
+        )
         return code
     from ddtctl.cli._app import stderr_console, stdout_console
 
@@ -376,16 +468,24 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     for col in cols:
         table.add_column(col, no_wrap=col in ("host", "address", "release"))
     for r in rows:
-        cells = [r["host"], f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"], r["user"],
-                 r["profile"] or "-"]
+        cells = [
+            r["host"],
+            f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"],
+            r["user"],
+            r["profile"] or "-",
+        ]
         if probe:
             st = r["status"]
             if st is None:
                 cells += ["-", "unreachable", "-"]
             else:
                 srv = st.get("server") or {}
-                server = f"pid {srv.get('pid')} port {srv.get('port')}" if srv.get("running") else "not running"
-                health = "ok" if r["healthy"] else (f"/health {st.get('health')}" if srv.get("running") else "-")
+                server = (
+                    f"pid {srv.get('pid')} port {srv.get('port')}" if srv.get("running") else "not running"
+                )
+                health = (
+                    "ok" if r["healthy"] else (f"/health {st.get('health')}" if srv.get("running") else "-")
+                )
                 cells += [st.get("current") or "none", server, health]
         table.add_row(*(escape(str(c)) for c in cells))  # plain text, never markup
     con = stdout_console()
@@ -406,7 +506,9 @@ def releases(
     """Releases recorded on HOST (newest last): id, status, profile, payload and profile hashes."""
     from ddtctl.deploy import _release_summary, host_status
 
-    st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host, probe=False)  # no /health needed
+    st = host_status(
+        _resolve(host, inventory), trust_new_host=trust_new_host, probe=False
+    )  # no /health needed
     rows = [_release_summary(r) for r in st.releases]
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
@@ -421,9 +523,16 @@ def releases(
     for col in ("", "release", "status", "created", "profile", "algorithm", "payload", "profile sha256"):
         table.add_column(col, no_wrap=col in ("release", "status"), min_width=len(col))
     for r in rows:
-        table.add_row("*" if r["id"] == st.current else "", r["id"], str(r["status"]), str(r["created"]),
-                      str(r["profile"]), str(r["algorithm"] or "-"), (r["payload_hash"] or "-")[:12],
-                      (r["profile_sha256"] or "")[:12])
+        table.add_row(
+            "*" if r["id"] == st.current else "",
+            r["id"],
+            str(r["status"]),
+            str(r["created"]),
+            str(r["profile"]),
+            str(r["algorithm"] or "-"),
+            (r["payload_hash"] or "-")[:12],
+            (r["profile_sha256"] or "")[:12],
+        )
     stdout_console().print(table)
 
 
@@ -432,7 +541,9 @@ def logs(
     host: str = typer.Argument(..., help="Inventory host"),
     lines: int = typer.Option(100, "--lines", "-n", help="Lines from the end"),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming new lines (Ctrl-C to stop)"),
-    release: str = typer.Option(None, "--release", help="Log of this release (default: the running server's)"),
+    release: str = typer.Option(
+        None, "--release", help="Log of this release (default: the running server's)"
+    ),
     inventory: str = _INVENTORY,
     trust_new_host: bool = _TRUST,
 ) -> None:
@@ -446,8 +557,14 @@ def logs(
         sys.stdout.flush()
 
     try:
-        host_logs(_resolve(host, inventory), lines=lines, release=release, follow=follow, on_text=out,
-                  trust_new_host=trust_new_host)
+        host_logs(
+            _resolve(host, inventory),
+            lines=lines,
+            release=release,
+            follow=follow,
+            on_text=out,
+            trust_new_host=trust_new_host,
+        )
     except KeyboardInterrupt:
         pass
 
@@ -464,7 +581,9 @@ def stop(
     """Stop the server ddtctl started on HOST (SIGTERM to its process group, then SIGKILL)."""
     from ddtctl.deploy import stop_server
 
-    r = stop_server(_resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
+    r = stop_server(
+        _resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host
+    )
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
 
@@ -472,8 +591,11 @@ def stop(
         return
     from ddtctl.cli._app import stdout_console
 
-    stdout_console().print(f"stopped release {r.release}" + (" (SIGKILL after the grace period)" if r.forced else "")
-                           if r.was_running else "no server of ours was running")
+    stdout_console().print(
+        f"stopped release {r.release}" + (" (SIGKILL after the grace period)" if r.forced else "")
+        if r.was_running
+        else "no server of ours was running"
+    )
 
 
 @app.command()
@@ -491,8 +613,14 @@ def rollback(
     from ddtctl.errors import ExitCode
 
     printer = _printer(fmt)
-    r = run_rollback(_resolve(host, inventory), release, lock_wait_s=lock_wait, health_timeout_s=health_timeout,
-                     on_event=printer, trust_new_host=trust_new_host)
+    r = run_rollback(
+        _resolve(host, inventory),
+        release,
+        lock_wait_s=lock_wait,
+        health_timeout_s=health_timeout,
+        on_event=printer,
+        trust_new_host=trust_new_host,
+    )
     code = ExitCode.OK if r.ok else ExitCode.DEPLOY
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json

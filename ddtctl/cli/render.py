@@ -19,10 +19,18 @@ class RenderAs(str, Enum):
 @app.command()
 def render(
     profile: str = typer.Argument(..., help="Profile file (YAML)"),
-    as_: RenderAs = typer.Option(RenderAs.shell, "--as", help="argv (a JSON list), shell (one command) or "
-                                 "sglang-config (the YAML SGLang's own --config reads)"),
-    show_secrets: bool = typer.Option(False, "--show-secrets", help="Print secret values (api keys, *_TOKEN env)"),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text, or json (argv, env, config, text)"),
+    as_: RenderAs = typer.Option(
+        RenderAs.shell,
+        "--as",
+        help="argv (a JSON list), shell (one command) or "
+        "sglang-config (the YAML SGLang's own --config reads)",
+    ),
+    show_secrets: bool = typer.Option(
+        False, "--show-secrets", help="Print secret values (api keys, *_TOKEN env)"
+    ),
+    fmt: OutputFormat = typer.Option(
+        OutputFormat.text, "--format", help="text, or json (argv, env, config, text)"
+    ),
 ) -> None:
     """Print what `ddtctl deploy` would launch for PROFILE: the server argv, a copy-pasteable shell command, or an
     SGLang --config file that SGLang reads back into the same argv. Secret values are masked unless asked."""

@@ -11,7 +11,9 @@ _SEVERITY = {"error": "31;1", "warning": "33", "info": "36"}
 class Term:
     def __init__(self, stream=None):
         self.stream = stream or sys.stdout
-        self.color = self.stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        self.color = (
+            self.stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        )
         self._lines: list[str] = []
 
     def _paint(self, code: str, text: str) -> str:

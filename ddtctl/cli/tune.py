@@ -14,8 +14,9 @@ def _concurrencies(text: str) -> list[int]:
     try:
         out = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise UsageError(f"--concurrency {text!r}: give comma-separated integers", fix="e.g. --concurrency 1,8") \
-            from None
+        raise UsageError(
+            f"--concurrency {text!r}: give comma-separated integers", fix="e.g. --concurrency 1,8"
+        ) from None
     if not out or min(out) < 1:
         raise UsageError(f"--concurrency {text!r}: give positive integers", fix="e.g. --concurrency 1,8")
     return out
@@ -24,39 +25,75 @@ def _concurrencies(text: str) -> list[int]:
 @app.command()
 def tune(
     host: str = typer.Argument(..., help="Inventory host to tune on (one host)"),
-    profile: str = typer.Option(None, "--profile", "-p", help="Profile to tune (default: the host's profile)"),
-    space: str = typer.Option(None, "--space", help="YAML mapping flag -> list of values (default: DDTREE budget x "
-                                                    "topk cap, DFLASH block size, EAGLE steps x topk x draft tokens)"),
-    concurrency: str = typer.Option("1,8", "--concurrency", help="Benchmark concurrency levels, comma-separated"),
+    profile: str = typer.Option(
+        None, "--profile", "-p", help="Profile to tune (default: the host's profile)"
+    ),
+    space: str = typer.Option(
+        None,
+        "--space",
+        help="YAML mapping flag -> list of values (default: DDTREE budget x "
+        "topk cap, DFLASH block size, EAGLE steps x topk x draft tokens)",
+    ),
+    concurrency: str = typer.Option(
+        "1,8", "--concurrency", help="Benchmark concurrency levels, comma-separated"
+    ),
     at: int = typer.Option(None, "--at", help="Concurrency the winner is chosen at (default: the lowest)"),
     num_prompts: int = typer.Option(64, "--num-prompts", help="Prompts per benchmark run"),
     input_len: int = typer.Option(512, "--input-len", help="Random dataset: input tokens per prompt"),
     output_len: int = typer.Option(256, "--output-len", help="Random dataset: output tokens per prompt"),
     seed: int = typer.Option(1, "--seed", help="Benchmark seed"),
-    baseline: str = typer.Option("auto", "--baseline", help="auto (DDTREE: dflash, else none), dflash, none (no "
-                                                            "speculative decoding) or off"),
-    results: str = typer.Option(None, "--results", help="JSON-lines results file, appended after each point; points "
-                                                        "already there are skipped (default: PROFILE.tune.jsonl)"),
-    keep_best: bool = typer.Option(False, "--keep-best", help="Leave the winner serving (default: the host goes back "
-                                                              "to the release it started from)"),
+    baseline: str = typer.Option(
+        "auto",
+        "--baseline",
+        help="auto (DDTREE: dflash, else none), dflash, none (no speculative decoding) or off",
+    ),
+    results: str = typer.Option(
+        None,
+        "--results",
+        help="JSON-lines results file, appended after each point; points "
+        "already there are skipped (default: PROFILE.tune.jsonl)",
+    ),
+    keep_best: bool = typer.Option(
+        False,
+        "--keep-best",
+        help="Leave the winner serving (default: the host goes back to the release it started from)",
+    ),
     write: bool = typer.Option(False, "--write", help="Put the winner into the profile (comments kept)"),
-    plot: str = typer.Option(None, "--plot", help="Write a PNG: tokens/s against the budget (or point), one line per "
-                             "concurrency, the baseline dashed"),
-    plot_terminal: bool = typer.Option(False, "--plot-terminal", help="Draw the same plot in the terminal "
-                                       "(plotext; on stderr with --format json)"),
-    prompts: str = typer.Option(None, "--prompts", help="Prompt file for the load instead of random "
-                                "prompts: JSON lines or ShareGPT-style JSON, sent to the host's benchmark "
-                                "(--output-len fixed)"),
+    plot: str = typer.Option(
+        None,
+        "--plot",
+        help="Write a PNG: tokens/s against the budget (or point), one line per "
+        "concurrency, the baseline dashed",
+    ),
+    plot_terminal: bool = typer.Option(
+        False,
+        "--plot-terminal",
+        help="Draw the same plot in the terminal (plotext; on stderr with --format json)",
+    ),
+    prompts: str = typer.Option(
+        None,
+        "--prompts",
+        help="Prompt file for the load instead of random "
+        "prompts: JSON lines or ShareGPT-style JSON, sent to the host's benchmark "
+        "(--output-len fixed)",
+    ),
     payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
-    bench_cmd: str = typer.Option(None, "--bench-cmd", help="Benchmark command on the host (default: "
-                                                            "'{python} -m sglang.benchmark.serving')"),
-    skip_dry_run: bool = typer.Option(False, "--skip-remote-dry-run",
-                                      help="Do not run SGLang's resolver on the host before each launch"),
+    bench_cmd: str = typer.Option(
+        None,
+        "--bench-cmd",
+        help="Benchmark command on the host (default: '{python} -m sglang.benchmark.serving')",
+    ),
+    skip_dry_run: bool = typer.Option(
+        False, "--skip-remote-dry-run", help="Do not run SGLang's resolver on the host before each launch"
+    ),
     health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the profile's)"),
     lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock"),
-    inventory: str = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, "
-                                                                  "else hosts.yaml)"),
-    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key"),
+    inventory: str = typer.Option(
+        None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml)"
+    ),
+    trust_new_host: bool = typer.Option(
+        False, "--trust-new-host", help="Accept and save an unknown host key"
+    ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
 ) -> None:
     """Find the speculative-decoding settings that serve fastest on HOST.
@@ -86,17 +123,27 @@ def tune(
         profile = h.profile
         if inv.path and not profile.startswith("/") and (inv.path.parent / profile).exists():
             profile = str(inv.path.parent / profile)
-    opts = TuneOptions(space=load_space(space) if space else None, baseline=baseline,
-                       concurrencies=_concurrencies(concurrency), winner_concurrency=at, num_prompts=num_prompts,
-                       input_len=input_len, output_len=output_len, seed=seed,
-                       bench_cmd=shlex.split(bench_cmd) if bench_cmd else None, prompts_file=prompts,
-                       results_path=results,
-                       keep_best=keep_best, payload_dir=payload, remote_dry_run=not skip_dry_run,
-                       health_timeout_s=health_timeout, lock_wait_s=lock_wait, trust_new_host=trust_new_host)
+    opts = TuneOptions(
+        space=load_space(space) if space else None,
+        baseline=baseline,
+        concurrencies=_concurrencies(concurrency),
+        winner_concurrency=at,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        seed=seed,
+        bench_cmd=shlex.split(bench_cmd) if bench_cmd else None,
+        prompts_file=prompts,
+        results_path=results,
+        keep_best=keep_best,
+        payload_dir=payload,
+        remote_dry_run=not skip_dry_run,
+        health_timeout_s=health_timeout,
+        lock_wait_s=lock_wait,
+        trust_new_host=trust_new_host,
+    )
     result = _run_with_progress(run_tune, profile, h, opts)
     raise typer.Exit(_report(result, profile, write=write, plot=plot, plot_terminal=plot_terminal, fmt=fmt))
-
-
 
 
 def _run_with_progress(run_tune, profile: str, host, opts):
@@ -106,8 +153,14 @@ def _run_with_progress(run_tune, profile: str, host, opts):
     from ddtctl.cli._app import stderr_console
 
     console = stderr_console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("tune", total=None)
 
         def on_start(i, pt):
@@ -115,19 +168,31 @@ def _run_with_progress(run_tune, profile: str, host, opts):
 
         def on_point(i, total, pr):
             progress.update(task, total=total, completed=i + 1)
-            what = pr.status + (f" ({', '.join(pr.rules)})" if pr.rules else "") + (" (from the results file)"
-                                                                                     if pr.resumed else "")
-            progress.console.print(f"{pr.label}: {what}" + (f": {pr.error}" if pr.error and not pr.rules else ""),
-                                   markup=False)
+            what = (
+                pr.status
+                + (f" ({', '.join(pr.rules)})" if pr.rules else "")
+                + (" (from the results file)" if pr.resumed else "")
+            )
+            progress.console.print(
+                f"{pr.label}: {what}" + (f": {pr.error}" if pr.error and not pr.rules else ""), markup=False
+            )
 
         def on_event(ev):
-            if ev.level in ("ok", "error", "warn") and ev.stage in ("health", "rollback", "dry-run", "warmup"):
+            if ev.level in ("ok", "error", "warn") and ev.stage in (
+                "health",
+                "rollback",
+                "dry-run",
+                "warmup",
+            ):
                 progress.update(task, description=f"tune: {ev.stage}: {ev.message[:60]}")
 
         opts.on_start, opts.on_point, opts.on_event = on_start, on_point, on_event
         return run_tune(profile, host, opts)
 
-def _report(result, profile: str, *, write: bool, plot: str | None, plot_terminal: bool, fmt: OutputFormat) -> int:
+
+def _report(
+    result, profile: str, *, write: bool, plot: str | None, plot_terminal: bool, fmt: OutputFormat
+) -> int:
     """Write the winner / plots as asked, print the result; the exit code."""
     import sys
 
@@ -152,8 +217,9 @@ def _report(result, profile: str, *, write: bool, plot: str | None, plot_termina
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
         out = result.to_json()
-        out["written"] = {"path": written.path, "changed": written.changed, "edits": written.edits} \
-            if written else None
+        out["written"] = (
+            {"path": written.path, "changed": written.changed, "edits": written.edits} if written else None
+        )
         out["plot"] = plotted
         emit_json("tune", out, code)
     else:
@@ -163,6 +229,7 @@ def _report(result, profile: str, *, write: bool, plot: str | None, plot_termina
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
     return int(code)
+
 
 def _draw_in_terminal(result) -> str | None:
     """The terminal plot, sized to the terminal (None when nothing was measured: the table says why)."""
@@ -175,8 +242,9 @@ def _draw_in_terminal(result) -> str | None:
     size = shutil.get_terminal_size((100, 24))
     color = stdout_console().is_terminal and not os.environ.get("NO_COLOR")
     try:
-        return plot_terminal(result, max(60, min(size.columns, 140)), max(16, min(size.lines - 4, 30)),
-                             color=color)
+        return plot_terminal(
+            result, max(60, min(size.columns, 140)), max(16, min(size.lines - 4, 30)), color=color
+        )
     except UsageError as err:
         return f"no plot: {err.message}\n"
 
@@ -190,8 +258,13 @@ def _print_text(result, written) -> None:
     from rich.table import Table
 
     con = stdout_console()
-    table = Table(box=None, pad_edge=False, caption="tok/s: output tokens/s; vs base: ratio to the baseline; "
-                  "latencies in ms (TTFT median); * the winner", caption_justify="left")
+    table = Table(
+        box=None,
+        pad_edge=False,
+        caption="tok/s: output tokens/s; vs base: ratio to the baseline; "
+        "latencies in ms (TTFT median); * the winner",
+        caption_justify="left",
+    )
     for col in ("point", "conc", "status", "tok/s", "vs base", "accept", "ITL p50", "ITL p99", "TTFT"):
         table.add_column(col, no_wrap=True, justify="left" if col in ("point", "status") else "right")
     rows = ([result.baseline] if result.baseline else []) + list(result.points)
@@ -203,27 +276,45 @@ def _print_text(result, written) -> None:
         for i, c in enumerate(result.concurrencies):
             r = p.run_at(c)
             mark = " *" if p is result.winner and c == result.concurrency else ""
-            table.add_row(escape(p.label + mark) if i == 0 else "", str(c), escape(status) if i == 0 else "",
-                          _fmt(r.output_tps if r else None), _fmt(result.ratio(p, c), ".2f"),
-                          _fmt(r.accept_length if r else None, ".2f"), _fmt(r.itl_p50_ms if r else None, ".2f"),
-                          _fmt(r.itl_p99_ms if r else None, ".2f"), _fmt(r.ttft_ms if r else None))
+            table.add_row(
+                escape(p.label + mark) if i == 0 else "",
+                str(c),
+                escape(status) if i == 0 else "",
+                _fmt(r.output_tps if r else None),
+                _fmt(result.ratio(p, c), ".2f"),
+                _fmt(r.accept_length if r else None, ".2f"),
+                _fmt(r.itl_p50_ms if r else None, ".2f"),
+                _fmt(r.itl_p99_ms if r else None, ".2f"),
+                _fmt(r.ttft_ms if r else None),
+            )
     con.print(table)
     w = result.winner
     if w is None:
         con.print("[red]no point was measured: no winner[/red]")
     else:
         ratio = result.winner_ratio
-        con.print(f"[green]winner at concurrency {result.concurrency}: {escape(w.label)}: "
-                  f"{_fmt(w.tps(result.concurrency))} tokens/s"
-                  + (f", {ratio:.2f}x the baseline" if ratio else "") + "[/green]")
+        con.print(
+            f"[green]winner at concurrency {result.concurrency}: {escape(w.label)}: "
+            f"{_fmt(w.tps(result.concurrency))} tokens/s"
+            + (f", {ratio:.2f}x the baseline" if ratio else "")
+            + "[/green]"
+        )
     if written is not None:
-        con.print(f"{written.path}: " + ("wrote " + ", ".join(f"{k}: {v}" for k, v in written.edits.items())
-                                                 if written.changed else "already has the winner's settings"),
-                  markup=False)
+        con.print(
+            f"{written.path}: "
+            + (
+                "wrote " + ", ".join(f"{k}: {v}" for k, v in written.edits.items())
+                if written.changed
+                else "already has the winner's settings"
+            ),
+            markup=False,
+        )
     if result.restore_error:
         con.print(f"[red]the host was not restored: {escape(result.restore_error)}[/red]")
     elif result.kept_best:
         con.print(f"host {escape(result.host)} keeps serving the winner (release {result.end_release})")
     else:
-        con.print(f"host {escape(result.host)} is back on release {result.end_release or 'none (server stopped)'}")
+        con.print(
+            f"host {escape(result.host)} is back on release {result.end_release or 'none (server stopped)'}"
+        )
     con.print(f"results: {escape(result.results_path)}", markup=False)

@@ -14,21 +14,39 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 @app.command()
 def validate(
-    paths: Optional[list[str]] = typer.Argument(None, help="Profile files, directories or globs (or, with --argv, "
-                                                "the SGLang arguments after `--`)."),
-    argv: bool = typer.Option(False, "--argv", help="Validate a raw `python -m sglang.launch_server` argument list "
-                              "given after `--`."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU to check against (H200, B200, sm90...); "
-                                      "default: the profile's hardware.gpu."),
-    sglang: Optional[str] = typer.Option(None, "--sglang", help="SGLang release for --argv (default: the pinned one)."),
+    paths: Optional[list[str]] = typer.Argument(
+        None, help="Profile files, directories or globs (or, with --argv, the SGLang arguments after `--`)."
+    ),
+    argv: bool = typer.Option(
+        False,
+        "--argv",
+        help="Validate a raw `python -m sglang.launch_server` argument list given after `--`.",
+    ),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", help="GPU to check against (H200, B200, sm90...); default: the profile's hardware.gpu."
+    ),
+    sglang: Optional[str] = typer.Option(
+        None, "--sglang", help="SGLang release for --argv (default: the pinned one)."
+    ),
     fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes to the files, keeping comments."),
-    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="With --fix: apply the unsafe fixes too (values "
-                                      "ddtctl guesses, flags it removes)."),
-    diff: bool = typer.Option(False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."),
-    ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="Rule id(s) to ignore (repeatable, or "
-                                               "comma-separated); errors SGLang rejects itself cannot be."),
-    output: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text, json, or github (GitHub "
-                                        "Actions annotations, one per finding)."),
+    unsafe_fixes: bool = typer.Option(
+        False,
+        "--unsafe-fixes",
+        help="With --fix: apply the unsafe fixes too (values ddtctl guesses, flags it removes).",
+    ),
+    diff: bool = typer.Option(
+        False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."
+    ),
+    ignore: Optional[list[str]] = typer.Option(
+        None,
+        "--ignore",
+        help="Rule id(s) to ignore (repeatable, or comma-separated); errors SGLang rejects itself cannot be.",
+    ),
+    output: ReportFormat = typer.Option(
+        ReportFormat.text,
+        "--format",
+        help="text, json, or github (GitHub Actions annotations, one per finding).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang import).
@@ -37,8 +55,20 @@ def validate(
     """
     from ddtctl.cli.validate_report import run_validate
 
-    raise typer.Exit(run_validate(paths or [], argv=argv, gpu=gpu, sglang=sglang, fix=fix, output=output.value,
-                                  quiet=quiet, diff=diff, unsafe_fixes=unsafe_fixes, ignore=ignore))
+    raise typer.Exit(
+        run_validate(
+            paths or [],
+            argv=argv,
+            gpu=gpu,
+            sglang=sglang,
+            fix=fix,
+            output=output.value,
+            quiet=quiet,
+            diff=diff,
+            unsafe_fixes=unsafe_fixes,
+            ignore=ignore,
+        )
+    )
 
 
 def _esc(text: str) -> str:
@@ -48,10 +78,16 @@ def _esc(text: str) -> str:
 
 
 @app.command("rules")
-def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
-               coverage: bool = typer.Option(False, "--coverage", help="Map every raise/assert site of the pinned "
-                                             "SGLang's resolver to a rule or an exemption; exit 1 if one is "
-                                             "unmapped.")) -> None:
+def list_rules(
+    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    coverage: bool = typer.Option(
+        False,
+        "--coverage",
+        help="Map every raise/assert site of the pinned "
+        "SGLang's resolver to a rule or an exemption; exit 1 if one is "
+        "unmapped.",
+    ),
+) -> None:
     """List every rule of the constraint graph."""
     from ddtctl.rules.engine import all_rules
 
@@ -79,25 +115,40 @@ def list_rules(output: OutputFormat = typer.Option(OutputFormat.text, "--format"
     table.add_column("what")
     table.add_column("SGLang", justify="center")
     for r in rules:
-        table.add_row(r.id, f"[{_STYLE[r.severity]}]{r.severity}[/]", r.title,
-                      "✓" if r.sglang_enforces else "[magenta]stricter[/]")
+        table.add_row(
+            r.id,
+            f"[{_STYLE[r.severity]}]{r.severity}[/]",
+            r.title,
+            "✓" if r.sglang_enforces else "[magenta]stricter[/]",
+        )
     stdout_console().print(table)
 
 
 def _rule_json(r) -> dict:
-    return {"id": r.id, "title": r.title, "severity": r.severity, "reads": list(r.reads),
-            "needs": list(r.needs), "reference": r.reference, "sglang_enforces": r.sglang_enforces}
+    return {
+        "id": r.id,
+        "title": r.title,
+        "severity": r.severity,
+        "reads": list(r.reads),
+        "needs": list(r.needs),
+        "reference": r.reference,
+        "sglang_enforces": r.sglang_enforces,
+    }
 
 
-_DDT000_DOC = ("Some rules need facts about the model (config.json), the draft model or the GPU. When those "
-               "are unknown the rules are not run and this warning lists them.\nFix: make model.path a local "
-               "directory with config.json, set model.architecture, set hardware.gpu, or fetch the host's "
-               "configs with `ddtctl facts HOST`.")
+_DDT000_DOC = (
+    "Some rules need facts about the model (config.json), the draft model or the GPU. When those "
+    "are unknown the rules are not run and this warning lists them.\nFix: make model.path a local "
+    "directory with config.json, set model.architecture, set hardware.gpu, or fetch the host's "
+    "configs with `ddtctl facts HOST`."
+)
 
 
 @app.command()
-def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
-            output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json.")) -> None:
+def explain(
+    rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
+    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+) -> None:
     """Print a rule's documentation."""
     from ddtctl.errors import UsageError
     from ddtctl.rules.engine import RULES, all_rules
@@ -106,9 +157,19 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
     key = rule_id.strip().upper()
     if key == "DDT000":
         if output == OutputFormat.json:
-            emit_json("explain", {"id": key, "title": "rules that could not run", "severity": "warning",
-                                  "reads": [], "needs": [], "reference": None, "sglang_enforces": False,
-                                  "doc": _DDT000_DOC})
+            emit_json(
+                "explain",
+                {
+                    "id": key,
+                    "title": "rules that could not run",
+                    "severity": "warning",
+                    "reads": [],
+                    "needs": [],
+                    "reference": None,
+                    "sglang_enforces": False,
+                    "doc": _DDT000_DOC,
+                },
+            )
             return
         typer.echo(f"DDT000  rules that could not run\n\n{_DDT000_DOC}")
         return
@@ -117,8 +178,10 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
         import difflib
 
         close = difflib.get_close_matches(key, list(RULES), n=3)
-        raise UsageError(f"unknown rule {rule_id!r}", fix=f"did you mean {', '.join(close)}?" if close
-                         else "`ddtctl rules` lists them")
+        raise UsageError(
+            f"unknown rule {rule_id!r}",
+            fix=f"did you mean {', '.join(close)}?" if close else "`ddtctl rules` lists them",
+        )
     if output == OutputFormat.json:
         emit_json("explain", dict(_rule_json(r), doc=r.doc))
         return
@@ -127,8 +190,10 @@ def explain(rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
         lines.append("reads: " + ", ".join("--" + d.replace("_", "-") for d in r.reads))
     if r.needs:
         lines.append("needs facts: " + ", ".join(r.needs))
-    lines.append("enforced by SGLang 0.5.23 at launch: " + ("yes" if r.sglang_enforces else
-                                                            "no (ddtctl is stricter by design)"))
+    lines.append(
+        "enforced by SGLang 0.5.23 at launch: "
+        + ("yes" if r.sglang_enforces else "no (ddtctl is stricter by design)")
+    )
     if r.reference:
         lines.append(f"reference: {r.reference}")
     lines += ["", r.doc]

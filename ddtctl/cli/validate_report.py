@@ -11,9 +11,19 @@ import sys
 from ddtctl.errors import ExitCode
 
 
-def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str | None, fix: bool, output: str,
-                 quiet: bool, diff: bool = False, unsafe_fixes: bool = False,
-                 ignore: list[str] | None = None) -> int:
+def run_validate(
+    paths: list[str],
+    *,
+    argv: bool,
+    gpu: str | None,
+    sglang: str | None,
+    fix: bool,
+    output: str,
+    quiet: bool,
+    diff: bool = False,
+    unsafe_fixes: bool = False,
+    ignore: list[str] | None = None,
+) -> int:
     """The command body, shared by the typer command and the start-up fast path (ddtctl/cli/fastpath.py)."""
     from ddtctl import PINNED_SGLANG
     from ddtctl.errors import UsageError
@@ -25,16 +35,19 @@ def run_validate(paths: list[str], *, argv: bool, gpu: str | None, sglang: str |
     ignores = parse_ignore_option(ignore)
     if argv:
         if not paths:
-            raise UsageError("--argv needs the SGLang arguments after `--`",
-                             fix="ddtctl validate --argv -- --model-path /m --tp-size 8")
+            raise UsageError(
+                "--argv needs the SGLang arguments after `--`",
+                fix="ddtctl validate --argv -- --model-path /m --tp-size 8",
+            )
         results = [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG, ignore=ignores)]
     else:
         if not paths:
             raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
         results = validate_paths(paths, gpu=gpu, ignore=ignores)
         if fix:
-            results = _apply_fixes(results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores,
-                                   say_fixed=output != "json")
+            results = _apply_fixes(
+                results, gpu, unsafe=unsafe_fixes, dry_run=diff, ignore=ignores, say_fixed=output != "json"
+            )
     code = _exit_code(results)
     if output == "json":
         from ddtctl.report import emit
@@ -60,7 +73,7 @@ def _line_column(path: str | None, where: str | None) -> tuple[int | None, int |
     """`FILE:LINE[:COLUMN]` of an error in the profile `path` (a YAML error says where it stopped)."""
     if not path or not where or not where.startswith(path + ":"):
         return None, None
-    numbers = [int(n) for n in where[len(path) + 1:].split(":") if n.isdigit()]
+    numbers = [int(n) for n in where[len(path) + 1 :].split(":") if n.isdigit()]
     return (numbers[0] if numbers else None), (numbers[1] if len(numbers) > 1 else None)
 
 
@@ -73,18 +86,34 @@ def _print_annotations(results) -> None:
         if r.error:
             err = r.failure
             line, column = _line_column(r.path, err.where if err else None)
-            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path, line=line,
-                                                         column=column, message=err.message if err else r.error,
-                                                         fix=err.fix if err else None)))
+            lines.append(
+                github_annotation(
+                    FindingRecord(
+                        id=None,
+                        severity="error",
+                        file=r.path,
+                        line=line,
+                        column=column,
+                        message=err.message if err else r.error,
+                        fix=err.fix if err else None,
+                    )
+                )
+            )
         if r.fix_refused:
-            lines.append(github_annotation(FindingRecord(id=None, severity="error", file=r.path,
-                                                         message=f"--fix refused: {r.fix_refused}")))
+            lines.append(
+                github_annotation(
+                    FindingRecord(
+                        id=None, severity="error", file=r.path, message=f"--fix refused: {r.fix_refused}"
+                    )
+                )
+            )
         lines += [github_annotation(finding_record(f, file=r.path, columns=r.columns)) for f in r.findings]
     sys.stdout.write("".join(line + "\n" for line in lines))
 
 
-def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None,
-                 say_fixed: bool = True):
+def _apply_fixes(
+    results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None, say_fixed: bool = True
+):
     """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the edit is
     made on the text that was validated, checked (it must parse to the intended profile), and written by
     ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed since it
@@ -99,29 +128,43 @@ def _apply_fixes(results, gpu, *, unsafe: bool = False, dry_run: bool = False, i
 
     out = []
     for result in results:
-        if result.error or result.valid or result.profile is None or result.raw is None or result.text is None:
+        if (
+            result.error
+            or result.valid
+            or result.profile is None
+            or result.raw is None
+            or result.text is None
+        ):
             if dry_run and not result.error:
                 result.diff = ""
             out.append(result)
             continue
-        text = result.text.replace("\r\n", "\n")  # edited with \n; rewrite() writes the file's own line endings
+        text = result.text.replace(
+            "\r\n", "\n"
+        )  # edited with \n; rewrite() writes the file's own line endings
         doc = parse_profile_text(text, result.source)
         chosen = [f for f in result.findings if f.fixable and (unsafe or f.fixable != UNSAFE)]
         left_out = sorted({f.rule for f in result.findings if f.fixable == UNSAFE and f not in chosen})
         fixed = apply_fixes(text, chosen, doc.lines)
         rules = ", ".join(sorted(set(fixed.applied)))
-        refused = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, result.source) if fixed.changed
-                                    else None)
+        refused = fixed.refused or (
+            verify(doc.data, fixed.text, fixed.edits, result.source) if fixed.changed else None
+        )
         if refused:
-            result.fix_refused = f"cannot apply {rules} safely: {refused}; the file is unchanged (edit it by hand)"
+            result.fix_refused = (
+                f"cannot apply {rules} safely: {refused}; the file is unchanged (edit it by hand)"
+            )
             result.unapplied = left_out
             if dry_run:
                 result.diff = ""
             out.append(result)
             continue
         if dry_run:
-            after = validate_document(parse_profile_text(fixed.text, result.source), gpu=gpu, ignore=ignore) \
-                if fixed.changed else result
+            after = (
+                validate_document(parse_profile_text(fixed.text, result.source), gpu=gpu, ignore=ignore)
+                if fixed.changed
+                else result
+            )
             after.text, after.raw = fixed.text, result.raw
             after.diff = unified_diff(result.source, text, fixed.text)
             after.unapplied = left_out
@@ -161,7 +204,9 @@ def _print_diffs(results) -> None:
         if r.fix_refused:
             sys.stderr.write(f"{source}: --fix refused: {p(r.fix_refused)}\n")
         if r.unapplied:
-            sys.stderr.write(f"{source}: unsafe fixes not applied ({', '.join(r.unapplied)}): add --unsafe-fixes\n")
+            sys.stderr.write(
+                f"{source}: unsafe fixes not applied ({', '.join(r.unapplied)}): add --unsafe-fixes\n"
+            )
         errors = sorted({f.rule for f in r.errors})
         if errors:
             sys.stderr.write(f"{source}: {len(r.errors)} error(s) would remain ({', '.join(errors)})\n")
@@ -181,7 +226,10 @@ def _print_results(results, *, quiet: bool) -> None:
             continue
         if r.valid and quiet:
             continue
-        t.line(f"{t.green('✓') if r.valid else t.red('✗')} {source}" + ("" if r.valid else ": " + t.red("invalid")))
+        t.line(
+            f"{t.green('✓') if r.valid else t.red('✗')} {source}"
+            + ("" if r.valid else ": " + t.red("invalid"))
+        )
         if r.fix_refused:
             t.line(f"  {t.red('--fix refused:')} {p(r.fix_refused)}")
         if r.unapplied:
@@ -189,13 +237,15 @@ def _print_results(results, *, quiet: bool) -> None:
         for f in r.findings:
             where = f"{source}:{f.line}" if f.line else source
             tag = {"safe": " [fix]", "unsafe": " [unsafe fix]"}.get(f.fixable or "", "")
-            t.line(f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {p(f.message)}" + (t.dim(tag) if tag else ""))
+            t.line(
+                f"  {t.severity(f.severity)} {t.bold(f.rule)} {where}: {p(f.message)}"
+                + (t.dim(tag) if tag else "")
+            )
             if f.fix:
                 t.line(f"          {t.dim('fix:')} {p(f.fix)}")
         if r.ignored:
             count = f"{len(r.ignored)} finding{'s' if len(r.ignored) != 1 else ''} ignored"
-            t.line(f"  {t.dim(count)} "
-                   f"({', '.join(sorted({f.rule for f, _ in r.ignored}))})")
+            t.line(f"  {t.dim(count)} ({', '.join(sorted({f.rule for f, _ in r.ignored}))})")
     if len(results) > 1:
         t.line(f"{valid}/{len(results)} valid")
     t.flush()

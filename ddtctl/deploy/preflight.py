@@ -250,8 +250,10 @@ def ignore_checks(
     for rule_id, reason in spec.ignore.items():
         why = ignore_refusal(rule_id)
         if why is None and rule_id == WORKER_CAPABILITY_RULE and bundled_worker:
-            why = (f"{rule_id} cannot be ignored here: the payload this deploy ships is the worker that "
-                   "refuses it")
+            why = (
+                f"{rule_id} cannot be ignored here: the payload this deploy ships is the worker that "
+                "refuses it"
+            )
         if why:
             refused.append(
                 _check(

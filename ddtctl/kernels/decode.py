@@ -31,9 +31,16 @@ def tiny_llama(vocab: int = 96, seed: int = 0, device: str = "cpu", layers: int 
 
     # attn_implementation is a PretrainedConfig keyword that LlamaConfig's signature does not declare
     settings: dict[str, Any] = dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, initializer_range=0.3,
-        attn_implementation="eager")
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        initializer_range=0.3,
+        attn_implementation="eager",
+    )
     cfg = LlamaConfig(**settings)
     torch.manual_seed(seed)
     # typed as nn.Module: transformers wraps `to` with functools.wraps, which mypy cannot bind to self
@@ -49,7 +56,9 @@ def hf_target(model):
         t = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=dev)[None]
         p = torch.as_tensor(np.asarray(positions), dtype=torch.long, device=dev)[None]
         vis = torch.as_tensor(visible, device=dev)
-        add = torch.zeros(vis.shape, dtype=torch.float64, device=dev).masked_fill(~vis, torch.finfo(torch.float64).min)
+        add = torch.zeros(vis.shape, dtype=torch.float64, device=dev).masked_fill(
+            ~vis, torch.finfo(torch.float64).min
+        )
         with torch.no_grad():
             return model(input_ids=t, position_ids=p, attention_mask=add[None, None]).logits[0]
 
@@ -71,7 +80,9 @@ def next_token(logits_row, position: int, temperature: float, seed: int) -> int:
     return int(R.posterior_tokens(logits_row[None], temperature, noise[None])[0])
 
 
-def autoregressive(target, prompt: list[int], max_new: int, temperature: float = 0.0, seed: int = 0) -> list[int]:
+def autoregressive(
+    target, prompt: list[int], max_new: int, temperature: float = 0.0, seed: int = 0
+) -> list[int]:
     seq = list(prompt)
     while len(seq) < len(prompt) + max_new:
         n = len(seq)
@@ -146,19 +157,23 @@ class TritonTreePath:
         x = torch.from_numpy(np.ascontiguousarray(draft))[None].to(self.device)
         plan.topk(x)
         plan.build()
-        ii, pos, vis, _ = plan.compile(torch.tensor([root], device=self.device),
-                                       torch.tensor([start], device=self.device))
+        ii, pos, vis, _ = plan.compile(
+            torch.tensor([root], device=self.device), torch.tensor([start], device=self.device)
+        )
         return _to_np(ii[0]), _to_np(pos[0]), _to_np(vis[0]), _to_np(plan.parents[0])
 
     def follow(self, input_ids, parents, posterior):
         torch = self.torch
-        acc, alen, bonus = self.plan.follow(torch.as_tensor(posterior, dtype=torch.int64, device=self.device)[None])
+        acc, alen, bonus = self.plan.follow(
+            torch.as_tensor(posterior, dtype=torch.int64, device=self.device)[None]
+        )
         acc = _to_np(acc[0])
         return [int(a) for a in acc[: int(alen[0]) + 1]], int(bonus[0])
 
 
-def ddtree_decode(target, drafter, path, prompt: list[int], max_new: int, temperature: float = 0.0,
-                  seed: int = 0) -> DecodeResult:
+def ddtree_decode(
+    target, drafter, path, prompt: list[int], max_new: int, temperature: float = 0.0, seed: int = 0
+) -> DecodeResult:
     seq = list(prompt)
     res = DecodeResult(tokens=seq)
     while len(seq) < len(prompt) + max_new:
@@ -184,5 +199,5 @@ def ddtree_decode(target, drafter, path, prompt: list[int], max_new: int, temper
         seq.append(int(bonus))
         res.rounds += 1
         res.accept_lengths.append(len(accepted) - 1)
-    del seq[len(prompt) + max_new:]
+    del seq[len(prompt) + max_new :]
     return res

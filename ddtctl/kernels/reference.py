@@ -75,7 +75,9 @@ def check_budget(depth: int, vocab: int, budget: int) -> int:
         raise ValueError(f"budget B={budget} must be in [1, {MAX_BUDGET}]")
     k = min(budget, vocab)
     if num_prefixes(depth, k) < budget:
-        raise ValueError(f"budget B={budget} exceeds the {num_prefixes(depth, k)} prefixes of depth <= {depth}")
+        raise ValueError(
+            f"budget B={budget} exceeds the {num_prefixes(depth, k)} prefixes of depth <= {depth}"
+        )
     return k
 
 

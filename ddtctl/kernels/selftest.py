@@ -113,7 +113,9 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
     rlp, rids = R.topk_logprobs(x.float().numpy(), plan.K)
     ids_ok = np.array_equal(ids_h, rids)
     lp_err = float(np.max(np.abs(lp_h - rlp)))
-    checks.append(Check(f"topk {name}", ids_ok and lp_err <= 1e-4, f"ids equal={ids_ok}, max |lp-ref|={lp_err:.2e}"))
+    checks.append(
+        Check(f"topk {name}", ids_ok and lp_err <= 1e-4, f"ids equal={ids_ok}, max |lp-ref|={lp_err:.2e}")
+    )
     tokens, depths, parents, _ = plan.build()
     tok_h, dep_h, par_h = tokens.cpu().numpy(), depths.cpu().numpy(), parents.cpu().numpy()
     trees = [R.build(lp_h[i], ids_h[i], budget) for i in range(batch)]
@@ -124,28 +126,42 @@ def check_case(tk, *, batch, depth, vocab, budget, dtype, device, seed, ties=Fal
     input_ids, positions, vis, packed = plan.compile(roots.to(device), starts.to(device))
     bad = []
     ii_h, pos_h, vis_h, pk_h = (t.cpu().numpy() for t in (input_ids, positions, vis, packed))
-    nt_h, ns_h, ri_h = (t.cpu().numpy() for t in (plan.retrive_next_token, plan.retrive_next_sibling,
-                                                  plan.retrive_index))
+    nt_h, ns_h, ri_h = (
+        t.cpu().numpy() for t in (plan.retrive_next_token, plan.retrive_next_sibling, plan.retrive_index)
+    )
     for i in range(batch):
         c = R.compile_tree(trees[i], int(roots[i]), int(starts[i]), prefix_len)
-        for label, got, want in (("input_ids", ii_h[i], c.input_ids), ("positions", pos_h[i], c.positions),
-                                 ("visibility", vis_h[i], trees[i].visibility), ("packed", pk_h[i], c.packed),
-                                 ("next_token", nt_h[i], c.retrive_next_token),
-                                 ("next_sibling", ns_h[i], c.retrive_next_sibling),
-                                 ("retrive_index", ri_h[i], c.retrive_index + i * (budget + 1))):
+        for label, got, want in (
+            ("input_ids", ii_h[i], c.input_ids),
+            ("positions", pos_h[i], c.positions),
+            ("visibility", vis_h[i], trees[i].visibility),
+            ("packed", pk_h[i], c.packed),
+            ("next_token", nt_h[i], c.retrive_next_token),
+            ("next_sibling", ns_h[i], c.retrive_next_sibling),
+            ("retrive_index", ri_h[i], c.retrive_index + i * (budget + 1)),
+        ):
             if not np.array_equal(got, want):
                 bad.append(f"{label}[{i}]")
-    checks.append(Check(f"compile {name}", not bad, "all arrays equal" if not bad else "differs: " + ", ".join(bad)))
+    checks.append(
+        Check(f"compile {name}", not bad, "all arrays equal" if not bad else "differs: " + ", ".join(bad))
+    )
     # posterior: follows the drafted token most of the time, so that paths of several nodes are accepted
     rng = np.random.default_rng(seed)
-    post = np.where(rng.random((batch, budget + 1)) < 0.8, np.roll(ii_h, -1, axis=1),
-                    rng.integers(0, vocab, (batch, budget + 1)))
+    post = np.where(
+        rng.random((batch, budget + 1)) < 0.8,
+        np.roll(ii_h, -1, axis=1),
+        rng.integers(0, vocab, (batch, budget + 1)),
+    )
     acc, alen, bonus = plan.follow(torch.from_numpy(post).to(device))
     acc_h, alen_h, bonus_h = acc.cpu().numpy(), alen.cpu().numpy(), bonus.cpu().numpy()
     fbad = 0
     for i in range(batch):
         f = R.follow(ii_h[i], par_h[i], post[i])
-        if not (np.array_equal(acc_h[i], f.padded(depth)) and alen_h[i] == f.accept_length and bonus_h[i] == f.bonus):
+        if not (
+            np.array_equal(acc_h[i], f.padded(depth))
+            and alen_h[i] == f.accept_length
+            and bonus_h[i] == f.bonus
+        ):
             fbad += 1
     checks.append(Check(f"follow {name}", fbad == 0, f"{batch - fbad}/{batch} walks identical"))
     return checks
@@ -169,24 +185,32 @@ def _selftest(device: str, *, quick: bool) -> SelftestResult:
     except ImportError:  # pragma: no cover - depends on the environment
         raise EnvironmentMissing("the kernels need torch", fix="pip install -e '.[kernels]'") from None
     if device == "cuda" and not torch.cuda.is_available():
-        raise EnvironmentMissing("no CUDA device is visible to torch", fix="run on a GPU host, or use --device cpu")
+        raise EnvironmentMissing(
+            "no CUDA device is visible to torch", fix="run on a GPU host, or use --device cpu"
+        )
     tk = _kernels_module(interpret=(device == "cpu"))
     import triton
-    result = SelftestResult(device=device, ok=False, versions={"torch": torch.__version__,
-                                                               "triton": triton.__version__})
+
+    result = SelftestResult(
+        device=device, ok=False, versions={"torch": torch.__version__, "triton": triton.__version__}
+    )
     if device == "cpu":
-        cases = [dict(batch=2, depth=3, vocab=300, budget=7, dtype=torch.float32, seed=1),
-                 dict(batch=2, depth=4, vocab=257, budget=16, dtype=torch.bfloat16, seed=2),
-                 dict(batch=2, depth=3, vocab=97, budget=20, dtype=torch.float32, seed=3, ties=True),
-                 dict(batch=2, depth=3, vocab=200, budget=9, dtype=torch.bfloat16, seed=4, cand_cap=1)]
+        cases = [
+            dict(batch=2, depth=3, vocab=300, budget=7, dtype=torch.float32, seed=1),
+            dict(batch=2, depth=4, vocab=257, budget=16, dtype=torch.bfloat16, seed=2),
+            dict(batch=2, depth=3, vocab=97, budget=20, dtype=torch.float32, seed=3, ties=True),
+            dict(batch=2, depth=3, vocab=200, budget=9, dtype=torch.bfloat16, seed=4, cand_cap=1),
+        ]
         if quick:
             cases = cases[:1]
     else:
         result.versions["gpu"] = torch.cuda.get_device_name()
-        cases = [dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=1),
-                 dict(batch=2, depth=15, vocab=151936, budget=64, dtype=torch.float32, seed=2),
-                 dict(batch=2, depth=7, vocab=1000, budget=16, dtype=torch.float32, seed=3, ties=True),
-                 dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=4, cand_cap=1)]
+        cases = [
+            dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=1),
+            dict(batch=2, depth=15, vocab=151936, budget=64, dtype=torch.float32, seed=2),
+            dict(batch=2, depth=7, vocab=1000, budget=16, dtype=torch.float32, seed=3, ties=True),
+            dict(batch=2, depth=15, vocab=248320, budget=64, dtype=torch.bfloat16, seed=4, cand_cap=1),
+        ]
         if quick:
             cases = cases[:1]
     for case in cases:

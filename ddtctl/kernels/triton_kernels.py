@@ -36,7 +36,9 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # CPU: run the kernels in Triton's interpreter (read when the kernels are defined)
+if (
+    not torch.cuda.is_available()
+):  # CPU: run the kernels in Triton's interpreter (read when the kernels are defined)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is imported
@@ -45,6 +47,7 @@ import triton.language as tl  # noqa: E402
 from ddtctl.kernels.reference import check_budget  # noqa: E402
 
 INT64_MIN_PAD = tl.constexpr(-9223372036854775807)
+
 
 @triton.jit
 def _skey(x):
@@ -74,9 +77,18 @@ def _load_f32(ptr, mask):
 
 @triton.jit(do_not_specialize=["n_tiles", "tiles_per_split", "S", "G_STRIDE"])
 def _topk_pass1(
-    X, GMAX, PM, PL,
-    V, n_tiles, tiles_per_split, S, stride_row, G_STRIDE,
-    GS: tl.constexpr, NG: tl.constexpr,
+    X,
+    GMAX,
+    PM,
+    PL,
+    V,
+    n_tiles,
+    tiles_per_split,
+    S,
+    stride_row,
+    G_STRIDE,
+    GS: tl.constexpr,
+    NG: tl.constexpr,
 ):
     row = tl.program_id(0)
     s = tl.program_id(1)
@@ -116,10 +128,28 @@ def _chunk(xrow, sel_groups, q0, n_sel, V, GS: tl.constexpr, QG: tl.constexpr, S
 
 @triton.jit(do_not_specialize=["V", "n_groups", "S", "K", "stride_row", "G_STRIDE"])
 def _topk_pass2(
-    X, GMAX, PM, PL, SCR_G, SCR_K, SCR_C, LP_OUT, ID_OUT,
-    V, n_groups, S, K, stride_row, G_STRIDE,
-    GS: tl.constexpr, G_PAD: tl.constexpr, S_PAD: tl.constexpr, K_PAD: tl.constexpr, Q: tl.constexpr,
-    SHIFT: tl.constexpr, CAP: tl.constexpr,
+    X,
+    GMAX,
+    PM,
+    PL,
+    SCR_G,
+    SCR_K,
+    SCR_C,
+    LP_OUT,
+    ID_OUT,
+    V,
+    n_groups,
+    S,
+    K,
+    stride_row,
+    G_STRIDE,
+    GS: tl.constexpr,
+    G_PAD: tl.constexpr,
+    S_PAD: tl.constexpr,
+    K_PAD: tl.constexpr,
+    Q: tl.constexpr,
+    SHIFT: tl.constexpr,
+    CAP: tl.constexpr,
 ):
     # SHIFT: low bits of the order keys that are constant for the input dtype (16 for bf16, 13 for fp16, 0 for
     # fp32); bisection runs on key >> SHIFT, which orders and separates that dtype's values exactly.
@@ -238,8 +268,17 @@ def _argmax_payload(k1, a1, b1, c1, k2, a2, b2, c2):
 
 @triton.jit(do_not_specialize=["L", "K", "B"])
 def _build_kernel(
-    LP, IDS, TOK_OUT, DEP_OUT, PAR_OUT, SCORE_OUT, PRE_OUT, SIZE_OUT,
-    L, K, B,
+    LP,
+    IDS,
+    TOK_OUT,
+    DEP_OUT,
+    PAR_OUT,
+    SCORE_OUT,
+    PRE_OUT,
+    SIZE_OUT,
+    L,
+    K,
+    B,
     F: tl.constexpr,
 ):
     # Lane n holds node n: its preorder index and subtree size in the current tree, depth, parent, score,
@@ -327,10 +366,24 @@ def _build_kernel(
 
 @triton.jit(do_not_specialize=["B", "W"])
 def _compile_kernel(
-    PAR, PRE, SIZE, TOK, DEP, ROOT, START,
-    IDS_OUT, POS_OUT, VIS_OUT, PACK_OUT, RIDX_OUT, RNEXT_OUT, RSIB_OUT,
-    B, W,
-    BR: tl.constexpr, WT: tl.constexpr,
+    PAR,
+    PRE,
+    SIZE,
+    TOK,
+    DEP,
+    ROOT,
+    START,
+    IDS_OUT,
+    POS_OUT,
+    VIS_OUT,
+    PACK_OUT,
+    RIDX_OUT,
+    RNEXT_OUT,
+    RSIB_OUT,
+    B,
+    W,
+    BR: tl.constexpr,
+    WT: tl.constexpr,
 ):
     # Node j is an ancestor-or-self of i iff pre[j] <= pre[i] < pre[j] + size[j] (preorder intervals from the
     # build); the first child of i is the node at pre[i] + 1, the next sibling the node at pre[i] + size[i] if
@@ -368,8 +421,11 @@ def _compile_kernel(
         tl.store(VIS_OUT + base * n1 + rows3 * n1 + cols3, vis.to(tl.int8), mask=rv3 & cv3)
         bits = tl.sum(vis.to(tl.int32) << j[None, None, :], axis=2)
         wcol = c0 // 32 + w
-        tl.store(PACK_OUT + base * W + rows[:, None] * W + wcol[None, :], bits,
-                 mask=rv[:, None] & (wcol[None, :] < W))
+        tl.store(
+            PACK_OUT + base * W + rows[:, None] * W + wcol[None, :],
+            bits,
+            mask=rv[:, None] & (wcol[None, :] < W),
+        )
         fc = tl.where(cv3 & (size_r > 1) & (pre_c == pre_r + 1), cols3, big)
         first_child = tl.minimum(first_child, tl.min(tl.min(fc, axis=2), axis=1))
         ns = tl.where(cv3 & (pre_c == pre_r + size_r) & (par_c == par_r), cols3, big)
@@ -380,8 +436,14 @@ def _compile_kernel(
 
 @triton.jit(do_not_specialize=["B", "L"])
 def _follow_kernel(
-    IDS, PAR, POST, ACC_OUT, ALEN_OUT, BONUS_OUT,
-    B, L,
+    IDS,
+    PAR,
+    POST,
+    ACC_OUT,
+    ALEN_OUT,
+    BONUS_OUT,
+    B,
+    L,
     F: tl.constexpr,
 ):
     # A node matches when its token is its parent's posterior (one gather); the walk descends to the
@@ -505,7 +567,11 @@ class DDTreePlan:
         (fp32 / bf16 / fp16)."""
         if tuple(logits.shape) != (self.batch, self.depth, self.vocab):
             raise ValueError(f"logits shape {tuple(logits.shape)} != {(self.batch, self.depth, self.vocab)}")
-        if logits.stride(-1) != 1 or logits.stride(1) != self.vocab or logits.stride(0) != self.depth * self.vocab:
+        if (
+            logits.stride(-1) != 1
+            or logits.stride(1) != self.vocab
+            or logits.stride(0) != self.depth * self.vocab
+        ):
             raise ValueError("logits must be contiguous")
         self.topk_pass1(logits)
         self.topk_pass2(logits)
@@ -513,17 +579,46 @@ class DDTreePlan:
 
     def topk_pass1(self, logits: torch.Tensor) -> None:
         _topk_pass1[(self.rows, self.splits)](
-            logits, self.gmax, self.pm, self.pl,
-            self.vocab, self.n_tiles, self.tiles_per_split, self.splits, self.vocab, self.n_groups,
-            GS=self.gs, NG=self.ng, num_warps=4,
+            logits,
+            self.gmax,
+            self.pm,
+            self.pl,
+            self.vocab,
+            self.n_tiles,
+            self.tiles_per_split,
+            self.splits,
+            self.vocab,
+            self.n_groups,
+            GS=self.gs,
+            NG=self.ng,
+            num_warps=4,
         )
 
     def topk_pass2(self, logits: torch.Tensor) -> None:
         _topk_pass2[(self.rows,)](
-            logits, self.gmax, self.pm, self.pl, self.scr_g, self.scr_k, self.scr_c, self.lp, self.ids,
-            self.vocab, self.n_groups, self.splits, self.K, self.vocab, self.n_groups,
-            GS=self.gs, G_PAD=self.g_pad, S_PAD=MAX_SPLITS, K_PAD=self.k_pad, Q=self.q,
-            SHIFT=_KEY_SHIFT.get(logits.dtype, 0), CAP=self.cap, num_warps=self.topk_warps,
+            logits,
+            self.gmax,
+            self.pm,
+            self.pl,
+            self.scr_g,
+            self.scr_k,
+            self.scr_c,
+            self.lp,
+            self.ids,
+            self.vocab,
+            self.n_groups,
+            self.splits,
+            self.K,
+            self.vocab,
+            self.n_groups,
+            GS=self.gs,
+            G_PAD=self.g_pad,
+            S_PAD=MAX_SPLITS,
+            K_PAD=self.k_pad,
+            Q=self.q,
+            SHIFT=_KEY_SHIFT.get(logits.dtype, 0),
+            CAP=self.cap,
+            num_warps=self.topk_warps,
         )
 
     def build(self, lp: torch.Tensor | None = None, ids: torch.Tensor | None = None):
@@ -535,9 +630,19 @@ class DDTreePlan:
         lp = lp.contiguous()
         ids = ids.to(torch.int32).contiguous()
         _build_kernel[(self.batch,)](
-            lp, ids, self.tokens, self.depths, self.parents, self.scores, self.pre, self.size,
-            self.depth, self.K, self.budget,
-            F=self.f, num_warps=self.build_warps,
+            lp,
+            ids,
+            self.tokens,
+            self.depths,
+            self.parents,
+            self.scores,
+            self.pre,
+            self.size,
+            self.depth,
+            self.K,
+            self.budget,
+            F=self.f,
+            num_warps=self.build_warps,
         )
         return self.tokens, self.depths, self.parents, self.scores
 
@@ -546,20 +651,41 @@ class DDTreePlan:
         retrive arrays (all [batch, B+1, ...])."""
         n1 = self.budget + 1
         _compile_kernel[(self.batch, _cdiv(n1, self.br))](
-            self.parents, self.pre, self.size, self.tokens, self.depths, root_tokens, starts,
-            self.input_ids, self.positions, self.visibility.view(torch.int8), self.packed,
-            self.retrive_index, self.retrive_next_token, self.retrive_next_sibling,
-            self.budget, self.words,
-            BR=self.br, WT=self.wt, num_warps=4,
+            self.parents,
+            self.pre,
+            self.size,
+            self.tokens,
+            self.depths,
+            root_tokens,
+            starts,
+            self.input_ids,
+            self.positions,
+            self.visibility.view(torch.int8),
+            self.packed,
+            self.retrive_index,
+            self.retrive_next_token,
+            self.retrive_next_sibling,
+            self.budget,
+            self.words,
+            BR=self.br,
+            WT=self.wt,
+            num_warps=4,
         )
         return self.input_ids, self.positions, self.visibility, self.packed
 
     def follow(self, posterior: torch.Tensor):
         """Accepted node indices [batch, L+1] (-1 padded), accept length [batch], bonus token [batch]."""
         _follow_kernel[(self.batch,)](
-            self.input_ids, self.parents, posterior, self.accepted, self.accept_length, self.bonus,
-            self.budget, self.depth,
-            F=self.f, num_warps=1 if self.f <= 256 else 4,
+            self.input_ids,
+            self.parents,
+            posterior,
+            self.accepted,
+            self.accept_length,
+            self.bonus,
+            self.budget,
+            self.depth,
+            F=self.f,
+            num_warps=1 if self.f <= 256 else 4,
         )
         return self.accepted, self.accept_length, self.bonus
 
@@ -622,4 +748,5 @@ class ChainRowMover:
         for ptrs, row_words in self.groups:
             block = min(1024, _next_pow2(row_words))
             _move_chain_rows_kernel[(ptrs.numel(), bs, _cdiv(row_words, block))](
-                ptrs, tgt, src, length, ROW_WORDS=row_words, BLOCK=block, num_warps=4)
+                ptrs, tgt, src, length, ROW_WORDS=row_words, BLOCK=block, num_warps=4
+            )

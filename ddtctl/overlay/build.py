@@ -96,16 +96,19 @@ def _guess_python(sglang_root: Path) -> Path | None:
 
 
 def _site_of(python: Path) -> Path:
-    code = ("import importlib.util,os;s=importlib.util.find_spec('sglang');"
-            "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')")
+    code = (
+        "import importlib.util,os;s=importlib.util.find_spec('sglang');"
+        "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')"
+    )
     try:
         out = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
     except OSError as exc:
         raise EnvironmentMissing(f"cannot run {python}: {exc}") from None
     root = out.stdout.strip()
     if out.returncode != 0 or not root:
-        raise EnvironmentMissing(f"{python} has no sglang installed",
-                                 fix="run `ddtctl env create` or pass --sglang-root")
+        raise EnvironmentMissing(
+            f"{python} has no sglang installed", fix="run `ddtctl env create` or pass --sglang-root"
+        )
     return Path(root)
 
 
@@ -113,8 +116,9 @@ def managed_python(version: str) -> Path:
     try:
         from ddtctl import envs  # the dry-run helper's module
     except ImportError:
-        raise EnvironmentMissing("no managed SGLang environment support in this ddtctl",
-                                 fix="pass --sglang-root") from None
+        raise EnvironmentMissing(
+            "no managed SGLang environment support in this ddtctl", fix="pass --sglang-root"
+        ) from None
     env = envs.managed_env(version)
     if getattr(env, "exists", False):
         return Path(env.python)
@@ -128,12 +132,15 @@ def sglang_version_at(root: Path) -> str | None:
     return installer.sglang_version_at(str(root))
 
 
-def resolve_target(sglang: str, sglang_root: str | Path | None = None, python: str | Path | None = None) -> Target:
+def resolve_target(
+    sglang: str, sglang_root: str | Path | None = None, python: str | Path | None = None
+) -> Target:
     if sglang_root is not None:
         root = Path(sglang_root).expanduser()
         if not (root / "sglang").is_dir():
-            raise OverlayError(f"{root} has no sglang/ package",
-                               fix="pass the site-packages directory that holds sglang/")
+            raise OverlayError(
+                f"{root} has no sglang/ package", fix="pass the site-packages directory that holds sglang/"
+            )
         py = Path(python) if python else (_guess_python(root) or Path(sys.executable))
     else:
         py = Path(python) if python else managed_python(sglang)
@@ -143,8 +150,10 @@ def resolve_target(sglang: str, sglang_root: str | Path | None = None, python: s
 
 def _describe_mismatch(rel: str, have: str, base: str, result: str, sglang: str) -> str:
     if have == result:
-        how = ("it already holds this payload's patched version (the payload is installed there; build from a "
-               "pristine SGLang or uninstall first)")
+        how = (
+            "it already holds this payload's patched version (the payload is installed there; build from a "
+            "pristine SGLang or uninstall first)"
+        )
     else:
         how = f"it is not the pristine file of sglang {sglang} (a different release, or locally modified)"
     return f"{rel}: sha256 {have[:16]}... differs from the pristine base {base[:16]}...: {how}"
@@ -166,7 +175,9 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
     for p in m.patched:
         base_path = target.sglang_root / p.path
         if not base_path.is_file():
-            raise OverlayError(f"{p.path} does not exist in {target.sglang_root}", fix="is this an SGLang install?")
+            raise OverlayError(
+                f"{p.path} does not exist in {target.sglang_root}", fix="is this an SGLang install?"
+            )
         base = base_path.read_bytes()
         have = sha256_bytes(base)
         if have != p.base_sha256:
@@ -184,13 +195,15 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
             raise OverlayError(
                 f"{p.path}: the patched result has sha256 {got[:16]}..., the manifest expects "
                 f"{p.result_sha256[:16]}...",
-                where=str(m.path), fix="regenerate the patch (ddtctl overlay import) or fix result_sha256",
+                where=str(m.path),
+                fix="regenerate the patch (ddtctl overlay import) or fix result_sha256",
             )
         dst = files_dir / p.path
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(result)
-        entries.append({"path": p.path, "kind": "patched", "sha256": got, "base_sha256": p.base_sha256,
-                        "patch": p.patch})
+        entries.append(
+            {"path": p.path, "kind": "patched", "sha256": got, "base_sha256": p.base_sha256, "patch": p.patch}
+        )
     skipped = [a.source for a in m.added if a.optional and not m.source_path(a).exists()]
     stale: list[str] = []
     for rel, src, a in m.expand_added():
@@ -198,9 +211,11 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         if a.sha256 and not a.tree and sha256_bytes(data) != a.sha256:
             stale.append(rel)
         if (target.sglang_root / rel).exists():
-            raise OverlayError(f"added file {rel} already exists in {target.sglang_root}; refusing to overwrite a "
-                               "file the payload does not own",
-                               fix="list it under `patched` if it is SGLang's, or remove the stray file")
+            raise OverlayError(
+                f"added file {rel} already exists in {target.sglang_root}; refusing to overwrite a "
+                "file the payload does not own",
+                fix="list it under `patched` if it is SGLang's, or remove the stray file",
+            )
         if a.rewrite and rel.endswith(".py"):
             data = rewrite_imports(data.decode("utf-8"), a.rewrite).encode("utf-8")
         dst = files_dir / rel
@@ -222,7 +237,9 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         "smoke": m.smoke,
         "stale_pins": stale,
     }
-    (out / installer.MANIFEST_NAME).write_text(json.dumps(built, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (out / installer.MANIFEST_NAME).write_text(
+        json.dumps(built, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return built, skipped
 
 
@@ -240,8 +257,9 @@ def byte_compile(python: Path, pairs: list[tuple[Path, Path]]) -> None:
     )
     payload = json.dumps([[str(s), str(d)] for s, d in pairs])
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], input=payload, capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run(
+            [str(python), "-I", "-c", code], input=payload, capture_output=True, text=True, timeout=300
+        )
     except OSError as exc:
         raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
     if out.returncode != 0:
@@ -287,8 +305,11 @@ def _legacy_build(path: Path) -> bool:
     info = read_build(path)
     if not info:
         return False
-    return {"payload_id", "fingerprint", "sglang_root"} <= set(info) and \
-        (path / "payload").is_dir() and (path / "view").is_dir()
+    return (
+        {"payload_id", "fingerprint", "sglang_root"} <= set(info)
+        and (path / "payload").is_dir()
+        and (path / "view").is_dir()
+    )
 
 
 def _check_build_dir(build_dir: Path) -> None:
@@ -297,8 +318,10 @@ def _check_build_dir(build_dir: Path) -> None:
     from ddtctl.safeio import owned_dir_state
 
     if owned_dir_state(build_dir, BUILD_MARKER, legacy=_legacy_build) == "foreign":
-        raise OverlayError(f"{build_dir} is not empty and is not a ddtctl build directory; refusing to replace it",
-                           fix="choose a new or empty --out (a build replaces its directory)")
+        raise OverlayError(
+            f"{build_dir} is not empty and is not a ddtctl build directory; refusing to replace it",
+            fix="choose a new or empty --out (a build replaces its directory)",
+        )
 
 
 @contextlib.contextmanager
@@ -320,7 +343,8 @@ def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: boo
             and info.get("sglang_root") == str(target.sglang_root)
             and info.get("python") == str(target.python)
             and all(
-                (target.sglang_root / p.path).is_file() and sha256_file(target.sglang_root / p.path) == p.base_sha256
+                (target.sglang_root / p.path).is_file()
+                and sha256_file(target.sglang_root / p.path) == p.base_sha256
                 for p in m.patched
             )
             and (build_dir / "view").is_dir()
@@ -361,8 +385,12 @@ def _retag(python: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Pat
     if Path(python).resolve() == Path(sys.executable).resolve():
         return pairs
     try:
-        tag = subprocess.run([str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
-                             capture_output=True, text=True, timeout=60).stdout.strip()
+        tag = subprocess.run(
+            [str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
     except OSError as exc:
         raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
     ours = sys.implementation.cache_tag

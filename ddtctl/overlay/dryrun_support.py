@@ -54,20 +54,33 @@ def view_for(spec: str | Path, *, python: str | Path | None = None) -> Path:
 
         built = json.loads((p / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
         target = resolve_target(built["sglang"], None, python)
-        out = cache_root() / "views" / hashlib.sha256(f"{p.resolve()}|{target.sglang_root}".encode()).hexdigest()[:16]
+        out = (
+            cache_root()
+            / "views"
+            / hashlib.sha256(f"{p.resolve()}|{target.sglang_root}".encode()).hexdigest()[:16]
+        )
         installer.build_view(str(target.sglang_root), str(p), str(out))
         return out
-    raise UsageError(f"--overlay {spec}: not a payload (no manifest.json or ddtree-manifest.json there)",
-                     fix="pass auto, none, a payload source directory or a built payload")
+    raise UsageError(
+        f"--overlay {spec}: not a payload (no manifest.json or ddtree-manifest.json there)",
+        fix="pass auto, none, a payload source directory or a built payload",
+    )
 
 
-def overlay_sys_path(mode: str | None, *, argvs: Iterable[Sequence[str]] | None = None,
-                     profiles: Sequence[str] | None = None, python: str | Path | None = None) -> list[str]:
+def overlay_sys_path(
+    mode: str | None,
+    *,
+    argvs: Iterable[Sequence[str]] | None = None,
+    profiles: Sequence[str] | None = None,
+    python: str | Path | None = None,
+) -> list[str]:
     mode = (mode or "auto").strip()
     if mode == "none":
         return []
     if mode == "auto":
-        needed = any(argv_uses_ddtree(a) for a in (argvs or [])) or bool(profiles and profiles_use_ddtree(profiles))
+        needed = any(argv_uses_ddtree(a) for a in (argvs or [])) or bool(
+            profiles and profiles_use_ddtree(profiles)
+        )
         if not needed:
             return []
         from ddtctl.overlay.build import build

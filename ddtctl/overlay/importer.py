@@ -35,7 +35,10 @@ from ddtctl.overlay.udiff import PatchError, apply_patch, make_patch
 DEFAULT_SMOKE = [
     {"id": "registered", "what": "SpeculativeAlgorithm.from_string('DDTREE') resolves"},
     {"id": "flags", "what": "the DDTREE flags parse with their types and defaults"},
-    {"id": "resolve_basic", "what": "a DDTREE argv resolves through ServerArgs.resolve_once() and stays DDTREE"},
+    {
+        "id": "resolve_basic",
+        "what": "a DDTREE argv resolves through ServerArgs.resolve_once() and stays DDTREE",
+    },
 ]
 _SKIP_DIRS = {"__pycache__", ".git"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".orig", ".rej", ".swp")
@@ -49,8 +52,12 @@ class ImportResult:
     unchanged: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"payload_dir": str(self.payload_dir), "patched": self.patched, "added": self.added,
-                "unchanged": self.unchanged}
+        return {
+            "payload_dir": str(self.payload_dir),
+            "patched": self.patched,
+            "added": self.added,
+            "unchanged": self.unchanged,
+        }
 
 
 def record_hashes(sglang_root: Path, version: str) -> dict[str, str]:
@@ -63,7 +70,7 @@ def record_hashes(sglang_root: Path, version: str) -> dict[str, str]:
     out = {}
     for row in csv.reader(io.StringIO(text)):
         if len(row) >= 2 and row[1].startswith("sha256="):
-            digest = row[1][len("sha256="):]
+            digest = row[1][len("sha256=") :]
             digest += "=" * (-len(digest) % 4)
             out[row[0]] = base64.urlsafe_b64decode(digest).hex()
     return out
@@ -94,7 +101,9 @@ def patched_entry(rel: str, base: bytes, new: bytes) -> tuple[PatchedFile, str]:
     return PatchedFile(rel, patch_name(rel), sha256_bytes(base), sha256_bytes(new)), patch
 
 
-IMPORT_MARKER = ".ddtctl-import"  # written into every payload `overlay import` makes: the only kind --force replaces
+IMPORT_MARKER = (
+    ".ddtctl-import"  # written into every payload `overlay import` makes: the only kind --force replaces
+)
 
 
 def _check_out(src: Path, out: Path, force: bool) -> str:
@@ -104,16 +113,21 @@ def _check_out(src: Path, out: Path, force: bool) -> str:
 
     src_r, out_r = src.resolve(), out.resolve()
     if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:
-        raise OverlayError(f"--out {out} overlaps the source directory {src}",
-                           fix="write the payload to a directory outside the source tree")
+        raise OverlayError(
+            f"--out {out} overlaps the source directory {src}",
+            fix="write the payload to a directory outside the source tree",
+        )
     state = owned_dir_state(out, IMPORT_MARKER)
     if state == "foreign":
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise OverlayError(f"--out {out} is not a directory", fix="choose another --out")
         if not force:
             raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
-        raise OverlayError(f"{out} is not empty and was not written by `ddtctl overlay import`; --force replaces only "
-                           "a payload it imported", fix="choose a new or empty --out")
+        raise OverlayError(
+            f"{out} is not empty and was not written by `ddtctl overlay import`; --force replaces only "
+            "a payload it imported",
+            fix="choose a new or empty --out",
+        )
     if state == "owned" and not force:
         raise OverlayError(f"{out} exists and is not empty", fix="choose another --out or pass --force")
     return state
@@ -132,14 +146,17 @@ def _source_files(src: Path) -> list[tuple[Path, str]]:
         if f.is_dir():
             continue
         if not f.is_file():
-            raise OverlayError(f"{f} is not a regular file (a FIFO, socket or device); import real files only")
+            raise OverlayError(
+                f"{f} is not a regular file (a FIFO, socket or device); import real files only"
+            )
         # the names build and the installer accept, checked before anything is written (issue #14)
         sources.append((f, check_rel(prefix + "/".join(rel_parts), f"{src}: file {f.relative_to(src)!s}")))
     return sources
 
 
-def _stage_file(f: Path, rel: str, sglang_root: Path, record: dict[str, str], m: SourceManifest,
-                result: ImportResult) -> None:
+def _stage_file(
+    f: Path, rel: str, sglang_root: Path, record: dict[str, str], m: SourceManifest, result: ImportResult
+) -> None:
     """One hand-patched file into the staged payload: a patch against its pristine counterpart, or an added
     file when SGLang has none; a file equal to its pristine counterpart is only counted."""
     new = f.read_bytes()
@@ -156,7 +173,8 @@ def _stage_file(f: Path, rel: str, sglang_root: Path, record: dict[str, str], m:
         raise OverlayError(
             f"{rel} in {sglang_root} is not the pristine sglang {m.sglang} file "
             "(its sha256 differs from the release's RECORD)",
-            fix="import against a pristine SGLang install (the managed env)")
+            fix="import against a pristine SGLang install (the managed env)",
+        )
     if base == new:
         result.unchanged.append(rel)
         return
@@ -164,8 +182,14 @@ def _stage_file(f: Path, rel: str, sglang_root: Path, record: dict[str, str], m:
     (m.root / entry.patch).write_text(patch, encoding="utf-8")
     m.patched.append(entry)
     changed = sum(1 for ln in patch.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
-    result.patched.append({"path": rel, "base_sha256": entry.base_sha256,
-                           "result_sha256": entry.result_sha256, "lines_changed": changed})
+    result.patched.append(
+        {
+            "path": rel,
+            "base_sha256": entry.base_sha256,
+            "result_sha256": entry.result_sha256,
+            "lines_changed": changed,
+        }
+    )
 
 
 def import_dir(
@@ -200,15 +224,22 @@ def import_dir(
     try:
         (stage / "patches").mkdir()
         result = ImportResult(payload_dir=out)
-        m = SourceManifest(root=stage, name=name, version=version, sglang=sglang,
-                           summary=f"imported from {src} by `ddtctl overlay import`", smoke=list(DEFAULT_SMOKE))
+        m = SourceManifest(
+            root=stage,
+            name=name,
+            version=version,
+            sglang=sglang,
+            summary=f"imported from {src} by `ddtctl overlay import`",
+            smoke=list(DEFAULT_SMOKE),
+        )
         for f, rel in sources:
             _stage_file(f, rel, target.sglang_root, record, m, result)
         if not m.patched and not m.added:
             raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
         m.write()
-        (stage / IMPORT_MARKER).write_text(json.dumps({"made_by": "ddtctl overlay import", "source": str(src)})
-                                           + "\n", encoding="utf-8")
+        (stage / IMPORT_MARKER).write_text(
+            json.dumps({"made_by": "ddtctl overlay import", "source": str(src)}) + "\n", encoding="utf-8"
+        )
         old = None
         if state != "absent":  # empty, or an earlier import (checked above, again just before the swap)
             if _check_out(src, out, force) != state:
@@ -234,8 +265,13 @@ class ManifestReport:
         return {"manifest": str(self.path), "stale": self.stale, "updated": self.updated}
 
 
-def check_manifest(payload_dir: str | Path | None = None, *, sglang_root: str | Path | None = None,
-                   python: str | Path | None = None, update: bool = False) -> ManifestReport:
+def check_manifest(
+    payload_dir: str | Path | None = None,
+    *,
+    sglang_root: str | Path | None = None,
+    python: str | Path | None = None,
+    update: bool = False,
+) -> ManifestReport:
     """Compare the manifest's pinned hashes with the sources (and, for patches, with base + patch); optionally
     rewrite them. Added files pulled from ddtctl (`ddtctl:...`) are hashed at build time and never pinned."""
     m = load_source_manifest(payload_dir)
@@ -256,11 +292,14 @@ def check_manifest(payload_dir: str | Path | None = None, *, sglang_root: str | 
             base = (target.sglang_root / p.path).read_bytes()
             record = record_hashes(target.sglang_root, m.sglang)
             if record.get(p.path) not in (None, sha256_bytes(base)):
-                raise OverlayError(f"{p.path} in {target.sglang_root} is not the pristine sglang {m.sglang} file "
-                                   "(its sha256 differs from the release's RECORD)")
+                raise OverlayError(
+                    f"{p.path} in {target.sglang_root} is not the pristine sglang {m.sglang} file "
+                    "(its sha256 differs from the release's RECORD)"
+                )
             try:
-                result = apply_patch(base.decode("utf-8"), m.patch_path(p).read_text(encoding="utf-8"),
-                                     label=p.path).encode("utf-8")
+                result = apply_patch(
+                    base.decode("utf-8"), m.patch_path(p).read_text(encoding="utf-8"), label=p.path
+                ).encode("utf-8")
             except PatchError as exc:
                 raise OverlayError(str(exc), where=str(m.patch_path(p))) from None
             base_sha, result_sha = sha256_bytes(base), sha256_bytes(result)
@@ -273,4 +312,12 @@ def check_manifest(payload_dir: str | Path | None = None, *, sglang_root: str | 
     return report
 
 
-__all__ = ["import_dir", "check_manifest", "record_hashes", "ImportResult", "ManifestReport", "FORMAT", "MANIFEST"]
+__all__ = [
+    "import_dir",
+    "check_manifest",
+    "record_hashes",
+    "ImportResult",
+    "ManifestReport",
+    "FORMAT",
+    "MANIFEST",
+]

@@ -105,7 +105,12 @@ def _copy_durable(src: str, dst: str) -> None:
 
 def safe_join(root: str, rel: str) -> str:
     """root/rel, refusing absolute paths, '..' and anything that escapes root."""
-    if not rel or rel.startswith(("/", "\\")) or "\\" in rel or any(ord(c) < 32 or ord(c) == 127 for c in rel):
+    if (
+        not rel
+        or rel.startswith(("/", "\\"))
+        or "\\" in rel
+        or any(ord(c) < 32 or ord(c) == 127 for c in rel)
+    ):
         raise Refused(f"unsafe path in payload: {rel!r}")
     parts = rel.split("/")
     if any(p in ("", ".", "..") for p in parts):
@@ -197,7 +202,7 @@ def sglang_version_at(root: str) -> str | None:
     names = os.listdir(root) if os.path.isdir(root) else []
     for name in sorted(names):
         if name.startswith("sglang-") and name.endswith(".dist-info"):
-            return name[len("sglang-"):-len(".dist-info")]
+            return name[len("sglang-") : -len(".dist-info")]
     for fname in ("_version.py", "version.py"):
         try:
             with open(os.path.join(root, "sglang", fname), encoding="utf-8") as f:
@@ -302,19 +307,40 @@ class State:
                 os.rmdir(path)  # fails (kept) when not empty
 
     # -------------------------------------------------------------------------------------------- transaction
-    def run(self, op_name: str, ops: list[dict], new_record: dict | None, *, compile_paths: list[str],
-            new_pristine: list[tuple[str, str]], drop_pristine: list[str], created_dirs: list[str],
-            remove_dirs: list[str]) -> None:
+    def run(
+        self,
+        op_name: str,
+        ops: list[dict],
+        new_record: dict | None,
+        *,
+        compile_paths: list[str],
+        new_pristine: list[tuple[str, str]],
+        drop_pristine: list[str],
+        created_dirs: list[str],
+        remove_dirs: list[str],
+    ) -> None:
         """ops: [{"path": rel, "src": file with the new bytes | None (remove)}], applied in order."""
         txid = uuid.uuid4().hex
         txdir = os.path.join(self.dir, "tx", txid)
         journal: dict[str, Any] = {
-            "format": FORMAT, "op": op_name, "txid": txid, "phase": "preparing", "started": _now(),
+            "format": FORMAT,
+            "op": op_name,
+            "txid": txid,
+            "phase": "preparing",
+            "started": _now(),
             "sglang_root": self.root,
-            "ops": [{"path": o["path"], "existed": os.path.lexists(self.target(o["path"])),
-                     "new": o["src"] is not None} for o in ops],
-            "new_pristine": [rel for rel, _ in new_pristine], "drop_pristine": drop_pristine,
-            "created_dirs": created_dirs, "remove_dirs": remove_dirs,
+            "ops": [
+                {
+                    "path": o["path"],
+                    "existed": os.path.lexists(self.target(o["path"])),
+                    "new": o["src"] is not None,
+                }
+                for o in ops
+            ],
+            "new_pristine": [rel for rel, _ in new_pristine],
+            "drop_pristine": drop_pristine,
+            "created_dirs": created_dirs,
+            "remove_dirs": remove_dirs,
         }
         _write_json_atomic(self.journal_path, journal)
         try:
@@ -344,8 +370,12 @@ class State:
                 _pause(f"apply:{n}")
             for rel in compile_paths:
                 full = self.target(rel)
-                py_compile.compile(full, cfile=self.target(pyc_paths(rel)[0]), doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+                py_compile.compile(
+                    full,
+                    cfile=self.target(pyc_paths(rel)[0]),
+                    doraise=True,
+                    invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
+                )
             for d in {os.path.dirname(self.target(o["path"])) for o in ops}:
                 if os.path.isdir(d):
                     _fsync_dir(d)
@@ -375,8 +405,10 @@ def _check_no_drift(state: State, old_files: dict[str, dict]) -> None:
     for rel, e in old_files.items():
         target = state.target(rel)
         if not os.path.isfile(target) or sha256_file(target) != e["sha256"]:
-            raise Refused(f"{rel} was changed after the payload was installed (hash differs from the install "
-                          "record); restore it or reinstall SGLang before installing again")
+            raise Refused(
+                f"{rel} was changed after the payload was installed (hash differs from the install "
+                "record); restore it or reinstall SGLang before installing again"
+            )
 
 
 def _need_dirs(state: State, rel: str, created_dirs: list[str]) -> None:
@@ -391,8 +423,9 @@ def _need_dirs(state: State, rel: str, created_dirs: list[str]) -> None:
             created_dirs.append(d)
 
 
-def _retire_ops(state: State, old_files: dict[str, dict], new_paths: set[str], ops: list[dict],
-                pyc_ops: list[dict]) -> None:
+def _retire_ops(
+    state: State, old_files: dict[str, dict], new_paths: set[str], ops: list[dict], pyc_ops: list[dict]
+) -> None:
     """Paths the old payload had and the new one does not: back to pristine / removed (entry point first)."""
     for rel, e in sorted(old_files.items(), key=lambda kv: ".dist-info/" not in kv[0]):
         if rel in new_paths:
@@ -406,26 +439,38 @@ def _retire_ops(state: State, old_files: dict[str, dict], new_paths: set[str], o
             pyc_ops.append({"path": pyc, "src": saved if os.path.exists(saved) else None})
 
 
-def _check_patch_base(state: State, e: dict, target: str, old_files: dict[str, dict],
-                      want_version: str | None, new_pristine: list[tuple[str, str]]) -> None:
+def _check_patch_base(
+    state: State,
+    e: dict,
+    target: str,
+    old_files: dict[str, dict],
+    want_version: str | None,
+    new_pristine: list[tuple[str, str]],
+) -> None:
     """A patched file's base must be the payload's: the saved pristine copy when the current install patched
     it too, else the file in place (then saved, with its .pyc files, as the new pristine copy)."""
     rel = e["path"]
     if rel in old_files and old_files[rel]["kind"] == "patched":
         pristine = os.path.join(state.pristine, rel)
         if not os.path.isfile(pristine) or sha256_file(pristine) != e["base_sha256"]:
-            raise Refused(f"{rel}: the saved pristine copy does not match this payload's base; "
-                          "uninstall the current payload first")
+            raise Refused(
+                f"{rel}: the saved pristine copy does not match this payload's base; "
+                "uninstall the current payload first"
+            )
         return
     if not os.path.isfile(target):
         raise Refused(f"{rel}: the file to patch does not exist in {state.root}")
     have = sha256_file(target)
     if have != e["base_sha256"]:
-        how = ("it already holds this payload's patched version, but no install record says so"
-               if have == e["sha256"] else "it is not the pristine file of sglang "
-               f"{want_version} (a different or locally modified SGLang)")
-        raise Refused(f"{rel}: sha256 {have[:12]}... differs from the expected base "
-                      f"{e['base_sha256'][:12]}...: {how}")
+        how = (
+            "it already holds this payload's patched version, but no install record says so"
+            if have == e["sha256"]
+            else "it is not the pristine file of sglang "
+            f"{want_version} (a different or locally modified SGLang)"
+        )
+        raise Refused(
+            f"{rel}: sha256 {have[:12]}... differs from the expected base {e['base_sha256'][:12]}...: {how}"
+        )
     new_pristine.append((rel, target))
     for pyc in pyc_paths(rel):
         if os.path.isfile(state.target(pyc)):
@@ -456,7 +501,9 @@ def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | Non
             _check_patch_base(state, e, target, old_files, want_version, new_pristine)
         else:
             if rel not in old_files and os.path.lexists(target):
-                raise Refused(f"{rel} already exists in {state.root} and is not ours; refusing to overwrite it")
+                raise Refused(
+                    f"{rel} already exists in {state.root} and is not ours; refusing to overwrite it"
+                )
             _need_dirs(state, rel, created_dirs)
         ops.append({"path": rel, "src": src})
         if rel.endswith(".py"):
@@ -471,19 +518,33 @@ def plan_install(state: State, payload_dir: str, manifest: dict, old: dict | Non
     ordered_ops = pyc_ops + rest + entry
     old_dirs = (old or {}).get("created_dirs", [])
     record = {
-        "format": FORMAT, "installed": True, "installed_at": _now(), "sglang_root": state.root,
-        "name": manifest.get("name"), "version": manifest.get("version"), "sglang": manifest.get("sglang"),
+        "format": FORMAT,
+        "installed": True,
+        "installed_at": _now(),
+        "sglang_root": state.root,
+        "name": manifest.get("name"),
+        "version": manifest.get("version"),
+        "sglang": manifest.get("sglang"),
         "payload_id": manifest.get("payload_id"),
-        "files": [{"path": e["path"], "kind": e["kind"], "sha256": e["sha256"],
-                   "base_sha256": e.get("base_sha256")} for e in files],
+        "files": [
+            {"path": e["path"], "kind": e["kind"], "sha256": e["sha256"], "base_sha256": e.get("base_sha256")}
+            for e in files
+        ],
         "created_dirs": sorted(set(old_dirs) | set(created_dirs)),
-        "python": sys.executable, "cache_tag": sys.implementation.cache_tag,
+        "python": sys.executable,
+        "cache_tag": sys.implementation.cache_tag,
     }
     drop = [rel for rel, e in old_files.items() if rel not in new_paths and e["kind"] == "patched"]
     drop += [pyc for rel in drop for pyc in pyc_paths(rel)]
-    return {"ops": ordered_ops, "record": record, "compile_paths": compile_paths, "new_pristine": new_pristine,
-            "drop_pristine": drop, "created_dirs": created_dirs,
-            "remove_dirs": [d for d in old_dirs if not any(p["path"].startswith(d + "/") for p in files)]}
+    return {
+        "ops": ordered_ops,
+        "record": record,
+        "compile_paths": compile_paths,
+        "new_pristine": new_pristine,
+        "drop_pristine": drop,
+        "created_dirs": created_dirs,
+        "remove_dirs": [d for d in old_dirs if not any(p["path"].startswith(d + "/") for p in files)],
+    }
 
 
 def cmd_install(state: State, payload_dir: str) -> dict:
@@ -492,14 +553,28 @@ def cmd_install(state: State, payload_dir: str) -> dict:
     if old and old.get("payload_id") == manifest.get("payload_id"):
         drift = _drift(state, old)
         if not drift:
-            return {"action": "none", "reason": "this payload is already installed",
-                    "payload_id": old.get("payload_id")}
+            return {
+                "action": "none",
+                "reason": "this payload is already installed",
+                "payload_id": old.get("payload_id"),
+            }
     plan = plan_install(state, payload_dir, manifest, old)
-    state.run("install", plan["ops"], plan["record"], compile_paths=plan["compile_paths"],
-              new_pristine=plan["new_pristine"], drop_pristine=plan["drop_pristine"],
-              created_dirs=plan["created_dirs"], remove_dirs=plan["remove_dirs"])
-    return {"action": "installed" if not old else "replaced", "payload_id": manifest.get("payload_id"),
-            "files": len(manifest["files"]), "previous": (old or {}).get("payload_id")}
+    state.run(
+        "install",
+        plan["ops"],
+        plan["record"],
+        compile_paths=plan["compile_paths"],
+        new_pristine=plan["new_pristine"],
+        drop_pristine=plan["drop_pristine"],
+        created_dirs=plan["created_dirs"],
+        remove_dirs=plan["remove_dirs"],
+    )
+    return {
+        "action": "installed" if not old else "replaced",
+        "payload_id": manifest.get("payload_id"),
+        "files": len(manifest["files"]),
+        "previous": (old or {}).get("payload_id"),
+    }
 
 
 def cmd_uninstall(state: State) -> dict:
@@ -508,8 +583,10 @@ def cmd_uninstall(state: State) -> dict:
         return {"action": "none", "reason": "no payload is installed"}
     drift = _drift(state, old)
     if drift:
-        raise Refused(f"{drift[0]} was changed after the payload was installed; refusing to overwrite it "
-                      "(restore it, or reinstall SGLang)")
+        raise Refused(
+            f"{drift[0]} was changed after the payload was installed; refusing to overwrite it "
+            "(restore it, or reinstall SGLang)"
+        )
     ops: list[dict] = []
     files = old["files"]
     # Entry point first, so the plugin disappears before anything it needs.
@@ -524,11 +601,21 @@ def cmd_uninstall(state: State) -> dict:
             ops.append({"path": rel, "src": None})
         for pyc in pyc_paths(rel):
             saved = os.path.join(state.pristine, pyc)
-            ops.append({"path": pyc, "src": saved if (e["kind"] == "patched" and os.path.isfile(saved)) else None})
+            ops.append(
+                {"path": pyc, "src": saved if (e["kind"] == "patched" and os.path.isfile(saved)) else None}
+            )
     drop = [e["path"] for e in files if e["kind"] == "patched"]
     drop += [pyc for rel in drop for pyc in pyc_paths(rel)]
-    state.run("uninstall", ops, None, compile_paths=[], new_pristine=[], drop_pristine=drop, created_dirs=[],
-              remove_dirs=old.get("created_dirs", []))
+    state.run(
+        "uninstall",
+        ops,
+        None,
+        compile_paths=[],
+        new_pristine=[],
+        drop_pristine=drop,
+        created_dirs=[],
+        remove_dirs=old.get("created_dirs", []),
+    )
     return {"action": "uninstalled", "payload_id": old.get("payload_id"), "files": len(files)}
 
 
@@ -573,11 +660,17 @@ def build_view(root: str, payload_dir: str, out: str, state_dir: str | None = No
             have = sha256_file(base) if os.path.isfile(base) else None
             if have in (e["base_sha256"], e["sha256"]):
                 continue
-            saved = os.path.join(os.path.abspath(state_dir), "pristine", *e["path"].split("/")) if state_dir else None
+            saved = (
+                os.path.join(os.path.abspath(state_dir), "pristine", *e["path"].split("/"))
+                if state_dir
+                else None
+            )
             if saved and os.path.isfile(saved) and sha256_file(saved) == e["base_sha256"]:
                 continue
-            raise Refused(f"{e['path']}: {root} does not hold the pristine base this payload was built for "
-                          f"(sha256 {(have or 'missing')[:12]}..., expected {e['base_sha256'][:12]}...)")
+            raise Refused(
+                f"{e['path']}: {root} does not hold the pristine base this payload was built for "
+                f"(sha256 {(have or 'missing')[:12]}..., expected {e['base_sha256'][:12]}...)"
+            )
     if os.path.lexists(out):
         shutil.rmtree(out)
     os.makedirs(out)
@@ -603,7 +696,11 @@ def build_view(root: str, payload_dir: str, out: str, state_dir: str | None = No
         dst = os.path.join(out, e["path"])
         shutil.copy2(os.path.join(files_root, e["path"]), dst)
         os.chmod(dst, os.stat(dst).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    return {"view": os.path.abspath(out), "payload_id": manifest.get("payload_id"), "files": len(payload_paths)}
+    return {
+        "view": os.path.abspath(out),
+        "payload_id": manifest.get("payload_id"),
+        "files": len(payload_paths),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -648,12 +745,22 @@ def main(argv: list[str] | None = None) -> int:
         emit({"ok": False, "error": str(exc)})
         return 1
     except py_compile.PyCompileError as exc:
-        emit({"ok": False, "error": f"byte-compiling the payload failed ({exc.msg.strip().splitlines()[-1]}); "
-                                    "nothing was changed (the transaction was rolled back)"})
+        emit(
+            {
+                "ok": False,
+                "error": f"byte-compiling the payload failed ({exc.msg.strip().splitlines()[-1]}); "
+                "nothing was changed (the transaction was rolled back)",
+            }
+        )
         return 1
     except OSError as exc:  # e.g. no write permission: the transaction was rolled back before this point
-        emit({"ok": False, "error": f"{type(exc).__name__}: {exc}; nothing was changed (the transaction was "
-                                    "rolled back)"})
+        emit(
+            {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}; nothing was changed (the transaction was "
+                "rolled back)",
+            }
+        )
         return 1
 
 

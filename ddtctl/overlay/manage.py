@@ -29,8 +29,9 @@ def default_state_dir(sglang_root: Path) -> Path:
     return cache_root() / "state" / key
 
 
-def _run_json(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None
-              ) -> tuple[int, dict[str, Any], str]:
+def _run_json(
+    cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -44,19 +45,34 @@ def _run_json(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] 
     return proc.returncode, json.loads(lines[-1]), proc.stderr
 
 
-def run_installer(command: str, target: Target, *, payload_dir: Path | None = None, state_dir: Path | None = None,
-                  timeout: float = 600.0) -> dict[str, Any]:
+def run_installer(
+    command: str,
+    target: Target,
+    *,
+    payload_dir: Path | None = None,
+    state_dir: Path | None = None,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
     # Always ddtctl's own installer: a payload directory's installer.py is the payload's file, never code we
     # run (issue #14: `overlay install --payload DIR` executed DIR/installer.py).
     script = _HERE / "installer.py"
-    cmd = [str(target.python), "-I", str(script), command, "--sglang-root", str(target.sglang_root),
-           "--state-dir", str(state_dir or default_state_dir(target.sglang_root))]
+    cmd = [
+        str(target.python),
+        "-I",
+        str(script),
+        command,
+        "--sglang-root",
+        str(target.sglang_root),
+        "--state-dir",
+        str(state_dir or default_state_dir(target.sglang_root)),
+    ]
     if payload_dir is not None:
         cmd += ["--payload", str(payload_dir)]
     rc, out, _ = _run_json(cmd, timeout=timeout, what=f"installer {command}")
     if not out.get("ok"):
-        raise OverlayError(out.get("error") or f"installer {command} failed (exit {rc})",
-                           where=str(target.sglang_root))
+        raise OverlayError(
+            out.get("error") or f"installer {command} failed (exit {rc})", where=str(target.sglang_root)
+        )
     return out
 
 
@@ -71,29 +87,46 @@ class InstallResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "sglang_root": str(self.sglang_root), "state_dir": str(self.state_dir),
-                "python": str(self.python), "payload_id": self.payload_id, "recovered": self.recovered,
-                "details": self.details}
+        return {
+            "action": self.action,
+            "sglang_root": str(self.sglang_root),
+            "state_dir": str(self.state_dir),
+            "python": str(self.python),
+            "payload_id": self.payload_id,
+            "recovered": self.recovered,
+            "details": self.details,
+        }
 
 
-def _staged_payload(payload: str | Path | None, target: Target) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+def _staged_payload(
+    payload: str | Path | None, target: Target
+) -> tuple[Path, tempfile.TemporaryDirectory | None]:
     """A built payload directory: the given one (with ddtree-manifest.json), or a fresh build of a payload
     source (default: the bundled payload) against the target's own pristine files."""
     if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
         return Path(payload), None
     tmp = tempfile.TemporaryDirectory(prefix="ddtctl-overlay-")
-    result = build(payload, sglang_root=target.sglang_root, python=target.python, out_dir=Path(tmp.name) / "build")
+    result = build(
+        payload, sglang_root=target.sglang_root, python=target.python, out_dir=Path(tmp.name) / "build"
+    )
     return result.payload_dir, tmp
 
 
 def _payload_sglang(payload: str | Path | None) -> str:
     if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
-        return str(json.loads((Path(payload) / installer.MANIFEST_NAME).read_text(encoding="utf-8"))["sglang"])
+        return str(
+            json.loads((Path(payload) / installer.MANIFEST_NAME).read_text(encoding="utf-8"))["sglang"]
+        )
     return load_source_manifest(payload).sglang
 
 
-def install(sglang_root: str | Path, *, payload: str | Path | None = None, python: str | Path | None = None,
-            state_dir: str | Path | None = None) -> InstallResult:
+def install(
+    sglang_root: str | Path,
+    *,
+    payload: str | Path | None = None,
+    python: str | Path | None = None,
+    state_dir: str | Path | None = None,
+) -> InstallResult:
     target = resolve_target(_payload_sglang(payload), sglang_root, python)
     state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
     staged, tmp = _staged_payload(payload, target)
@@ -102,21 +135,45 @@ def install(sglang_root: str | Path, *, payload: str | Path | None = None, pytho
     finally:
         if tmp is not None:
             tmp.cleanup()
-    return InstallResult(out.get("action", "?"), target.sglang_root, state, target.python, out.get("payload_id"),
-                         out.get("recovered"), out)
+    return InstallResult(
+        out.get("action", "?"),
+        target.sglang_root,
+        state,
+        target.python,
+        out.get("payload_id"),
+        out.get("recovered"),
+        out,
+    )
 
 
-def uninstall(sglang_root: str | Path, *, python: str | Path | None = None,
-              state_dir: str | Path | None = None, sglang: str = "0.5.23") -> InstallResult:
+def uninstall(
+    sglang_root: str | Path,
+    *,
+    python: str | Path | None = None,
+    state_dir: str | Path | None = None,
+    sglang: str = "0.5.23",
+) -> InstallResult:
     target = resolve_target(sglang, sglang_root, python)
     state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
     out = run_installer("uninstall", target, state_dir=state)
-    return InstallResult(out.get("action", "?"), target.sglang_root, state, target.python, out.get("payload_id"),
-                         out.get("recovered"), out)
+    return InstallResult(
+        out.get("action", "?"),
+        target.sglang_root,
+        state,
+        target.python,
+        out.get("payload_id"),
+        out.get("recovered"),
+        out,
+    )
 
 
-def status(sglang_root: str | Path, *, python: str | Path | None = None, state_dir: str | Path | None = None,
-           sglang: str = "0.5.23") -> dict[str, Any]:
+def status(
+    sglang_root: str | Path,
+    *,
+    python: str | Path | None = None,
+    state_dir: str | Path | None = None,
+    sglang: str = "0.5.23",
+) -> dict[str, Any]:
     target = resolve_target(sglang, sglang_root, python)
     state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
     out = run_installer("status", target, state_dir=state)
@@ -135,14 +192,26 @@ class VerifyResult:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "python": str(self.python), "payload_id": self.payload_id,
-                "view": str(self.view) if self.view else None, "checks": self.checks, "versions": self.versions,
-                "error": self.error}
+        return {
+            "ok": self.ok,
+            "python": str(self.python),
+            "payload_id": self.payload_id,
+            "view": str(self.view) if self.view else None,
+            "checks": self.checks,
+            "versions": self.versions,
+            "error": self.error,
+        }
 
 
-def verify(payload: str | Path | None = None, *, sglang_root: str | Path | None = None,
-           python: str | Path | None = None, installed: bool = False, checks: list[str] | None = None,
-           timeout: float = 600.0) -> VerifyResult:
+def verify(
+    payload: str | Path | None = None,
+    *,
+    sglang_root: str | Path | None = None,
+    python: str | Path | None = None,
+    installed: bool = False,
+    checks: list[str] | None = None,
+    timeout: float = 600.0,
+) -> VerifyResult:
     """Run the payload's smoke checks in the target interpreter. Builds (or reuses) the payload first unless
     `installed`, which checks what is installed in the target's site-packages instead."""
     view: Path | None = None
@@ -167,7 +236,16 @@ def verify(payload: str | Path | None = None, *, sglang_root: str | Path | None 
         cmd += ["--view", str(view)]
     else:  # the install checked is the one in --sglang-root, also when that is not the interpreter's own
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(target.sglang_root)] + [p for p in [env.get("PYTHONPATH")] if p])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(target.sglang_root)] + [p for p in [env.get("PYTHONPATH")] if p]
+        )
     _, out, stderr = _run_json(cmd, timeout=timeout, what="smoke checks", env=env)
-    return VerifyResult(bool(out.get("ok")), target.python, pid, view, out.get("checks", []),
-                        out.get("versions", {}), out.get("error"))
+    return VerifyResult(
+        bool(out.get("ok")),
+        target.python,
+        pid,
+        view,
+        out.get("checks", []),
+        out.get("versions", {}),
+        out.get("error"),
+    )

@@ -31,13 +31,31 @@ DDTREE_FLAGS = {
 }
 
 TARGET_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072,
-    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 8,
-    "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
-    "torch_dtype": "bfloat16", "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "num_hidden_layers": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000,
+    "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
 }
-DRAFT_CONFIG = dict(TARGET_CONFIG, architectures=["DFlashDraftModel"], num_hidden_layers=2, block_size=16,
-                    dflash_config={"mask_token_id": 151669, "target_layer_ids": [1, 3, 5]}, num_target_layers=8)
+DRAFT_CONFIG = dict(
+    TARGET_CONFIG,
+    architectures=["DFlashDraftModel"],
+    num_hidden_layers=2,
+    block_size=16,
+    dflash_config={"mask_token_id": 151669, "target_layer_ids": [1, 3, 5]},
+    num_target_layers=8,
+)
 
 
 class Failed(Exception):
@@ -67,8 +85,19 @@ class Platform:
 
         self._cap = torch.cuda.get_device_capability
         torch.cuda.get_device_capability = lambda device=None: (9, 0)
-        facts = dict(is_cuda=True, is_hip=False, is_npu=False, is_xpu=False, is_musa=False, is_mps=False,
-                     device_sm=90, device_capability=(9, 0), is_sm90=True, is_sm100=False, is_blackwell=False)
+        facts = dict(
+            is_cuda=True,
+            is_hip=False,
+            is_npu=False,
+            is_xpu=False,
+            is_musa=False,
+            is_mps=False,
+            device_sm=90,
+            device_capability=(9, 0),
+            is_sm90=True,
+            is_sm100=False,
+            is_blackwell=False,
+        )
         known = set(getattr(rc, "_PLATFORM_PROBES", {})) | set(getattr(rc, "_PLATFORM_VALUES", {}))
         self._override = rc.override_platform(**{k: v for k, v in facts.items() if k in known})
         self._override.install()
@@ -97,8 +126,21 @@ def _models(args) -> tuple[str, str]:
 
 
 def _argv(model: str, draft: str, *extra: str) -> list[str]:
-    return ["--model-path", model, "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", draft,
-            "--speculative-dflash-block-size", "16", "--device", "cuda", "--tp-size", "1", *extra]
+    return [
+        "--model-path",
+        model,
+        "--speculative-algorithm",
+        "DDTREE",
+        "--speculative-draft-model-path",
+        draft,
+        "--speculative-dflash-block-size",
+        "16",
+        "--device",
+        "cuda",
+        "--tp-size",
+        "1",
+        *extra,
+    ]
 
 
 def _resolve(argv: list[str]):
@@ -143,10 +185,23 @@ def check_family(ctx) -> str:
     algo = ctx.get("algo")
     if algo is None:
         raise Failed("DDTREE is not registered")
-    got = {m: getattr(algo, m)() for m in ("is_dflash_family", "is_dflash", "is_eagle", "is_speculative",
-                                            "supports_target_verify_for_draft")}
-    want = {"is_dflash_family": True, "is_dflash": False, "is_eagle": False, "is_speculative": True,
-            "supports_target_verify_for_draft": True}
+    got = {
+        m: getattr(algo, m)()
+        for m in (
+            "is_dflash_family",
+            "is_dflash",
+            "is_eagle",
+            "is_speculative",
+            "supports_target_verify_for_draft",
+        )
+    }
+    want = {
+        "is_dflash_family": True,
+        "is_dflash": False,
+        "is_eagle": False,
+        "is_speculative": True,
+        "supports_target_verify_for_draft": True,
+    }
     if got != want:
         raise Failed(f"predicates {got}, expected {want}")
     return "is_dflash_family() and not is_dflash()"
@@ -172,12 +227,25 @@ def check_flags(ctx) -> str:
             raise Failed(f"{opt} should parse as int, parses with {a.type!r}")
     if "--speculative-ddtree-verify-width" in parser._option_string_actions:
         raise Failed("the resolved verify width must not be a command-line flag")
-    ns = parser.parse_args(["--model-path", "m", "--speculative-ddtree-budget", "64",
-                            "--speculative-ddtree-topk-cap", "8", "--speculative-ddtree-shadow-linear",
-                            "--speculative-ddtree-allow-hybrid-unsafe"])
+    ns = parser.parse_args(
+        [
+            "--model-path",
+            "m",
+            "--speculative-ddtree-budget",
+            "64",
+            "--speculative-ddtree-topk-cap",
+            "8",
+            "--speculative-ddtree-shadow-linear",
+            "--speculative-ddtree-allow-hybrid-unsafe",
+        ]
+    )
     got = {d: getattr(ns, d) for d in DDTREE_FLAGS}
-    want = {"speculative_ddtree_budget": 64, "speculative_ddtree_topk_cap": 8,
-            "speculative_ddtree_shadow_linear": True, "speculative_ddtree_allow_hybrid_unsafe": True}
+    want = {
+        "speculative_ddtree_budget": 64,
+        "speculative_ddtree_topk_cap": 8,
+        "speculative_ddtree_shadow_linear": True,
+        "speculative_ddtree_allow_hybrid_unsafe": True,
+    }
     if got != want:
         raise Failed(f"parsed {got}, expected {want}")
     return ", ".join(opt for opt, _, _ in DDTREE_FLAGS.values())
@@ -185,14 +253,38 @@ def check_flags(ctx) -> str:
 
 def check_resolve(ctx) -> str:
     model, draft = ctx["models"]
-    _, get = _resolve(_argv(model, draft, "--disable-overlap-schedule", "--speculative-ddtree-budget", "32",
-                            "--speculative-ddtree-topk-cap", "8"))
-    got = {f: get(f) for f in ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_num_steps",
-                               "speculative_eagle_topk", "speculative_ddtree_budget", "speculative_ddtree_topk_cap",
-                               "speculative_ddtree_verify_width")}
-    want = {"speculative_algorithm": "DDTREE", "speculative_num_draft_tokens": 16, "speculative_num_steps": 1,
-            "speculative_eagle_topk": 1, "speculative_ddtree_budget": 32, "speculative_ddtree_topk_cap": 8,
-            "speculative_ddtree_verify_width": 33}
+    _, get = _resolve(
+        _argv(
+            model,
+            draft,
+            "--disable-overlap-schedule",
+            "--speculative-ddtree-budget",
+            "32",
+            "--speculative-ddtree-topk-cap",
+            "8",
+        )
+    )
+    got = {
+        f: get(f)
+        for f in (
+            "speculative_algorithm",
+            "speculative_num_draft_tokens",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_ddtree_budget",
+            "speculative_ddtree_topk_cap",
+            "speculative_ddtree_verify_width",
+        )
+    }
+    want = {
+        "speculative_algorithm": "DDTREE",
+        "speculative_num_draft_tokens": 16,
+        "speculative_num_steps": 1,
+        "speculative_eagle_topk": 1,
+        "speculative_ddtree_budget": 32,
+        "speculative_ddtree_topk_cap": 8,
+        "speculative_ddtree_verify_width": 33,
+    }
     if got != want:
         raise Failed(f"resolved {got}, expected {want}")
     return "DDTREE, 16 draft tokens, budget 32, topk cap 8, verify width 33"
@@ -222,13 +314,19 @@ def check_rules(ctx) -> str:
         raise Failed("a DDTREE argv with --speculative-ddtree-budget 0 was accepted")
     _, get = _resolve(_argv(model, draft))
     if get("attention_backend") != "triton":
-        raise Failed(f"without an attention backend DDTREE resolved attention_backend={get('attention_backend')!r}, "
-                     "expected the DDT115 override to 'triton'")
+        raise Failed(
+            f"without an attention backend DDTREE resolved attention_backend={get('attention_backend')!r}, "
+            "expected the DDT115 override to 'triton'"
+        )
     if get("disable_overlap_schedule") is not False:
-        raise Failed(f"DDTREE resolved disable_overlap_schedule={get('disable_overlap_schedule')!r}: the overlap "
-                     "scheduler was switched off")
-    return ("budget 0 rejected by [DDT104] with its fix; no attention backend: triton (DDT115); "
-            "overlap scheduler on")
+        raise Failed(
+            f"DDTREE resolved disable_overlap_schedule={get('disable_overlap_schedule')!r}: the overlap "
+            "scheduler was switched off"
+        )
+    return (
+        "budget 0 rejected by [DDT104] with its fix; no attention backend: triton (DDT115); "
+        "overlap scheduler on"
+    )
 
 
 def check_launch_refused(ctx) -> str:
@@ -257,7 +355,9 @@ def _launch_refused_when_off(ctx) -> str:
 
         launch = lambda: Engine._launch_subprocesses(sa, None, None, None)  # noqa: E731 - one name, two paths
         how = "Engine._launch_subprocesses"
-    except ImportError as exc:  # this environment cannot start servers at all (e.g. no uvloop): check the gate
+    except (
+        ImportError
+    ) as exc:  # this environment cannot start servers at all (e.g. no uvloop): check the gate
         from ddtree_sglang.plugin import _launch_gate
 
         launch = lambda: _launch_gate(None, sa)  # noqa: E731
@@ -267,7 +367,9 @@ def _launch_refused_when_off(ctx) -> str:
             launch()
     except Exception as exc:  # the gate raises before anything is spawned
         if "DDTREE" not in str(exc) or "worker" not in str(exc):
-            raise Failed(f"launch failed, but not with the DDTREE refusal: {type(exc).__name__}: {exc}") from None
+            raise Failed(
+                f"launch failed, but not with the DDTREE refusal: {type(exc).__name__}: {exc}"
+            ) from None
         algo = ctx.get("algo")
         if algo is not None:
             try:
@@ -299,11 +401,14 @@ def check_kernels(ctx) -> str:
         cmd = [sys.executable, os.path.abspath(__file__), "--checks", "kernels"]
         if ctx.get("view"):
             cmd += ["--view", ctx["view"]]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                              env=dict(os.environ, TRITON_INTERPRET="1"))
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, TRITON_INTERPRET="1")
+        )
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if not lines:
-            raise Failed(f"kernels self-test process failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise Failed(
+                f"kernels self-test process failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
         entry = json.loads(lines[-1])["checks"][0]
         if not entry["ok"]:
             raise Failed(entry["detail"])
@@ -315,15 +420,23 @@ def check_kernels(ctx) -> str:
     if not getattr(result, "ok", False):
         bad = [c for c in checks if not getattr(c, "ok", False)]
         first = bad[0] if bad else result
-        raise Failed(f"selftest('cpu') failed ({len(bad)}/{len(checks)} checks): "
-                     f"{getattr(first, 'name', '')}: {getattr(first, 'detail', first)}")
+        raise Failed(
+            f"selftest('cpu') failed ({len(bad)}/{len(checks)} checks): "
+            f"{getattr(first, 'name', '')}: {getattr(first, 'detail', first)}"
+        )
     return f"selftest('cpu') ok, {len(checks)} checks (Triton interpreter)"
 
 
 CHECKS = {
-    "plugin": check_plugin, "registered": check_registered, "family": check_family, "flags": check_flags,
-    "resolve": check_resolve, "resolve_basic": check_resolve_basic, "rules": check_rules,
-    "launch_refused": check_launch_refused, "kernels": check_kernels,
+    "plugin": check_plugin,
+    "registered": check_registered,
+    "family": check_family,
+    "flags": check_flags,
+    "resolve": check_resolve,
+    "resolve_basic": check_resolve_basic,
+    "rules": check_rules,
+    "launch_refused": check_launch_refused,
+    "kernels": check_kernels,
 }
 
 
@@ -351,8 +464,11 @@ def main(argv: list[str] | None = None) -> int:
         _prepare_torch()
         import sglang
 
-        out["versions"] = {"python": sys.version.split()[0], "sglang": getattr(sglang, "__version__", None),
-                           "sglang_file": sglang.__file__}
+        out["versions"] = {
+            "python": sys.version.split()[0],
+            "sglang": getattr(sglang, "__version__", None),
+            "sglang_file": sglang.__file__,
+        }
         # What SGLang's launcher does before anything else (launch_server.py): run the general plugins.
         from sglang.srt.plugins import load_plugins
 
@@ -374,8 +490,12 @@ def main(argv: list[str] | None = None) -> int:
             except Failed as exc:
                 entry = {"id": cid, "ok": False, "detail": str(exc)}
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure is a result
-                entry = {"id": cid, "ok": False, "detail": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc()[-2000:]}
+                entry = {
+                    "id": cid,
+                    "ok": False,
+                    "detail": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
         entry["seconds"] = round(time.perf_counter() - t0, 3)
         out["checks"].append(entry)
         out["ok"] = out["ok"] and entry["ok"]

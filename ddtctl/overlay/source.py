@@ -67,11 +67,19 @@ def check_rel(path: str, where: str) -> str:
     """A relative POSIX path with no empty, `.` or `..` part, no backslash and no control character (import,
     build and the installer all accept exactly these)."""
     if not isinstance(path, str):
-        raise OverlayError(f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages")
+        raise OverlayError(
+            f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages"
+        )
     p = PurePosixPath(path)
-    if not path or p.is_absolute() or any(part in ("", ".", "..") for part in path.split("/")) or \
-            _UNSAFE_CHARS.search(path):
-        raise OverlayError(f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages")
+    if (
+        not path
+        or p.is_absolute()
+        or any(part in ("", ".", "..") for part in path.split("/"))
+        or _UNSAFE_CHARS.search(path)
+    ):
+        raise OverlayError(
+            f"unsafe path {path!r}", where=where, fix="use a relative path inside site-packages"
+        )
     return path
 
 
@@ -82,8 +90,11 @@ def confined(root: Path, rel: str, where: str) -> Path:
     base = root.resolve()
     full = (base / rel).resolve()
     if full != base and base not in full.parents:
-        raise OverlayError(f"unsafe path {rel!r}: it leaves the payload directory {root}", where=where,
-                           fix="keep patches and sources inside the payload directory")
+        raise OverlayError(
+            f"unsafe path {rel!r}: it leaves the payload directory {root}",
+            where=where,
+            fix="keep patches and sources inside the payload directory",
+        )
     return root / rel
 
 
@@ -102,7 +113,9 @@ class AddedFile:
     sha256: str | None = None
     tree: bool = False
     optional: bool = False
-    rewrite: dict[str, str] = field(default_factory=dict)  # module prefix -> its name inside the payload (.py only)
+    rewrite: dict[str, str] = field(
+        default_factory=dict
+    )  # module prefix -> its name inside the payload (.py only)
 
 
 @dataclass
@@ -149,7 +162,7 @@ class SourceManifest:
 
     def source_path(self, a: AddedFile) -> Path:
         if a.source.startswith("ddtctl:"):
-            rel = check_rel(a.source[len("ddtctl:"):].rstrip("/"), f"{self.path}: added {a.path}")
+            rel = check_rel(a.source[len("ddtctl:") :].rstrip("/"), f"{self.path}: added {a.path}")
             return DDTCTL_ROOT / rel
         return confined(self.root, a.source, f"{self.path}: added {a.path}")
 
@@ -197,13 +210,17 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise OverlayError(f"no {MANIFEST} in {root}",
-                           fix="pass a payload directory (see `ddtctl overlay import`)") from None
+        raise OverlayError(
+            f"no {MANIFEST} in {root}", fix="pass a payload directory (see `ddtctl overlay import`)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise OverlayError(f"cannot read the payload manifest: {exc}", where=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise OverlayError(f"unsupported manifest format {data.get('format') if isinstance(data, dict) else None!r}",
-                           where=str(path), fix=f"expected format {FORMAT}")
+        raise OverlayError(
+            f"unsupported manifest format {data.get('format') if isinstance(data, dict) else None!r}",
+            where=str(path),
+            fix=f"expected format {FORMAT}",
+        )
     try:
         m = SourceManifest(
             root=root,
@@ -211,10 +228,21 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
             version=str(data["version"]),
             sglang=str(data["sglang"]),
             summary=str(data.get("summary", "")),
-            patched=[PatchedFile(check_rel(p["path"], str(path)), p["patch"], p["base_sha256"], p["result_sha256"])
-                     for p in data.get("patched", [])],  # each `patch` is confined to the payload dir just below
-            added=[AddedFile(check_rel(a["path"], str(path)), a["source"], a.get("sha256"), bool(a.get("tree")),
-                             bool(a.get("optional")), dict(a.get("rewrite") or {})) for a in data.get("added", [])],
+            patched=[
+                PatchedFile(check_rel(p["path"], str(path)), p["patch"], p["base_sha256"], p["result_sha256"])
+                for p in data.get("patched", [])
+            ],  # each `patch` is confined to the payload dir just below
+            added=[
+                AddedFile(
+                    check_rel(a["path"], str(path)),
+                    a["source"],
+                    a.get("sha256"),
+                    bool(a.get("tree")),
+                    bool(a.get("optional")),
+                    dict(a.get("rewrite") or {}),
+                )
+                for a in data.get("added", [])
+            ],
             smoke=list(data.get("smoke", [])),
         )
     except (KeyError, TypeError) as exc:

@@ -125,7 +125,7 @@ def _proc_starttime(pid: int):
             data = f.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    rest = data[data.rindex(")") + 2:].split()
+    rest = data[data.rindex(")") + 2 :].split()
     return int(rest[19]), rest[0]
 
 
@@ -205,14 +205,21 @@ def _run_locked(argv, params: dict, *, timeout: float, **kw) -> int:
                 except subprocess.TimeoutExpired:
                     continue
             if lost:
-                raise AgentError("the deploy lock was lost (its holder's connection dropped); stopped %s"
-                                 % os.path.basename(str(argv[0])))
+                raise AgentError(
+                    "the deploy lock was lost (its holder's connection dropped); stopped %s"
+                    % os.path.basename(str(argv[0]))
+                )
             return -9
 
 
 # ----------------------------------------------------------------------------------------------- operations
 def op_hello(params: dict):
-    return {"work_dir": W, "python": sys.executable, "version": list(sys.version_info[:3]), "pid": os.getpid()}
+    return {
+        "work_dir": W,
+        "python": sys.executable,
+        "version": list(sys.version_info[:3]),
+        "pid": os.getpid(),
+    }
 
 
 def op_facts(params: dict):
@@ -245,9 +252,16 @@ def op_facts(params: dict):
     gpus, cuda, driver, smi_error = [], None, None, None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index,name,memory.total,memory.free,driver_version,compute_cap",
-             "--format=csv,noheader,nounits"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
+            [
+                smi,
+                "--query-gpu=index,name,memory.total,memory.free,driver_version,compute_cap",
+                "--format=csv,noheader,nounits",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            universal_newlines=True,
+        )
         if out.returncode != 0:
             smi_error = (out.stderr or out.stdout).strip()[:300] or "nvidia-smi exited %d" % out.returncode
         for line in out.stdout.splitlines():
@@ -259,11 +273,19 @@ def op_facts(params: dict):
                 major, minor = (int(x) for x in cap.split("."))
             except ValueError:
                 major, minor = None, None
-            gpus.append({"index": int(cols[0]), "name": cols[1], "memory_total_mib": _num(cols[2]),
-                         "memory_free_mib": _num(cols[3]), "compute_capability": [major, minor]})
+            gpus.append(
+                {
+                    "index": int(cols[0]),
+                    "name": cols[1],
+                    "memory_total_mib": _num(cols[2]),
+                    "memory_free_mib": _num(cols[3]),
+                    "compute_capability": [major, minor],
+                }
+            )
             driver = cols[4]
-        head = subprocess.run([smi], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30,
-                              universal_newlines=True)
+        head = subprocess.run(
+            [smi], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True
+        )
         for token in head.stdout.split("CUDA Version:")[1:2]:
             cuda = token.split()[0].strip("|")
     except FileNotFoundError:
@@ -337,8 +359,11 @@ def op_missing(params: dict):
                 salvaged += 1
             else:
                 os.unlink(src)
-    return {"missing": [h for h in params["hashes"] if not os.path.isfile(_p("store", h))],
-            "incoming": _p("incoming"), "salvaged": salvaged}
+    return {
+        "missing": [h for h in params["hashes"] if not os.path.isfile(_p("store", h))],
+        "incoming": _p("incoming"),
+        "salvaged": salvaged,
+    }
 
 
 def op_commit(params: dict):
@@ -446,8 +471,9 @@ def op_set_status(params: dict):
     if rel is None:
         raise AgentError("no release %s" % rid)
     rel["status"] = params["status"]
-    rel.setdefault("events", []).append({"time": time.time(), "status": params["status"],
-                                         "note": params.get("note")})
+    rel.setdefault("events", []).append(
+        {"time": time.time(), "status": params["status"], "note": params.get("note")}
+    )
     _write_json(path, rel)
     state = _state()
     if params.get("make_current"):
@@ -464,15 +490,28 @@ def _run_installer(action: str, rel: dict, params: dict):
     installer = _p("releases", rid, "tools", "installer.py")
     if not os.path.isfile(installer):
         raise AgentError("release %s has no installer.py" % rid)
-    argv = [sys.executable, installer, action, "--sglang-root", params["sglang_root"], "--state-dir",
-            _p("overlay-state")]
+    argv = [
+        sys.executable,
+        installer,
+        action,
+        "--sglang-root",
+        params["sglang_root"],
+        "--state-dir",
+        _p("overlay-state"),
+    ]
     if action != "uninstall":
         argv += ["--payload", _p("releases", rid, "payload")]
     import tempfile
 
     with tempfile.TemporaryFile() as out:
-        rc = _run_locked(argv, params, timeout=float(params.get("timeout_s", 300)), stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        rc = _run_locked(
+            argv,
+            params,
+            timeout=float(params.get("timeout_s", 300)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         out.seek(0)
         output = out.read().decode(errors="replace")
     return {"argv": argv, "rc": rc, "output": output[-4000:]}
@@ -548,15 +587,27 @@ def op_warmup(params: dict):
     start = time.time()
     try:
         with _open_private_log(log_path) as log:
-            rc = _run_locked(params["argv"], params, timeout=float(params.get("timeout_s", 600)),
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             cwd=_p("releases", rel["id"]), env=env)
+            rc = _run_locked(
+                params["argv"],
+                params,
+                timeout=float(params.get("timeout_s", 600)),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=_p("releases", rel["id"]),
+                env=env,
+            )
     except OSError as err:
         raise AgentError("cannot run the warm-up %s: %s" % (params["argv"][0], err.strerror or err)) from err
     with open(log_path, "rb") as f:
         tail = f.read()[-4000:].decode(errors="replace")
-    return {"rc": rc, "elapsed_s": time.time() - start, "log": log_path, "tail": tail,
-            "triton_cache": env["TRITON_CACHE_DIR"]}
+    return {
+        "rc": rc,
+        "elapsed_s": time.time() - start,
+        "log": log_path,
+        "tail": tail,
+        "triton_cache": env["TRITON_CACHE_DIR"],
+    }
 
 
 def op_start(params: dict):
@@ -565,10 +616,14 @@ def op_start(params: dict):
     rel = _release(params["id"])
     cur = _server_info()
     if cur and cur.get("running"):
-        if cur.get("release") == rel["id"]:  # a repeated start (the caller's connection dropped): already done
+        if (
+            cur.get("release") == rel["id"]
+        ):  # a repeated start (the caller's connection dropped): already done
             return dict(cur, already=True, log_offset=cur.get("log_offset", 0))
-        raise AgentError("a server (pid %s, release %s) is already running; stop it first"
-                         % (cur["pid"], cur.get("release")))
+        raise AgentError(
+            "a server (pid %s, release %s) is already running; stop it first"
+            % (cur["pid"], cur.get("release"))
+        )
     argv = list(rel["launch_argv"])
     env = _server_env(rel)
     _private_dir(_p("logs"))
@@ -577,19 +632,40 @@ def op_start(params: dict):
     log_path = _p("logs", rel["id"] + ".log")
     log = _open_private_log(log_path)
     log_offset = log.tell()
-    log.write(("\n==== ddtctl: starting release %s at %s ====\n"
-               % (rel["id"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))).encode())
+    log.write(
+        (
+            "\n==== ddtctl: starting release %s at %s ====\n"
+            % (rel["id"], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        ).encode()
+    )
     log.flush()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=_p("releases", rel["id"]), env=env, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=_p("releases", rel["id"]),
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as err:
         raise AgentError("cannot start %s: %s" % (argv[0], err.strerror or err)) from err
     finally:
         log.close()
     st = _proc_starttime(proc.pid)
-    info = {"pid": proc.pid, "pgid": proc.pid, "starttime": st[0] if st else None, "release": rel["id"],
-            "port": rel.get("port"), "log": log_path, "log_offset": log_offset, "started": time.time(), "argv": argv}
+    info = {
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "starttime": st[0] if st else None,
+        "release": rel["id"],
+        "port": rel.get("port"),
+        "log": log_path,
+        "log_offset": log_offset,
+        "started": time.time(),
+        "argv": argv,
+    }
     _write_json(_p("run", "server.json"), info)
     try:
         os.unlink(_p("logs", "server.log"))
@@ -666,8 +742,14 @@ def op_probe(params: dict):
     """One health poll: is our process alive, /health, then /get_server_info, and the new log bytes."""
     info = _read_json(_p("run", "server.json"))
     alive = _alive(info)
-    out = {"running": alive, "pid": (info or {}).get("pid"), "release": (info or {}).get("release"),
-           "health": None, "health_error": None, "server_info": None}
+    out = {
+        "running": alive,
+        "pid": (info or {}).get("pid"),
+        "release": (info or {}).get("release"),
+        "health": None,
+        "health_error": None,
+        "server_info": None,
+    }
     if alive:
         base = "http://%s:%d" % (params.get("host") or "127.0.0.1", int(params["port"]))
         code, body = _http_get(base + "/health", float(params.get("http_timeout_s", 3)))
@@ -675,8 +757,11 @@ def op_probe(params: dict):
         if code is None:
             out["health_error"] = body.decode(errors="replace")[:200]
         if code == 200 and params.get("server_info", True):
-            code2, body2 = _http_get(base + "/get_server_info", float(params.get("http_timeout_s", 3)) * 3,
-                                     _api_key(info.get("argv")))
+            code2, body2 = _http_get(
+                base + "/get_server_info",
+                float(params.get("http_timeout_s", 3)) * 3,
+                _api_key(info.get("argv")),
+            )
             if code2 == 200:
                 try:
                     out["server_info"] = json.loads(body2.decode())
@@ -718,7 +803,11 @@ def op_gc(params: dict):
     _require_lock(params)
     keep = int(params.get("keep", 5))
     state = _state()
-    protected = {state.get("current"), state.get("previous"), (state.get("installed_payload") or {}).get("release")}
+    protected = {
+        state.get("current"),
+        state.get("previous"),
+        (state.get("installed_payload") or {}).get("release"),
+    }
     root = _p("releases")
     rids = sorted(r for r in os.listdir(root) if not r.startswith(".")) if os.path.isdir(root) else []
     removed = []
@@ -767,8 +856,13 @@ def op_lock(params: dict):
                 announced = True
             time.sleep(0.1)
     st = _proc_starttime(os.getpid())
-    info = {"token": params["token"], "holder": params.get("holder"), "pid": os.getpid(),
-            "starttime": st[0] if st else None, "since": time.time()}
+    info = {
+        "token": params["token"],
+        "holder": params.get("holder"),
+        "pid": os.getpid(),
+        "starttime": st[0] if st else None,
+        "since": time.time(),
+    }
     _write_json(_p("lock.json"), info)
     _emit({"ok": True, "locked": True, "lock": info})
     try:
@@ -825,8 +919,14 @@ def main(argv) -> int:
     except Exception as err:  # report, never a bare traceback only
         import traceback
 
-        _emit({"ok": False, "error": "%s: %s" % (type(err).__name__, err), "traceback": traceback.format_exc(),
-               "work_dir": W})
+        _emit(
+            {
+                "ok": False,
+                "error": "%s: %s" % (type(err).__name__, err),
+                "traceback": traceback.format_exc(),
+                "work_dir": W,
+            }
+        )
     return 0
 
 

@@ -54,9 +54,13 @@ class HostFacts:
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["gpus"] = [dict(g.__dict__, compute_capability=list(g.compute_capability), sm=g.sm) for g in self.gpus]
-        d["models"] = {k: ({"architectures": (v.get("config") or {}).get("architectures")} if "config" in v else v)
-                       for k, v in self.models.items()}
+        d["gpus"] = [
+            dict(g.__dict__, compute_capability=list(g.compute_capability), sm=g.sm) for g in self.gpus
+        ]
+        d["models"] = {
+            k: ({"architectures": (v.get("config") or {}).get("architectures")} if "config" in v else v)
+            for k, v in self.models.items()
+        }
         return d
 
 
@@ -70,8 +74,16 @@ def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool =
         python_version=raw["python"]["version"],
         sglang_version=raw["sglang"].get("version"),
         sglang_root=conn.host.sglang_root or raw["sglang"].get("root"),
-        gpus=[Gpu(g["index"], g["name"], g["memory_total_mib"], g["memory_free_mib"],
-                  tuple(g["compute_capability"])) for g in raw["gpus"]],  # type: ignore[arg-type]
+        gpus=[
+            Gpu(
+                g["index"],
+                g["name"],
+                g["memory_total_mib"],
+                g["memory_free_mib"],
+                tuple(g["compute_capability"]),
+            )
+            for g in raw["gpus"]
+        ],  # type: ignore[arg-type]
         cuda=raw.get("cuda"),
         driver=raw.get("driver"),
         gpu_error=raw.get("gpu_error"),

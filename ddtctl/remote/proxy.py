@@ -26,8 +26,9 @@ def fix_hint(host: Host) -> str:
 
 def dial(host: Host) -> socket.socket:
     """A TCP connection to the host itself; OSError (socket.timeout on a timeout) when no address answers."""
-    infos = socket.getaddrinfo(host.address, host.port, _FAMILIES.get(host.address_family, socket.AF_UNSPEC),
-                               socket.SOCK_STREAM)
+    infos = socket.getaddrinfo(
+        host.address, host.port, _FAMILIES.get(host.address_family, socket.AF_UNSPEC), socket.SOCK_STREAM
+    )
     last: OSError = OSError(f"no address for {host.address}")
     for family, kind, proto, _, addr in infos:
         sock = socket.socket(family, kind, proto)
@@ -51,8 +52,9 @@ class ShellProxyCommand(paramiko.ProxyCommand):
 
     def __init__(self, command: str):  # not super().__init__: that starts the command paramiko's way
         self.cmd = [os.environ.get("SHELL") or "/bin/sh", "-c", f"exec {command}"]
-        self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, bufsize=0)
+        self.process = subprocess.Popen(
+            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+        )
         self.timeout: float | None = None
         self._stderr = bytearray()
         self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -71,7 +73,9 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         try:
             return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]
         except (OSError, ValueError) as err:
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err)) from err
+            raise paramiko.ProxyCommandFailure(
+                " ".join(self.cmd), getattr(err, "strerror", None) or str(err)
+            ) from err
 
     def recv(self, size: int) -> bytes:
         fd = self.process.stdout.fileno()  # type: ignore[union-attr]
@@ -83,7 +87,9 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         except (OSError, ValueError) as err:
             if isinstance(err, socket.timeout):
                 raise
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), getattr(err, "strerror", None) or str(err)) from err
+            raise paramiko.ProxyCommandFailure(
+                " ".join(self.cmd), getattr(err, "strerror", None) or str(err)
+            ) from err
 
     def close(self) -> None:
         if self.process.poll() is None:

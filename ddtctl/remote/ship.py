@@ -58,9 +58,12 @@ class Manifest:
         return sum(e.size for e in self.files.values())
 
     def to_json(self) -> dict:
-        return {"digest": self.digest,
-                "files": {k: {"sha256": v.sha256, "size": v.size, "mode": v.mode}
-                          for k, v in sorted(self.files.items())}}
+        return {
+            "digest": self.digest,
+            "files": {
+                k: {"sha256": v.sha256, "size": v.size, "mode": v.mode} for k, v in sorted(self.files.items())
+            },
+        }
 
     def path_of(self, rel: str) -> Path:
         """The local file behind `rel`."""
@@ -86,15 +89,21 @@ def build_manifest(root: str | os.PathLike, *, expected: dict[str, str] | None =
             st = os.lstat(p)
             rel = p.relative_to(root).as_posix()
             if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-                raise OverlayError(f"payload holds a non-regular file (symlink or special): {rel}", where=str(root),
-                                   fix="payloads are plain files only")
+                raise OverlayError(
+                    f"payload holds a non-regular file (symlink or special): {rel}",
+                    where=str(root),
+                    fix="payloads are plain files only",
+                )
             files[rel] = FileEntry(sha256_file(str(p)), st.st_size, 0o755 if st.st_mode & 0o111 else 0o644)
     if expected is not None:
         got = {k: v.sha256 for k, v in files.items()}
         if got != expected:
             bad = sorted(set(got) ^ set(expected)) or sorted(k for k in got if got[k] != expected.get(k))
-            raise OverlayError(f"payload does not match its manifest ({len(bad)} file(s), e.g. {bad[0]})",
-                               where=str(root), fix="rebuild the payload (ddtctl overlay build)")
+            raise OverlayError(
+                f"payload does not match its manifest ({len(bad)} file(s), e.g. {bad[0]})",
+                where=str(root),
+                fix="rebuild the payload (ddtctl overlay build)",
+            )
     return Manifest(root, files)
 
 
@@ -158,9 +167,14 @@ def list_store(conn: Connection, work_dir: str | None = None) -> StoreListing:
             _sftp_makedirs(sftp, f"{wd}/incoming")
     except (OSError, EOFError, paramiko.SSHException) as err:
         if isinstance(err, PermissionError):
-            raise RemoteError(f"cannot use the work dir {wd}: {err}", where=conn.host.name,
-                              fix="set work_dir to a writable directory in the inventory") from None
-        raise ConnectionLost(f"connection lost while listing the store: {err}", where=conn.host.name) from None
+            raise RemoteError(
+                f"cannot use the work dir {wd}: {err}",
+                where=conn.host.name,
+                fix="set work_dir to a writable directory in the inventory",
+            ) from None
+        raise ConnectionLost(
+            f"connection lost while listing the store: {err}", where=conn.host.name
+        ) from None
     return StoreListing(wd, stored, leftovers)
 
 
@@ -170,7 +184,9 @@ def missing_objects(listing: StoreListing, manifests: list[Manifest]) -> set[str
 
 PARALLEL_MIN_BYTES = 8 << 20  # below this, one SFTP channel is faster than opening more
 PARALLEL_MIN_FILES = 64  # ... unless there are this many files' worth of round trips to overlap
-RANGE_MIN_BYTES = 16 << 20  # files this big go up as ranges over several channels (paramiko is per-channel bound)
+RANGE_MIN_BYTES = (
+    16 << 20
+)  # files this big go up as ranges over several channels (paramiko is per-channel bound)
 RANGE_BYTES = 8 << 20
 
 
@@ -337,8 +353,10 @@ class _Uploader:
             stamp = (before.st_mtime_ns, before.st_size)
             changed = stamp != (after.st_mtime_ns, after.st_size) or after.st_size != size
         if changed:  # what was planned is not what was sent: the local file changed meanwhile
-            raise OverlayError(f"{path} changed while it was being deployed (planned sha256 {sha[:12]})",
-                               fix="re-run the deploy once the file is stable")
+            raise OverlayError(
+                f"{path} changed while it was being deployed (planned sha256 {sha[:12]})",
+                fix="re-run the deploy once the file is stable",
+            )
 
     def close(self) -> None:
         for extra in self.opened:
@@ -354,8 +372,15 @@ class _Sent:
     objects: int = 0
 
 
-def _upload_all(conn: Connection, listing: StoreListing, up: _Uploads, workers: int, verifier: _Verifier,
-                on_progress: Callable[[str, int, int], None] | None, sent: _Sent) -> None:
+def _upload_all(
+    conn: Connection,
+    listing: StoreListing,
+    up: _Uploads,
+    workers: int,
+    verifier: _Verifier,
+    on_progress: Callable[[str, int, int], None] | None,
+    sent: _Sent,
+) -> None:
     """Upload every object of `up.todo` (in parallel when it pays), telling the verifier as each completes."""
     jobs, n = _plan_uploads(up.todo, workers)
     uploader = _Uploader(conn, listing.incoming, up.nonce, jobs)
@@ -372,9 +397,15 @@ def _upload_all(conn: Connection, listing: StoreListing, up: _Uploads, workers: 
         uploader.close()
 
 
-def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing | None = None,
-         on_progress: Callable[[str, int, int], None] | None = None, workers: int = 4,
-         then: Sequence[Request] = ()) -> ShipResult:
+def ship(
+    conn: Connection,
+    manifests: list[Manifest],
+    *,
+    listing: StoreListing | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    workers: int = 4,
+    then: Sequence[Request] = (),
+) -> ShipResult:
     """Upload the objects the host lacks over SFTP, then verify them (sha256 recomputed on the host, in the
     same round trip as `then`) and move them into the store. A dropped connection leaves only unverified files
     in incoming/: the store, the releases and the running server are untouched; a re-run reuses complete
@@ -390,8 +421,14 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
     up = _uploads(manifests, listing)
     if not up.names and not then:  # nothing to send or activate: the verifier stops at EOF without END
         verifier.close()
-        return ShipResult(files_total=up.total_files, files_sent=0, bytes_sent=0, objects_missing=0,
-                          verified=0, skipped=up.total_files)
+        return ShipResult(
+            files_total=up.total_files,
+            files_sent=0,
+            bytes_sent=0,
+            objects_missing=0,
+            verified=0,
+            skipped=up.total_files,
+        )
     sent = _Sent()
     try:
         for name, sha in up.names.items():
@@ -405,16 +442,27 @@ def ship(conn: Connection, manifests: list[Manifest], *, listing: StoreListing |
         raise
     except Exception as err:
         verifier.close()
-        raise ConnectionLost(f"connection lost while shipping ({sent.objects}/{len(up.todo)} files sent): "
-                             f"{err or type(err).__name__}", where=conn.host.name,
-                             fix="re-run the deploy; complete uploads are reused after verification"
-                             ) from None
+        raise ConnectionLost(
+            f"connection lost while shipping ({sent.objects}/{len(up.todo)} files sent): "
+            f"{err or type(err).__name__}",
+            where=conn.host.name,
+            fix="re-run the deploy; complete uploads are reused after verification",
+        ) from None
     reply = verifier.reply(out)
     if reply.commit.bad:
         first = reply.commit.bad[0]
-        raise RemoteError(f"{len(reply.commit.bad)} uploaded file(s) failed sha256 verification on the host "
-                          f"(e.g. {first.name[:12]}: {first.reason})", where=conn.host.name,
-                          fix="re-run the deploy; corrupted uploads were deleted")
-    return ShipResult(files_total=up.total_files, files_sent=len(up.todo), bytes_sent=sent.bytes,
-                      objects_missing=len(up.missing), verified=len(reply.commit.stored),
-                      skipped=up.total_files - len(up.todo), reused=up.reused)
+        raise RemoteError(
+            f"{len(reply.commit.bad)} uploaded file(s) failed sha256 verification on the host "
+            f"(e.g. {first.name[:12]}: {first.reason})",
+            where=conn.host.name,
+            fix="re-run the deploy; corrupted uploads were deleted",
+        )
+    return ShipResult(
+        files_total=up.total_files,
+        files_sent=len(up.todo),
+        bytes_sent=sent.bytes,
+        objects_missing=len(up.missing),
+        verified=len(reply.commit.stored),
+        skipped=up.total_files - len(up.todo),
+        reused=up.reused,
+    )

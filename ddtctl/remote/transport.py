@@ -82,8 +82,10 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             raise HostKeyError(
                 f"unknown host key for {name}: {key.get_name()} {fp}; refusing to connect",
                 where=self.host.name,
-                fix=(f"check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
-                     f"`ssh-keyscan {port}{self.host.address} >> {self.known_hosts}`"),
+                fix=(
+                    f"check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
+                    f"`ssh-keyscan {port}{self.host.address} >> {self.known_hosts}`"
+                ),
             )
         self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.known_hosts, "a") as f:
@@ -116,7 +118,9 @@ class Connection:
         self.agent_path: str | None = None
         self.trusted_key: str | None = None
         self._agent_seen = False
-        self._sock: Any = None  # what the session runs over: a socket, a ProxyCommand or a jump host's channel
+        self._sock: Any = (
+            None  # what the session runs over: a socket, a ProxyCommand or a jump host's channel
+        )
         self._hops: list[Connection] = []
         self.lock: HeldLock | None = None  # the deploy lock held over this connection, if any
 
@@ -141,7 +145,9 @@ class Connection:
             raise
         self._sock, self._hops = sock, hops
         # keys --trust-new-host added for jump hosts too (they went to the same known_hosts): report them all
-        trusted = [self.trusted_key] + [f"{hop.trusted_key} of {hop.host.name}" for hop in hops if hop.trusted_key]
+        trusted = [self.trusted_key] + [
+            f"{hop.trusted_key} of {hop.host.name}" for hop in hops if hop.trusted_key
+        ]
         self.trusted_key = "; ".join(t for t in trusted if t) or None
         return self
 
@@ -161,33 +167,46 @@ class Connection:
             try:
                 return ShellProxyCommand(h.proxy_command)
             except OSError as err:
-                raise RemoteError(f"cannot start ProxyCommand `{h.proxy_command}`: {err}", where=h.name,
-                                  fix="check the ProxyCommand line in the ssh config") from None
+                raise RemoteError(
+                    f"cannot start ProxyCommand `{h.proxy_command}`: {err}",
+                    where=h.name,
+                    fix="check the ProxyCommand line in the ssh config",
+                ) from None
         try:
             return dial(h)
         except (socket.timeout, TimeoutError):
-            raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
-                              where=h.name, fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}"
-                              ) from None
+            raise RemoteError(
+                f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
+                where=h.name,
+                fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}",
+            ) from None
         except OSError as err:
-            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {err.strerror or err}", where=h.name,
-                              fix=fix_hint(h)) from None
+            raise RemoteError(
+                f"cannot connect to {h.address}:{h.port}: {err.strerror or err}",
+                where=h.name,
+                fix=fix_hint(h),
+            ) from None
 
     def _forward(self, dest: Host) -> paramiko.Channel:
         """A direct-tcpip channel from this (jump) host to `dest`, to carry dest's SSH session."""
         j = self.host
         what = f"jump host {j.user}@{j.address}:{j.port} could not open a connection to {dest.address}:{dest.port}"
         try:
-            return self._transport().open_channel("direct-tcpip", (dest.address, dest.port), ("127.0.0.1", 0),
-                                                  timeout=j.connect_timeout_s)
+            return self._transport().open_channel(
+                "direct-tcpip", (dest.address, dest.port), ("127.0.0.1", 0), timeout=j.connect_timeout_s
+            )
         except paramiko.ChannelException as err:
             if err.code == 1:  # SSH_OPEN_ADMINISTRATIVELY_PROHIBITED
                 fix = "the jump host's sshd must allow TCP forwarding (AllowTcpForwarding yes in sshd_config)"
             else:
-                fix = f"check that {dest.address}:{dest.port} is reachable from the jump host; {fix_hint(dest)}"
+                fix = (
+                    f"check that {dest.address}:{dest.port} is reachable from the jump host; {fix_hint(dest)}"
+                )
             raise RemoteError(f"{what}: {err.text or 'refused'}", where=dest.name, fix=fix) from None
         except (paramiko.SSHException, EOFError, OSError) as err:
-            raise RemoteError(f"{what}: {err or type(err).__name__}", where=dest.name, fix=fix_hint(dest)) from None
+            raise RemoteError(
+                f"{what}: {err or type(err).__name__}", where=dest.name, fix=fix_hint(dest)
+            ) from None
 
     def _connect(self, sock: Any) -> None:
         h = self.host
@@ -204,9 +223,17 @@ class Connection:
         client.set_missing_host_key_policy(policy)
         try:
             client.connect(
-                h.address, port=h.port, username=h.user, key_filename=list(h.key_files) or None, sock=sock,
-                timeout=h.connect_timeout_s, banner_timeout=h.connect_timeout_s, auth_timeout=h.connect_timeout_s,
-                channel_timeout=h.connect_timeout_s, allow_agent=h.allow_agent, look_for_keys=not h.key_files,
+                h.address,
+                port=h.port,
+                username=h.user,
+                key_filename=list(h.key_files) or None,
+                sock=sock,
+                timeout=h.connect_timeout_s,
+                banner_timeout=h.connect_timeout_s,
+                auth_timeout=h.connect_timeout_s,
+                channel_timeout=h.connect_timeout_s,
+                allow_agent=h.allow_agent,
+                look_for_keys=not h.key_files,
             )
         except HostKeyError:
             client.close()
@@ -222,19 +249,25 @@ class Connection:
         except paramiko.AuthenticationException as err:
             client.close()
             keys = ", ".join(h.key_files) or "ssh-agent / default keys"
-            raise RemoteError(f"authentication failed for {h.user}@{h.address}:{h.port} ({err})", where=h.name,
-                              fix=f"check the key ({keys}) is in the host's authorized_keys; {fix_hint(h)}") from None
+            raise RemoteError(
+                f"authentication failed for {h.user}@{h.address}:{h.port} ({err})",
+                where=h.name,
+                fix=f"check the key ({keys}) is in the host's authorized_keys; {fix_hint(h)}",
+            ) from None
         except (socket.timeout, TimeoutError):
             client.close()
-            raise RemoteError(f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
-                              where=h.name, fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}"
-                              ) from None
+            raise RemoteError(
+                f"connect to {h.address}:{h.port} timed out after {h.connect_timeout_s:g}s",
+                where=h.name,
+                fix=f"check the address/port and that sshd is reachable; {fix_hint(h)}",
+            ) from None
         except (OSError, paramiko.SSHException, EOFError) as err:
             client.close()
             said = sock.failure() if isinstance(sock, ShellProxyCommand) else ""
             detail = f"{err or type(err).__name__}" + (f" ({said})" if said else "")
-            raise RemoteError(f"cannot connect to {h.address}:{h.port}: {detail}", where=h.name,
-                              fix=fix_hint(h)) from None
+            raise RemoteError(
+                f"cannot connect to {h.address}:{h.port}: {detail}", where=h.name, fix=fix_hint(h)
+            ) from None
         self.client = client
         self.trusted_key = policy.trusted
         transport = client.get_transport()
@@ -277,12 +310,21 @@ class Connection:
     def _transport(self) -> paramiko.Transport:
         t = self.client.get_transport() if self.client else None
         if t is None or not t.is_active():
-            raise ConnectionLost(f"connection to {self.host.address}:{self.host.port} is closed", where=self.host.name)
+            raise ConnectionLost(
+                f"connection to {self.host.address}:{self.host.port} is closed", where=self.host.name
+            )
         return t
 
     # -------------------------------------------------------------------------------------------- commands
-    def run(self, argv: list[str], *, timeout: float | None = None, stdin: bytes | None = None,
-            retry: bool = False, on_stdout: Callable[[str], None] | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        retry: bool = False,
+        on_stdout: Callable[[str], None] | None = None,
+    ) -> CommandResult:
         """Run argv on the host (quoted, no shell interpretation of arguments). `retry`: reconnect once if the
         connection dropped (only for commands that are safe to repeat)."""
         try:
@@ -337,16 +379,20 @@ class Connection:
                     raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
                 if time.monotonic() > deadline:
                     chan.close()
-                    raise RemoteError(f"`{label}` timed out after {timeout:g}s", where=self.host.name,
-                                      fix="raise command_timeout_s for this host in the inventory")
+                    raise RemoteError(
+                        f"`{label}` timed out after {timeout:g}s",
+                        where=self.host.name,
+                        fix="raise command_timeout_s for this host in the inventory",
+                    )
             rc = chan.recv_exit_status()
             chan.close()
             return CommandResult(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
         except RemoteError:
             raise
         except (paramiko.SSHException, EOFError, OSError) as e:
-            raise ConnectionLost(f"connection lost while running `{label}`: {e or type(e).__name__}",
-                                 where=self.host.name) from None
+            raise ConnectionLost(
+                f"connection lost while running `{label}`: {e or type(e).__name__}", where=self.host.name
+            ) from None
 
     def open_channel(self, argv: list[str]) -> paramiko.Channel:
         """A long-running command whose stdin we keep open (used by the deploy lock and `logs -f`)."""
@@ -383,8 +429,14 @@ class Connection:
             self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
         return self.agent_path
 
-    def agent(self, op: str, params: dict[str, Any] | None = None, *, timeout: float | None = None,
-              retry: bool = False) -> Any:
+    def agent(
+        self,
+        op: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        retry: bool = False,
+    ) -> Any:
         """Run one agent operation and return its result (RemoteError with the agent's message on failure).
 
         Every run goes through AGENT_BOOT, which runs only an agent whose sha256 is ours: the first run on a connection
@@ -394,14 +446,23 @@ class Connection:
         if res.rc == AGENT_MISSING_RC and self._agent_seen:  # removed or changed since: send it again
             res = self.run(argv, timeout=timeout, retry=retry, stdin=AGENT_SOURCE)
         if res.rc == AGENT_MISSING_RC:
-            raise RemoteError(f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
-                              where=self.host.name, fix="set work_dir to a writable directory in the inventory")
+            raise RemoteError(
+                f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
+                where=self.host.name,
+                fix="set work_dir to a writable directory in the inventory",
+            )
         self._agent_seen = True
         self.work_dir = reply_work_dir(res) or self.work_dir
         return parse_agent_reply(res, op, self.host.name)
 
-    def call(self, request: Request[ReplyT], *, timeout: float | None = None, retry: bool = False,
-             locked: bool = False) -> ReplyT:
+    def call(
+        self,
+        request: Request[ReplyT],
+        *,
+        timeout: float | None = None,
+        retry: bool = False,
+        locked: bool = False,
+    ) -> ReplyT:
         """Run one typed agent operation (ddtctl.remote.protocol) and return its parsed reply. `locked`:
         present this connection's deploy-lock token (operations that change the host require it)."""
         params = request.params()
@@ -504,8 +565,11 @@ def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:
     if not lines:
         detail = (res.stderr or res.stdout).strip().splitlines()
         hint = detail[-1] if detail else f"exit status {res.rc}"
-        raise RemoteError(f"remote agent `{op}` failed: {hint}", where=where,
-                          fix="check the host's python (inventory `python:`) runs: python3 >= 3.8")
+        raise RemoteError(
+            f"remote agent `{op}` failed: {hint}",
+            where=where,
+            fix="check the host's python (inventory `python:`) runs: python3 >= 3.8",
+        )
     reply = json.loads(lines[-1])
     if not reply.get("ok"):
         raise RemoteError(f"{op}: {reply.get('error')}", where=where)

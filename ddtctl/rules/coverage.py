@@ -45,10 +45,20 @@ def default_root(version: str = "0.5.23") -> Path:
     fallback = Path("/tmp/sgl/sglang")
     if fallback.is_dir():
         return fallback
-    raise EnvironmentMissing(f"no SGLang {version} sources found under {base}",
-                             fix="run `ddtctl env create` (or `make sglang-env`)")
-FILES = ("srt/arg_groups/**/*.py", "srt/server_args.py", "srt/configs/model_config.py",
-         "srt/speculative/spec_info.py", "srt/speculative/spec_registry.py", "srt/runtime_context.py")
+    raise EnvironmentMissing(
+        f"no SGLang {version} sources found under {base}",
+        fix="run `ddtctl env create` (or `make sglang-env`)",
+    )
+
+
+FILES = (
+    "srt/arg_groups/**/*.py",
+    "srt/server_args.py",
+    "srt/configs/model_config.py",
+    "srt/speculative/spec_info.py",
+    "srt/speculative/spec_registry.py",
+    "srt/runtime_context.py",
+)
 ROOTS = ("prepare_server_args", "resolve_once", "check_server_args", "run_resolution_pipeline")
 
 
@@ -112,8 +122,9 @@ def reachable(root: Path) -> list[tuple[str, ast.AST]]:
     return _closure(index, _roots(index))
 
 
-def _closure(index: dict[str, list[tuple[str, ast.AST]]],
-             roots: list[tuple[str, ast.AST]]) -> list[tuple[str, ast.AST]]:
+def _closure(
+    index: dict[str, list[tuple[str, ast.AST]]], roots: list[tuple[str, ast.AST]]
+) -> list[tuple[str, ast.AST]]:
     """The functions reachable from `roots` by calls and references by name within `index`."""
     seen: set[int] = set()
     order = []
@@ -177,7 +188,9 @@ def load_mapping(path: Path = MAPPING) -> list[dict]:
 
 def classify(all_sites: list[SiteT], mapping: list[dict]) -> list[tuple[SiteT, dict | None]]:
     """Each site with the first mapping entry whose `match` glob matches its key (None: unmapped)."""
-    return [(s, next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)) for s in all_sites]
+    return [
+        (s, next((m for m in mapping if fnmatch.fnmatchcase(s.key, m["match"])), None)) for s in all_sites
+    ]
 
 
 def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, limit: int = 60) -> str:
@@ -186,10 +199,15 @@ def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, 
     rules = sum(1 for _, m in rows if m and m.get("rule"))
     exempt = Counter(m["category"] for _, m in rows if m and not m.get("rule"))
     uncovered = [s for s, m in rows if m is None]
-    lines = ["raise-site coverage: SGLang 0.5.23 prepare_server_args + resolve_once + check_server_args",
-             "", "| sites | mapped to a rule | exempted | uncovered |", "|---:|---:|---:|---:|",
-             f"| {len(rows)} | {rules} | {sum(exempt.values())} | {len(uncovered)} |", "",
-             "exemptions by category:"]
+    lines = [
+        "raise-site coverage: SGLang 0.5.23 prepare_server_args + resolve_once + check_server_args",
+        "",
+        "| sites | mapped to a rule | exempted | uncovered |",
+        "|---:|---:|---:|---:|",
+        f"| {len(rows)} | {rules} | {sum(exempt.values())} | {len(uncovered)} |",
+        "",
+        "exemptions by category:",
+    ]
     lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
     by_rule = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
     lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(by_rule.items()))]
@@ -247,18 +265,33 @@ def override_sites(root: Path | None = None) -> list[OverrideSite]:
     out: list[OverrideSite] = []
     for rel, fn in _closure(index, _override_roots(index)):
         decorators = [ast.unparse(d) for d in fn.decorator_list]
-        returns = "post_process" if any("register_post_process" in d for d in decorators) else \
-            "model_override" if any("_register_for" in d for d in decorators) else None
+        returns = (
+            "post_process"
+            if any("register_post_process" in d for d in decorators)
+            else "model_override"
+            if any("_register_for" in d for d in decorators)
+            else None
+        )
         for node in _nodes_of(fn):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("declare_resolution"):
                 fields = tuple(sorted(k.arg or "**" for k in node.keywords))
                 out.append(OverrideSite(rel, node.lineno, fn.name, "declare", fields))
-            elif returns and isinstance(node, ast.Return) and isinstance(node.value, ast.Dict) and node.value.keys:
+            elif (
+                returns
+                and isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Dict)
+                and node.value.keys
+            ):
                 fields = tuple(sorted(ast.unparse(k).strip("'\"") for k in node.value.keys if k is not None))
                 out.append(OverrideSite(rel, node.lineno, fn.name, returns, fields))
-            elif returns and isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                    isinstance(node.targets[0], ast.Subscript) and isinstance(node.targets[0].slice, ast.Constant) \
-                    and isinstance(node.targets[0].slice.value, str):
+            elif (
+                returns
+                and isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Subscript)
+                and isinstance(node.targets[0].slice, ast.Constant)
+                and isinstance(node.targets[0].slice.value, str)
+            ):
                 out.append(OverrideSite(rel, node.lineno, fn.name, returns, (node.targets[0].slice.value,)))
     return _one_per_line(out)
 
@@ -276,15 +309,22 @@ def override_table(rows: list[tuple[OverrideSite, dict | None]], *, limit: int =
     modelled = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
     exempt = Counter(m["category"].split(":")[0] for _, m in rows if m and not m.get("rule"))
     unmapped = [s for s, m in rows if m is None]
-    lines = ["override inventory: SGLang 0.5.23 declare_resolution / register_post_process / model-override sites",
-             "", "| sites | reported by an info rule | exempted | unmapped |", "|---:|---:|---:|---:|",
-             f"| {len(rows)} | {sum(modelled.values())} | {sum(exempt.values())} | {len(unmapped)} |", "",
-             "exemptions by category:"]
+    lines = [
+        "override inventory: SGLang 0.5.23 declare_resolution / register_post_process / model-override sites",
+        "",
+        "| sites | reported by an info rule | exempted | unmapped |",
+        "|---:|---:|---:|---:|",
+        f"| {len(rows)} | {sum(modelled.values())} | {sum(exempt.values())} | {len(unmapped)} |",
+        "",
+        "exemptions by category:",
+    ]
     lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
     lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(modelled.items()))]
     if unmapped:
         lines += ["", f"unmapped ({len(unmapped)}):"]
-        lines += [f"  {s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}" for s in unmapped[:limit]]
+        lines += [
+            f"  {s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}" for s in unmapped[:limit]
+        ]
     lines += ["", f"unmapped overrides: {len(unmapped)}"]
     return "\n".join(lines)
 
@@ -296,7 +336,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sglang-root", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--all", action="store_true", help="list every uncovered site")
-    ap.add_argument("--overrides", action="store_true", help="the override inventory instead of the raise sites")
+    ap.add_argument(
+        "--overrides", action="store_true", help="the override inventory instead of the raise sites"
+    )
     args = ap.parse_args(argv)
     if args.overrides:
         orows = classify_overrides(override_sites(args.sglang_root), load_override_mapping())

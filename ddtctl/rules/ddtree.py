@@ -34,10 +34,18 @@ def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
     if cached is None:
         flags = dict(ctx.given)
         flags["speculative_algorithm"] = "DDTREE"
-        model = {"architecture": ctx.model.architecture if ctx.model else None, "is_hybrid": ctx.is_hybrid,
-                 "vocab_size": (ctx.draft.vocab_size if ctx.draft and ctx.draft.vocab_size else
-                                ctx.model.vocab_size if ctx.model else None),
-                 "draft_block_size": ctx.draft.block_size if ctx.draft else None}
+        model = {
+            "architecture": ctx.model.architecture if ctx.model else None,
+            "is_hybrid": ctx.is_hybrid,
+            "vocab_size": (
+                ctx.draft.vocab_size
+                if ctx.draft and ctx.draft.vocab_size
+                else ctx.model.vocab_size
+                if ctx.model
+                else None
+            ),
+            "draft_block_size": ctx.draft.block_size if ctx.draft else None,
+        }
         cached = ctx.memo["ddtree_violations"] = ddtree_core.ddtree_violations(flags, model)
     return cached
 
@@ -46,15 +54,22 @@ def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
     """The core's violations of `rule_id` as hits: its message, fix, edits and severity, about its first flag."""
     for v in _core_violations(ctx):
         if v.rule_id == rule_id:
-            yield Hit(v.message, fix=v.fix, about=v.reads[0] if v.reads else None, edits=v.edits,
-                      severity=v.severity)
+            yield Hit(
+                v.message,
+                fix=v.fix,
+                about=v.reads[0] if v.reads else None,
+                edits=v.edits,
+                severity=v.severity,
+            )
 
 
-def _core_rule(rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR,
-               needs: tuple[str, ...] = ()) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
+def _core_rule(
+    rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR, needs: tuple[str, ...] = ()
+) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
     """Register a DDTREE rule decided by `ddtree_core` (the decorated function's docstring is its doc)."""
-    return rule(rule_id, title, severity=severity, reads=reads, needs=needs, applies=_is_ddtree,
-                reference=REFERENCE)
+    return rule(
+        rule_id, title, severity=severity, reads=reads, needs=needs, applies=_is_ddtree, reference=REFERENCE
+    )
 
 
 @_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
@@ -70,8 +85,11 @@ def ddtree_block_size(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT102")
 
 
-@_core_rule("DDT103", "DDTREE draft tokens equal the block size",
-            reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"))
+@_core_rule(
+    "DDT103",
+    "DDTREE draft tokens equal the block size",
+    reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"),
+)
 def ddtree_draft_tokens(ctx: Context) -> Iterator[Hit]:
     """As for DFLASH, `--speculative-num-draft-tokens` must equal the block size (it is derived from it when
     unset)."""
@@ -98,8 +116,11 @@ def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT106")
 
 
-@_core_rule("DDT107", "DDTREE budget can be filled by the drafter",
-            reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size"))
+@_core_rule(
+    "DDT107",
+    "DDTREE budget can be filled by the drafter",
+    reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size"),
+)
 def ddtree_budget_fillable(ctx: Context) -> Iterator[Hit]:
     """A drafter of block size S proposes S-1 depths with at most K = min(topk cap, vocab) candidates each; a budget
     above the full tree's node count cannot be filled."""
@@ -119,8 +140,12 @@ def ddtree_grammar(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT109")
 
 
-@_core_rule("DDT111", "DDTREE on a hybrid model needs extra-buffer mamba caching",
-            reads=("mamba_radix_cache_strategy", "mamba_full_memory_ratio"), needs=(FACT_MODEL,))
+@_core_rule(
+    "DDT111",
+    "DDTREE on a hybrid model needs extra-buffer mamba caching",
+    reads=("mamba_radix_cache_strategy", "mamba_full_memory_ratio"),
+    needs=(FACT_MODEL,),
+)
 def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
     """On hybrid Mamba/GDN targets, tree verification keeps recurrent-state snapshots per draft node:
     `--mamba-radix-cache-strategy extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required.
@@ -128,8 +153,11 @@ def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT111")
 
 
-@_core_rule("DDT112", "DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
-            reads=("speculative_ddtree_allow_hybrid_unsafe", "speculative_ddtree_shadow_linear"))
+@_core_rule(
+    "DDT112",
+    "DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
+    reads=("speculative_ddtree_allow_hybrid_unsafe", "speculative_ddtree_shadow_linear"),
+)
 def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
     """Two ways to verify a DDTree on a hybrid (Mamba / Gated-DeltaNet) target; they cannot both be set.
 
@@ -148,8 +176,13 @@ def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT112")
 
 
-@_core_rule("DDT113", "DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
-            reads=("speculative_ddtree_allow_hybrid_unsafe",), severity=WARNING, needs=(FACT_MODEL,))
+@_core_rule(
+    "DDT113",
+    "DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
+    reads=("speculative_ddtree_allow_hybrid_unsafe",),
+    severity=WARNING,
+    needs=(FACT_MODEL,),
+)
 def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
     """`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the chain
     kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ from the target's
@@ -158,8 +191,12 @@ def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT113")
 
 
-@_core_rule("DDT115", "DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
-            reads=("attention_backend",), severity=INFO)
+@_core_rule(
+    "DDT115",
+    "DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
+    reads=("attention_backend",),
+    severity=INFO,
+)
 def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
     """The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on SGLang's
     triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` and
@@ -169,10 +206,15 @@ def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
     return _core_hits(ctx, "DDT115")
 
 
-@rule("DDT120", "the bundled DDTREE worker can serve this launch", severity=WARNING,
-      reads=("enable_dp_attention", "attention_backend", "speculative_draft_window_size"),
-      applies=_is_ddtree, reference="ddtctl payload ddtree_sglang/worker.py (refusals at server start)",
-      sglang_enforces=False)
+@rule(
+    "DDT120",
+    "the bundled DDTREE worker can serve this launch",
+    severity=WARNING,
+    reads=("enable_dp_attention", "attention_backend", "speculative_draft_window_size"),
+    applies=_is_ddtree,
+    reference="ddtctl payload ddtree_sglang/worker.py (refusals at server start)",
+    sglang_enforces=False,
+)
 def worker_capability(ctx: Context):
     """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker shipped in
     this payload refuses them when the server starts: it runs at any tp-size, but without DP attention (ranks would
@@ -181,32 +223,47 @@ def worker_capability(ctx: Context):
     `ddtctl deploy` treats this warning as an error when the payload it ships carries this worker (byte for byte): it
     stops at preflight, before shipping or launching."""
     if ctx.dp_attention:
-        yield Hit("the bundled DDTREE worker does not support DP attention (ranks would verify different batches); "
-                  "the server would refuse to start", about="enable_dp_attention",
-                  fix="remove enable-dp-attention / attn-dp-size (tensor parallelism alone serves DDTREE on many GPUs)")
-    for flag in ddtree_core.ATTENTION_BACKEND_FLAGS:  # unset: SGLang with the payload resolves triton (DDT115)
+        yield Hit(
+            "the bundled DDTREE worker does not support DP attention (ranks would verify different batches); "
+            "the server would refuse to start",
+            about="enable_dp_attention",
+            fix="remove enable-dp-attention / attn-dp-size (tensor parallelism alone serves DDTREE on many GPUs)",
+        )
+    for (
+        flag
+    ) in ddtree_core.ATTENTION_BACKEND_FLAGS:  # unset: SGLang with the payload resolves triton (DDT115)
         backend = ctx.given.get(flag)
         if backend is not None and backend != "triton":
-            yield Hit("the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend "
-                      f"only, got {flag.replace('_', '-')} {backend}", about=flag,
-                      fix=f"set {flag.replace('_', '-')}: triton (or leave the attention backends unset)",
-                      edits={flag: "triton"})
+            yield Hit(
+                "the bundled DDTREE worker verifies with a custom tree mask on the triton attention backend "
+                f"only, got {flag.replace('_', '-')} {backend}",
+                about=flag,
+                fix=f"set {flag.replace('_', '-')}: triton (or leave the attention backends unset)",
+                edits={flag: "triton"},
+            )
             break
     if ctx.is_set("speculative_draft_window_size"):
-        yield Hit("the bundled DDTREE worker does not support a compact draft window yet",
-                  about="speculative_draft_window_size", fix="remove speculative-draft-window-size",
-                  edits={"speculative_draft_window_size": None})
+        yield Hit(
+            "the bundled DDTREE worker does not support a compact draft window yet",
+            about="speculative_draft_window_size",
+            fix="remove speculative-draft-window-size",
+            edits={"speculative_draft_window_size": None},
+        )
 
 
 # -- DDT114: the recurrent layers' per-verify-token scratch ----------------------------------------------------------
 MIB = 1 << 20
-DEFAULT_MAX_RUNNING_REQUESTS = 48  # the DFLASH family's default (speculative_hook.py _handle_dflash), DDTREE's too
+DEFAULT_MAX_RUNNING_REQUESTS = (
+    48  # the DFLASH family's default (speculative_hook.py _handle_dflash), DDTREE's too
+)
 # SGLang derives mem_fraction_static from the GPU's memory minus activation, CUDA-graph and (for VLMs) vision reserves
 # (memory_hook.py handle_gpu_memory_settings); its resolver gives 0.78-0.84 for Qwen3.6-27B on RTX PRO 6000, H200 and
 # B200 at tp 1-8. Unset, ddtctl assumes the low end.
 DEFAULT_MEM_FRACTION_STATIC = 0.78
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-CONV_DTYPE_BYTES = 2  # SGLANG_MAMBA_CONV_DTYPE, bfloat16 by default (configs/mamba_utils.py mamba2_state_dtype)
+CONV_DTYPE_BYTES = (
+    2  # SGLANG_MAMBA_CONV_DTYPE, bfloat16 by default (configs/mamba_utils.py mamba2_state_dtype)
+)
 
 
 @dataclass(frozen=True)
@@ -236,9 +293,20 @@ def _shard(n: int, tp: int) -> int:
     return -(-n // tp)
 
 
-def verify_scratch(*, linear_layers: int, num_key_heads: int, num_value_heads: int, key_head_dim: int,
-                   value_head_dim: int, conv_kernel: int, width: int, linear_tp: int = 1, ssm_dtype_bytes: int = 4,
-                   conv_dtype_bytes: int = CONV_DTYPE_BYTES, dense_conv: bool = True) -> VerifyScratch:
+def verify_scratch(
+    *,
+    linear_layers: int,
+    num_key_heads: int,
+    num_value_heads: int,
+    key_head_dim: int,
+    value_head_dim: int,
+    conv_kernel: int,
+    width: int,
+    linear_tp: int = 1,
+    ssm_dtype_bytes: int = 4,
+    conv_dtype_bytes: int = CONV_DTYPE_BYTES,
+    dense_conv: bool = True,
+) -> VerifyScratch:
     """The scratch of one GPU (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x key
     dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them."""
     hv = _shard(num_value_heads, linear_tp)
@@ -246,20 +314,33 @@ def verify_scratch(*, linear_layers: int, num_key_heads: int, num_value_heads: i
     ssm = linear_layers * hv * value_head_dim * key_head_dim * ssm_dtype_bytes
     columns = width * (conv_kernel - 1) if dense_conv else width + conv_kernel - 2
     conv = linear_layers * conv_dim * columns * conv_dtype_bytes
-    return VerifyScratch(linear_layers=linear_layers, width=width, ssm_bytes_per_token=ssm,
-                         conv_bytes_per_request=conv, linear_tp=linear_tp)
+    return VerifyScratch(
+        linear_layers=linear_layers,
+        width=width,
+        ssm_bytes_per_token=ssm,
+        conv_bytes_per_request=conv,
+        linear_tp=linear_tp,
+    )
 
 
 def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = None) -> VerifyScratch | None:
     m = ctx.model
-    shape = (m.num_linear_layers, m.linear_num_key_heads, m.linear_num_value_heads, m.linear_key_head_dim,
-             m.linear_value_head_dim, m.linear_conv_kernel_dim)
+    shape = (
+        m.num_linear_layers,
+        m.linear_num_key_heads,
+        m.linear_num_value_heads,
+        m.linear_key_head_dim,
+        m.linear_value_head_dim,
+        m.linear_conv_kernel_dim,
+    )
     if not all(isinstance(x, int) and x > 0 for x in shape):
         return None  # not a Gated-DeltaNet config (or an incomplete one): nothing to size
     flags = dict(ctx.given)
     if budget is not None:
         flags["speculative_ddtree_budget"] = budget
-    resolved = ddtree_core.resolve_ddtree(flags, {"draft_block_size": ctx.draft.block_size if ctx.draft else None})
+    resolved = ddtree_core.resolve_ddtree(
+        flags, {"draft_block_size": ctx.draft.block_size if ctx.draft else None}
+    )
     width = max(resolved["block_size"] or 0, resolved["verify_width"] or 0)
     if width <= 0:
         return None
@@ -267,10 +348,18 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
     linear_tp = max(1, tp // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else tp
     dtype = ctx.given.get("mamba_ssm_dtype") or m.mamba_ssm_dtype or "float32"
     layers, kh, vh, kd, vd, kernel = shape
-    return verify_scratch(linear_layers=layers, num_key_heads=kh, num_value_heads=vh, key_head_dim=kd,
-                          value_head_dim=vd, conv_kernel=kernel, width=width, linear_tp=linear_tp,
-                          ssm_dtype_bytes=_DTYPE_BYTES.get(str(dtype), 4),
-                          dense_conv=not resolved["allow_hybrid_unsafe"])
+    return verify_scratch(
+        linear_layers=layers,
+        num_key_heads=kh,
+        num_value_heads=vh,
+        key_head_dim=kd,
+        value_head_dim=vd,
+        conv_kernel=kernel,
+        width=width,
+        linear_tp=linear_tp,
+        ssm_dtype_bytes=_DTYPE_BYTES.get(str(dtype), 4),
+        dense_conv=not resolved["allow_hybrid_unsafe"],
+    )
 
 
 def _requests(ctx: Context) -> int:
@@ -292,10 +381,15 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     return room, how
 
 
-@rule("DDT114", "DDTREE's recurrent verify scratch fits one GPU", reads=("max_running_requests",),
-      needs=(FACT_MODEL_CONFIG,), applies=lambda ctx: _is_ddtree(ctx) and ctx.is_hybrid is not False,
-      reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool (intermediate_ssm, intermediate_conv_window)",
-      sglang_enforces=False)
+@rule(
+    "DDT114",
+    "DDTREE's recurrent verify scratch fits one GPU",
+    reads=("max_running_requests",),
+    needs=(FACT_MODEL_CONFIG,),
+    applies=lambda ctx: _is_ddtree(ctx) and ctx.is_hybrid is not False,
+    reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool (intermediate_ssm, intermediate_conv_window)",
+    sglang_enforces=False,
+)
 def verify_scratch_fits(ctx: Context):
     """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token of every
     request slot, the recurrent state that token leaves behind, so that the accepted node's state can be committed:
@@ -323,14 +417,18 @@ def verify_scratch_fits(ctx: Context):
         return
     reqs = _requests(ctx)
     total = scratch.total(reqs)
-    figure = (f"DDTREE's recurrent verify scratch: {scratch.per_request / MIB:,.0f} MiB per request "
-              f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
-              f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU")
+    figure = (
+        f"DDTREE's recurrent verify scratch: {scratch.per_request / MIB:,.0f} MiB per request "
+        f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
+        f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU"
+    )
     tp = ctx.get("tp_size", 1) or 1
     room = _room(ctx, tp)
     if room is None:
-        yield Hit(figure + "; cannot compare with the GPU's memory: GPU unknown (set hardware.gpu or pass --gpu)",
-                  severity=INFO)
+        yield Hit(
+            figure + "; cannot compare with the GPU's memory: GPU unknown (set hardware.gpu or pass --gpu)",
+            severity=INFO,
+        )
         return
     space, how = room
     if total <= space:
@@ -346,14 +444,17 @@ def verify_scratch_fits(ctx: Context):
     bigger = _smallest_tp(ctx, tp, reqs)
     if bigger is not None:
         fixes.append(f"set tp-size: {bigger}")
-    yield Hit(f"{figure}: more than one {ctx.gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
-              fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
-              edits=edits)
+    yield Hit(
+        f"{figure}: more than one {ctx.gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
+        fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
+        edits=edits,
+    )
 
 
 def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
-    current = ddtree_core.resolve_ddtree(ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft
-                                                     else None})["budget"]
+    current = ddtree_core.resolve_ddtree(
+        ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft else None}
+    )["budget"]
     lo, hi, best = 1, (current or 1) - 1, None
     while lo <= hi:  # the scratch grows with the budget: bisect
         mid = (lo + hi) // 2
@@ -367,8 +468,15 @@ def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
 
 def _smallest_tp(ctx: Context, tp: int, reqs: int) -> int | None:
     limit = ctx.gpu_count or 8
-    heads = [h for h in (ctx.model.linear_num_key_heads, ctx.model.linear_num_value_heads,
-                         ctx.model.num_attention_heads) if h]
+    heads = [
+        h
+        for h in (
+            ctx.model.linear_num_key_heads,
+            ctx.model.linear_num_value_heads,
+            ctx.model.num_attention_heads,
+        )
+        if h
+    ]
     candidate = tp * 2
     while candidate <= limit:
         if all(h % candidate == 0 for h in heads):

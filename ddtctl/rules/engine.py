@@ -18,8 +18,18 @@ ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
 # Algorithm names as SGLang 0.5.23 knows them (spec_info.py), plus DDTREE from the payload. NEXTN is EAGLE.
-KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
-                    "FROZEN_KV_MTP", "DDTREE")
+KNOWN_ALGORITHMS = (
+    "EAGLE",
+    "EAGLE3",
+    "NEXTN",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "UNO",
+    "FROZEN_KV_MTP",
+    "DDTREE",
+)
 DFLASH_FAMILY = ("DFLASH", "DDTREE")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
 
@@ -32,13 +42,25 @@ class Finding:
     line: int | None = None
     fix: str | None = None
     key: str | None = None  # the profile key / option the finding is about
-    edits: dict[str, Any] = field(default_factory=dict)  # profile key (dashed flag) -> new value (None = remove)
-    unsafe: bool | None = None  # the rule's own verdict on its edits (None: decided from the edits, ddtctl.fix)
-    fixable: str | None = None  # "safe" | "unsafe" | None: what `validate --fix` can do (set by ddtctl.validate)
+    edits: dict[str, Any] = field(
+        default_factory=dict
+    )  # profile key (dashed flag) -> new value (None = remove)
+    unsafe: bool | None = (
+        None  # the rule's own verdict on its edits (None: decided from the edits, ddtctl.fix)
+    )
+    fixable: str | None = (
+        None  # "safe" | "unsafe" | None: what `validate --fix` can do (set by ddtctl.validate)
+    )
 
     def as_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "line": self.line,
-                "fix": self.fix, "fixable": self.fixable}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "line": self.line,
+            "fix": self.fix,
+            "fixable": self.fixable,
+        }
 
 
 @dataclass
@@ -114,7 +136,7 @@ FACT_MODEL, FACT_DRAFT, FACT_GPU = "model", "draft", "gpu"
 FACT_MODEL_CONFIG = "model-config"  # head counts and sizes: only config.json has them, not model.architecture
 FACT_HELP = {
     FACT_MODEL_CONFIG: "model config.json not readable here (head counts and layer shapes unknown; "
-                       "`ddtctl facts HOST` caches it)",
+    "`ddtctl facts HOST` caches it)",
     FACT_MODEL: "model facts unknown (make model.path/config.json readable here or set model.architecture)",
     FACT_DRAFT: "draft model facts unknown (the draft's config.json is not readable here)",
     FACT_GPU: "GPU unknown (set hardware.gpu or pass --gpu)",
@@ -138,8 +160,17 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(id: str, title: str, *, severity: str = ERROR, reads: tuple[str, ...] = (), needs: tuple[str, ...] = (),
-         applies: Callable[[Context], bool] | None = None, reference: str = "", sglang_enforces: bool = True):
+def rule(
+    id: str,
+    title: str,
+    *,
+    severity: str = ERROR,
+    reads: tuple[str, ...] = (),
+    needs: tuple[str, ...] = (),
+    applies: Callable[[Context], bool] | None = None,
+    reference: str = "",
+    sglang_enforces: bool = True,
+):
     def register(fn: Callable[[Context], Iterable[Hit] | Hit | None]) -> Callable:
         def check(ctx: Context) -> Iterable[Hit]:
             result = fn(ctx)
@@ -151,9 +182,18 @@ def rule(id: str, title: str, *, severity: str = ERROR, reads: tuple[str, ...] =
 
         if id in RULES:
             raise RuntimeError(f"duplicate rule id {id}")
-        RULES[id] = Rule(id=id, title=title, severity=severity, reads=reads, check=check, needs=needs,
-                         applies=applies, reference=reference, doc=inspect.cleandoc(fn.__doc__ or ""),
-                         sglang_enforces=sglang_enforces)
+        RULES[id] = Rule(
+            id=id,
+            title=title,
+            severity=severity,
+            reads=reads,
+            check=check,
+            needs=needs,
+            applies=applies,
+            reference=reference,
+            doc=inspect.cleandoc(fn.__doc__ or ""),
+            sglang_enforces=sglang_enforces,
+        )
         return fn
 
     return register
@@ -184,12 +224,18 @@ def run_rules(ctx: Context, rules: Iterable[Rule] | None = None) -> tuple[list[F
             continue
         for hit in r.check(ctx):
             about = hit.about or (r.reads[0] if r.reads else None)
-            findings.append(Finding(
-                rule=r.id, severity=hit.severity or r.severity, message=hit.message,
-                line=(ctx.lines.get(about) if about else None) or ctx.anchor_line, fix=hit.fix,
-                key=ctx.keys.get(about, about.replace("_", "-") if about else None) if about else None,
-                edits={d.replace("_", "-"): v for d, v in hit.edits.items()}, unsafe=hit.unsafe,
-            ))
+            findings.append(
+                Finding(
+                    rule=r.id,
+                    severity=hit.severity or r.severity,
+                    message=hit.message,
+                    line=(ctx.lines.get(about) if about else None) or ctx.anchor_line,
+                    fix=hit.fix,
+                    key=ctx.keys.get(about, about.replace("_", "-") if about else None) if about else None,
+                    edits={d.replace("_", "-"): v for d, v in hit.edits.items()},
+                    unsafe=hit.unsafe,
+                )
+            )
     return findings, skipped
 
 

@@ -35,43 +35,71 @@ def _effective_strategy(ctx: Context) -> str:
         return strategy
     wants_overlap = not ctx.get("disable_overlap_schedule")
     wants_paging = (_at_mamba(ctx)[0] or 1) > 1
-    supported = ctx.model is not None and ctx.model.architecture in EXTRA_BUFFER_ARCHITECTURES and \
-        (ctx.get("linear_attn_backend") or "triton") == "triton"
+    supported = (
+        ctx.model is not None
+        and ctx.model.architecture in EXTRA_BUFFER_ARCHITECTURES
+        and (ctx.get("linear_attn_backend") or "triton") == "triton"
+    )
     return "extra_buffer" if (wants_overlap or wants_paging) and supported else "no_buffer"
 
 
-@rule("DDT501", "an extra-buffer mamba strategy needs a hybrid model", reads=("mamba_radix_cache_strategy",),
-      needs=(FACT_MODEL,), applies=lambda ctx: _strategy(ctx) in EXTRA and not _at_mamba(ctx)[2],
-      reference="sglang 0.5.23 model_hook.py:1057-1067 handle_mamba_radix_cache; "
-                "model_override_base.py:260-265 mamba_extra_buffer_of")
+@rule(
+    "DDT501",
+    "an extra-buffer mamba strategy needs a hybrid model",
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: _strategy(ctx) in EXTRA and not _at_mamba(ctx)[2],
+    reference="sglang 0.5.23 model_hook.py:1057-1067 handle_mamba_radix_cache; "
+    "model_override_base.py:260-265 mamba_extra_buffer_of",
+)
 def extra_buffer_non_mamba(ctx: Context):
     """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba state
     SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
     if not ctx.is_hybrid:
-        return Hit(f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
-                   f"got {ctx.model.architecture}", fix="remove mamba-radix-cache-strategy",
-                   edits={"mamba_radix_cache_strategy": None})
+        return Hit(
+            f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
+            f"got {ctx.model.architecture}",
+            fix="remove mamba-radix-cache-strategy",
+            edits={"mamba_radix_cache_strategy": None},
+        )
 
 
-@rule("DDT502", "extra_buffer is supported by this architecture", reads=("mamba_radix_cache_strategy",),
-      needs=(FACT_MODEL,), applies=lambda ctx: _strategy(ctx) in EXTRA and _mamba_cache_active(ctx),
-      reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer")
+@rule(
+    "DDT502",
+    "extra_buffer is supported by this architecture",
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: _strategy(ctx) in EXTRA and _mamba_cache_active(ctx),
+    reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer",
+)
 def extra_buffer_supported(ctx: Context):
     """extra_buffer needs an architecture with state snapshots and the triton linear-attention backend."""
     if ctx.model.architecture not in EXTRA_BUFFER_ARCHITECTURES:
-        return Hit(f"extra_buffer is not supported for {ctx.model.architecture}",
-                   fix="use mamba-radix-cache-strategy: no_buffer",
-                   edits={"mamba_radix_cache_strategy": "no_buffer"})
+        return Hit(
+            f"extra_buffer is not supported for {ctx.model.architecture}",
+            fix="use mamba-radix-cache-strategy: no_buffer",
+            edits={"mamba_radix_cache_strategy": "no_buffer"},
+        )
     backend = ctx.get("linear_attn_backend") or "triton"
     if backend != "triton":
-        return Hit(f"extra_buffer needs --linear-attn-backend triton, got {backend}", about="linear_attn_backend",
-                   fix="set linear-attn-backend: triton", edits={"linear_attn_backend": "triton"})
+        return Hit(
+            f"extra_buffer needs --linear-attn-backend triton, got {backend}",
+            about="linear_attn_backend",
+            fix="set linear-attn-backend: triton",
+            edits={"linear_attn_backend": "triton"},
+        )
 
 
-@rule("DDT503", "mamba track interval covers the speculative block",
-      reads=("mamba_track_interval", "speculative_num_draft_tokens"), needs=(FACT_MODEL,),
-      applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
-      and ctx.algorithm is not None, reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)")
+@rule(
+    "DDT503",
+    "mamba track interval covers the speculative block",
+    reads=("mamba_track_interval", "speculative_num_draft_tokens"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA and ctx.algorithm is not None
+    ),
+    reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)",
+)
 def track_interval(ctx: Context):
     """With extra_buffer, `mamba_track_interval >= speculative_num_draft_tokens` (a bare AssertionError in SGLang),
     for an explicit `--speculative-num-draft-tokens` (SGLang checks before deriving it; DDT509 covers the derived
@@ -79,17 +107,28 @@ def track_interval(ctx: Context):
     tokens = ctx.given.get("speculative_num_draft_tokens")
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
-        return Hit(f"--mamba-track-interval ({interval}) must be >= the speculative draft tokens ({tokens})",
-                   fix=f"set mamba-track-interval to at least {tokens}",
-                   edits={"mamba_track_interval": max(tokens, 256)})
+        return Hit(
+            f"--mamba-track-interval ({interval}) must be >= the speculative draft tokens ({tokens})",
+            fix=f"set mamba-track-interval to at least {tokens}",
+            edits={"mamba_track_interval": max(tokens, 256)},
+        )
 
 
-@rule("DDT509", "mamba track interval covers the speculative block SGLang derives",
-      reads=("mamba_track_interval", "speculative_dflash_block_size"), needs=(FACT_MODEL,),
-      applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
-      and ctx.algorithm is not None and not ctx.is_set("speculative_num_draft_tokens"),
-      reference=f"{MAMBA_HOOK}:132-133 validate_mamba_extra_buffer (assert), run before speculative_hook.py "
-                "resolves the draft tokens", sglang_enforces=False)
+@rule(
+    "DDT509",
+    "mamba track interval covers the speculative block SGLang derives",
+    reads=("mamba_track_interval", "speculative_dflash_block_size"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        _mamba_cache_active(ctx)
+        and _effective_strategy(ctx) in EXTRA
+        and ctx.algorithm is not None
+        and not ctx.is_set("speculative_num_draft_tokens")
+    ),
+    reference=f"{MAMBA_HOOK}:132-133 validate_mamba_extra_buffer (assert), run before speculative_hook.py "
+    "resolves the draft tokens",
+    sglang_enforces=False,
+)
 def track_interval_derived(ctx: Context):
     """SGLang asserts `mamba_track_interval >= speculative_num_draft_tokens` (mamba_hook.py:132-133) before its
     speculative hook fills the draft tokens in from `--speculative-dflash-block-size` or the DFlash drafter's
@@ -98,16 +137,25 @@ def track_interval_derived(ctx: Context):
     tokens = ctx.draft_tokens()
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
-        return Hit(f"--mamba-track-interval ({interval}) is below the {tokens} draft tokens per verify that SGLang "
-                   "derives later (its own assert runs before, so it does not catch this)",
-                   fix=f"set mamba-track-interval to at least {tokens}",
-                   edits={"mamba_track_interval": max(tokens, 256)})
+        return Hit(
+            f"--mamba-track-interval ({interval}) is below the {tokens} draft tokens per verify that SGLang "
+            "derives later (its own assert runs before, so it does not catch this)",
+            fix=f"set mamba-track-interval to at least {tokens}",
+            edits={"mamba_track_interval": max(tokens, 256)},
+        )
 
 
-@rule("DDT504", "mamba track interval is a multiple of the page size", reads=("mamba_track_interval", "page_size"),
-      needs=(FACT_MODEL,), applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA
-      and _at_mamba(ctx)[0] is not None, reference=f"{MAMBA_HOOK}:134-135 validate_mamba_extra_buffer (assert); "
-      "model_hook.py:737; model_overrides/qwen3_5.py:24-48")
+@rule(
+    "DDT504",
+    "mamba track interval is a multiple of the page size",
+    reads=("mamba_track_interval", "page_size"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA and _at_mamba(ctx)[0] is not None
+    ),
+    reference=f"{MAMBA_HOOK}:134-135 validate_mamba_extra_buffer (assert); "
+    "model_hook.py:737; model_overrides/qwen3_5.py:24-48",
+)
 def track_interval_page(ctx: Context):
     """With extra_buffer, `mamba_track_interval % page_size == 0` (a bare AssertionError in SGLang). The page size
     is the one SGLang has when it checks: on SM100 without --attention-backend, Qwen3-Next / Qwen3.5 / Qwen3.6
@@ -115,68 +163,115 @@ def track_interval_page(ctx: Context):
     interval, page = ctx.get("mamba_track_interval"), _at_mamba(ctx)[0]
     if interval is not None and page and interval % page:
         given = ctx.given.get("page_size")
-        source = f"--page-size ({page})" if given == page else \
-            f"the page size SGLang sets for {ctx.model.architecture} on this GPU ({page})"
-        return Hit(f"--mamba-track-interval ({interval}) must be a multiple of {source}",
-                   fix=f"set mamba-track-interval to a multiple of {page}")
+        source = (
+            f"--page-size ({page})"
+            if given == page
+            else f"the page size SGLang sets for {ctx.model.architecture} on this GPU ({page})"
+        )
+        return Hit(
+            f"--mamba-track-interval ({interval}) must be a multiple of {source}",
+            fix=f"set mamba-track-interval to a multiple of {page}",
+        )
 
 
-@rule("DDT505", "no_buffer needs page size 1, overlap off and no trtllm_mha",
-      reads=("mamba_radix_cache_strategy", "page_size", "disable_overlap_schedule"), needs=(FACT_MODEL,),
-      applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) == "no_buffer",
-      reference=f"{MAMBA_HOOK}:156-165 validate_mamba_no_buffer (assert); overrides.py:477-486")
+@rule(
+    "DDT505",
+    "no_buffer needs page size 1, overlap off and no trtllm_mha",
+    reads=("mamba_radix_cache_strategy", "page_size", "disable_overlap_schedule"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) == "no_buffer",
+    reference=f"{MAMBA_HOOK}:156-165 validate_mamba_no_buffer (assert); overrides.py:477-486",
+)
 def no_buffer(ctx: Context):
     """no_buffer keeps no state snapshots: it only supports page_size 1, no overlap scheduling, and not the
     trtllm_mha backend. `auto` falls back to no_buffer where extra_buffer is unsupported (a linear-attention
     backend other than triton), turning overlap off itself but not the page size."""
     page, attention, _ = _at_mamba(ctx)
     if (page or 1) != 1:
-        yield Hit("mamba strategy no_buffer" + (" (what auto resolves to here)" if _strategy(ctx) == "auto" else "")
-                  + " only supports --page-size 1", about="page_size", fix="set page-size: 1",
-                  edits={"page_size": 1})
+        yield Hit(
+            "mamba strategy no_buffer"
+            + (" (what auto resolves to here)" if _strategy(ctx) == "auto" else "")
+            + " only supports --page-size 1",
+            about="page_size",
+            fix="set page-size: 1",
+            edits={"page_size": 1},
+        )
     if _strategy(ctx) == "no_buffer" and not ctx.get("disable_overlap_schedule"):
-        yield Hit("mamba strategy no_buffer does not support overlap scheduling", about="disable_overlap_schedule",
-                  fix="set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True})
+        yield Hit(
+            "mamba strategy no_buffer does not support overlap scheduling",
+            about="disable_overlap_schedule",
+            fix="set disable-overlap-schedule: true",
+            edits={"disable_overlap_schedule": True},
+        )
     if attention == "trtllm_mha":
-        yield Hit("mamba strategy no_buffer does not support the trtllm_mha backend", about="attention_backend")
+        yield Hit(
+            "mamba strategy no_buffer does not support the trtllm_mha backend", about="attention_backend"
+        )
 
 
-@rule("DDT506", "mamba full memory ratio is a fraction", reads=("mamba_full_memory_ratio",),
-      applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"),
-      reference="sglang 0.5.23 fields/schedule.py (not validated)",
-      sglang_enforces=False)
+@rule(
+    "DDT506",
+    "mamba full memory ratio is a fraction",
+    reads=("mamba_full_memory_ratio",),
+    applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"),
+    reference="sglang 0.5.23 fields/schedule.py (not validated)",
+    sglang_enforces=False,
+)
 def memory_ratio(ctx: Context):
     """SGLang does not validate `--mamba-full-memory-ratio` (-1 passes and breaks memory planning at startup);
     it must be in (0, 1]."""
     ratio = ctx.get("mamba_full_memory_ratio")
     if not 0 < ratio <= 1:
-        return Hit(f"--mamba-full-memory-ratio must be in (0, 1], got {ratio}", fix="set mamba-full-memory-ratio: 0.5",
-                   edits={"mamba_full_memory_ratio": 0.5})
+        return Hit(
+            f"--mamba-full-memory-ratio must be in (0, 1], got {ratio}",
+            fix="set mamba-full-memory-ratio: 0.5",
+            edits={"mamba_full_memory_ratio": 0.5},
+        )
 
 
-@rule("DDT507", "auto mamba strategy silently turns overlap scheduling off", severity=INFO,
-      reads=("mamba_radix_cache_strategy",), needs=(FACT_MODEL,),
-      applies=lambda ctx: (_mamba_cache_active(ctx) and _strategy(ctx) == "auto"
-                           and not ctx.get("disable_overlap_schedule")),
-      reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution")
+@rule(
+    "DDT507",
+    "auto mamba strategy silently turns overlap scheduling off",
+    severity=INFO,
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        _mamba_cache_active(ctx) and _strategy(ctx) == "auto" and not ctx.get("disable_overlap_schedule")
+    ),
+    reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution",
+)
 def auto_strategy(ctx: Context):
     """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off without
     an error. Say what you want explicitly."""
     if _effective_strategy(ctx) == "no_buffer":
-        return Hit("mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
-                   about="disable_overlap_schedule", fix="set mamba-radix-cache-strategy explicitly", edits={})
+        return Hit(
+            "mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
+            about="disable_overlap_schedule",
+            fix="set mamba-radix-cache-strategy explicitly",
+            edits={},
+        )
 
 
-@rule("DDT508", "mamba state counters are valid", reads=("mamba_max_states_per_path", "mamba_cache_philox_rounds"),
-      applies=lambda ctx: ctx.is_set("mamba_max_states_per_path") or ctx.is_set("mamba_cache_philox_rounds"),
-      reference=f"{MAMBA_HOOK} handle_mamba_backend")
+@rule(
+    "DDT508",
+    "mamba state counters are valid",
+    reads=("mamba_max_states_per_path", "mamba_cache_philox_rounds"),
+    applies=lambda ctx: ctx.is_set("mamba_max_states_per_path") or ctx.is_set("mamba_cache_philox_rounds"),
+    reference=f"{MAMBA_HOOK} handle_mamba_backend",
+)
 def mamba_counters(ctx: Context):
     """`--mamba-max-states-per-path` is -1 or positive; `--mamba-cache-philox-rounds` is non-negative."""
     states = ctx.get("mamba_max_states_per_path")
     if states is not None and (states == 0 or states < -1):
-        yield Hit(f"--mamba-max-states-per-path must be -1 (unlimited) or positive, got {states}",
-                  about="mamba_max_states_per_path", edits={"mamba_max_states_per_path": -1},
-                  fix="set mamba-max-states-per-path: -1")
+        yield Hit(
+            f"--mamba-max-states-per-path must be -1 (unlimited) or positive, got {states}",
+            about="mamba_max_states_per_path",
+            edits={"mamba_max_states_per_path": -1},
+            fix="set mamba-max-states-per-path: -1",
+        )
     rounds = ctx.get("mamba_cache_philox_rounds")
     if rounds is not None and rounds < 0:
-        yield Hit(f"--mamba-cache-philox-rounds must be non-negative, got {rounds}", about="mamba_cache_philox_rounds")
+        yield Hit(
+            f"--mamba-cache-philox-rounds must be non-negative, got {rounds}",
+            about="mamba_cache_philox_rounds",
+        )

@@ -22,8 +22,13 @@ def _algo_in(*names: str):
     return lambda ctx: ctx.algorithm in names
 
 
-@rule("DDT800", "speculative algorithm name is known", reads=("speculative_algorithm",),
-      applies=lambda ctx: ctx.algorithm is not None, reference=f"{SPEC_HOOK} (SpeculativeAlgorithm.from_string)")
+@rule(
+    "DDT800",
+    "speculative algorithm name is known",
+    reads=("speculative_algorithm",),
+    applies=lambda ctx: ctx.algorithm is not None,
+    reference=f"{SPEC_HOOK} (SpeculativeAlgorithm.from_string)",
+)
 def unknown_algorithm(ctx: Context):
     """SGLang upper-cases the name and fails in resolve with `Unknown speculative algorithm name`. NEXTN is EAGLE;
     DDTREE needs the ddtctl payload."""
@@ -31,76 +36,125 @@ def unknown_algorithm(ctx: Context):
         import difflib
 
         close = difflib.get_close_matches(ctx.algorithm, KNOWN_ALGORITHMS, n=1)
-        return Hit(f"unknown speculative algorithm {ctx.given['speculative_algorithm']!r}"
-                   + (f" (did you mean {close[0]}?)" if close else ""),
-                   fix=f"use one of {', '.join(KNOWN_ALGORITHMS)}",
-                   edits={"speculative_algorithm": close[0]} if close else {})
+        return Hit(
+            f"unknown speculative algorithm {ctx.given['speculative_algorithm']!r}"
+            + (f" (did you mean {close[0]}?)" if close else ""),
+            fix=f"use one of {', '.join(KNOWN_ALGORITHMS)}",
+            edits={"speculative_algorithm": close[0]} if close else {},
+        )
 
 
-@rule("DDT801", "draft window size is positive", reads=("speculative_draft_window_size",),
-      applies=lambda ctx: ctx.is_set("speculative_draft_window_size"), reference=SPEC_HOOK)
+@rule(
+    "DDT801",
+    "draft window size is positive",
+    reads=("speculative_draft_window_size",),
+    applies=lambda ctx: ctx.is_set("speculative_draft_window_size"),
+    reference=SPEC_HOOK,
+)
 def window_positive(ctx: Context):
     """`--speculative-draft-window-size` must be > 0."""
     window = ctx.get("speculative_draft_window_size")
     if window <= 0:
-        return Hit(f"--speculative-draft-window-size must be positive, got {window}",
-                   fix="remove speculative-draft-window-size or set it >= the block size",
-                   edits={"speculative_draft_window_size": None})
+        return Hit(
+            f"--speculative-draft-window-size must be positive, got {window}",
+            fix="remove speculative-draft-window-size or set it >= the block size",
+            edits={"speculative_draft_window_size": None},
+        )
 
 
-@rule("DDT802", "draft sink size needs a window and is non-negative", reads=("speculative_draft_sink_size",),
-      applies=lambda ctx: ctx.is_set("speculative_draft_sink_size"), reference=SPEC_HOOK)
+@rule(
+    "DDT802",
+    "draft sink size needs a window and is non-negative",
+    reads=("speculative_draft_sink_size",),
+    applies=lambda ctx: ctx.is_set("speculative_draft_sink_size"),
+    reference=SPEC_HOOK,
+)
 def sink_size(ctx: Context):
     """`--speculative-draft-sink-size` must be >= 0 and requires `--speculative-draft-window-size`."""
     sink = ctx.get("speculative_draft_sink_size")
     if sink < 0:
-        return Hit(f"--speculative-draft-sink-size must be non-negative, got {sink}",
-                   fix="set speculative-draft-sink-size: 0 or remove it")
+        return Hit(
+            f"--speculative-draft-sink-size must be non-negative, got {sink}",
+            fix="set speculative-draft-sink-size: 0 or remove it",
+        )
     if not ctx.is_set("speculative_draft_window_size"):
-        return Hit("--speculative-draft-sink-size requires --speculative-draft-window-size",
-                   fix="set speculative-draft-window-size or remove speculative-draft-sink-size")
+        return Hit(
+            "--speculative-draft-sink-size requires --speculative-draft-window-size",
+            fix="set speculative-draft-window-size or remove speculative-draft-sink-size",
+        )
 
 
-@rule("DDT803", "block verification is for EAGLE/EAGLE3/DFLASH/DSPARK on CUDA",
-      reads=("speculative_use_block_verification",),
-      applies=lambda ctx: bool(ctx.get("speculative_use_block_verification")),
-      reference=SPEC_HOOK)
+@rule(
+    "DDT803",
+    "block verification is for EAGLE/EAGLE3/DFLASH/DSPARK on CUDA",
+    reads=("speculative_use_block_verification",),
+    applies=lambda ctx: bool(ctx.get("speculative_use_block_verification")),
+    reference=SPEC_HOOK,
+)
 def block_verification(ctx: Context):
     """`--speculative-use-block-verification` supports only EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK, on CUDA."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3", "DFLASH", "DSPARK"):
-        return Hit(f"--speculative-use-block-verification only supports EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK, "
-                   f"not {ctx.algorithm}", fix="remove speculative-use-block-verification",
-                   edits={"speculative_use_block_verification": None})
+        return Hit(
+            f"--speculative-use-block-verification only supports EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK, "
+            f"not {ctx.algorithm}",
+            fix="remove speculative-use-block-verification",
+            edits={"speculative_use_block_verification": None},
+        )
     if ctx.get("device", "cuda") not in ("cuda", None):
         return Hit("--speculative-use-block-verification only supports CUDA", about="device")
 
 
-@rule("DDT804", "decode radix cache in PD disaggregation only with EAGLE/EAGLE3/DSPARK",
-      reads=("disaggregation_decode_enable_radix_cache",),
-      applies=lambda ctx: ctx.algorithm is not None and ctx.get("disaggregation_mode") == "decode"
-      and bool(ctx.get("disaggregation_decode_enable_radix_cache")), reference=SPEC_HOOK)
+@rule(
+    "DDT804",
+    "decode radix cache in PD disaggregation only with EAGLE/EAGLE3/DSPARK",
+    reads=("disaggregation_decode_enable_radix_cache",),
+    applies=lambda ctx: (
+        ctx.algorithm is not None
+        and ctx.get("disaggregation_mode") == "decode"
+        and bool(ctx.get("disaggregation_decode_enable_radix_cache"))
+    ),
+    reference=SPEC_HOOK,
+)
 def disagg_radix(ctx: Context):
     """`--disaggregation-decode-enable-radix-cache` is incompatible with speculative algorithms other than EAGLE,
     EAGLE3 and DSPARK."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3", "DSPARK"):
-        return Hit(f"--disaggregation-decode-enable-radix-cache is incompatible with {ctx.algorithm}",
-                   fix="remove disaggregation-decode-enable-radix-cache",
-                   edits={"disaggregation_decode_enable_radix_cache": None})
+        return Hit(
+            f"--disaggregation-decode-enable-radix-cache is incompatible with {ctx.algorithm}",
+            fix="remove disaggregation-decode-enable-radix-cache",
+            edits={"disaggregation_decode_enable_radix_cache": None},
+        )
 
 
-_SPEC_ONLY = ("speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
-              "speculative_num_draft_tokens", "speculative_dflash_block_size", "speculative_ddtree_budget",
-              "speculative_ddtree_topk_cap")
+_SPEC_ONLY = (
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_dflash_block_size",
+    "speculative_ddtree_budget",
+    "speculative_ddtree_topk_cap",
+)
 
 
-@rule("DDT805", "speculative flags without an algorithm have no effect", severity=WARNING, reads=_SPEC_ONLY,
-      applies=lambda ctx: ctx.algorithm is None, reference=SPEC_HOOK, sglang_enforces=False)
+@rule(
+    "DDT805",
+    "speculative flags without an algorithm have no effect",
+    severity=WARNING,
+    reads=_SPEC_ONLY,
+    applies=lambda ctx: ctx.algorithm is None,
+    reference=SPEC_HOOK,
+    sglang_enforces=False,
+)
 def spec_flags_without_algorithm(ctx: Context):
     """Speculative flags are ignored unless `--speculative-algorithm` is set: usually a forgotten line."""
     for dest in _SPEC_ONLY:
         if ctx.is_set(dest):
-            yield Hit(f"--{dest.replace('_', '-')} has no effect without --speculative-algorithm", about=dest,
-                      fix="set speculative-algorithm, or remove the speculative flags")
+            yield Hit(
+                f"--{dest.replace('_', '-')} has no effect without --speculative-algorithm",
+                about=dest,
+                fix="set speculative-algorithm, or remove the speculative flags",
+            )
 
 
 # speculative/spec_info.py SpeculativeAlgorithm.supports_mixed_chunk; custom (plugin) algorithms say no.
@@ -110,10 +164,13 @@ MIXED_CHUNK_OK = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
 MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
 
 
-@rule("DDT806", "mixed chunked prefill is supported by this speculative algorithm",
-      reads=("enable_mixed_chunk",),
-      applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
-      reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py")
+@rule(
+    "DDT806",
+    "mixed chunked prefill is supported by this speculative algorithm",
+    reads=("enable_mixed_chunk",),
+    applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
+    reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py",
+)
 def mixed_chunk(ctx: Context):
     """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and FROZEN_KV_MTP
     turn it off with a warning (an override); plugin algorithms such as DDTREE fail `check_server_args`
@@ -121,116 +178,204 @@ def mixed_chunk(ctx: Context):
     if ctx.algorithm in MIXED_CHUNK_OK:
         return None
     if ctx.algorithm in MIXED_CHUNK_TURNED_OFF:
-        return Hit(f"--enable-mixed-chunk is turned off by SGLang for {ctx.algorithm}", severity=INFO,
-                   fix="remove enable-mixed-chunk", edits={"enable_mixed_chunk": None})
-    return Hit(f"--enable-mixed-chunk is not supported with {ctx.algorithm}",
-               fix="remove enable-mixed-chunk", edits={"enable_mixed_chunk": None})
+        return Hit(
+            f"--enable-mixed-chunk is turned off by SGLang for {ctx.algorithm}",
+            severity=INFO,
+            fix="remove enable-mixed-chunk",
+            edits={"enable_mixed_chunk": None},
+        )
+    return Hit(
+        f"--enable-mixed-chunk is not supported with {ctx.algorithm}",
+        fix="remove enable-mixed-chunk",
+        edits={"enable_mixed_chunk": None},
+    )
 
 
 # ---------------------------------------------------------------- DFLASH (and DDTREE, a member of the family)
 
-@rule("DDT201", "DFLASH needs a draft model", reads=("speculative_draft_model_path",),
-      applies=_algo_in("DFLASH"), reference=f"{SPEC_HOOK} _handle_dflash")
+
+@rule(
+    "DDT201",
+    "DFLASH needs a draft model",
+    reads=("speculative_draft_model_path",),
+    applies=_algo_in("DFLASH"),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_draft(ctx: Context):
     """DFLASH drafts with a separate block-diffusion model: `--speculative-draft-model-path` is required."""
     if not ctx.is_set("speculative_draft_model_path"):
-        return Hit("DFLASH speculative decoding requires --speculative-draft-model-path",
-                   fix="set speculative-draft-model-path to the DFlash draft model directory")
+        return Hit(
+            "DFLASH speculative decoding requires --speculative-draft-model-path",
+            fix="set speculative-draft-model-path to the DFlash draft model directory",
+        )
 
 
-@rule("DDT202", "DFLASH block size is positive", reads=("speculative_dflash_block_size",),
-      applies=lambda ctx: ctx.algorithm == "DFLASH" and ctx.is_set("speculative_dflash_block_size"),
-      reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT202",
+    "DFLASH block size is positive",
+    reads=("speculative_dflash_block_size",),
+    applies=lambda ctx: ctx.algorithm == "DFLASH" and ctx.is_set("speculative_dflash_block_size"),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_block_positive(ctx: Context):
     """`--speculative-dflash-block-size` must be > 0."""
     if ctx.get("speculative_dflash_block_size") <= 0:
-        return Hit(f"--speculative-dflash-block-size must be positive, got {ctx.get('speculative_dflash_block_size')}",
-                   fix="set speculative-dflash-block-size to the drafter's block_size (e.g. 16)")
+        return Hit(
+            f"--speculative-dflash-block-size must be positive, got {ctx.get('speculative_dflash_block_size')}",
+            fix="set speculative-dflash-block-size to the drafter's block_size (e.g. 16)",
+        )
 
 
-@rule("DDT203", "DFLASH draft tokens equal the block size",
-      reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"),
-      applies=lambda ctx: ctx.algorithm == "DFLASH" and ctx.is_set("speculative_num_draft_tokens")
-      and ctx.is_set("speculative_dflash_block_size"), reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT203",
+    "DFLASH draft tokens equal the block size",
+    reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"),
+    applies=lambda ctx: (
+        ctx.algorithm == "DFLASH"
+        and ctx.is_set("speculative_num_draft_tokens")
+        and ctx.is_set("speculative_dflash_block_size")
+    ),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_tokens_match(ctx: Context):
     """For DFLASH, `--speculative-num-draft-tokens` and `--speculative-dflash-block-size` must match."""
     tokens, block = ctx.get("speculative_num_draft_tokens"), ctx.get("speculative_dflash_block_size")
     if block > 0 and tokens != block:
-        return Hit(f"--speculative-num-draft-tokens ({tokens}) differs from --speculative-dflash-block-size ({block})",
-                   fix="remove speculative-num-draft-tokens (it is taken from the block size)",
-                   edits={"speculative_num_draft_tokens": None})
+        return Hit(
+            f"--speculative-num-draft-tokens ({tokens}) differs from --speculative-dflash-block-size ({block})",
+            fix="remove speculative-num-draft-tokens (it is taken from the block size)",
+            edits={"speculative_num_draft_tokens": None},
+        )
 
 
-@rule("DDT204", "draft window covers the block", reads=("speculative_draft_window_size",),
-      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.is_set("speculative_draft_window_size")
-      and ctx.get("speculative_draft_window_size") > 0, reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT204",
+    "draft window covers the block",
+    reads=("speculative_draft_window_size",),
+    applies=lambda ctx: (
+        ctx.algorithm in DFLASH_FAMILY
+        and ctx.is_set("speculative_draft_window_size")
+        and ctx.get("speculative_draft_window_size") > 0
+    ),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_window(ctx: Context):
     """The compact draft KV window must hold at least one block: window >= speculative_num_draft_tokens."""
     block = ctx.draft_tokens() or 16
     window = ctx.get("speculative_draft_window_size")
     if window < block:
-        return Hit(f"--speculative-draft-window-size ({window}) must be >= the block size ({block})",
-                   fix=f"set speculative-draft-window-size to at least {block}",
-                   edits={"speculative_draft_window_size": block})
+        return Hit(
+            f"--speculative-draft-window-size ({window}) must be >= the block size ({block})",
+            fix=f"set speculative-draft-window-size to at least {block}",
+            edits={"speculative_draft_window_size": block},
+        )
 
 
-@rule("DDT205", "DFLASH family runs with pipeline parallel size 1", reads=("pp_size",),
-      applies=_algo_in("DFLASH"), reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT205",
+    "DFLASH family runs with pipeline parallel size 1",
+    reads=("pp_size",),
+    applies=_algo_in("DFLASH"),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_pp(ctx: Context):
     """DFLASH speculative decoding supports only `pp_size == 1`."""
     if ctx.get("pp_size", 1) != 1:
-        return Hit(f"DFLASH supports only --pp-size 1, got {ctx.get('pp_size')}", fix="set pp-size: 1",
-                   edits={"pp_size": 1})
+        return Hit(
+            f"DFLASH supports only --pp-size 1, got {ctx.get('pp_size')}",
+            fix="set pp-size: 1",
+            edits={"pp_size": 1},
+        )
 
 
-@rule("DDT206", "DFLASH family with DP attention needs the DP LM head and no context parallelism",
-      reads=("enable_dp_attention", "enable_dp_lm_head"),
-      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.dp_attention, reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT206",
+    "DFLASH family with DP attention needs the DP LM head and no context parallelism",
+    reads=("enable_dp_attention", "enable_dp_lm_head"),
+    applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.dp_attention,
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_dp_attention(ctx: Context):
     """With DP attention the drafter borrows the target LM head: `--enable-dp-lm-head` is required, and
     `--attn-cp-size` must be 1."""
     if not ctx.get("enable_dp_lm_head"):
-        yield Hit(f"{ctx.algorithm} with DP attention requires --enable-dp-lm-head", fix="set enable-dp-lm-head: true",
-                  edits={"enable_dp_lm_head": True})
+        yield Hit(
+            f"{ctx.algorithm} with DP attention requires --enable-dp-lm-head",
+            fix="set enable-dp-lm-head: true",
+            edits={"enable_dp_lm_head": True},
+        )
     if (ctx.get("attn_cp_size") or 1) != 1:
-        yield Hit(f"{ctx.algorithm} with DP attention does not support context parallelism", about="attn_cp_size",
-                  fix="set attn-cp-size: 1")
+        yield Hit(
+            f"{ctx.algorithm} with DP attention does not support context parallelism",
+            about="attn_cp_size",
+            fix="set attn-cp-size: 1",
+        )
 
 
-@rule("DDT207", "DFLASH family needs a CUDA/NPU/XPU device", reads=("device",),
-      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.is_set("device"),
-      reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT207",
+    "DFLASH family needs a CUDA/NPU/XPU device",
+    reads=("device",),
+    applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.is_set("device"),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_device(ctx: Context):
     """DFLASH is not supported on the CPU platform."""
     device = str(ctx.get("device"))
     if not (device.startswith("cuda") or device in ("npu", "xpu")):
-        return Hit(f"{ctx.algorithm} is not supported on device {device!r}", fix="set device: cuda (or remove it)",
-                   edits={"device": None})
+        return Hit(
+            f"{ctx.algorithm} is not supported on device {device!r}",
+            fix="set device: cuda (or remove it)",
+            edits={"device": None},
+        )
 
 
-@rule("DDT208", "DFLASH family forces steps and topk to 1", severity=INFO,
-      reads=("speculative_num_steps", "speculative_eagle_topk"),
-      applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY, reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT208",
+    "DFLASH family forces steps and topk to 1",
+    severity=INFO,
+    reads=("speculative_num_steps", "speculative_eagle_topk"),
+    applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY,
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_steps_topk(ctx: Context):
     """DFLASH has no EAGLE steps/topk: values other than 1 are overridden to 1 with a warning."""
     for dest in ("speculative_num_steps", "speculative_eagle_topk"):
         value = ctx.given.get(dest)
         if value is not None and value != 1:
-            yield Hit(f"--{dest.replace('_', '-')} {value} is ignored by {ctx.algorithm} (SGLang forces 1)", about=dest,
-                      fix=f"remove {dest.replace('_', '-')}", edits={dest: None})
+            yield Hit(
+                f"--{dest.replace('_', '-')} {value} is ignored by {ctx.algorithm} (SGLang forces 1)",
+                about=dest,
+                fix=f"remove {dest.replace('_', '-')}",
+                edits={dest: None},
+            )
 
 
-@rule("DDT209", "DFLASH block size is known", severity=WARNING, reads=("speculative_dflash_block_size",),
-      needs=(), applies=lambda ctx: ctx.algorithm in DFLASH_FAMILY and ctx.draft_tokens() is None
-      and ctx.draft is not None and ctx.draft.known, reference=f"{SPEC_HOOK} _handle_dflash")
+@rule(
+    "DDT209",
+    "DFLASH block size is known",
+    severity=WARNING,
+    reads=("speculative_dflash_block_size",),
+    needs=(),
+    applies=lambda ctx: (
+        ctx.algorithm in DFLASH_FAMILY
+        and ctx.draft_tokens() is None
+        and ctx.draft is not None
+        and ctx.draft.known
+    ),
+    reference=f"{SPEC_HOOK} _handle_dflash",
+)
 def dflash_block_unknown(ctx: Context):
     """Without `--speculative-dflash-block-size`/`--speculative-num-draft-tokens` and without `block_size` in the
     draft config, SGLang falls back to 16 with a warning."""
-    return Hit("the draft config has no block_size and no block size is set: SGLang falls back to 16",
-               fix="set speculative-dflash-block-size to the drafter's block size")
+    return Hit(
+        "the draft config has no block_size and no block size is set: SGLang falls back to 16",
+        fix="set speculative-dflash-block-size to the drafter's block size",
+    )
 
 
 # ---------------------------------------------------------------- EAGLE / EAGLE3 / NEXTN / STANDALONE
+
 
 def adaptive_effective(ctx: Context) -> bool:
     """Whether `--speculative-adaptive` survives adaptive_spec_params.py:56-100 adaptive_unsupported_reason."""
@@ -239,32 +384,50 @@ def adaptive_effective(ctx: Context) -> bool:
     if not ctx.get("speculative_adaptive") or ctx.algorithm not in ("EAGLE", "EAGLE3"):
         return False
     topk = ctx.given.get("speculative_eagle_topk")
-    return topk in (None, 1) and attn_dp_size(ctx) <= 1 and not ctx.get("enable_two_batch_overlap") \
+    return (
+        topk in (None, 1)
+        and attn_dp_size(ctx) <= 1
+        and not ctx.get("enable_two_batch_overlap")
         and not ctx.get("enable_pdmux")
+    )
 
 
 ADAPTIVE_CANDIDATE_STEPS = (0, 1, 3, 5, 7)  # adaptive_spec_params.py:28-53 DEFAULT_ADAPTIVE_CONFIG
 
 
-@rule("DDT308", "adaptive speculative decoding steps are candidate steps", reads=("speculative_num_steps",),
-      applies=lambda ctx: adaptive_effective(ctx) and ctx.is_set("speculative_num_steps")
-      and not ctx.is_set("speculative_adaptive_config"),
-      reference=f"{SPEC_HOOK}:1392-1421 _init_adaptive_speculative_params")
+@rule(
+    "DDT308",
+    "adaptive speculative decoding steps are candidate steps",
+    reads=("speculative_num_steps",),
+    applies=lambda ctx: (
+        adaptive_effective(ctx)
+        and ctx.is_set("speculative_num_steps")
+        and not ctx.is_set("speculative_adaptive_config")
+    ),
+    reference=f"{SPEC_HOOK}:1392-1421 _init_adaptive_speculative_params",
+)
 def adaptive_steps(ctx: Context):
     """With `--speculative-adaptive` (and SGLang's default adaptive config) `--speculative-num-steps` must be one of
     the config's candidate steps 0, 1, 3, 5, 7."""
     steps = ctx.get("speculative_num_steps")
     if steps not in ADAPTIVE_CANDIDATE_STEPS:
-        return Hit(f"--speculative-num-steps {steps} is not a candidate step of the default adaptive config "
-                   f"({', '.join(map(str, ADAPTIVE_CANDIDATE_STEPS))})", about="speculative_num_steps",
-                   fix="set speculative-num-steps: 3", edits={"speculative_num_steps": 3})
+        return Hit(
+            f"--speculative-num-steps {steps} is not a candidate step of the default adaptive config "
+            f"({', '.join(map(str, ADAPTIVE_CANDIDATE_STEPS))})",
+            about="speculative_num_steps",
+            fix="set speculative-num-steps: 3",
+            edits={"speculative_num_steps": 3},
+        )
 
 
-@rule("DDT301", "EAGLE steps, topk and draft tokens are set together",
-      reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not adaptive_effective(ctx),
-      reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); speculative_hook.py:261-264, "
-                "1369-1389 _maybe_disable_adaptive")
+@rule(
+    "DDT301",
+    "EAGLE steps, topk and draft tokens are set together",
+    reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
+    applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not adaptive_effective(ctx),
+    reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); speculative_hook.py:261-264, "
+    "1369-1389 _maybe_disable_adaptive",
+)
 def eagle_params(ctx: Context):
     """When `--speculative-num-steps` is unset SGLang chooses steps/topk/draft tokens itself and *asserts* that
     topk and draft tokens are unset too (a bare AssertionError). When steps are set, topk must be set too: SGLang
@@ -275,52 +438,88 @@ def eagle_params(ctx: Context):
         given = [d for d in ("speculative_eagle_topk", "speculative_num_draft_tokens") if ctx.is_set(d)]
         if given:
             names = " and ".join(f"--{d.replace('_', '-')}" for d in given)
-            return Hit(f"{names} set without --speculative-num-steps: SGLang auto-chooses all three and fails with "
-                       "an AssertionError", about=given[0],
-                       fix="set speculative-num-steps too (e.g. 3), or remove " + ", ".join(
-                           d.replace("_", "-") for d in given))
+            return Hit(
+                f"{names} set without --speculative-num-steps: SGLang auto-chooses all three and fails with "
+                "an AssertionError",
+                about=given[0],
+                fix="set speculative-num-steps too (e.g. 3), or remove "
+                + ", ".join(d.replace("_", "-") for d in given),
+            )
     elif not ctx.is_set("speculative_eagle_topk"):
-        return Hit("--speculative-num-steps set without --speculative-eagle-topk: SGLang fails with a TypeError "
-                   "(topk stays None)", about="speculative_num_steps",
-                   fix="set speculative-eagle-topk (1 for a chain) and speculative-num-draft-tokens",
-                   edits={"speculative_eagle_topk": 1})
+        return Hit(
+            "--speculative-num-steps set without --speculative-eagle-topk: SGLang fails with a TypeError "
+            "(topk stays None)",
+            about="speculative_num_steps",
+            fix="set speculative-eagle-topk (1 for a chain) and speculative-num-draft-tokens",
+            edits={"speculative_eagle_topk": 1},
+        )
 
 
-@rule("DDT302", "STANDALONE does not support DP attention", reads=("enable_dp_attention",),
-      applies=lambda ctx: ctx.algorithm == "STANDALONE" and ctx.dp_attention,
-      reference=f"{SPEC_HOOK} _handle_eagle_family")
+@rule(
+    "DDT302",
+    "STANDALONE does not support DP attention",
+    reads=("enable_dp_attention",),
+    applies=lambda ctx: ctx.algorithm == "STANDALONE" and ctx.dp_attention,
+    reference=f"{SPEC_HOOK} _handle_eagle_family",
+)
 def standalone_dp(ctx: Context):
     """Standalone speculative decoding does not support DP attention."""
-    return Hit("STANDALONE speculative decoding does not support DP attention", fix="remove enable-dp-attention",
-               edits={"enable_dp_attention": None})
+    return Hit(
+        "STANDALONE speculative decoding does not support DP attention",
+        fix="remove enable-dp-attention",
+        edits={"enable_dp_attention": None},
+    )
 
 
-@rule("DDT303", "rejection sampling is EAGLE/EAGLE3 with topk 1 and default thresholds",
-      reads=("speculative_use_rejection_sampling",), applies=lambda ctx: ctx.algorithm is not None and (
-          bool(ctx.get("speculative_use_rejection_sampling")) or (
-              bool(ctx.get("speculative_use_block_verification")) and ctx.algorithm in ("EAGLE", "EAGLE3"))),
-      reference=(f"{SPEC_HOOK}:175-194 (block verification turns rejection sampling on), "
-                 ":1209-1226 _handle_eagle_family"))
+@rule(
+    "DDT303",
+    "rejection sampling is EAGLE/EAGLE3 with topk 1 and default thresholds",
+    reads=("speculative_use_rejection_sampling",),
+    applies=lambda ctx: (
+        ctx.algorithm is not None
+        and (
+            bool(ctx.get("speculative_use_rejection_sampling"))
+            or (bool(ctx.get("speculative_use_block_verification")) and ctx.algorithm in ("EAGLE", "EAGLE3"))
+        )
+    ),
+    reference=(
+        f"{SPEC_HOOK}:175-194 (block verification turns rejection sampling on), "
+        ":1209-1226 _handle_eagle_family"
+    ),
+)
 def rejection_sampling(ctx: Context):
     """`--speculative-use-rejection-sampling` works only for EAGLE/EAGLE3/NEXTN, needs topk 1, and ignores the
     accept thresholds (so setting them is an error)."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3"):
         if ctx.algorithm in EAGLE_FAMILY:  # a NotImplementedError in SGLang
-            yield Hit(f"--speculative-use-rejection-sampling is only supported for EAGLE/EAGLE3/NEXTN, not "
-                      f"{ctx.algorithm}", fix="remove speculative-use-rejection-sampling",
-                      edits={"speculative_use_rejection_sampling": None})
+            yield Hit(
+                f"--speculative-use-rejection-sampling is only supported for EAGLE/EAGLE3/NEXTN, not "
+                f"{ctx.algorithm}",
+                fix="remove speculative-use-rejection-sampling",
+                edits={"speculative_use_rejection_sampling": None},
+            )
         return
     topk = ctx.given.get("speculative_eagle_topk")
     if topk is not None and topk != 1:
-        via = "" if ctx.get("speculative_use_rejection_sampling") else \
-            " (--speculative-use-block-verification turns it on for EAGLE/EAGLE3)"
-        yield Hit(f"--speculative-use-rejection-sampling{via} requires --speculative-eagle-topk 1",
-                  about="speculative_eagle_topk", fix="set speculative-eagle-topk: 1",
-                  edits={"speculative_eagle_topk": 1})
+        via = (
+            ""
+            if ctx.get("speculative_use_rejection_sampling")
+            else " (--speculative-use-block-verification turns it on for EAGLE/EAGLE3)"
+        )
+        yield Hit(
+            f"--speculative-use-rejection-sampling{via} requires --speculative-eagle-topk 1",
+            about="speculative_eagle_topk",
+            fix="set speculative-eagle-topk: 1",
+            edits={"speculative_eagle_topk": 1},
+        )
     for dest in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
         if ctx.get(dest, 1.0) != 1.0:
-            yield Hit(f"--speculative-use-rejection-sampling is incompatible with --{dest.replace('_', '-')}",
-                      about=dest, fix=f"remove {dest.replace('_', '-')}", edits={dest: None})
+            yield Hit(
+                f"--speculative-use-rejection-sampling is incompatible with --{dest.replace('_', '-')}",
+                about=dest,
+                fix=f"remove {dest.replace('_', '-')}",
+                edits={dest: None},
+            )
 
 
 _PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
@@ -333,8 +532,14 @@ def _backends(ctx: Context) -> tuple[str | None, str | None]:
 
 
 # Architectures whose attention is MLA: on SM100 SGLang auto-selects trtllm_mla with page size 64.
-MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM",
-                     "KimiK2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM")
+MLA_ARCHITECTURES = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "KimiK2ForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+)
 
 
 def effective_attention(ctx: Context) -> tuple[str | None, int]:
@@ -346,72 +551,120 @@ def effective_attention(ctx: Context) -> tuple[str | None, int]:
     return backend, resolved_page(ctx, backend)
 
 
-@rule("DDT304", "EAGLE topk > 1 with paged KV needs a tree-capable backend",
-      reads=("speculative_eagle_topk", "page_size", "attention_backend"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and (ctx.given.get("speculative_eagle_topk") or 1) > 1,
-      reference=f"{SPEC_HOOK} _handle_eagle_family; overrides.py (MLA backend auto-selection)")
+@rule(
+    "DDT304",
+    "EAGLE topk > 1 with paged KV needs a tree-capable backend",
+    reads=("speculative_eagle_topk", "page_size", "attention_backend"),
+    applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and (ctx.given.get("speculative_eagle_topk") or 1) > 1,
+    reference=f"{SPEC_HOOK} _handle_eagle_family; overrides.py (MLA backend auto-selection)",
+)
 def eagle_topk_paged(ctx: Context):
     """topk > 1 with page_size > 1 needs the two-pass cascade draft decode, implemented only by flashinfer, fa3 and
     triton. SGLang's own choices count too: a DeepSeek-style MLA model on SM100 gets trtllm_mla with page size 64."""
     backend, page = effective_attention(ctx)
     if backend is not None and page > 1 and backend not in _PAGE_TREE_BACKENDS:
         chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
-        return Hit(f"--speculative-eagle-topk > 1 with page size {page} is only supported on "
-                   f"{'/'.join(_PAGE_TREE_BACKENDS)}, got attention backend {backend!r}{chosen}",
-                   about="speculative_eagle_topk",
-                   fix="set speculative-eagle-topk: 1, or page-size: 1 with a tree-capable attention-backend",
-                   edits={"speculative_eagle_topk": 1} if not ctx.is_set("attention_backend") else {})
+        return Hit(
+            f"--speculative-eagle-topk > 1 with page size {page} is only supported on "
+            f"{'/'.join(_PAGE_TREE_BACKENDS)}, got attention backend {backend!r}{chosen}",
+            about="speculative_eagle_topk",
+            fix="set speculative-eagle-topk: 1, or page-size: 1 with a tree-capable attention-backend",
+            edits={"speculative_eagle_topk": 1} if not ctx.is_set("attention_backend") else {},
+        )
 
 
-@rule("DDT305", "trtllm_mha supports only topk 1", reads=("attention_backend", "speculative_eagle_topk"),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and "trtllm_mha" in _backends(ctx)
-      and (ctx.given.get("speculative_eagle_topk") or 1) > 1, reference=f"{SPEC_HOOK}:1177-1181 _handle_eagle_family")
+@rule(
+    "DDT305",
+    "trtllm_mha supports only topk 1",
+    reads=("attention_backend", "speculative_eagle_topk"),
+    applies=lambda ctx: (
+        ctx.algorithm in EAGLE_FAMILY
+        and "trtllm_mha" in _backends(ctx)
+        and (ctx.given.get("speculative_eagle_topk") or 1) > 1
+    ),
+    reference=f"{SPEC_HOOK}:1177-1181 _handle_eagle_family",
+)
 def trtllm_topk(ctx: Context):
     """The trtllm_mha attention backend (as attention, prefill or decode backend) supports only
     `--speculative-eagle-topk 1`."""
-    return Hit("trtllm_mha attention backend only supports --speculative-eagle-topk 1", about="speculative_eagle_topk",
-               fix="set speculative-eagle-topk: 1", edits={"speculative_eagle_topk": 1})
+    return Hit(
+        "trtllm_mha attention backend only supports --speculative-eagle-topk 1",
+        about="speculative_eagle_topk",
+        fix="set speculative-eagle-topk: 1",
+        edits={"speculative_eagle_topk": 1},
+    )
 
 
-@rule("DDT306", "EAGLE needs a draft model unless the target ships its MTP layer",
-      reads=("speculative_draft_model_path",), needs=(FACT_MODEL,),
-      applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.is_set("speculative_draft_model_path"),
-      reference=f"{SPEC_HOOK} _handle_eagle_family; fails at draft model load", sglang_enforces=False)
+@rule(
+    "DDT306",
+    "EAGLE needs a draft model unless the target ships its MTP layer",
+    reads=("speculative_draft_model_path",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.is_set("speculative_draft_model_path"),
+    reference=f"{SPEC_HOOK} _handle_eagle_family; fails at draft model load",
+    sglang_enforces=False,
+)
 def eagle_draft(ctx: Context):
     """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others SGLang
     accepts the flags and fails later when the draft worker loads."""
     if ctx.model.architecture not in BUILTIN_MTP_ARCHITECTURES:
-        return Hit(f"{ctx.algorithm} on {ctx.model.architecture} needs --speculative-draft-model-path "
-                   "(only DeepSeek-V3-style models carry their own MTP draft layer)",
-                   fix="set speculative-draft-model-path to the EAGLE/EAGLE3 draft model")
+        return Hit(
+            f"{ctx.algorithm} on {ctx.model.architecture} needs --speculative-draft-model-path "
+            "(only DeepSeek-V3-style models carry their own MTP draft layer)",
+            fix="set speculative-draft-model-path to the EAGLE/EAGLE3 draft model",
+        )
 
 
-@rule("DDT307", "topk 1 forces draft tokens = steps + 1", severity=INFO,
-      reads=("speculative_num_draft_tokens",), applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY
-      and ctx.given.get("speculative_eagle_topk") == 1 and ctx.is_set("speculative_num_steps")
-      and ctx.is_set("speculative_num_draft_tokens"), reference=f"{SPEC_HOOK} _handle_eagle_family")
+@rule(
+    "DDT307",
+    "topk 1 forces draft tokens = steps + 1",
+    severity=INFO,
+    reads=("speculative_num_draft_tokens",),
+    applies=lambda ctx: (
+        ctx.algorithm in EAGLE_FAMILY
+        and ctx.given.get("speculative_eagle_topk") == 1
+        and ctx.is_set("speculative_num_steps")
+        and ctx.is_set("speculative_num_draft_tokens")
+    ),
+    reference=f"{SPEC_HOOK} _handle_eagle_family",
+)
 def eagle_chain_tokens(ctx: Context):
     """With topk 1 the draft is a chain: SGLang silently sets draft tokens to steps + 1."""
     steps, tokens = ctx.get("speculative_num_steps"), ctx.get("speculative_num_draft_tokens")
     if tokens != steps + 1:
-        return Hit(f"--speculative-num-draft-tokens {tokens} becomes {steps + 1} (steps + 1) with topk 1",
-                   fix=f"set speculative-num-draft-tokens: {steps + 1}",
-                   edits={"speculative_num_draft_tokens": steps + 1})
+        return Hit(
+            f"--speculative-num-draft-tokens {tokens} becomes {steps + 1} (steps + 1) with topk 1",
+            fix=f"set speculative-num-draft-tokens: {steps + 1}",
+            edits={"speculative_num_draft_tokens": steps + 1},
+        )
 
 
 # ---------------------------------------------------------------- NGRAM
 
-@rule("DDT401", "NGRAM runs on CUDA, CPU or XPU", reads=("device",),
-      applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.is_set("device"), reference=f"{SPEC_HOOK} _handle_ngram")
+
+@rule(
+    "DDT401",
+    "NGRAM runs on CUDA, CPU or XPU",
+    reads=("device",),
+    applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.is_set("device"),
+    reference=f"{SPEC_HOOK} _handle_ngram",
+)
 def ngram_device(ctx: Context):
     """Ngram speculative decoding supports only CUDA, CPU and XPU devices."""
     if ctx.get("device") not in ("cuda", "cpu", "xpu"):
-        return Hit(f"NGRAM speculative decoding does not support device {ctx.get('device')!r}", fix="set device: cuda")
+        return Hit(
+            f"NGRAM speculative decoding does not support device {ctx.get('device')!r}",
+            fix="set device: cuda",
+        )
 
 
-@rule("DDT402", "NGRAM with BFS breadth > 1 and paged KV needs flashinfer",
-      reads=("speculative_ngram_max_bfs_breadth", "page_size", "attention_backend"),
-      applies=lambda ctx: ctx.algorithm == "NGRAM", reference=f"{SPEC_HOOK}:1355-1366 _handle_ngram")
+@rule(
+    "DDT402",
+    "NGRAM with BFS breadth > 1 and paged KV needs flashinfer",
+    reads=("speculative_ngram_max_bfs_breadth", "page_size", "attention_backend"),
+    applies=lambda ctx: ctx.algorithm == "NGRAM",
+    reference=f"{SPEC_HOOK}:1355-1366 _handle_ngram",
+)
 def ngram_paged(ctx: Context):
     """NGRAM's topk is its max BFS breadth (10 by default); > 1 with a page size > 1 is only correct on flashinfer.
     The page size and backend are SGLang's resolved ones: e.g. a DeepSeek MLA target on SM100 gets trtllm_mla with
@@ -420,36 +673,57 @@ def ngram_paged(ctx: Context):
     backend, page = effective_attention(ctx)
     if breadth > 1 and page > 1 and backend is not None and backend != "flashinfer":
         chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
-        return Hit(f"NGRAM with BFS breadth {breadth} and page size {page} produces wrong results "
-                   f"on {backend!r}{chosen}: only flashinfer supports it", about="page_size",
-                   fix="set page-size: 1 or attention-backend: flashinfer, or speculative-ngram-max-bfs-breadth: 1",
-                   edits={"page_size": 1} if ctx.is_set("page_size") else {})
+        return Hit(
+            f"NGRAM with BFS breadth {breadth} and page size {page} produces wrong results "
+            f"on {backend!r}{chosen}: only flashinfer supports it",
+            about="page_size",
+            fix="set page-size: 1 or attention-backend: flashinfer, or speculative-ngram-max-bfs-breadth: 1",
+            edits={"page_size": 1} if ctx.is_set("page_size") else {},
+        )
 
 
-@rule("DDT403", "NGRAM does not support DP attention", reads=("enable_dp_attention",),
-      applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.dp_attention, reference=f"{SPEC_HOOK} _handle_ngram")
+@rule(
+    "DDT403",
+    "NGRAM does not support DP attention",
+    reads=("enable_dp_attention",),
+    applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.dp_attention,
+    reference=f"{SPEC_HOOK} _handle_ngram",
+)
 def ngram_dp(ctx: Context):
     """Ngram speculative decoding does not support DP attention."""
-    return Hit("NGRAM speculative decoding does not support DP attention", fix="remove enable-dp-attention",
-               edits={"enable_dp_attention": None})
+    return Hit(
+        "NGRAM speculative decoding does not support DP attention",
+        fix="remove enable-dp-attention",
+        edits={"enable_dp_attention": None},
+    )
 
 
-@rule("DDT404", "NGRAM external corpus budgets", reads=("speculative_ngram_external_corpus_path",),
-      applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.is_set("speculative_ngram_external_corpus_path"),
-      reference=f"{SPEC_HOOK} _handle_ngram")
+@rule(
+    "DDT404",
+    "NGRAM external corpus budgets",
+    reads=("speculative_ngram_external_corpus_path",),
+    applies=lambda ctx: ctx.algorithm == "NGRAM" and ctx.is_set("speculative_ngram_external_corpus_path"),
+    reference=f"{SPEC_HOOK} _handle_ngram",
+)
 def ngram_corpus(ctx: Context):
     """With an external corpus the SAM budget and max tokens must be positive, and the budget <= draft tokens - 1."""
     budget = ctx.get("speculative_ngram_external_sam_budget") or 0
     max_tokens = ctx.get("speculative_ngram_external_corpus_max_tokens") or 0
     tokens = ctx.given.get("speculative_num_draft_tokens") or 12
     if budget <= 0:
-        yield Hit("--speculative-ngram-external-sam-budget must be positive with an external corpus",
-                  about="speculative_ngram_external_sam_budget")
+        yield Hit(
+            "--speculative-ngram-external-sam-budget must be positive with an external corpus",
+            about="speculative_ngram_external_sam_budget",
+        )
     elif budget > tokens - 1:
-        yield Hit(f"--speculative-ngram-external-sam-budget ({budget}) must be <= draft tokens - 1 ({tokens - 1})",
-                  about="speculative_ngram_external_sam_budget",
-                  edits={"speculative_ngram_external_sam_budget": tokens - 1},
-                  fix=f"set speculative-ngram-external-sam-budget: {tokens - 1}")
+        yield Hit(
+            f"--speculative-ngram-external-sam-budget ({budget}) must be <= draft tokens - 1 ({tokens - 1})",
+            about="speculative_ngram_external_sam_budget",
+            edits={"speculative_ngram_external_sam_budget": tokens - 1},
+            fix=f"set speculative-ngram-external-sam-budget: {tokens - 1}",
+        )
     if max_tokens <= 0:
-        yield Hit("--speculative-ngram-external-corpus-max-tokens must be positive with an external corpus",
-                  about="speculative_ngram_external_corpus_max_tokens")
+        yield Hit(
+            "--speculative-ngram-external-corpus-max-tokens must be positive with an external corpus",
+            about="speculative_ngram_external_corpus_max_tokens",
+        )

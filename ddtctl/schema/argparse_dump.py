@@ -100,7 +100,7 @@ def _action_name(action: argparse.Action) -> str:
         return "deprecated_alias"
     if cls.startswith("Deprecated"):
         # DeprecatedStoreTrueAction -> deprecated_store_true, DeprecatedAction -> deprecated
-        rest = cls[len("Deprecated"):].removesuffix("Action")
+        rest = cls[len("Deprecated") :].removesuffix("Action")
         out = "deprecated"
         for ch in rest:
             out += ("_" + ch.lower()) if ch.isupper() else ch
@@ -141,8 +141,12 @@ def dump_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
             continue
         type_name, converter = _type_info(action.type)
         action_name = _action_name(action)
-        if type_name is None and action_name in ("store_true", "store_false", "deprecated_store_true",
-                                                 "boolean_optional"):
+        if type_name is None and action_name in (
+            "store_true",
+            "store_false",
+            "deprecated_store_true",
+            "boolean_optional",
+        ):
             type_name = "bool"
         elif type_name is None and action.nargs != 0:
             type_name = "str"  # argparse hands over the raw string
@@ -201,7 +205,9 @@ def _link_aliases(flags: list[dict[str, Any]]) -> None:
         if cand is not None and cand is not flag and (cand["nargs"] == 0) == (flag["nargs"] == 0):
             target = cand
         if target is None and flag["action"] == "deprecated_alias":
-            same_dest = [f for f in flags if f["dest"] == flag["dest"] and f is not flag and not f["deprecated"]]
+            same_dest = [
+                f for f in flags if f["dest"] == flag["dest"] and f is not flag and not f["deprecated"]
+            ]
             if len(same_dest) == 1:
                 target = same_dest[0]
         if target is not None and not target["deprecated"]:
@@ -229,6 +235,7 @@ def _tolerate_cuda_torchvision() -> None:
     """
     try:
         import torchvision  # noqa: F401 - imported only to see whether it loads
+
         return
     except ImportError:
         return  # not installed: whatever needs it will say so
@@ -272,19 +279,29 @@ def dump_catalog(*, keep_env: bool = False) -> dict[str, Any]:
 
 def to_json(doc: dict[str, Any]) -> str:
     """Stable text form: one flag per line (small, diffable)."""
-    lines = ["{", f'"sglang": {json.dumps(doc["sglang"])},', f'"generator": {json.dumps(doc["generator"])},',
-             '"flags": [']
+    lines = [
+        "{",
+        f'"sglang": {json.dumps(doc["sglang"])},',
+        f'"generator": {json.dumps(doc["generator"])},',
+        '"flags": [',
+    ]
     flags = doc["flags"]
     for i, flag in enumerate(flags):
-        lines.append(json.dumps(flag, ensure_ascii=False, separators=(",", ":")) + ("," if i < len(flags) - 1 else ""))
+        lines.append(
+            json.dumps(flag, ensure_ascii=False, separators=(",", ":")) + ("," if i < len(flags) - 1 else "")
+        )
     lines.append("]}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Dump the installed sglang's argparse surface as a ddtctl flag catalog.")
+    ap = argparse.ArgumentParser(
+        description="Dump the installed sglang's argparse surface as a ddtctl flag catalog."
+    )
     ap.add_argument("--out", help="write the catalog here (default: stdout)")
-    ap.add_argument("--keep-env", action="store_true", help="keep SGLANG_* environment variables while importing")
+    ap.add_argument(
+        "--keep-env", action="store_true", help="keep SGLANG_* environment variables while importing"
+    )
     args = ap.parse_args(argv)
     # sglang may log to stdout on import; keep stdout for the document only.
     real_stdout = sys.stdout

@@ -20,10 +20,17 @@ SUGGEST_MAX_KEY = 100  # longer than any SGLang flag name: no did-you-mean searc
 SUGGEST_PER_INPUT = 25  # unknown keys of one profile / argv / migration that get a did-you-mean search
 
 # Actions that take no value on the command line (a bare `--flag`).
-_SWITCH_ACTIONS = frozenset({
-    "store_true", "store_false", "store_const", "append_const", "count", "boolean_optional",
-    "deprecated_store_true",
-})
+_SWITCH_ACTIONS = frozenset(
+    {
+        "store_true",
+        "store_false",
+        "store_const",
+        "append_const",
+        "count",
+        "boolean_optional",
+        "deprecated_store_true",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -82,13 +89,19 @@ class FlagSpec:
 
 
 def _norm(key: str) -> str:
-    """"--tp_size" / "tp_size" / "tp-size" -> "tp-size"."""
+    """ "--tp_size" / "tp_size" / "tp-size" -> "tp-size"."""
     return key.strip().lstrip("-").replace("_", "-")
 
 
 class Catalog:
-    def __init__(self, version: str, flags: tuple[FlagSpec, ...], *, generator: str | None = None,
-                 source: str | None = None):
+    def __init__(
+        self,
+        version: str,
+        flags: tuple[FlagSpec, ...],
+        *,
+        generator: str | None = None,
+        source: str | None = None,
+    ):
         self.version = version
         self.flags = flags
         self.generator = generator
@@ -180,7 +193,7 @@ def _catalog_path(version: str) -> Path:
 
 def available_versions() -> list[str]:
     """Releases with a shipped catalog, oldest first."""
-    versions = [p.name[len(_PREFIX):-len(".json")] for p in CATALOG_DIR.glob(f"{_PREFIX}*.json")]
+    versions = [p.name[len(_PREFIX) : -len(".json")] for p in CATALOG_DIR.glob(f"{_PREFIX}*.json")]
 
     def key(v: str):
         return tuple(int(x) if x.isdigit() else -1 for x in v.split("."))
@@ -208,6 +221,8 @@ def load_catalog(version: str) -> Catalog:
 
         known = ", ".join(available_versions()) or "none"
         shown = repr(version) if len(str(version)) <= 40 else repr(str(version)[:40]) + "..."
-        raise UsageError(f"no flag catalog for sglang {shown} (known: {known})",
-                         fix="use one of the known releases, or generate one with tools/gen_catalog.py") from None
+        raise UsageError(
+            f"no flag catalog for sglang {shown} (known: {known})",
+            fix="use one of the known releases, or generate one with tools/gen_catalog.py",
+        ) from None
     return catalog_from_dict(json.loads(raw), source=str(path))

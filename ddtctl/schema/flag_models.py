@@ -33,9 +33,24 @@ RANGES: dict[str, dict[str, Any]] = {
     "mamba_track_interval": {"ge": 1},
     "max_mamba_cache_size": {"ge": 1},
     # parallelism: group sizes are counts of GPUs / nodes, ranks and GPU ids are indexes
-    **{dest: {"ge": 1} for dest in ("tp_size", "pp_size", "dp_size", "ep_size", "attn_cp_size", "attn_dp_size",
-                                    "dcp_size", "moe_dp_size", "dwdp_size", "moe_dense_tp_size",
-                                    "shared_experts_tp_size", "nnodes", "gpu_id_step")},
+    **{
+        dest: {"ge": 1}
+        for dest in (
+            "tp_size",
+            "pp_size",
+            "dp_size",
+            "ep_size",
+            "attn_cp_size",
+            "attn_dp_size",
+            "dcp_size",
+            "moe_dp_size",
+            "dwdp_size",
+            "moe_dense_tp_size",
+            "shared_experts_tp_size",
+            "nnodes",
+            "gpu_id_step",
+        )
+    },
     "node_rank": {"ge": 0},
     "base_gpu_id": {"ge": 0},
     # memory and scheduling
@@ -51,7 +66,10 @@ RANGES: dict[str, dict[str, Any]] = {
     "tokenizer_worker_num": {"ge": 1},
     "detokenizer_worker_num": {"ge": 1},
     "watchdog_timeout": {"gt": 0},
-    "random_seed": {"ge": 0, "le": 2**32 - 1},  # numpy's seed range; SGLang seeds random, numpy and torch with it
+    "random_seed": {
+        "ge": 0,
+        "le": 2**32 - 1,
+    },  # numpy's seed range; SGLang seeds random, numpy and torch with it
 }
 PORT_RANGE = {"ge": 1, "le": 65535}
 INT64_MAX = 2**63 - 1
@@ -90,8 +108,12 @@ def domain_problem(spec: FlagSpec, value: Any) -> str | None:
     bounds = value_range(spec)
     if not bounds:
         return None
-    bad = ("gt" in bounds and not value > bounds["gt"]) or ("ge" in bounds and not value >= bounds["ge"]) or \
-        ("lt" in bounds and not value < bounds["lt"]) or ("le" in bounds and not value <= bounds["le"])
+    bad = (
+        ("gt" in bounds and not value > bounds["gt"])
+        or ("ge" in bounds and not value >= bounds["ge"])
+        or ("lt" in bounds and not value < bounds["lt"])
+        or ("le" in bounds and not value <= bounds["le"])
+    )
     return f"{value} is out of range: must be {_requirement(bounds)}" if bad else None
 
 
@@ -122,8 +144,10 @@ def typed_flag_model(catalog: Catalog) -> type[BaseModel]:
         if not is_typed_flag(spec) or spec.deprecated or spec.dest in fields:
             continue
         default = spec.default if isinstance(spec.default, (int, float, str, bool, type(None))) else None
-        fields[spec.dest] = (_annotation(spec), Field(default=default, alias=spec.name, description=spec.help or None,
-                                                      **value_range(spec)))
+        fields[spec.dest] = (
+            _annotation(spec),
+            Field(default=default, alias=spec.name, description=spec.help or None, **value_range(spec)),
+        )
     return create_model(
         f"SpeculativeFlags_{catalog.version.replace('.', '_')}",
         __config__=ConfigDict(extra="ignore", populate_by_name=True, strict=False),

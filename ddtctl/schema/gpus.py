@@ -39,8 +39,15 @@ _KNOWN = [
     GpuSpec("RTX_5090", 120, 32, "blackwell"),
 ]
 GPUS: dict[str, GpuSpec] = {g.name: g for g in _KNOWN}
-_FAMILY_BY_SM = {80: "ampere", 86: "ampere", 89: "ada", 90: "hopper", 100: "blackwell", 103: "blackwell",
-                 120: "blackwell"}
+_FAMILY_BY_SM = {
+    80: "ampere",
+    86: "ampere",
+    89: "ada",
+    90: "hopper",
+    100: "blackwell",
+    103: "blackwell",
+    120: "blackwell",
+}
 
 
 def _normalise(name: str) -> str:

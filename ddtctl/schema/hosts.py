@@ -23,41 +23,64 @@ HOST_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
     "address": (_STR, "Host name or IP to connect to, or an ~/.ssh/config alias (default: the host's name)"),
     "user": (_STR, "SSH user (else ~/.ssh/config's User, else the local user)"),
     "port": (_PORT, "SSH port (else ~/.ssh/config's Port, else 22)"),
-    "key": ({"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}]},
-            "Private key file(s); passwords are refused (default: ~/.ssh/config's IdentityFile, then the agent)"),
+    "key": (
+        {"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}]},
+        "Private key file(s); passwords are refused (default: ~/.ssh/config's IdentityFile, then the agent)",
+    ),
     "python": (_STR, "The host's Python that has sglang installed"),
-    "work_dir": (_STR, "Releases, content-addressed store, logs, pid file and lock on the host (default ~/ddtctl)"),
+    "work_dir": (
+        _STR,
+        "Releases, content-addressed store, logs, pid file and lock on the host (default ~/ddtctl)",
+    ),
     "profile": (_STR, "The host's default profile (`ddtctl deploy HOST --algo DDTREE` starts from it)"),
-    "launcher": ({"oneOf": [_STR, {"type": "array", "items": _STR}]},
-                 "Command that starts the server (default: python -m sglang.launch_server)"),
-    "env": ({"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
-             "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
-            "Server environment (a profile's env: wins over these)"),
+    "launcher": (
+        {"oneOf": [_STR, {"type": "array", "items": _STR}]},
+        "Command that starts the server (default: python -m sglang.launch_server)",
+    ),
+    "env": (
+        {
+            "type": "object",
+            "additionalProperties": {"type": ["string", "number", "boolean"]},
+            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        },
+        "Server environment (a profile's env: wins over these)",
+    ),
     "nvidia_smi": (_STR, "nvidia-smi on the host (default: the one on its PATH)"),
     "sglang_root": (_STR, "site-packages holding sglang (default: where the host's python finds it)"),
     "connect_timeout_s": (_SECONDS, "SSH connect timeout, seconds (default: ConnectTimeout, else 10)"),
     "command_timeout_s": (_SECONDS, "Timeout of one remote command, seconds (default 120)"),
     "known_hosts": (_STR, "known_hosts file host keys are verified against (default ~/.ssh/known_hosts)"),
     "dist_init_port": (_PORT, "Multi-node: the --dist-init-addr port on rank 0 (default 50000)"),
-    "warmup": ({"oneOf": [_STR, {"type": "array", "items": _STR}]},
-               "Command run on the GPU before the server starts (default: the payload's kernel self-test; none)"),
+    "warmup": (
+        {"oneOf": [_STR, {"type": "array", "items": _STR}]},
+        "Command run on the GPU before the server starts (default: the payload's kernel self-test; none)",
+    ),
 }
 
 
 def hosts_schema() -> dict[str, Any]:
-    host = {"type": "object", "additionalProperties": False,
-            "properties": {k: {**spec, "description": doc} for k, (spec, doc) in HOST_FIELDS.items()}}
+    host = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {k: {**spec, "description": doc} for k, (spec, doc) in HOST_FIELDS.items()},
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "ddtctl inventory (hosts.yaml)",
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "ssh_config": {"type": "string", "description": "ssh_config file to read (default ~/.ssh/config)"},
+            "ssh_config": {
+                "type": "string",
+                "description": "ssh_config file to read (default ~/.ssh/config)",
+            },
             "known_hosts": {"type": "string", "description": "Default known_hosts for every host"},
             "defaults": {**host, "description": "Settings every host inherits"},
-            "hosts": {"type": "object", "description": "Deploy targets by name",
-                      "additionalProperties": {"oneOf": [host, {"type": "null"}]}},
+            "hosts": {
+                "type": "object",
+                "description": "Deploy targets by name",
+                "additionalProperties": {"oneOf": [host, {"type": "null"}]},
+            },
         },
     }
 

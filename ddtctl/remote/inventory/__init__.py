@@ -19,5 +19,14 @@ from ddtctl.remote.inventory.host import _HOST_KEYS as _HOST_KEYS  # the schema 
 from ddtctl.remote.inventory.host import DEFAULT_INVENTORY, DEFAULT_LAUNCHER, Host, Inventory
 from ddtctl.remote.inventory.resolve import make_host
 
-__all__ = ["DEFAULT_INVENTORY", "DEFAULT_LAUNCHER", "MAX_INVENTORY_BYTES", "Host", "Inventory",
-           "find_inventory", "load_inventory", "make_host", "resolve_host"]
+__all__ = [
+    "DEFAULT_INVENTORY",
+    "DEFAULT_LAUNCHER",
+    "MAX_INVENTORY_BYTES",
+    "Host",
+    "Inventory",
+    "find_inventory",
+    "load_inventory",
+    "make_host",
+    "resolve_host",
+]

@@ -35,8 +35,11 @@ def _unique_key_loader():
                 if first is not None:
                     what = "host" if self._under_hosts(node) else "key"
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate {what} {key!r} (first at line {first.start_mark.line + 1})",
-                        key_node.start_mark)
+                        None,
+                        None,
+                        f"duplicate {what} {key!r} (first at line {first.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
                 seen[key] = key_node
             return super().construct_mapping(node, deep=deep)
 
@@ -78,8 +81,11 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
     if explicit:
         p = Path(path or os.environ.get("DDTCTL_INVENTORY") or DEFAULT_INVENTORY).expanduser()
         if not p.exists():
-            raise UsageError("inventory file not found", where=str(p),
-                             fix="create it from hosts.example.yaml or pass --inventory PATH")
+            raise UsageError(
+                "inventory file not found",
+                where=str(p),
+                fix="create it from hosts.example.yaml or pass --inventory PATH",
+            )
     else:
         found, searched = find_inventory()
         if found is None:
@@ -108,7 +114,9 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
     for name, entry in (data.get("hosts") or {}).items():
         if entry is not None and not isinstance(entry, dict):
             raise UsageError(f"host {name!r} must be a mapping", where=str(p))
-        hosts[str(name)] = make_host(str(name), entry or {}, defaults=defaults, ssh_config=ssh_cfg, where=str(p))
+        hosts[str(name)] = make_host(
+            str(name), entry or {}, defaults=defaults, ssh_config=ssh_cfg, where=str(p)
+        )
     return Inventory(path=p, hosts=hosts)
 
 

@@ -12,8 +12,22 @@ DEFAULT_LAUNCHER = ("{python}", "-m", "sglang.launch_server")
 
 
 _HOST_KEYS = {
-    "address", "user", "port", "key", "python", "work_dir", "profile", "launcher", "env", "nvidia_smi",
-    "sglang_root", "connect_timeout_s", "command_timeout_s", "known_hosts", "dist_init_port", "warmup",
+    "address",
+    "user",
+    "port",
+    "key",
+    "python",
+    "work_dir",
+    "profile",
+    "launcher",
+    "env",
+    "nvidia_smi",
+    "sglang_root",
+    "connect_timeout_s",
+    "command_timeout_s",
+    "known_hosts",
+    "dist_init_port",
+    "warmup",
 }
 _FORBIDDEN = {"password", "passphrase", "pass", "secret"}
 
@@ -80,11 +94,15 @@ class Inventory:
         if self.path is None:
             tried = self.searched[0] if self.searched else DEFAULT_INVENTORY
             more = f" and its {len(self.searched) - 1} parent directories" if len(self.searched) > 1 else ""
-            raise UsageError(f"unknown host {name!r}: no inventory (searched {tried}{more}; $DDTCTL_INVENTORY is "
-                             "unset) and no such Host in ~/.ssh/config",
-                             fix="create hosts.yaml from hosts.example.yaml, pass --inventory PATH, or add a Host "
-                                 "entry to ~/.ssh/config")
+            raise UsageError(
+                f"unknown host {name!r}: no inventory (searched {tried}{more}; $DDTCTL_INVENTORY is "
+                "unset) and no such Host in ~/.ssh/config",
+                fix="create hosts.yaml from hosts.example.yaml, pass --inventory PATH, or add a Host "
+                "entry to ~/.ssh/config",
+            )
         close = difflib.get_close_matches(name, list(self.hosts), n=3)
         known = ", ".join(sorted(self.hosts)) or "none"
         hint = f"did you mean {', '.join(close)}?" if close else f"known hosts: {known}"
-        raise UsageError(f"unknown host {name!r}", where=str(self.path), fix=f"add it to the inventory; {hint}")
+        raise UsageError(
+            f"unknown host {name!r}", where=str(self.path), fix=f"add it to the inventory; {hint}"
+        )

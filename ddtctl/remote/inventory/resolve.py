@@ -15,29 +15,50 @@ from ddtctl.remote.inventory.values import _expand, _launcher, _number, _whoami,
 _MAX_HOPS = 8
 
 
-def make_host(name: str, entry: dict[str, Any], *, defaults: dict[str, Any] | None = None,
-              ssh_config: str | None = None, where: str = "inventory") -> Host:
+def make_host(
+    name: str,
+    entry: dict[str, Any],
+    *,
+    defaults: dict[str, Any] | None = None,
+    ssh_config: str | None = None,
+    where: str = "inventory",
+) -> Host:
     """Resolve one inventory entry (plus defaults and ssh config) to a Host."""
     merged: dict[str, Any] = dict(defaults or {})
     merged.update(entry or {})
     here = f"{where}: hosts.{name}"
     bad = _FORBIDDEN & {k.lower() for k in merged}
     if bad:
-        raise UsageError(f"passwords are not accepted in the inventory ({', '.join(sorted(bad))})", where=here,
-                         fix="use an SSH agent or a key file (key: ~/.ssh/id_ed25519)")
+        raise UsageError(
+            f"passwords are not accepted in the inventory ({', '.join(sorted(bad))})",
+            where=here,
+            fix="use an SSH agent or a key file (key: ~/.ssh/id_ed25519)",
+        )
     unknown = set(merged) - _HOST_KEYS
     if unknown:
         import difflib
 
         k = sorted(unknown)[0]
         close = difflib.get_close_matches(k, sorted(_HOST_KEYS), n=1)
-        raise UsageError(f"unknown key {k!r}", where=here,
-                         fix=f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(_HOST_KEYS))}")
+        raise UsageError(
+            f"unknown key {k!r}",
+            where=here,
+            fix=f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(_HOST_KEYS))}",
+        )
     return _resolve(name, merged, ssh_config, here)
 
 
-def _resolve(name: str, merged: dict[str, Any], ssh_config: str | None, here: str, *,
-             hop_of: Host | None = None, proxies: bool = True, depth: int = 0, hint: str | None = None) -> Host:
+def _resolve(
+    name: str,
+    merged: dict[str, Any],
+    ssh_config: str | None,
+    here: str,
+    *,
+    hop_of: Host | None = None,
+    proxies: bool = True,
+    depth: int = 0,
+    hint: str | None = None,
+) -> Host:
     """A Host from inventory settings plus ssh_config. `hop_of`: this is a ProxyJump hop of that host (it inherits
     its known_hosts and connect timeout); `proxies`: honour this host's own ProxyJump/ProxyCommand."""
     cfg = _load_ssh_config(ssh_config)
@@ -62,14 +83,27 @@ def _resolve(name: str, merged: dict[str, Any], ssh_config: str | None, here: st
         raise UsageError("env must be a mapping of NAME: value", where=here)
     known_hosts, more = _known_hosts_files(merged, sshc, hop_of)
     fallback_timeout = hop_of.connect_timeout_s if hop_of is not None else 10
-    connect_timeout = _number(merged.get("connect_timeout_s") or sshc.get("connecttimeout") or fallback_timeout,
-                              "connect_timeout_s", here, lo=0.1, hi=3600)
-    command_timeout = _number(merged.get("command_timeout_s") or 120, "command_timeout_s", here, lo=0.1, hi=7 * 86400)
-    dist_init_port = int(_number(merged.get("dist_init_port") or 50000, "dist_init_port", here, lo=1, hi=65535,
-                                 integer=True))
+    connect_timeout = _number(
+        merged.get("connect_timeout_s") or sshc.get("connecttimeout") or fallback_timeout,
+        "connect_timeout_s",
+        here,
+        lo=0.1,
+        hi=3600,
+    )
+    command_timeout = _number(
+        merged.get("command_timeout_s") or 120, "command_timeout_s", here, lo=0.1, hi=7 * 86400
+    )
+    dist_init_port = int(
+        _number(merged.get("dist_init_port") or 50000, "dist_init_port", here, lo=1, hi=65535, integer=True)
+    )
     if hint is None:
-        hint = _ssh_command(cfg.path if cfg and ssh_config else None, keys[0] if merged.get("key") else None,
-                            port_set, user_set, alias)
+        hint = _ssh_command(
+            cfg.path if cfg and ssh_config else None,
+            keys[0] if merged.get("key") else None,
+            port_set,
+            user_set,
+            alias,
+        )
     host = Host(
         name=name,
         address=address,
@@ -87,8 +121,9 @@ def _resolve(name: str, merged: dict[str, Any], ssh_config: str | None, here: st
         command_timeout_s=command_timeout,
         known_hosts=str(known_hosts),
         dist_init_port=dist_init_port,
-        warmup=None if merged.get("warmup") is None else
-        (() if merged["warmup"] in ([], "", "none") else _launcher(merged["warmup"], here)),
+        warmup=None
+        if merged.get("warmup") is None
+        else (() if merged["warmup"] in ([], "", "none") else _launcher(merged["warmup"], here)),
         proxy_command=(sshc.get("proxycommand") or None) if proxies else None,
         address_family=str(sshc.get("addressfamily") or "any").lower(),
         bind_address=sshc.get("bindaddress") or None,
@@ -100,26 +135,32 @@ def _resolve(name: str, merged: dict[str, Any], ssh_config: str | None, here: st
     if jump.lower() == "none":
         return host
     if depth >= _MAX_HOPS:
-        raise UsageError(f"ProxyJump chain to {alias} is more than {_MAX_HOPS} hops deep (a loop in the ssh config?)",
-                         where=cfg.where("proxyjump")[0] if cfg else here)
+        raise UsageError(
+            f"ProxyJump chain to {alias} is more than {_MAX_HOPS} hops deep (a loop in the ssh config?)",
+            where=cfg.where("proxyjump")[0] if cfg else here,
+        )
     return replace(host, proxy_jump=_jump_hops(host, jump, ssh_config, cfg, here, depth))
 
 
-def _known_hosts_files(merged: dict[str, Any], sshc: dict[str, Any],
-                       hop_of: Host | None) -> tuple[str, tuple[str, ...]]:
+def _known_hosts_files(
+    merged: dict[str, Any], sshc: dict[str, Any], hop_of: Host | None
+) -> tuple[str, tuple[str, ...]]:
     """(the known_hosts file new keys go to, the other files read): the inventory's, else ssh_config's
     UserKnownHostsFile (every file) and GlobalKnownHostsFile (read only); a hop uses its target's."""
     user_files = [("/dev/null" if f == "none" else f) for f in _words(sshc.get("userknownhostsfile"))]
     global_files = [f for f in _words(sshc.get("globalknownhostsfile")) if f != "none"]
-    if hop_of is not None:  # one known_hosts for a whole route: the target's (the hop's own files are read too)
+    if (
+        hop_of is not None
+    ):  # one known_hosts for a whole route: the target's (the hop's own files are read too)
         return hop_of.known_hosts, (*hop_of.more_known_hosts, *user_files, *global_files)
     if merged.get("known_hosts"):
         return merged["known_hosts"], tuple(global_files)
     return (user_files[0] if user_files else "~/.ssh/known_hosts"), (*user_files[1:], *global_files)
 
 
-def _ssh_command(config_file: str | None, key_file: str | None, port: int | None, user: str | None,
-                 alias: str) -> str:
+def _ssh_command(
+    config_file: str | None, key_file: str | None, port: int | None, user: str | None, alias: str
+) -> str:
     """The `ssh ...` command that reaches the host the way the inventory says (for fix hints)."""
     words = ["ssh"]
     if config_file:
@@ -132,8 +173,9 @@ def _ssh_command(config_file: str | None, key_file: str | None, port: int | None
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _jump_hops(host: Host, jump: str, ssh_config: str | None, cfg: _SshConfig | None, here: str,
-               depth: int) -> tuple[Host, ...]:
+def _jump_hops(
+    host: Host, jump: str, ssh_config: str | None, cfg: _SshConfig | None, here: str, depth: int
+) -> tuple[Host, ...]:
     """The ProxyJump hops of `host` (`jump`: ssh_config's comma-separated list), each resolved through the same
     ssh_config: the first keeps its own ProxyJump/ProxyCommand, later ones are reached through the chain (as
     `ssh -J`)."""
@@ -142,12 +184,28 @@ def _jump_hops(host: Host, jump: str, ssh_config: str | None, cfg: _SshConfig | 
     hops = []
     for i, spec in enumerate(specs):
         hop_user, hop_alias, hop_port = _parse_jump(spec, where)
-        entry = {"address": hop_alias, **({"user": hop_user} if hop_user else {}),
-                 **({"port": hop_port} if hop_port else {})}
+        entry = {
+            "address": hop_alias,
+            **({"user": hop_user} if hop_user else {}),
+            **({"port": hop_port} if hop_port else {}),
+        }
         fwd = ["-F", cfg.path] if cfg and ssh_config else []
         via = ["-J", ",".join(specs[:i])] if i else []
-        dest = [*(["-p", str(hop_port)] if hop_port else []), f"{hop_user}@{hop_alias}" if hop_user else hop_alias]
+        dest = [
+            *(["-p", str(hop_port)] if hop_port else []),
+            f"{hop_user}@{hop_alias}" if hop_user else hop_alias,
+        ]
         hop_hint = " ".join(shlex.quote(w) for w in ["ssh", *fwd, *via, *dest])
-        hops.append(_resolve(f"jump host {hop_alias} (for {host.name})", entry, ssh_config, where, hop_of=host,
-                             proxies=i == 0, depth=depth + 1, hint=hop_hint))
+        hops.append(
+            _resolve(
+                f"jump host {hop_alias} (for {host.name})",
+                entry,
+                ssh_config,
+                where,
+                hop_of=host,
+                proxies=i == 0,
+                depth=depth + 1,
+                hint=hop_hint,
+            )
+        )
     return tuple(hops)

@@ -48,34 +48,130 @@ _CANON = re.compile(r"^(\s*)canonicalizehostname\b", re.IGNORECASE)
 _CANON_AS = "DdtctlCanonicalizeHostname"
 
 
-_SSH_HONOURED = frozenset({
-    "hostname", "user", "port", "identityfile", "connecttimeout", "proxyjump", "proxycommand", "include",
-    "ignoreunknown", "userknownhostsfile", "globalknownhostsfile", "addressfamily", "bindaddress",
-})
-_SSH_IGNORED = frozenset({
-    "addkeystoagent", "batchmode", "canonicaldomains", "canonicalizefallbacklocal", "canonicalizemaxdots",
-    "canonicalizepermittedcnames", "channeltimeout", "checkhostip", "clearallforwardings", "compression",
-    "connectionattempts", "controlmaster", "controlpath", "controlpersist", "dynamicforward",
-    "enableescapecommandline", "enablesshkeysign", "escapechar", "exitonforwardfailure", "fingerprinthash",
-    "forkafterauthentication", "forwardagent", "forwardx11", "forwardx11timeout", "forwardx11trusted",
-    "gatewayports", "gssapiclientidentity", "gssapidelegatecredentials", "gssapikexalgorithms",
-    "gssapirenewalforcesrekey", "gssapiserveridentity", "gssapitrustdns", "hashknownhosts",
-    "hostbasedacceptedalgorithms", "hostbasedkeytypes", "identitiesonly", "ipqos", "kbdinteractiveauthentication",
-    "kbdinteractivedevices", "challengeresponseauthentication", "localcommand", "localforward", "loglevel",
-    "logverbose", "nohostauthenticationforlocalhost", "numberofpasswordprompts", "obscurekeystroketiming",
-    "passwordauthentication", "permitlocalcommand", "permitremoteopen", "preferredauthentications", "rekeylimit",
-    "remotecommand", "remoteforward", "requesttty", "sendenv", "serveralivecountmax", "serveraliveinterval",
-    "sessiontype", "setenv", "stdinnull", "streamlocalbindmask", "streamlocalbindunlink", "stricthostkeychecking",
-    "syslogfacility", "tag", "tcpkeepalive", "tunnel", "tunneldevice", "updatehostkeys", "usekeychain",
-    "verifyhostkeydns", "visualhostkey", "warnweakcrypto", "xauthlocation",
-    # deprecated or removed in OpenSSH, which ignores them
-    "afstokenpassing", "cipher", "compressionlevel", "dsaauthentication", "fallbacktorsh", "globalknownhostsfile2",
-    "kerberosauthentication", "kerberostgtpassing", "protocol", "rhostsrsaauthentication", "rsaauthentication",
-    "skeyauthentication", "tisauthentication", "useprivilegedport", "userknownhostsfile2", "useroaming", "usersh",
-})
-_SSH_REFUSED = frozenset({
-    "hostkeyalias", "certificatefile", "knownhostscommand", "revokedhostkeys", "bindinterface", "refuseconnection",
-})
+_SSH_HONOURED = frozenset(
+    {
+        "hostname",
+        "user",
+        "port",
+        "identityfile",
+        "connecttimeout",
+        "proxyjump",
+        "proxycommand",
+        "include",
+        "ignoreunknown",
+        "userknownhostsfile",
+        "globalknownhostsfile",
+        "addressfamily",
+        "bindaddress",
+    }
+)
+_SSH_IGNORED = frozenset(
+    {
+        "addkeystoagent",
+        "batchmode",
+        "canonicaldomains",
+        "canonicalizefallbacklocal",
+        "canonicalizemaxdots",
+        "canonicalizepermittedcnames",
+        "channeltimeout",
+        "checkhostip",
+        "clearallforwardings",
+        "compression",
+        "connectionattempts",
+        "controlmaster",
+        "controlpath",
+        "controlpersist",
+        "dynamicforward",
+        "enableescapecommandline",
+        "enablesshkeysign",
+        "escapechar",
+        "exitonforwardfailure",
+        "fingerprinthash",
+        "forkafterauthentication",
+        "forwardagent",
+        "forwardx11",
+        "forwardx11timeout",
+        "forwardx11trusted",
+        "gatewayports",
+        "gssapiclientidentity",
+        "gssapidelegatecredentials",
+        "gssapikexalgorithms",
+        "gssapirenewalforcesrekey",
+        "gssapiserveridentity",
+        "gssapitrustdns",
+        "hashknownhosts",
+        "hostbasedacceptedalgorithms",
+        "hostbasedkeytypes",
+        "identitiesonly",
+        "ipqos",
+        "kbdinteractiveauthentication",
+        "kbdinteractivedevices",
+        "challengeresponseauthentication",
+        "localcommand",
+        "localforward",
+        "loglevel",
+        "logverbose",
+        "nohostauthenticationforlocalhost",
+        "numberofpasswordprompts",
+        "obscurekeystroketiming",
+        "passwordauthentication",
+        "permitlocalcommand",
+        "permitremoteopen",
+        "preferredauthentications",
+        "rekeylimit",
+        "remotecommand",
+        "remoteforward",
+        "requesttty",
+        "sendenv",
+        "serveralivecountmax",
+        "serveraliveinterval",
+        "sessiontype",
+        "setenv",
+        "stdinnull",
+        "streamlocalbindmask",
+        "streamlocalbindunlink",
+        "stricthostkeychecking",
+        "syslogfacility",
+        "tag",
+        "tcpkeepalive",
+        "tunnel",
+        "tunneldevice",
+        "updatehostkeys",
+        "usekeychain",
+        "verifyhostkeydns",
+        "visualhostkey",
+        "warnweakcrypto",
+        "xauthlocation",
+        # deprecated or removed in OpenSSH, which ignores them
+        "afstokenpassing",
+        "cipher",
+        "compressionlevel",
+        "dsaauthentication",
+        "fallbacktorsh",
+        "globalknownhostsfile2",
+        "kerberosauthentication",
+        "kerberostgtpassing",
+        "protocol",
+        "rhostsrsaauthentication",
+        "rsaauthentication",
+        "skeyauthentication",
+        "tisauthentication",
+        "useprivilegedport",
+        "userknownhostsfile2",
+        "useroaming",
+        "usersh",
+    }
+)
+_SSH_REFUSED = frozenset(
+    {
+        "hostkeyalias",
+        "certificatefile",
+        "knownhostscommand",
+        "revokedhostkeys",
+        "bindinterface",
+        "refuseconnection",
+    }
+)
 _SSH_ONLY = {  # keyword -> the values that describe what ddtctl does anyway
     "pubkeyauthentication": ("yes", "unbound", "host-bound"),
     "canonicalizehostname": ("no",),
@@ -87,12 +183,25 @@ _SSH_ONLY = {  # keyword -> the values that describe what ddtctl does anyway
     "smartcarddevice": ("none",),
     "securitykeyprovider": ("internal",),
 }
-_SSH_ALGORITHMS = frozenset({
-    "ciphers", "macs", "kexalgorithms", "hostkeyalgorithms", "pubkeyacceptedalgorithms", "pubkeyacceptedkeytypes",
-    "casignaturealgorithms",
-})
-_SSH_KNOWN = _SSH_HONOURED | _SSH_IGNORED | _SSH_REFUSED | set(_SSH_ONLY) | _SSH_ALGORITHMS | {
-    "requiredrsasize", "identityagent"}
+_SSH_ALGORITHMS = frozenset(
+    {
+        "ciphers",
+        "macs",
+        "kexalgorithms",
+        "hostkeyalgorithms",
+        "pubkeyacceptedalgorithms",
+        "pubkeyacceptedkeytypes",
+        "casignaturealgorithms",
+    }
+)
+_SSH_KNOWN = (
+    _SSH_HONOURED
+    | _SSH_IGNORED
+    | _SSH_REFUSED
+    | set(_SSH_ONLY)
+    | _SSH_ALGORITHMS
+    | {"requiredrsasize", "identityagent"}
+)
 
 
 @dataclass
@@ -125,8 +234,9 @@ class _SshConfig:
         try:
             found = cfg.lookup(alias)
         except Exception as err:  # `Match exec` without invoke, a failed canonicalization
-            raise UsageError(f"cannot evaluate ssh config for {alias!r}: {type(err).__name__}: {err}",
-                             where=self.path) from None
+            raise UsageError(
+                f"cannot evaluate ssh config for {alias!r}: {type(err).__name__}: {err}", where=self.path
+            ) from None
         # paramiko always returns hostname (the alias itself when no block matched)
         out = dict(found)
         if _CANON_AS.lower() in out:
@@ -160,7 +270,9 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
             key = m.group(1).lower() if m else ""
             if key == "include":
                 if depth >= _MAX_INCLUDE_DEPTH:
-                    raise UsageError(f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=f"{file}:{n}")
+                    raise UsageError(
+                        f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=f"{file}:{n}"
+                    )
                 for inc in _include_paths(m.group(2), f"{file}:{n}"):  # type: ignore[union-attr]
                     walk(inc, depth + 1, current)
                     lines.append(current or "Host *")  # back to the includer's block for its next lines
@@ -170,8 +282,10 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
                 if block is not None:
                     raise UsageError(
                         "this file, included from inside a Host/Match block, has its own Host/Match blocks; ddtctl "
-                        "cannot evaluate that nesting", where=f"{file}:{n}",
-                        fix="move the Include out of the Host/Match block")
+                        "cannot evaluate that nesting",
+                        where=f"{file}:{n}",
+                        fix="move the Include out of the Host/Match block",
+                    )
                 current = raw.strip()
             lines.append(raw)
             origins.append((file, n))
@@ -244,15 +358,22 @@ def _check_ssh_keywords(cfg: _SshConfig, sshc: dict[str, Any], alias: str, *, pr
         if key not in _SSH_KNOWN:
             if any(fnmatch.fnmatchcase(key, p) for p in ignore):
                 continue
-            raise UsageError(f"ssh_config keyword {name} (host {alias}) is unknown to ddtctl", where=where,
-                             fix="remove it, or list it in IgnoreUnknown (OpenSSH rejects unknown keywords too)")
+            raise UsageError(
+                f"ssh_config keyword {name} (host {alias}) is unknown to ddtctl",
+                where=where,
+                fix="remove it, or list it in IgnoreUnknown (OpenSSH rejects unknown keywords too)",
+            )
         why = _ssh_refusal(key, value)
         if why:
             raise UsageError(f"ssh_config keyword {name} {shown} (host {alias}) {why}", where=where, fix=fix)
     if proxies and sshc.get("proxycommand") and str(sshc.get("proxyjump") or "none").lower() != "none":
         where, _ = cfg.where("proxyjump")
-        raise UsageError(f"both ProxyJump and ProxyCommand apply to {alias}; ddtctl cannot tell which one "
-                         "OpenSSH would use", where=where, fix="keep one of them for this host")
+        raise UsageError(
+            f"both ProxyJump and ProxyCommand apply to {alias}; ddtctl cannot tell which one "
+            "OpenSSH would use",
+            where=where,
+            fix="keep one of them for this host",
+        )
 
 
 def _parse_jump(spec: str, where: str) -> tuple[str | None, str, int | None]:
@@ -272,7 +393,12 @@ def _parse_jump(spec: str, where: str) -> tuple[str | None, str, int | None]:
     else:
         host = rest
     if not host or (at and not user) or any(c.isspace() for c in s) or port == "":
-        raise UsageError(f"bad ProxyJump hop {spec!r}", where=where,
-                         fix="write hops as [user@]host[:port], separated by commas")
-    number = None if port is None else int(_number(port, "ProxyJump port", where, lo=1, hi=65535, integer=True))
+        raise UsageError(
+            f"bad ProxyJump hop {spec!r}",
+            where=where,
+            fix="write hops as [user@]host[:port], separated by commas",
+        )
+    number = (
+        None if port is None else int(_number(port, "ProxyJump port", where, lo=1, hi=65535, integer=True))
+    )
     return user or None, host, number

@@ -24,7 +24,9 @@ def _launcher(value: Any, where: str) -> tuple[str, ...]:
     else:
         raise UsageError("launcher must be a string or a list of strings", where=where)
     if not parts:
-        raise UsageError("launcher is empty", where=where, fix="e.g. launcher: python -m sglang.launch_server")
+        raise UsageError(
+            "launcher is empty", where=where, fix="e.g. launcher: python -m sglang.launch_server"
+        )
     # `python` alone as the first word means the host's python
     if parts[0] in ("python", "python3"):
         parts[0] = "{python}"

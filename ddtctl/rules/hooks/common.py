@@ -8,8 +8,14 @@ AG = "sglang 0.5.23 srt/arg_groups/"
 
 
 # Architectures whose attention is MLA (model_config.py use_mla_backend).
-MLA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV2ForCausalLM",
-                     "KimiK2ForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM")
+MLA_ARCHITECTURES = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "KimiK2ForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+)
 
 
 def _nonpositive(value) -> bool:

@@ -9,19 +9,34 @@ from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.resolution import resolve
 
 
-@rule("DDT938", "feature switches that need their mode", reads=("enable_mamba_cache_stochastic_rounding",),
-      applies=lambda ctx: any((
-          ctx.get("enable_mamba_cache_stochastic_rounding"), (ctx.get("kv_canary_sweep_interval") or 0) > 0,
-          ctx.get("retraction_policy") == "priority", ctx.get("enable_mis"), ctx.get("enable_amd_monokernel"),
-          ctx.get("enable_deepseek_v4_fp4_indexer"), ctx.get("prefill_only_disable_kv_cache"),
-          ctx.get("enable_page_major_kv_layout"), ctx.get("enable_linker_mla_dedup"), ctx.get("quantize_and_serve"),
-          ctx.get("enable_kv_cache_sharding"), ctx.get("enable_linear_replayssm"),
-          ctx.get("enable_linear_replayssm_spec"), ctx.get("radix_eviction_policy") == "tlru",
-          ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a"))),
-      reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; attention_hook.py:572-576, 409-437; "
-                "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-884, "
-                "770-789; hicache_hook.py:39-43; configs/model_config.py:1968-1990; kv_shard_hook.py:99-104; "
-                "parallel_hook.py:251-257; attention_hook.py:450-505; kv_cache_hook.py:375-391")
+@rule(
+    "DDT938",
+    "feature switches that need their mode",
+    reads=("enable_mamba_cache_stochastic_rounding",),
+    applies=lambda ctx: any(
+        (
+            ctx.get("enable_mamba_cache_stochastic_rounding"),
+            (ctx.get("kv_canary_sweep_interval") or 0) > 0,
+            ctx.get("retraction_policy") == "priority",
+            ctx.get("enable_mis"),
+            ctx.get("enable_amd_monokernel"),
+            ctx.get("enable_deepseek_v4_fp4_indexer"),
+            ctx.get("prefill_only_disable_kv_cache"),
+            ctx.get("enable_page_major_kv_layout"),
+            ctx.get("enable_linker_mla_dedup"),
+            ctx.get("quantize_and_serve"),
+            ctx.get("enable_kv_cache_sharding"),
+            ctx.get("enable_linear_replayssm"),
+            ctx.get("enable_linear_replayssm_spec"),
+            ctx.get("radix_eviction_policy") == "tlru",
+            ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a"),
+        )
+    ),
+    reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; attention_hook.py:572-576, 409-437; "
+    "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-884, "
+    "770-789; hicache_hook.py:39-43; configs/model_config.py:1968-1990; kv_shard_hook.py:99-104; "
+    "parallel_hook.py:251-257; attention_hook.py:450-505; kv_cache_hook.py:375-391",
+)
 def feature_modes(ctx: Context):
     """Switches SGLang refuses outside their mode: Mamba SSM stochastic rounding needs `--mamba-ssm-dtype float16`
     (and SM100 with the triton mamba backend); `--kv-canary-sweep-interval` needs `--kv-canary log|raise`;
@@ -38,49 +53,95 @@ def feature_modes(ctx: Context):
     sm = ctx.gpu.sm if ctx.gpu is not None else None
     if ctx.get("enable_mamba_cache_stochastic_rounding"):
         if ctx.get("mamba_ssm_dtype") != "float16":
-            yield Hit("--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
-                      about="enable_mamba_cache_stochastic_rounding", fix="set mamba-ssm-dtype: float16",
-                      edits={"mamba_ssm_dtype": "float16"})
+            yield Hit(
+                "--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
+                about="enable_mamba_cache_stochastic_rounding",
+                fix="set mamba-ssm-dtype: float16",
+                edits={"mamba_ssm_dtype": "float16"},
+            )
         elif (ctx.get("mamba_backend") or "triton") == "triton" and sm is not None and sm not in (100, 103):
-            yield Hit("Mamba stochastic rounding with --mamba-backend triton needs SM100",
-                      about="enable_mamba_cache_stochastic_rounding")
+            yield Hit(
+                "Mamba stochastic rounding with --mamba-backend triton needs SM100",
+                about="enable_mamba_cache_stochastic_rounding",
+            )
     if (ctx.get("kv_canary_sweep_interval") or 0) > 0 and (ctx.get("kv_canary") or "none") == "none":
-        yield Hit("--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval")
+        yield Hit(
+            "--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval"
+        )
     if ctx.get("retraction_policy") == "priority" and not ctx.get("enable_priority_scheduling"):
-        yield Hit("--retraction-policy priority requires --enable-priority-scheduling", about="retraction_policy",
-                  fix="set enable-priority-scheduling: true", edits={"enable_priority_scheduling": True})
+        yield Hit(
+            "--retraction-policy priority requires --enable-priority-scheduling",
+            about="retraction_policy",
+            fix="set enable-priority-scheduling: true",
+            edits={"enable_priority_scheduling": True},
+        )
     if ctx.get("enable_mis") and resolve(ctx) is not None and set(resolve(ctx).pair) != {"flashinfer"}:
-        yield Hit(f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
-                  f"{'/'.join(sorted(map(str, set(resolve(ctx).pair))))}", about="enable_mis",
-                  fix="set attention-backend: flashinfer", edits={"attention_backend": "flashinfer"})
+        yield Hit(
+            f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
+            f"{'/'.join(sorted(map(str, set(resolve(ctx).pair))))}",
+            about="enable_mis",
+            fix="set attention-backend: flashinfer",
+            edits={"attention_backend": "flashinfer"},
+        )
     if ctx.get("enable_amd_monokernel") and ctx.gpu is not None:
-        yield Hit(f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}", about="enable_amd_monokernel",
-                  edits={"enable_amd_monokernel": None})
+        yield Hit(
+            f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}",
+            about="enable_amd_monokernel",
+            edits={"enable_amd_monokernel": None},
+        )
     if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
-        yield Hit(f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.gpu.name}",
-                  about="enable_deepseek_v4_fp4_indexer")
-    if ctx.get("prefill_only_disable_kv_cache") and not ctx.get("is_embedding") and ctx.model is not None and \
-            str(ctx.model.architecture or "").endswith(("ForCausalLM", "ForConditionalGeneration")):
-        yield Hit("--prefill-only-disable-kv-cache requires --is-embedding", about="prefill_only_disable_kv_cache")
+        yield Hit(
+            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.gpu.name}",
+            about="enable_deepseek_v4_fp4_indexer",
+        )
+    if (
+        ctx.get("prefill_only_disable_kv_cache")
+        and not ctx.get("is_embedding")
+        and ctx.model is not None
+        and str(ctx.model.architecture or "").endswith(("ForCausalLM", "ForConditionalGeneration"))
+    ):
+        yield Hit(
+            "--prefill-only-disable-kv-cache requires --is-embedding", about="prefill_only_disable_kv_cache"
+        )
     if ctx.get("enable_page_major_kv_layout") and not ctx.get("enable_unified_memory"):
-        yield Hit("--enable-page-major-kv-layout requires --enable-unified-memory (temporarily)",
-                  about="enable_page_major_kv_layout", edits={"enable_page_major_kv_layout": None})
-    if ctx.get("enable_linker_mla_dedup") and not (ctx.get("enable_unified_cache_external_linker") and
-                                                   ctx.get("unified_cache_external_linker_backend") == "mooncake"):
-        yield Hit("--enable-linker-mla-dedup requires the Mooncake unified-cache external linker",
-                  about="enable_linker_mla_dedup")
+        yield Hit(
+            "--enable-page-major-kv-layout requires --enable-unified-memory (temporarily)",
+            about="enable_page_major_kv_layout",
+            edits={"enable_page_major_kv_layout": None},
+        )
+    if ctx.get("enable_linker_mla_dedup") and not (
+        ctx.get("enable_unified_cache_external_linker")
+        and ctx.get("unified_cache_external_linker_backend") == "mooncake"
+    ):
+        yield Hit(
+            "--enable-linker-mla-dedup requires the Mooncake unified-cache external linker",
+            about="enable_linker_mla_dedup",
+        )
     if ctx.get("quantize_and_serve") and ctx.get("quantization") not in (
-            "modelopt", "modelopt_fp8", "modelopt_fp4", "nvfp4_online", "modelopt_mixed"):
-        yield Hit("--quantize-and-serve requires a ModelOpt --quantization (modelopt, modelopt_fp8, modelopt_fp4, "
-                  "nvfp4_online, modelopt_mixed)", about="quantize_and_serve")
+        "modelopt",
+        "modelopt_fp8",
+        "modelopt_fp4",
+        "nvfp4_online",
+        "modelopt_mixed",
+    ):
+        yield Hit(
+            "--quantize-and-serve requires a ModelOpt --quantization (modelopt, modelopt_fp8, modelopt_fp4, "
+            "nvfp4_online, modelopt_mixed)",
+            about="quantize_and_serve",
+        )
     if ctx.get("enable_kv_cache_sharding") and ctx.get("disaggregation_mode") != "prefill":
-        yield Hit("--enable-kv-cache-sharding is only supported on PD prefill workers (--disaggregation-mode prefill)",
-                  about="enable_kv_cache_sharding")
+        yield Hit(
+            "--enable-kv-cache-sharding is only supported on PD prefill workers (--disaggregation-mode prefill)",
+            about="enable_kv_cache_sharding",
+        )
     yield from _linear_replayssm(ctx)
     yield from _tlru_eviction(ctx)
     if ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a") and (ctx.get("dcp_size", 1) or 1) <= 1:
-        yield Hit(f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} requires --dcp-size > 1",
-                  about="dcp_comm_backend", edits={"dcp_comm_backend": None})
+        yield Hit(
+            f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} requires --dcp-size > 1",
+            about="dcp_comm_backend",
+            edits={"dcp_comm_backend": None},
+        )
 
 
 def _linear_replayssm(ctx: Context) -> Iterator[Hit]:
@@ -92,29 +153,47 @@ def _linear_replayssm(ctx: Context) -> Iterator[Hit]:
         from ddtctl.rules import mamba
 
         if decode not in ("triton", "helion"):
-            yield Hit(f"--enable-linear-replayssm needs the triton or helion linear decode backend, not {decode}",
-                      about="enable_linear_replayssm")
-        elif not mamba._at_mamba(ctx)[2] and (mamba._effective_strategy(ctx) if mamba._mamba_cache_active(ctx)
-                                              else mamba._strategy(ctx)) in mamba.EXTRA:
-            yield Hit("--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer",
-                      about="enable_linear_replayssm")
+            yield Hit(
+                f"--enable-linear-replayssm needs the triton or helion linear decode backend, not {decode}",
+                about="enable_linear_replayssm",
+            )
+        elif (
+            not mamba._at_mamba(ctx)[2]
+            and (mamba._effective_strategy(ctx) if mamba._mamba_cache_active(ctx) else mamba._strategy(ctx))
+            in mamba.EXTRA
+        ):
+            yield Hit(
+                "--enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer",
+                about="enable_linear_replayssm",
+            )
         elif (ctx.get("disaggregation_mode") or "null") != "null":
-            yield Hit("--enable-linear-replayssm is not supported under PD disaggregation",
-                      about="enable_linear_replayssm")
+            yield Hit(
+                "--enable-linear-replayssm is not supported under PD disaggregation",
+                about="enable_linear_replayssm",
+            )
     if ctx.get("enable_linear_replayssm_spec"):
         decode = ctx.get("linear_attn_decode_backend") or ctx.get("linear_attn_backend") or "triton"
         if ctx.given.get("speculative_eagle_topk") not in (None, 1):
-            yield Hit("--enable-linear-replayssm-spec requires a linear draft chain (--speculative-eagle-topk 1)",
-                      about="enable_linear_replayssm_spec")
+            yield Hit(
+                "--enable-linear-replayssm-spec requires a linear draft chain (--speculative-eagle-topk 1)",
+                about="enable_linear_replayssm_spec",
+            )
         elif decode not in ("triton", "flashinfer"):
-            yield Hit(f"--enable-linear-replayssm-spec needs the triton or flashinfer linear decode backend, not "
-                      f"{decode}", about="enable_linear_replayssm_spec")
+            yield Hit(
+                f"--enable-linear-replayssm-spec needs the triton or flashinfer linear decode backend, not "
+                f"{decode}",
+                about="enable_linear_replayssm_spec",
+            )
         elif ctx.get("disaggregation_mode") == "prefill":
-            yield Hit("--enable-linear-replayssm-spec is not supported on a PD prefill server",
-                      about="enable_linear_replayssm_spec")
+            yield Hit(
+                "--enable-linear-replayssm-spec is not supported on a PD prefill server",
+                about="enable_linear_replayssm_spec",
+            )
         elif ctx.get("enable_linear_replayssm"):
-            yield Hit("--enable-linear-replayssm-spec and --enable-linear-replayssm exclude each other",
-                      about="enable_linear_replayssm_spec")
+            yield Hit(
+                "--enable-linear-replayssm-spec and --enable-linear-replayssm exclude each other",
+                about="enable_linear_replayssm_spec",
+            )
 
 
 def _tlru_eviction(ctx: Context) -> Iterator[Hit]:
@@ -133,9 +212,14 @@ def _tlru_eviction(ctx: Context) -> Iterator[Hit]:
             if not (isinstance(threshold, (int, float)) and isinstance(estimate, (int, float))):
                 pass
             elif threshold < 0 or estimate < 0:
-                yield Hit("--radix-eviction-policy tlru needs non-negative threshold and next_prompt_estimate",
-                          about="radix_eviction_policy_config")
+                yield Hit(
+                    "--radix-eviction-policy tlru needs non-negative threshold and next_prompt_estimate",
+                    about="radix_eviction_policy_config",
+                )
             elif threshold <= estimate:
-                yield Hit(f"--radix-eviction-policy tlru needs a threshold above next_prompt_estimate in "
-                          f"--radix-eviction-policy-config (got {threshold} <= {estimate}; both default to 0)",
-                          about="radix_eviction_policy", fix="set radix-eviction-policy-config with a threshold")
+                yield Hit(
+                    f"--radix-eviction-policy tlru needs a threshold above next_prompt_estimate in "
+                    f"--radix-eviction-policy-config (got {threshold} <= {estimate}; both default to 0)",
+                    about="radix_eviction_policy",
+                    fix="set radix-eviction-policy-config with a threshold",
+                )

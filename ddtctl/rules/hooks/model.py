@@ -10,22 +10,36 @@ from ddtctl.rules.hooks.common import AG, attn_dp_size
 from ddtctl.rules.hooks.resolution import _is_dsa
 
 
-@rule("DDT919", "context length within the model's", reads=("context_length",), needs=(FACT_MODEL,),
-      applies=lambda ctx: ctx.is_set("context_length") and ctx.model.source not in ("profile", "unknown"),
-      reference="sglang 0.5.23 srt/configs/model_config.py:1291-1310 _derive_context_length; "
-                "utils/hf_transformers/common.py:677 get_context_length")
+@rule(
+    "DDT919",
+    "context length within the model's",
+    reads=("context_length",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: ctx.is_set("context_length") and ctx.model.source not in ("profile", "unknown"),
+    reference="sglang 0.5.23 srt/configs/model_config.py:1291-1310 _derive_context_length; "
+    "utils/hf_transformers/common.py:677 get_context_length",
+)
 def context_length(ctx: Context):
     """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor) is
     rejected unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set in the server's environment."""
     derived = derived_context_length(ctx.model.raw)
     value = ctx.get("context_length")
     if derived is not None and value > derived:
-        return Hit(f"--context-length {value} is greater than the model's derived context length {derived} "
-                   "(SGLang refuses unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)",
-                   fix=f"set context-length: {derived} or less", edits={"context_length": derived})
+        return Hit(
+            f"--context-length {value} is greater than the model's derived context length {derived} "
+            "(SGLang refuses unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)",
+            fix=f"set context-length: {derived} or less",
+            edits={"context_length": derived},
+        )
 
 
-_CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+_CONTEXT_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 
 
 def derived_context_length(raw: dict) -> int | None:
@@ -42,17 +56,26 @@ def derived_context_length(raw: dict) -> int | None:
     return None if not raw else 2048
 
 
-_CP_DECODE_ATTN_TP_ARCHITECTURES = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN",
-                                    "DeepseekV4ForCausalLMDSpark", "GlmMoeDsaForCausalLM",
-                                    "GlmMoeDsaForCausalLMNextN")
+_CP_DECODE_ATTN_TP_ARCHITECTURES = (
+    "DeepseekV4ForCausalLM",
+    "DeepseekV4ForCausalLMNextN",
+    "DeepseekV4ForCausalLMDSpark",
+    "GlmMoeDsaForCausalLM",
+    "GlmMoeDsaForCausalLMNextN",
+)
 
 
-@rule("DDT926", "sparse-attention features need a sparse-attention model",
-      reads=("enable_hisparse", "enable_dsa_cache_layer_split", "enable_cp_decode_attn_tp"), needs=(FACT_MODEL,),
-      applies=lambda ctx: any(ctx.get(d) for d in ("enable_hisparse", "enable_dsa_cache_layer_split",
-                                                   "enable_cp_decode_attn_tp")),
-      reference=f"{AG}hisparse_hook.py:100-108 validate_hisparse (assert); model_hook.py:187-205 "
-                "handle_model_specific_adjustments; layers/cp/cp_decode_attn_tp.py:29-37")
+@rule(
+    "DDT926",
+    "sparse-attention features need a sparse-attention model",
+    reads=("enable_hisparse", "enable_dsa_cache_layer_split", "enable_cp_decode_attn_tp"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: any(
+        ctx.get(d) for d in ("enable_hisparse", "enable_dsa_cache_layer_split", "enable_cp_decode_attn_tp")
+    ),
+    reference=f"{AG}hisparse_hook.py:100-108 validate_hisparse (assert); model_hook.py:187-205 "
+    "handle_model_specific_adjustments; layers/cp/cp_decode_attn_tp.py:29-37",
+)
 def sparse_attention_features(ctx: Context):
     """`--enable-hisparse` and `--enable-dsa-cache-layer-split` need a DeepSeek-Sparse-Attention model (DeepSeek
     V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs DeepSeek V4 or
@@ -61,37 +84,69 @@ def sparse_attention_features(ctx: Context):
     dsa = _is_dsa(ctx)
     hisparse_ok = dsa or str(arch).startswith("DeepseekV4") or "MiniMaxM3" in str(arch)
     if ctx.get("enable_hisparse") and not hisparse_ok:
-        yield Hit(f"--enable-hisparse is only supported for DSA models, DeepSeek V4 and MiniMax M3, not {arch}",
-                  about="enable_hisparse", edits={"enable_hisparse": None}, fix="remove enable-hisparse")
+        yield Hit(
+            f"--enable-hisparse is only supported for DSA models, DeepSeek V4 and MiniMax M3, not {arch}",
+            about="enable_hisparse",
+            edits={"enable_hisparse": None},
+            fix="remove enable-hisparse",
+        )
     if ctx.get("enable_dsa_cache_layer_split") and not dsa:
-        yield Hit(f"--enable-dsa-cache-layer-split is only supported for DSA models, not {arch}",
-                  about="enable_dsa_cache_layer_split", edits={"enable_dsa_cache_layer_split": None})
+        yield Hit(
+            f"--enable-dsa-cache-layer-split is only supported for DSA models, not {arch}",
+            about="enable_dsa_cache_layer_split",
+            edits={"enable_dsa_cache_layer_split": None},
+        )
     if ctx.get("enable_cp_decode_attn_tp") and arch not in _CP_DECODE_ATTN_TP_ARCHITECTURES:
-        yield Hit(f"--enable-cp-decode-attn-tp is only supported for DeepSeek V4 and GLM-5 DSA, not {arch}",
-                  about="enable_cp_decode_attn_tp", edits={"enable_cp_decode_attn_tp": None})
+        yield Hit(
+            f"--enable-cp-decode-attn-tp is only supported for DeepSeek V4 and GLM-5 DSA, not {arch}",
+            about="enable_cp_decode_attn_tp",
+            edits={"enable_cp_decode_attn_tp": None},
+        )
 
 
 # server_args.py:335-340 LANGUAGE_MODEL_ONLY_ARCHITECTURES
-LANGUAGE_MODEL_ONLY_ARCHITECTURES = ("DeepseekV4ForCausalLM", "MuseGlimmerForConditionalGeneration",
-                                     "Cosmos3ForConditionalGeneration", "Cosmos3EdgeForConditionalGeneration")
+LANGUAGE_MODEL_ONLY_ARCHITECTURES = (
+    "DeepseekV4ForCausalLM",
+    "MuseGlimmerForConditionalGeneration",
+    "Cosmos3ForConditionalGeneration",
+    "Cosmos3EdgeForConditionalGeneration",
+)
 
 
 # pd_disaggregation_hook.py:352-371
 ENCODER_DISAGGREGATION_ARCHITECTURES = (
-    "Qwen2VLForConditionalGeneration", "Qwen3VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
-    "Qwen3VLMoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "InternS2PreviewForConditionalGeneration", "Qwen3OmniMoeForConditionalGeneration",
-    "Qwen2AudioForConditionalGeneration", "Qwen2_5OmniForConditionalGeneration", "Dots3NoteForCausalLM",
-    "KimiVLForConditionalGeneration", "KimiK25ForConditionalGeneration", "KimiK3ForConditionalGeneration",
-    "MiMoV2ForCausalLM", "Glm5NextForConditionalGeneration", "MiniMaxM3SparseForConditionalGeneration",
-    "MuseSparkForConditionalGeneration")
+    "Qwen2VLForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration",
+    "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration",
+    "Qwen3OmniMoeForConditionalGeneration",
+    "Qwen2AudioForConditionalGeneration",
+    "Qwen2_5OmniForConditionalGeneration",
+    "Dots3NoteForCausalLM",
+    "KimiVLForConditionalGeneration",
+    "KimiK25ForConditionalGeneration",
+    "KimiK3ForConditionalGeneration",
+    "MiMoV2ForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "MiniMaxM3SparseForConditionalGeneration",
+    "MuseSparkForConditionalGeneration",
+)
 
 
-@rule("DDT929", "--language-model-only and encoder disaggregation", reads=("language_model_only",),
-      needs=(FACT_MODEL,), applies=lambda ctx: any(ctx.get(d) for d in (
-          "language_model_only", "enable_prefix_mm_cache", "encoder_only", "language_only")),
-      reference=f"{AG}model_hook.py:1079-1108 handle_language_model_only; "
-                f"pd_disaggregation_hook.py:298-314, 352-375 handle_encoder_disaggregation")
+@rule(
+    "DDT929",
+    "--language-model-only and encoder disaggregation",
+    reads=("language_model_only",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: any(
+        ctx.get(d) for d in ("language_model_only", "enable_prefix_mm_cache", "encoder_only", "language_only")
+    ),
+    reference=f"{AG}model_hook.py:1079-1108 handle_language_model_only; "
+    f"pd_disaggregation_hook.py:298-314, 352-375 handle_encoder_disaggregation",
+)
 def language_model_only(ctx: Context):
     """`--language-model-only` serves only the language model of a multimodal checkpoint: DeepSeek V4, Muse Glimmer
     and Cosmos3 only; not with --encoder-only / --language-only / --enable-prefix-mm-cache /
@@ -99,50 +154,93 @@ def language_model_only(ctx: Context):
     needs `--encoder-only`, which excludes `--language-only` and PD disaggregation; `--encoder-only` /
     `--language-only` need a multimodal architecture SGLang splits (Qwen2/2.5/3-VL, Qwen3.5/3.6, Kimi-VL, ...)."""
     if ctx.get("language_model_only"):
-        for dest in ("encoder_only", "language_only", "enable_prefix_mm_cache", "enable_broadcast_mm_inputs_process",
-                     "mm_enable_dp_encoder"):
+        for dest in (
+            "encoder_only",
+            "language_only",
+            "enable_prefix_mm_cache",
+            "enable_broadcast_mm_inputs_process",
+            "mm_enable_dp_encoder",
+        ):
             if ctx.get(dest):
-                return Hit(f"--language-model-only cannot be combined with --{dest.replace('_', '-')}", about=dest)
+                return Hit(
+                    f"--language-model-only cannot be combined with --{dest.replace('_', '-')}", about=dest
+                )
         model_type = (ctx.model.raw or {}).get("model_type")
         if (ctx.get("disaggregation_mode") or "null") != "null" and model_type != "deepseek_v41":
-            return Hit("--language-model-only is incompatible with --disaggregation-mode prefill/decode",
-                       about="disaggregation_mode")
+            return Hit(
+                "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
+                about="disaggregation_mode",
+            )
         if ctx.model.architecture not in LANGUAGE_MODEL_ONLY_ARCHITECTURES:
-            return Hit(f"--language-model-only does not support {ctx.model.architecture} (only "
-                       f"{', '.join(LANGUAGE_MODEL_ONLY_ARCHITECTURES)})", about="language_model_only",
-                       fix="remove language-model-only", edits={"language_model_only": None})
+            return Hit(
+                f"--language-model-only does not support {ctx.model.architecture} (only "
+                f"{', '.join(LANGUAGE_MODEL_ONLY_ARCHITECTURES)})",
+                about="language_model_only",
+                fix="remove language-model-only",
+                edits={"language_model_only": None},
+            )
     if ctx.get("enable_prefix_mm_cache") and not ctx.get("encoder_only"):
         return Hit("--enable-prefix-mm-cache requires --encoder-only", about="enable_prefix_mm_cache")
     if ctx.get("encoder_only") and ctx.get("language_only"):
         return Hit("--encoder-only and --language-only exclude each other", about="encoder_only")
     if ctx.get("encoder_only") and (ctx.get("disaggregation_mode") or "null") != "null":
-        return Hit("--encoder-only cannot be combined with --disaggregation-mode prefill/decode", about="encoder_only")
-    split = "encoder_only" if ctx.get("encoder_only") else "language_only" if ctx.get("language_only") else None
+        return Hit(
+            "--encoder-only cannot be combined with --disaggregation-mode prefill/decode",
+            about="encoder_only",
+        )
+    split = (
+        "encoder_only" if ctx.get("encoder_only") else "language_only" if ctx.get("language_only") else None
+    )
     if split and ctx.model.architecture not in ENCODER_DISAGGREGATION_ARCHITECTURES:
-        return Hit(f"--{split.replace('_', '-')} (encoder disaggregation) does not support {ctx.model.architecture}",
-                   about=split, fix=f"remove {split.replace('_', '-')}", edits={split: None})
+        return Hit(
+            f"--{split.replace('_', '-')} (encoder disaggregation) does not support {ctx.model.architecture}",
+            about=split,
+            fix=f"remove {split.replace('_', '-')}",
+            edits={split: None},
+        )
 
 
-@rule("DDT934", "options that only one model family implements",
-      reads=("enable_encoder_swa_bounded_replay", "shared_experts_tp_size"), needs=(FACT_MODEL,),
-      applies=lambda ctx: bool(ctx.get("enable_encoder_swa_bounded_replay"))
-      or ctx.is_set("shared_experts_tp_size"),
-      reference=f"{AG}model_hook.py:1036-1045 handle_model_capability_adjustments; "
-                f"parallel_hook.py:202-226 handle_shared_experts_tp")
+@rule(
+    "DDT934",
+    "options that only one model family implements",
+    reads=("enable_encoder_swa_bounded_replay", "shared_experts_tp_size"),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        bool(ctx.get("enable_encoder_swa_bounded_replay")) or ctx.is_set("shared_experts_tp_size")
+    ),
+    reference=f"{AG}model_hook.py:1036-1045 handle_model_capability_adjustments; "
+    f"parallel_hook.py:202-226 handle_shared_experts_tp",
+)
 def model_gated(ctx: Context):
     """`--enable-encoder-swa-bounded-replay` needs DeepSeek-V4.1; `--shared-experts-tp-size` is a positive divisor
     of the attention TP size and Kimi-K3 only."""
     arch = ctx.model.architecture
-    if ctx.get("enable_encoder_swa_bounded_replay") and (ctx.model.raw or {}).get("model_type") != "deepseek_v41":
-        yield Hit(f"--enable-encoder-swa-bounded-replay requires DeepSeek-V4.1, not {arch}",
-                  about="enable_encoder_swa_bounded_replay", edits={"enable_encoder_swa_bounded_replay": None})
+    if (
+        ctx.get("enable_encoder_swa_bounded_replay")
+        and (ctx.model.raw or {}).get("model_type") != "deepseek_v41"
+    ):
+        yield Hit(
+            f"--enable-encoder-swa-bounded-replay requires DeepSeek-V4.1, not {arch}",
+            about="enable_encoder_swa_bounded_replay",
+            edits={"enable_encoder_swa_bounded_replay": None},
+        )
     size = ctx.given.get("shared_experts_tp_size")
     if size is not None:
-        attn_tp = max((ctx.get("tp_size", 1) or 1) // max(attn_dp_size(ctx), 1) // max(ctx.get("attn_cp_size", 1)
-                                                                                        or 1, 1), 1)
+        attn_tp = max(
+            (ctx.get("tp_size", 1) or 1)
+            // max(attn_dp_size(ctx), 1)
+            // max(ctx.get("attn_cp_size", 1) or 1, 1),
+            1,
+        )
         if size < 1 or attn_tp % size:
-            yield Hit(f"--shared-experts-tp-size ({size}) must be a positive divisor of the attention TP size "
-                      f"({attn_tp})", about="shared_experts_tp_size")
+            yield Hit(
+                f"--shared-experts-tp-size ({size}) must be a positive divisor of the attention TP size "
+                f"({attn_tp})",
+                about="shared_experts_tp_size",
+            )
         elif arch != "KimiK3ForConditionalGeneration":
-            yield Hit(f"--shared-experts-tp-size is only supported for Kimi-K3, not {arch}",
-                      about="shared_experts_tp_size", edits={"shared_experts_tp_size": None})
+            yield Hit(
+                f"--shared-experts-tp-size is only supported for Kimi-K3, not {arch}",
+                about="shared_experts_tp_size",
+                edits={"shared_experts_tp_size": None},
+            )

@@ -26,7 +26,9 @@ def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
         raw = (ctx.draft.raw if ctx.draft is not None else None) or {}
         text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
         layers = (raw.get("dflash_config") or {}).get("layer_types") or text.get("layer_types") or ()
-        all_sliding = layers and len(layers) == text.get("num_hidden_layers") and set(layers) == {"sliding_attention"}
+        all_sliding = (
+            layers and len(layers) == text.get("num_hidden_layers") and set(layers) == {"sliding_attention"}
+        )
         if not (all_sliding or text.get("is_causal") is True):
             return "fa4" if ctx.gpu.sm in (100, 103) else "flashinfer"
     return backend
@@ -40,73 +42,169 @@ def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
     raw_algo = ctx.given.get("speculative_algorithm")
     algo = ctx.algorithm
     if raw_algo is not None and algo is not None and str(raw_algo) != algo and algo != "DDTREE":
-        out.append(("speculative_algorithm", raw_algo, algo, "speculative_hook.py:162 (NEXTN is EAGLE; names are "
-                                                             "upper-cased)"))
-    if ctx.get("speculative_adaptive") and ctx.given.get("speculative_adaptive") and not _adaptive_effective(ctx):
-        out.append(("speculative_adaptive", True, False, "speculative_hook.py:261-264, 1369-1389 "
-                                                         "_maybe_disable_adaptive (EAGLE/EAGLE3 with topk 1 only)"))
+        out.append(
+            (
+                "speculative_algorithm",
+                raw_algo,
+                algo,
+                "speculative_hook.py:162 (NEXTN is EAGLE; names are upper-cased)",
+            )
+        )
+    if (
+        ctx.get("speculative_adaptive")
+        and ctx.given.get("speculative_adaptive")
+        and not _adaptive_effective(ctx)
+    ):
+        out.append(
+            (
+                "speculative_adaptive",
+                True,
+                False,
+                "speculative_hook.py:261-264, 1369-1389 "
+                "_maybe_disable_adaptive (EAGLE/EAGLE3 with topk 1 only)",
+            )
+        )
     topk = ctx.given.get("speculative_eagle_topk")
     if algo == "NGRAM" and topk is not None:
         breadth = ctx.get("speculative_ngram_max_bfs_breadth") or 10
         if topk != breadth:
-            out.append(("speculative_eagle_topk", topk, breadth, "speculative_hook.py:1309-1313 _handle_ngram (topk is "
-                                                                 "the max BFS breadth)"))
+            out.append(
+                (
+                    "speculative_eagle_topk",
+                    topk,
+                    breadth,
+                    "speculative_hook.py:1309-1313 _handle_ngram (topk is the max BFS breadth)",
+                )
+            )
     if algo == "DSPARK":
         for dest in ("speculative_num_steps", "speculative_eagle_topk"):
             if ctx.given.get(dest) not in (None, 1):
                 out.append((dest, ctx.given.get(dest), 1, "speculative_hook.py:760-790 _handle_dspark"))
     if ctx.get("moe_runner_backend") == "megamoe":
-        out.append(("moe_runner_backend", "megamoe", "auto", "mega_moe_hook.py:259-276 (an alias for "
-                                                             "--moe-a2a-backend megamoe)"))
+        out.append(
+            (
+                "moe_runner_backend",
+                "megamoe",
+                "auto",
+                "mega_moe_hook.py:259-276 (an alias for --moe-a2a-backend megamoe)",
+            )
+        )
     a2a_given = ctx.given.get("moe_a2a_backend")
     a2a = _a2a(ctx)
     if a2a_given is not None and a2a != a2a_given:
-        out.append(("moe_a2a_backend", a2a_given, a2a, "moe_hook.py:459-468 (ascend_tp), overrides.py:1596-1607 "
-                                                       "(Waterfill), mega_moe_hook.py:259-276"))
+        out.append(
+            (
+                "moe_a2a_backend",
+                a2a_given,
+                a2a,
+                "moe_hook.py:459-468 (ascend_tp), overrides.py:1596-1607 "
+                "(Waterfill), mega_moe_hook.py:259-276",
+            )
+        )
     ep_given = ctx.given.get("ep_size")
     if ep_given is not None and _a2a(ctx) in _EP_SPANNING and ep_given != (ctx.get("tp_size", 1) or 1):
         out.append(("ep_size", ep_given, ctx.get("tp_size", 1) or 1, "overrides.py:1610-1620 _a2a_ep_size"))
     if is_deterministic(ctx) and ctx.given.get("sampling_backend") not in (None, "pytorch", "ascend"):
-        out.append(("sampling_backend", ctx.given.get("sampling_backend"), "pytorch",
-                    "overrides.py:1029-1036 _deterministic_sampling_backend"))
-    if ctx.get("enable_dp_attention") and (ctx.given.get("attn_dp_size") or 1) == 1 and \
-            (ctx.given.get("dp_size") or 1) > 1:
-        out.append(("dp_size", ctx.given.get("dp_size"), 1, "parallel_hook.py:39-61 handle_deprecated_dp_attention "
-                                                           f"(the deprecated spelling of --attn-dp-size "
-                                                           f"{ctx.given.get('dp_size')})"))
+        out.append(
+            (
+                "sampling_backend",
+                ctx.given.get("sampling_backend"),
+                "pytorch",
+                "overrides.py:1029-1036 _deterministic_sampling_backend",
+            )
+        )
+    if (
+        ctx.get("enable_dp_attention")
+        and (ctx.given.get("attn_dp_size") or 1) == 1
+        and (ctx.given.get("dp_size") or 1) > 1
+    ):
+        out.append(
+            (
+                "dp_size",
+                ctx.given.get("dp_size"),
+                1,
+                "parallel_hook.py:39-61 handle_deprecated_dp_attention "
+                f"(the deprecated spelling of --attn-dp-size "
+                f"{ctx.given.get('dp_size')})",
+            )
+        )
     res = resolve(ctx)
     if res is None:
         return out
-    if res.radix_disabled and not ctx.get("disable_radix_cache") and not ctx.given.get("enable_hierarchical_cache"):
-        why = ("deterministic inference on attention backend " + repr(res.attention) +
-               " (attention_hook.py:656-662)" if res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
-               else "a PD decode server (pd_disaggregation_hook.py:98-129)"
-               if ctx.get("disaggregation_mode") == "decode" else "--enable-mis (attention_hook.py:556-562)")
+    if (
+        res.radix_disabled
+        and not ctx.get("disable_radix_cache")
+        and not ctx.given.get("enable_hierarchical_cache")
+    ):
+        why = (
+            "deterministic inference on attention backend "
+            + repr(res.attention)
+            + " (attention_hook.py:656-662)"
+            if res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
+            else "a PD decode server (pd_disaggregation_hook.py:98-129)"
+            if ctx.get("disaggregation_mode") == "decode"
+            else "--enable-mis (attention_hook.py:556-562)"
+        )
         out.append(("disable_radix_cache", False, True, f"no prefix caching: {why}"))
     mem = ctx.given.get("mem_fraction_static")
     context = ctx.given.get("context_length") or derived_context_length(ctx.model.raw or {}) or 0
     if res.attention == "aiter" and isinstance(mem, (int, float)) and context > 8192:
-        out.append(("mem_fraction_static", mem, round(mem * 0.85, 6), "attention_hook.py:244-268 (aiter with a "
-                                                                      "context above 8192 keeps 15% for workspace)"))
-    for dest, value in (("attention_backend", res.final_attention), ("prefill_attention_backend", res.prefill),
-                        ("decode_attention_backend", res.decode)):
+        out.append(
+            (
+                "mem_fraction_static",
+                mem,
+                round(mem * 0.85, 6),
+                "attention_hook.py:244-268 (aiter with a context above 8192 keeps 15% for workspace)",
+            )
+        )
+    for dest, value in (
+        ("attention_backend", res.final_attention),
+        ("prefill_attention_backend", res.prefill),
+        ("decode_attention_backend", res.decode),
+    ):
         given = ctx.given.get(dest)
         if given is not None and value is not None and value != given:
-            out.append((dest, given, value, "serving_hook.py:304-333 (deprecated spellings), kv_cache_hook.py:34-92 "
-                                            "(NVFP4), overrides.py:1126-1266 (default fill, fa3 + fp8_e5m2)"))
+            out.append(
+                (
+                    dest,
+                    given,
+                    value,
+                    "serving_hook.py:304-333 (deprecated spellings), kv_cache_hook.py:34-92 "
+                    "(NVFP4), overrides.py:1126-1266 (default fill, fa3 + fp8_e5m2)",
+                )
+            )
     given_kv = ctx.given.get("kv_cache_dtype")
     if given_kv is not None and res.kv_cache_dtype != given_kv:
-        out.append(("kv_cache_dtype", given_kv, res.kv_cache_dtype, "serving_hook.py:324-329 (tokenspeed_mla "
-                                                                    "implies fp8_e4m3)"))
+        out.append(
+            (
+                "kv_cache_dtype",
+                given_kv,
+                res.kv_cache_dtype,
+                "serving_hook.py:324-329 (tokenspeed_mla implies fp8_e4m3)",
+            )
+        )
     page = ctx.given.get("page_size")
     if page is not None and res.final_page != page:
-        out.append(("page_size", page, res.final_page, "model_overrides/qwen3_5.py:24-48, overrides.py:1142-1337 (the "
-                                                 "attention backend's page sizes)"))
+        out.append(
+            (
+                "page_size",
+                page,
+                res.final_page,
+                "model_overrides/qwen3_5.py:24-48, overrides.py:1142-1337 (the "
+                "attention backend's page sizes)",
+            )
+        )
     if algo == "DFLASH" and ctx.given.get("speculative_draft_attention_backend") is not None:
         draft = _dflash_draft_backend(ctx, res)
         if draft != ctx.given.get("speculative_draft_attention_backend"):
-            out.append(("speculative_draft_attention_backend", ctx.given.get("speculative_draft_attention_backend"),
-                        draft, "speculative_hook.py:886-986 _resolve_dflash_draft_attention_backend"))
+            out.append(
+                (
+                    "speculative_draft_attention_backend",
+                    ctx.given.get("speculative_draft_attention_backend"),
+                    draft,
+                    "speculative_hook.py:886-986 _resolve_dflash_draft_attention_backend",
+                )
+            )
     return out
 
 
@@ -116,14 +214,24 @@ def _adaptive_effective(ctx: Context) -> bool:
     return adaptive_effective(ctx)
 
 
-@rule("DDT950", "SGLang overrides a value this launch sets", severity=INFO, reads=(),
-      applies=lambda ctx: bool(predicted_overrides(ctx)),
-      reference=f"{AG} declare_resolution / register_post_process overrides (inventory: ddtctl/rules/overrides.yaml)")
+@rule(
+    "DDT950",
+    "SGLang overrides a value this launch sets",
+    severity=INFO,
+    reads=(),
+    applies=lambda ctx: bool(predicted_overrides(ctx)),
+    reference=f"{AG} declare_resolution / register_post_process overrides (inventory: ddtctl/rules/overrides.yaml)",
+)
 def overridden(ctx: Context):
     """SGLang accepts the launch but runs with a different value than the one given: a deprecated or lower-case
     spelling, a backend or page size the attention backend or the model needs, an all-to-all backend's EP size,
     adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say what runs."""
     for dest, given, value, where in predicted_overrides(ctx):
         flag = dest.replace("_", "-")
-        yield Hit(f"SGLang runs --{flag} {value} instead of {given} ({where})", about=dest, severity=INFO,
-                  fix=f"set {flag}: {value}", edits={dest: value})
+        yield Hit(
+            f"SGLang runs --{flag} {value} instead of {given} ({where})",
+            about=dest,
+            severity=INFO,
+            fix=f"set {flag}: {value}",
+            edits={dest: value},
+        )

@@ -15,17 +15,34 @@ from ddtctl.rules.hooks.common import is_mla
 # arg_groups/serving_hook.py:304 handle_deprecated_args: deprecated backend spellings.
 BACKEND_ALIASES = {"compressed": "dsv4", "tokenspeed_mla": "cutedsl_mla"}
 # model_overrides/qwen3_5.py:17-23 _qwen3_5_hybrid_overrides (Qwen3_5ForCausalLM is not registered there).
-QWEN35_HYBRID_OVERRIDE = ("Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
-                          "InternS2PreviewForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
-                          "Qwen3_5ForConditionalGeneration")
+QWEN35_HYBRID_OVERRIDE = (
+    "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration",
+    "InternS2MobiusForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+)
 # model_overrides/deepseek_v2.py:37-49 _deepseek_family_overrides.
-DEEPSEEK_FAMILY = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
-                   "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-                   "Glm5NextForConditionalGeneration")
+DEEPSEEK_FAMILY = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+)
 # overrides.py:1039-1058 _deterministic_is_deepseek_model; attention_hook.py:626-635.
-DETERMINISTIC_DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
-                          "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-                          "Glm4MoeLiteForCausalLM", "Glm5NextForConditionalGeneration")
+DETERMINISTIC_DEEPSEEK = (
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "Glm5NextForConditionalGeneration",
+)
 # choices.py:113-120, 249.
 DETERMINISTIC_BACKENDS = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
 RADIX_DETERMINISTIC_BACKENDS = ("ascend", "fa3", "fa4", "triton")
@@ -91,8 +108,11 @@ def _default_backend(ctx: Context, page, mla: bool) -> str:
     if sm == 90 and _no_spec_or_topk_one(topk, page):
         return "fa3"
     # DFLASH's topk is declared later (model_override_base.py:268 _forces_eagle_topk_one, by name: not DDTREE)
-    if sm in (100, 103) and _no_spec_or_topk_one(topk, page) and (
-            raw_algo is None or topk is not None or raw_algo == "DFLASH"):
+    if (
+        sm in (100, 103)
+        and _no_spec_or_topk_one(topk, page)
+        and (raw_algo is None or topk is not None or raw_algo == "DFLASH")
+    ):
         return "trtllm_mha"
     return "flashinfer"
 
@@ -106,8 +126,15 @@ def resolve(ctx: Context) -> Resolution | None:
     if ctx.gpu is None or ctx.model is None or not ctx.model.known:
         return None
     errors: list = []
-    raw = {d: ctx.get(d) for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
-                                   "speculative_draft_attention_backend")}
+    raw = {
+        d: ctx.get(d)
+        for d in (
+            "attention_backend",
+            "prefill_attention_backend",
+            "decode_attention_backend",
+            "speculative_draft_attention_backend",
+        )
+    }
     att, pre, dec, draft, kv = _undeprecated(raw, ctx.get("kv_cache_dtype") or "auto")
     page = ctx.given.get("page_size")
     radix_off = bool(ctx.get("disable_radix_cache"))
@@ -129,17 +156,32 @@ def resolve(ctx: Context) -> Resolution | None:
     att, pre, page_now = _page_snaps(ctx, att, pre, dec, draft, kv, page)
     if ctx.get("enable_mis"):
         radix_off = True  # attention_hook.py:556-562 handle_multi_item_scoring
-    out = Resolution(att, pre, dec, draft, page_now or 1, page_at_mamba, attention_at_mamba, radix_at_mamba, kv,
-                     deterministic, radix_off, errors)
-    if ctx.algorithm == "DDTREE" and all(raw[d] is None for d in ("attention_backend", "prefill_attention_backend",
-                                                                  "decode_attention_backend")):
+    out = Resolution(
+        att,
+        pre,
+        dec,
+        draft,
+        page_now or 1,
+        page_at_mamba,
+        attention_at_mamba,
+        radix_at_mamba,
+        kv,
+        deterministic,
+        radix_off,
+        errors,
+    )
+    if ctx.algorithm == "DDTREE" and all(
+        raw[d] is None for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+    ):
         # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the page
         # size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
         out.final_attention = "triton"
     return out
 
 
-def _undeprecated(raw: dict[str, str | None], kv: str) -> tuple[str | None, str | None, str | None, str | None, str]:
+def _undeprecated(
+    raw: dict[str, str | None], kv: str
+) -> tuple[str | None, str | None, str | None, str | None, str]:
     """(attention, prefill, decode, draft backend, kv-cache dtype) after serving_hook.py:304-333
     handle_deprecated_args rewrites the deprecated backend spellings."""
     att, pre, dec, draft = (None if raw[d] is None else BACKEND_ALIASES.get(raw[d], raw[d]) for d in raw)
@@ -150,8 +192,9 @@ def _undeprecated(raw: dict[str, str | None], kv: str) -> tuple[str | None, str 
     return att, pre, dec, draft, kv
 
 
-def _model_override(ctx: Context, att: str | None, pre: str | None, dec: str | None, page: int | None,
-                    radix_off: bool) -> tuple[str | None, int | None]:
+def _model_override(
+    ctx: Context, att: str | None, pre: str | None, dec: str | None, page: int | None, radix_off: bool
+) -> tuple[str | None, int | None]:
     """(attention backend, page size) after the model's own overrides (model_hook.py:233; qwen3_5.py:24-48,
     deepseek_v2.py:179-185)."""
     sm, arch = ctx.gpu.sm, ctx.model.architecture
@@ -159,37 +202,58 @@ def _model_override(ctx: Context, att: str | None, pre: str | None, dec: str | N
         strategy = ctx.get("mamba_radix_cache_strategy") or "auto"
         extra = not radix_off and strategy in ("extra_buffer", "extra_buffer_lazy")
         default = _default_backend(ctx, page, False)
-        att = "trtllm_mha" if default == "trtllm_mha" and (extra or radix_off or ctx.algorithm is not None) \
+        att = (
+            "trtllm_mha"
+            if default == "trtllm_mha" and (extra or radix_off or ctx.algorithm is not None)
             else "triton"
+        )
         page = 64 if att == "trtllm_mha" else 1
-    elif arch in DEEPSEEK_FAMILY and sm in (100, 103) and att is None and pre is None and dec is None \
-            and not _is_dsa(ctx):
+    elif (
+        arch in DEEPSEEK_FAMILY
+        and sm in (100, 103)
+        and att is None
+        and pre is None
+        and dec is None
+        and not _is_dsa(ctx)
+    ):
         att = "trtllm_mla"
     return att, page
 
 
-def _deterministic_backend(ctx: Context, att: str | None, radix_off: bool,
-                           errors: list) -> tuple[str | None, bool]:
+def _deterministic_backend(
+    ctx: Context, att: str | None, radix_off: bool, errors: list
+) -> tuple[str | None, bool]:
     """(attention backend, radix cache off) under deterministic inference (attention_hook.py:580-662,
     overrides.py:1093-1123); its refusals are appended to `errors`."""
     sm, arch = ctx.gpu.sm, ctx.model.architecture
     if att is None:
         att = ("triton" if arch in DETERMINISTIC_DEEPSEEK else "flashinfer") if sm >= 100 else "fa3"
     elif att not in DETERMINISTIC_BACKENDS:
-        errors.append(("deterministic", "overrides.py:1116-1121 _deterministic_attention_backend",
-                       f"--enable-deterministic-inference supports attention backends "
-                       f"{', '.join(DETERMINISTIC_BACKENDS)}, not {att!r}"))
+        errors.append(
+            (
+                "deterministic",
+                "overrides.py:1116-1121 _deterministic_attention_backend",
+                f"--enable-deterministic-inference supports attention backends "
+                f"{', '.join(DETERMINISTIC_BACKENDS)}, not {att!r}",
+            )
+        )
     if att not in RADIX_DETERMINISTIC_BACKENDS:
         if arch in DETERMINISTIC_DEEPSEEK:
-            errors.append(("deterministic", "attention_hook.py:643-647 handle_deterministic_inference",
-                           f"deterministic inference on {arch} needs attention backend "
-                           f"{' / '.join(RADIX_DETERMINISTIC_BACKENDS)}, got {att!r}"))
+            errors.append(
+                (
+                    "deterministic",
+                    "attention_hook.py:643-647 handle_deterministic_inference",
+                    f"deterministic inference on {arch} needs attention backend "
+                    f"{' / '.join(RADIX_DETERMINISTIC_BACKENDS)}, got {att!r}",
+                )
+            )
         radix_off = True  # attention_hook.py:656-662
     return att, radix_off
 
 
-def _nvfp4_backends(ctx: Context, att: str | None, pre: str | None, dec: str | None,
-                    errors: list) -> tuple[str | None, str | None]:
+def _nvfp4_backends(
+    ctx: Context, att: str | None, pre: str | None, dec: str | None, errors: list
+) -> tuple[str | None, str | None]:
     """(prefill, decode) backends an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
     sm = ctx.gpu.sm
     requested = ctx.get("prefill_kv_cache_dequant_dtype") or "auto"
@@ -198,31 +262,52 @@ def _nvfp4_backends(ctx: Context, att: str | None, pre: str | None, dec: str | N
         if explicit in ("flashinfer", "trtllm_mha"):
             requested = "fp8_e4m3" if explicit == "flashinfer" else "nvfp4"
         elif explicit is not None:
-            errors.append(("nvfp4", "kv_cache_hook.py:48-55 handle_nvfp4_prefill_kv_dequant_dtype",
-                           f"--kv-cache-dtype nvfp4 prefills from an FP8 E4M3 workspace (flashinfer) or native "
-                           f"NVFP4 (trtllm_mha), but attention backend {explicit!r} provides neither"))
+            errors.append(
+                (
+                    "nvfp4",
+                    "kv_cache_hook.py:48-55 handle_nvfp4_prefill_kv_dequant_dtype",
+                    f"--kv-cache-dtype nvfp4 prefills from an FP8 E4M3 workspace (flashinfer) or native "
+                    f"NVFP4 (trtllm_mha), but attention backend {explicit!r} provides neither",
+                )
+            )
             requested = None
         else:
             requested = "nvfp4" if sm in (100, 103) else "fp8_e4m3"
     if requested is None:
         return pre, dec
     if requested == "nvfp4" and sm not in (100, 103):
-        errors.append(("nvfp4", "kv_cache_hook.py:59-63 handle_nvfp4_prefill_kv_dequant_dtype",
-                       "native NVFP4 prefill needs SM100: use --prefill-kv-cache-dequant-dtype fp8_e4m3"))
+        errors.append(
+            (
+                "nvfp4",
+                "kv_cache_hook.py:59-63 handle_nvfp4_prefill_kv_dequant_dtype",
+                "native NVFP4 prefill needs SM100: use --prefill-kv-cache-dequant-dtype fp8_e4m3",
+            )
+        )
     target = _NVFP4_PREFILL.get(requested)
     if pre is not None and target is not None and pre != target:
-        errors.append(("nvfp4", "kv_cache_hook.py:66-76 handle_nvfp4_prefill_kv_dequant_dtype",
-                       f"NVFP4 prefill dequant {requested} needs prefill backend {target!r}, not {pre!r}"))
+        errors.append(
+            (
+                "nvfp4",
+                "kv_cache_hook.py:66-76 handle_nvfp4_prefill_kv_dequant_dtype",
+                f"NVFP4 prefill dequant {requested} needs prefill backend {target!r}, not {pre!r}",
+            )
+        )
     if dec not in (None, "trtllm_mha"):
-        errors.append(("nvfp4", "kv_cache_hook.py:78-84 handle_nvfp4_prefill_kv_dequant_dtype",
-                       f"NVFP4 decode needs --decode-attention-backend trtllm_mha, not {dec!r}"))
+        errors.append(
+            (
+                "nvfp4",
+                "kv_cache_hook.py:78-84 handle_nvfp4_prefill_kv_dequant_dtype",
+                f"NVFP4 decode needs --decode-attention-backend trtllm_mha, not {dec!r}",
+            )
+        )
     if not any(kind == "nvfp4" for kind, _, _ in errors):
         return target, "trtllm_mha"
     return pre, dec
 
 
-def _page_snaps(ctx: Context, att: str, pre: str | None, dec: str | None, draft: str | None, kv: str,
-                page: int | None) -> tuple[str, str | None, int | None]:
+def _page_snaps(
+    ctx: Context, att: str, pre: str | None, dec: str | None, draft: str | None, kv: str, page: int | None
+) -> tuple[str, str | None, int | None]:
     """(attention, prefill, page size) after the backends' page snaps and fills (overrides.py:1142-1337)."""
     sm, mla, topk = ctx.gpu.sm, is_mla(ctx), ctx.given.get("speculative_eagle_topk")
     both = (att, pre, dec)
@@ -277,11 +362,23 @@ def backends(ctx: Context) -> tuple[str | None, str | None]:
     return res.pair
 
 
-_DSA_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",
-                      "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-                      "GlmMoeDsaForCausalLMNextN", "Glm5NextForConditionalGenerationNextN",
-                      "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN",
-                      "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM", "HYV4ForCausalLMNextN")
+_DSA_ARCHITECTURES = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLMNextN",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "GlmMoeDsaForCausalLMNextN",
+    "Glm5NextForConditionalGenerationNextN",
+    "Glm5NextForConditionalGeneration",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+    "Dots3NoteForCausalLMNextN",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+)
 
 
 def _is_dsa(ctx: Context) -> bool:

@@ -10,68 +10,114 @@ from ddtctl.rules.hooks.memory import chunked_prefill
 from ddtctl.rules.hooks.moe import _resolved_ep
 
 
-@rule("DDT916", "LoRA needs adapters or their shape", reads=("enable_lora", "max_loras_per_batch"),
-      applies=lambda ctx: bool(ctx.get("enable_lora")) or _nonpositive(ctx.get("max_loras_per_batch"))
-      or str(ctx.get("moe_runner_backend") or "").startswith("lora")
-      or (ctx.algorithm is not None and str(ctx.get("speculative_moe_runner_backend") or "").startswith("lora")),
-      reference=f"{AG}lora_hook.py:36 (assert), lora_hook.py:152-154 (assert), lora_hook.py:186-196, 199-203")
+@rule(
+    "DDT916",
+    "LoRA needs adapters or their shape",
+    reads=("enable_lora", "max_loras_per_batch"),
+    applies=lambda ctx: (
+        bool(ctx.get("enable_lora"))
+        or _nonpositive(ctx.get("max_loras_per_batch"))
+        or str(ctx.get("moe_runner_backend") or "").startswith("lora")
+        or (
+            ctx.algorithm is not None
+            and str(ctx.get("speculative_moe_runner_backend") or "").startswith("lora")
+        )
+    ),
+    reference=f"{AG}lora_hook.py:36 (assert), lora_hook.py:152-154 (assert), lora_hook.py:186-196, 199-203",
+)
 def lora(ctx: Context):
     """`--max-loras-per-batch` must be positive; `--enable-lora` without `--lora-paths` needs `--max-lora-rank` and
     `--lora-target-modules`; a `lora_*` MoE runner needs `--enable-lora`, and is never the draft's
     (`--speculative-moe-runner-backend`)."""
     if _nonpositive(ctx.get("max_loras_per_batch")):
-        yield Hit(f"--max-loras-per-batch must be positive, got {ctx.get('max_loras_per_batch')}",
-                  about="max_loras_per_batch")
+        yield Hit(
+            f"--max-loras-per-batch must be positive, got {ctx.get('max_loras_per_batch')}",
+            about="max_loras_per_batch",
+        )
     draft_runner = str(ctx.get("speculative_moe_runner_backend") or "")
     if ctx.algorithm is not None and draft_runner.startswith("lora"):
-        yield Hit(f"--speculative-moe-runner-backend {draft_runner} is not supported: draft models have no LoRA "
-                  "adapters", about="speculative_moe_runner_backend", edits={"speculative_moe_runner_backend": None})
+        yield Hit(
+            f"--speculative-moe-runner-backend {draft_runner} is not supported: draft models have no LoRA "
+            "adapters",
+            about="speculative_moe_runner_backend",
+            edits={"speculative_moe_runner_backend": None},
+        )
     enabled = ctx.get("enable_lora") or ctx.given.get("lora_paths")
-    if ctx.get("enable_lora") and not ctx.given.get("lora_paths") and not (
-            ctx.get("max_lora_rank") and ctx.given.get("lora_target_modules")):
-        yield Hit("--enable-lora without --lora-paths needs both --max-lora-rank and --lora-target-modules",
-                  about="enable_lora", fix="set lora-paths, or max-lora-rank and lora-target-modules")
+    if (
+        ctx.get("enable_lora")
+        and not ctx.given.get("lora_paths")
+        and not (ctx.get("max_lora_rank") and ctx.given.get("lora_target_modules"))
+    ):
+        yield Hit(
+            "--enable-lora without --lora-paths needs both --max-lora-rank and --lora-target-modules",
+            about="enable_lora",
+            fix="set lora-paths, or max-lora-rank and lora-target-modules",
+        )
     backend = str(ctx.get("moe_runner_backend") or "")
     if backend.startswith("lora") and not enabled:
-        yield Hit(f"--moe-runner-backend {backend} requires --enable-lora (or --lora-paths)",
-                  about="moe_runner_backend")
+        yield Hit(
+            f"--moe-runner-backend {backend} requires --enable-lora (or --lora-paths)",
+            about="moe_runner_backend",
+        )
 
 
-@rule("DDT917", "the intel_xpu sampling backend needs an XPU device", reads=("sampling_backend",),
-      applies=lambda ctx: ctx.get("sampling_backend") == "intel_xpu" and ctx.get("device") != "xpu",
-      reference=f"{AG}validation_hook.py:480-487 check_server_args")
+@rule(
+    "DDT917",
+    "the intel_xpu sampling backend needs an XPU device",
+    reads=("sampling_backend",),
+    applies=lambda ctx: ctx.get("sampling_backend") == "intel_xpu" and ctx.get("device") != "xpu",
+    reference=f"{AG}validation_hook.py:480-487 check_server_args",
+)
 def sampling_backend(ctx: Context):
     """`--sampling-backend intel_xpu` requires `--device xpu`."""
-    return Hit("--sampling-backend intel_xpu requires --device xpu", fix="remove sampling-backend",
-               edits={"sampling_backend": None})
+    return Hit(
+        "--sampling-backend intel_xpu requires --device xpu",
+        fix="remove sampling-backend",
+        edits={"sampling_backend": None},
+    )
 
 
-@rule("DDT924", "serving options that need their companions",
-      reads=("enable_ssl_refresh", "enable_quant_communications"),
-      applies=lambda ctx: bool(ctx.get("enable_ssl_refresh")) or bool(ctx.get("enable_quant_communications"))
-      or bool(ctx.get("enable_prefill_cp")),
-      reference=f"{AG}serving_hook.py:83-86 handle_ssl_validation; validation_hook.py:349-353 check_server_args; "
-                f"parallel_hook.py:151-154 handle_context_parallelism")
+@rule(
+    "DDT924",
+    "serving options that need their companions",
+    reads=("enable_ssl_refresh", "enable_quant_communications"),
+    applies=lambda ctx: (
+        bool(ctx.get("enable_ssl_refresh"))
+        or bool(ctx.get("enable_quant_communications"))
+        or bool(ctx.get("enable_prefill_cp"))
+    ),
+    reference=f"{AG}serving_hook.py:83-86 handle_ssl_validation; validation_hook.py:349-353 check_server_args; "
+    f"parallel_hook.py:151-154 handle_context_parallelism",
+)
 def companions(ctx: Context):
     """`--enable-ssl-refresh` needs `--ssl-certfile` and `--ssl-keyfile`; `--enable-quant-communications` needs
     tp-size > 1 on an NPU device; `--enable-prefill-cp` needs `--cp-strategy`."""
     if ctx.get("enable_ssl_refresh") and not (ctx.given.get("ssl_certfile") and ctx.given.get("ssl_keyfile")):
-        yield Hit("--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile", about="enable_ssl_refresh")
+        yield Hit(
+            "--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile", about="enable_ssl_refresh"
+        )
     if ctx.get("enable_quant_communications"):
         if (ctx.get("tp_size", 1) or 1) == 1:
-            yield Hit("--enable-quant-communications is only used with --tp-size > 1",
-                      about="enable_quant_communications")
+            yield Hit(
+                "--enable-quant-communications is only used with --tp-size > 1",
+                about="enable_quant_communications",
+            )
         elif ctx.get("device") != "npu":
-            yield Hit("--enable-quant-communications is only supported on the NPU device",
-                      about="enable_quant_communications")
+            yield Hit(
+                "--enable-quant-communications is only supported on the NPU device",
+                about="enable_quant_communications",
+            )
     if ctx.get("enable_prefill_cp") and ctx.given.get("cp_strategy") is None:
         yield Hit("--enable-prefill-cp requires --cp-strategy", about="enable_prefill_cp")
 
 
-@rule("DDT925", "prefill_complete allocation is for PD-disaggregated Mooncake deployments",
-      reads=("disaggregation_decode_allocation_policy",),
-      applies=lambda ctx: ctx.get("disaggregation_decode_allocation_policy") == "prefill_complete",
-      reference=f"{AG}pd_disaggregation_hook.py:47-48, 198-215 _validate_prefill_complete")
+@rule(
+    "DDT925",
+    "prefill_complete allocation is for PD-disaggregated Mooncake deployments",
+    reads=("disaggregation_decode_allocation_policy",),
+    applies=lambda ctx: ctx.get("disaggregation_decode_allocation_policy") == "prefill_complete",
+    reference=f"{AG}pd_disaggregation_hook.py:47-48, 198-215 _validate_prefill_complete",
+)
 def prefill_complete(ctx: Context):
     """`--disaggregation-decode-allocation-policy prefill_complete` needs a prefill or decode node, the Mooncake
     transfer backend, pp/attn-cp/dcp 1 and attention TP 1 (tp-size equal to the attention-DP size)."""
@@ -86,9 +132,12 @@ def prefill_complete(ctx: Context):
     if ctx.get("tp_size", 1) != dp:
         problems.append("attention tensor parallelism greater than one")
     if problems:
-        return Hit("--disaggregation-decode-allocation-policy prefill_complete does not yet support "
-                   + ", ".join(problems), fix="remove disaggregation-decode-allocation-policy",
-                   edits={"disaggregation_decode_allocation_policy": None})
+        return Hit(
+            "--disaggregation-decode-allocation-policy prefill_complete does not yet support "
+            + ", ".join(problems),
+            fix="remove disaggregation-decode-allocation-policy",
+            edits={"disaggregation_decode_allocation_policy": None},
+        )
 
 
 # (dest, lowest allowed, SGLang's check): plain range checks of the resolver
@@ -104,16 +153,24 @@ _RANGES = (
     ("gpu_id_step", 1, "validation_hook.py:205"),
     ("sampling_mask_max_tokens", 1, "validation_hook.py:686-690"),
     ("swa_prefix_tails", 0, "kv_cache_hook.py:429-431 handle_cache_compatibility"),
-    ("linear_replayssm_cache_len", 1, "attention_hook.py:431-435 handle_linear_attn_backend (with ReplaySSM)"),
+    (
+        "linear_replayssm_cache_len",
+        1,
+        "attention_hook.py:431-435 handle_linear_attn_backend (with ReplaySSM)",
+    ),
     ("cuda_graph_prefill_max_context", 1, "cuda_graph_hook.py:423-427 _resolve_max_context_size"),
     ("asr_max_buffer_seconds", 1e-9, "serving_hook.py:124-129 handle_asr_validation"),
 )
 
 
-@rule("DDT935", "values SGLang range-checks", reads=tuple(d for d, _, _ in _RANGES),
-      applies=lambda ctx: any(ctx.is_set(d) for d, _, _ in _RANGES) or (ctx.given.get("moe_dp_size") or 1) > 1,
-      reference=f"{AG}validation_hook.py:657-662 validate_prefill_decode_interval; validation_hook.py "
-                f"check_server_args; kv_cache_hook.py:429-431")
+@rule(
+    "DDT935",
+    "values SGLang range-checks",
+    reads=tuple(d for d, _, _ in _RANGES),
+    applies=lambda ctx: any(ctx.is_set(d) for d, _, _ in _RANGES) or (ctx.given.get("moe_dp_size") or 1) > 1,
+    reference=f"{AG}validation_hook.py:657-662 validate_prefill_decode_interval; validation_hook.py "
+    f"check_server_args; kv_cache_hook.py:429-431",
+)
 def ranges(ctx: Context):
     """Integer options SGLang range-checks at resolve time: --prefill-decode-interval(-min-bs) and
     --schedule-conservativeness non-negative; tokenizer / detokenizer workers >= 1; multimodal workers >= 0;
@@ -127,8 +184,12 @@ def ranges(ctx: Context):
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
             bound = "positive" if low == 1e-9 else f">= {low}"
-            yield Hit(f"--{dest.replace('_', '-')} must be {bound}, got {value} ({where})", about=dest,
-                      fix=f"remove {dest.replace('_', '-')}", edits={dest: None})
+            yield Hit(
+                f"--{dest.replace('_', '-')} must be {bound}, got {value} ({where})",
+                about=dest,
+                fix=f"remove {dest.replace('_', '-')}",
+                edits={dest: None},
+            )
     moe_dp = ctx.given.get("moe_dp_size")
     if isinstance(moe_dp, int) and moe_dp > 1:
         # parallel_hook.py:170-191 handle_context_parallelism (assert)
@@ -136,18 +197,26 @@ def ranges(ctx: Context):
         if tp % moe_dp:
             yield Hit(f"--tp-size ({tp}) must be divisible by --moe-dp-size ({moe_dp})", about="moe_dp_size")
         elif ep * moe_dp > tp or (ep > 1 and ep * moe_dp != tp):
-            yield Hit(f"ep-size x moe-dp-size ({ep} x {moe_dp}) must equal --tp-size ({tp}) (or ep-size 1)",
-                      about="moe_dp_size")
+            yield Hit(
+                f"ep-size x moe-dp-size ({ep} x {moe_dp}) must equal --tp-size ({tp}) (or ep-size 1)",
+                about="moe_dp_size",
+            )
         elif (ctx.get("pp_size", 1) or 1) != 1:
             yield Hit("--moe-dp-size > 1 does not support pipeline parallelism", about="moe_dp_size")
         elif (ctx.get("attn_cp_size", 1) or 1) != moe_dp:
-            yield Hit(f"--moe-dp-size ({moe_dp}) must equal --attn-cp-size ({ctx.get('attn_cp_size', 1)})",
-                      about="moe_dp_size")
+            yield Hit(
+                f"--moe-dp-size ({moe_dp}) must equal --attn-cp-size ({ctx.get('attn_cp_size', 1)})",
+                about="moe_dp_size",
+            )
 
 
-@rule("DDT936", "PD-Multiplexing runs alone", reads=("enable_pdmux",),
-      applies=lambda ctx: bool(ctx.get("enable_pdmux")),
-      reference=f"{AG}validation_hook.py:248-262 check_server_args (assert)")
+@rule(
+    "DDT936",
+    "PD-Multiplexing runs alone",
+    reads=("enable_pdmux",),
+    applies=lambda ctx: bool(ctx.get("enable_pdmux")),
+    reference=f"{AG}validation_hook.py:248-262 check_server_args (assert)",
+)
 def pdmux(ctx: Context):
     """`--enable-pdmux` needs pp-size 1, chunked prefill off (`--chunked-prefill-size -1`: SGLang's default is on),
     no PD disaggregation and overlap scheduling off."""
@@ -155,14 +224,22 @@ def pdmux(ctx: Context):
         return Hit("PD-Multiplexing needs --pp-size 1", about="pp_size")
     chunk = chunked_prefill(ctx)
     if chunk is not None and chunk != -1:
-        return Hit(f"PD-Multiplexing is not compatible with chunked prefill (--chunked-prefill-size {chunk}"
-                   f"{'' if ctx.is_set('chunked_prefill_size') else ', SGLang default'}): set it to -1",
-                   about="chunked_prefill_size", fix="set chunked-prefill-size: -1", edits={"chunked_prefill_size": -1})
+        return Hit(
+            f"PD-Multiplexing is not compatible with chunked prefill (--chunked-prefill-size {chunk}"
+            f"{'' if ctx.is_set('chunked_prefill_size') else ', SGLang default'}): set it to -1",
+            about="chunked_prefill_size",
+            fix="set chunked-prefill-size: -1",
+            edits={"chunked_prefill_size": -1},
+        )
     if (ctx.get("disaggregation_mode") or "null") != "null":
         return Hit("PD-Multiplexing is not compatible with PD disaggregation", about="disaggregation_mode")
     if not overlap_disabled(ctx):
-        return Hit("PD-Multiplexing is not compatible with overlap scheduling", about="enable_pdmux",
-                   fix="set disable-overlap-schedule: true", edits={"disable_overlap_schedule": True})
+        return Hit(
+            "PD-Multiplexing is not compatible with overlap scheduling",
+            about="enable_pdmux",
+            fix="set disable-overlap-schedule: true",
+            edits={"disable_overlap_schedule": True},
+        )
 
 
 def overlap_disabled(ctx: Context) -> bool:
@@ -172,16 +249,26 @@ def overlap_disabled(ctx: Context) -> bool:
         return True
     from ddtctl.rules import mamba
 
-    return mamba._mamba_cache_active(ctx) and mamba._effective_strategy(ctx) == "no_buffer" \
+    return (
+        mamba._mamba_cache_active(ctx)
+        and mamba._effective_strategy(ctx) == "no_buffer"
         and mamba._strategy(ctx) == "auto"
+    )
 
 
-@rule("DDT939", "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin", severity="warning",
-      reads=("enable_nvidia_megakernel",), applies=lambda ctx: bool(ctx.get("enable_nvidia_megakernel")),
-      reference="sglang 0.5.23 srt/kernel_plugins/nvidia/binding.py:288-298, 363-382 handle_nvidia_megakernel")
+@rule(
+    "DDT939",
+    "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin",
+    severity="warning",
+    reads=("enable_nvidia_megakernel",),
+    applies=lambda ctx: bool(ctx.get("enable_nvidia_megakernel")),
+    reference="sglang 0.5.23 srt/kernel_plugins/nvidia/binding.py:288-298, 363-382 handle_nvidia_megakernel",
+)
 def nvidia_megakernel(ctx: Context):
     """SGLang refuses `--enable-nvidia-megakernel` unless the sgl-nvidia-mega plugin is installed on the server
     host and has a spec for the model; ddtctl cannot see either (`ddtctl dry-run` on the host can)."""
-    return Hit("--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin on the server host, with a spec for "
-               "this model: not checked statically (run `ddtctl dry-run` on the host)",
-               about="enable_nvidia_megakernel")
+    return Hit(
+        "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin on the server host, with a spec for "
+        "this model: not checked statically (run `ddtctl dry-run` on the host)",
+        about="enable_nvidia_megakernel",
+    )
