@@ -456,9 +456,13 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         return code
     from ddtctl.cli._app import stderr_console, stdout_console
 
-    where = str(inv.path) if inv.path else "no inventory file (hosts.yaml or $DDTCTL_INVENTORY)"
     if not rows:
-        stderr_console().print(f"no hosts in the inventory: {where}", markup=False)
+        where = str(inv.path) if inv.path else inv.missing()
+        stderr_console().print(
+            f"no hosts in the inventory: {where} (fix: create hosts.yaml from hosts.example.yaml or pass "
+            "--inventory PATH)",
+            markup=False,
+        )
         return code
     from rich.markup import escape
     from rich.table import Table

@@ -244,3 +244,13 @@ def test_status_probe_reports_an_unreachable_host(tmp_path):
     assert row["error"]["where"] == "down" and row["error"]["exit_code"] == 3 and row["error"]["message"]
     text = ddtctl_run("status", "--probe", "-i", inv, env={"HOME": str(tmp_path)})
     assert text.returncode == 3 and "unreachable" in text.stdout and "release" in text.stdout.splitlines()[0]
+
+
+def test_status_without_any_inventory_names_where_it_looked(tmp_path):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "DDTCTL_INVENTORY"}
+    res = subprocess.run([sys.executable, "-m", "ddtctl", "status"], cwd=work, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == ""
+    assert f"searched {work / 'hosts.yaml'} and its" in res.stderr and "fix: create hosts.yaml" in res.stderr

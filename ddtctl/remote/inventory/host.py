@@ -86,17 +86,20 @@ class Inventory:
     hosts: dict[str, Host]
     searched: list[str] = field(default_factory=list)  # where hosts.yaml was looked for, when none was found
 
+    def missing(self) -> str:
+        """Where hosts.yaml was looked for, when none was found."""
+        tried = self.searched[0] if self.searched else DEFAULT_INVENTORY
+        more = f" and its {len(self.searched) - 1} parent directories" if len(self.searched) > 1 else ""
+        return f"no inventory (searched {tried}{more}; $DDTCTL_INVENTORY is unset)"
+
     def get(self, name: str) -> Host:
         if name in self.hosts:
             return self.hosts[name]
         import difflib
 
         if self.path is None:
-            tried = self.searched[0] if self.searched else DEFAULT_INVENTORY
-            more = f" and its {len(self.searched) - 1} parent directories" if len(self.searched) > 1 else ""
             raise UsageError(
-                f"unknown host {name!r}: no inventory (searched {tried}{more}; $DDTCTL_INVENTORY is "
-                "unset) and no such Host in ~/.ssh/config",
+                f"unknown host {name!r}: {self.missing()} and no such Host in ~/.ssh/config",
                 fix="create hosts.yaml from hosts.example.yaml, pass --inventory PATH, or add a Host "
                 "entry to ~/.ssh/config",
             )
