@@ -123,11 +123,105 @@ def oracle_topk_row(row: list[tuple[int, float]], drafter_ids: list[int], k: int
     return [t for t, _ in pairs], [v - lse for _, v in pairs]
 
 
+class DeviceOracle:
+    """The same oracle as draft_rows / oracle_topk_row, as tables on the device: one row per request, built once
+    when the request is first seen (its true tokens, their ranks and distractors for every position). A step then
+    costs a few gathers, with no host sync and no per-depth Python: the host oracle's ~3-6 ms a step (a D2H copy,
+    hashing and loops per request and depth) is what the calibrated rows of notes/step-cost-h200.md still paid.
+    DDTREE_TEST_ORACLE_DEVICE=1 selects it; tests/gpu_standins/test_device_oracle.py holds it equal to the host
+    oracle."""
+
+    def __init__(self, vocab: int, device: torch.device):
+        self.vocab, self.device = vocab, device
+        self.row_of: dict[str, int] = {}
+        self.full = torch.zeros((0, 1), dtype=torch.long, device=device)  # true token at every position
+        self.slots = torch.zeros((0, 1, 4), dtype=torch.long, device=device)  # the 4 top tokens at every position
+        self.length = torch.zeros((0,), dtype=torch.long, device=device)
+        values = torch.tensor(top_values(vocab), dtype=torch.float32)
+        lse = torch.logsumexp(torch.cat([values, torch.tensor([math.log(max(vocab - 4, 1))])]), 0)
+        self.top_lp = (values - lse).to(device)  # the 4 oracle slots' log-probs: the same in every row
+        self.fill_lse = float(lse)
+        self._batch: tuple[tuple, torch.Tensor] | None = None
+
+    def _add(self, key: str, full: list[int]) -> int:
+        n = len(full)
+        slots = []
+        for pos in range(n):
+            row = draft_rows(key, full, pos - 1, 1, self.vocab)[0]
+            slots.append([tok for tok, _ in row])
+        width = max(self.full.shape[1], n)
+        grow_full = torch.full((self.full.shape[0] + 1, width), -1, dtype=torch.long, device=self.device)
+        grow_slots = torch.zeros((self.full.shape[0] + 1, width, 4), dtype=torch.long, device=self.device)
+        grow_full[:-1, : self.full.shape[1]] = self.full
+        grow_slots[:-1, : self.slots.shape[1]] = self.slots
+        grow_full[-1, :n] = torch.tensor(full, dtype=torch.long)
+        grow_slots[-1, :n] = torch.tensor(slots, dtype=torch.long)
+        self.full, self.slots = grow_full, grow_slots
+        self.length = torch.cat([self.length, torch.tensor([n], dtype=torch.long, device=self.device)])
+        self.row_of[key] = self.full.shape[0] - 1
+        return self.row_of[key]
+
+    def rows(self, reqs) -> torch.Tensor:
+        """Table rows of the batch's requests (-1: not in the oracle); cached while the batch is the same."""
+        keys = tuple(",".join(str(t) for t in req.origin_input_ids) for req in reqs)
+        if self._batch is not None and self._batch[0] == keys:
+            return self._batch[1]
+        oracle = _oracle()
+        idx = []
+        for key in keys:
+            if key not in self.row_of and key in oracle:
+                self._add(key, [int(t) for t in oracle[key]])
+            idx.append(self.row_of.get(key, -1))
+        rows = torch.tensor(idx, dtype=torch.long, device=self.device)
+        self._batch = (keys, rows)
+        return rows
+
+    def top4(self, reqs, prefix_lens: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens [bs, depth, 4], valid [bs, depth]): the oracle's top rows at positions prefix + 1 .. + depth."""
+        rows = self.rows(reqs)
+        pos = prefix_lens.to(self.device, torch.long).view(-1, 1) + torch.arange(1, depth + 1, device=self.device)
+        safe_rows = rows.clamp(min=0).view(-1, 1)
+        valid = (rows.view(-1, 1) >= 0) & (pos < self.length[safe_rows.view(-1)].view(-1, 1))
+        safe_pos = pos.clamp(max=max(self.slots.shape[1] - 1, 0))
+        return self.slots[safe_rows, safe_pos], valid
+
+    def override(self, reqs, prefix_lens: torch.Tensor, lp: torch.Tensor, ids: torch.Tensor):
+        """oracle_topk_row for every (request, depth) at once: the 4 oracle tokens on top, then the drafter's own
+        candidates not among them, in the drafter's order, at log-prob -1e-4 * (their rank + 1) - lse."""
+        bs, depth, k = ids.shape
+        top, valid = self.top4(reqs, prefix_lens, depth)
+        n_top = min(4, k)
+        taken = (ids.unsqueeze(-1) == top.unsqueeze(-2)).any(-1)  # [bs, depth, K]
+        order = torch.argsort(taken.long() * k + torch.arange(k, device=ids.device), dim=-1)[..., : k - n_top]
+        fill_ids = torch.gather(ids, -1, order)
+        fill_lp = -1e-4 * (order.float() + 1) - self.fill_lse
+        new_ids = torch.cat([top[..., :n_top], fill_ids], dim=-1)
+        new_lp = torch.cat([self.top_lp[:n_top].expand(bs, depth, n_top), fill_lp], dim=-1)
+        keep = valid.unsqueeze(-1)
+        return torch.where(keep, new_lp, lp.float()), torch.where(keep, new_ids, ids)
+
+
+_DEVICE_ORACLES: dict[tuple[int, str], DeviceOracle] = {}
+
+
+def device_oracle(vocab: int, device: torch.device) -> DeviceOracle:
+    key = (vocab, str(device))
+    if key not in _DEVICE_ORACLES:
+        _DEVICE_ORACLES[key] = DeviceOracle(vocab, device)
+    return _DEVICE_ORACLES[key]
+
+
+def _use_device() -> bool:
+    return os.environ.get("DDTREE_TEST_ORACLE_DEVICE") == "1"
+
+
 def override(*, reqs, prefix_lens, root_tokens, lp: torch.Tensor, ids: torch.Tensor, vocab: int):
     """Replace the draft top-K (lp, ids [bs, L, K]) for requests whose prompt is in the oracle (others keep the
     drafter's). Depths past the known continuation keep the drafter's row."""
     if not _oracle():
         return lp, ids
+    if _use_device():
+        return device_oracle(vocab, ids.device).override(reqs, prefix_lens, lp, ids)
     bs, depth, k = lp.shape
     lp_h, ids_h = lp.float().cpu().clone(), ids.cpu().clone()
     for i, rows in enumerate(_rows_for(reqs, prefix_lens, depth, vocab)):
@@ -170,6 +264,10 @@ def install_dflash_patch() -> None:
             depth = tokens.numel() // bs
             vocab = int(self.model_runner.model_config.vocab_size)
             view = tokens.view(bs, depth)
+            if _use_device():
+                top, valid = device_oracle(vocab, tokens.device).top4(batch.reqs, batch.seq_lens, depth)
+                view.copy_(torch.where(valid, top[..., 0].to(view.dtype), view))
+                return tokens
             for i, rows in enumerate(_rows_for(batch.reqs, batch.seq_lens, depth, vocab)):
                 for d, row in enumerate(rows or []):
                     if row:

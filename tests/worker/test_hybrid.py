@@ -193,3 +193,70 @@ def test_calibrated_oracle_states_its_own_accuracy():
     assert probs[3] == pytest.approx(0.01, rel=1e-6)
     assert list(values) == sorted(values, reverse=True)
     assert od.top_values(vocab) == od.TOP_VALUES  # the e2e proofs keep their fixed values unless asked
+
+
+def _oracle_module(monkeypatch, tmp_path, sequences: dict, device: bool):
+    sys.path.insert(0, str(REPO / "tests" / "gpu_standins"))
+    try:
+        import oracle_drafter as od
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "oracle.json"
+    path.write_text(json.dumps({"sequences": sequences}))
+    monkeypatch.setenv("DDTREE_TEST_ORACLE", str(path))
+    monkeypatch.setenv("DDTREE_TEST_ORACLE_CALIBRATED", "1")
+    if device:
+        monkeypatch.setenv("DDTREE_TEST_ORACLE_DEVICE", "1")
+    else:
+        monkeypatch.delenv("DDTREE_TEST_ORACLE_DEVICE", raising=False)
+    monkeypatch.setattr(od, "_ORACLE", None)
+    monkeypatch.setattr(od, "_DEVICE_ORACLES", {})
+    return od
+
+
+@pytest.mark.parametrize("k", [3, 8, 16])
+def test_the_device_oracle_equals_the_host_oracle_row_for_row(monkeypatch, tmp_path, k):
+    """DDTREE_TEST_ORACLE_DEVICE=1 (gathers on the device, no host sync) proposes exactly what the host oracle does:
+    the same ids and log-probs at every (request, depth), requests outside the oracle and depths past the known
+    continuation keeping the drafter's row. Seed 1234, printed by pytest's parametrisation."""
+    import random
+    from types import SimpleNamespace
+
+    rng = random.Random(1234)
+    vocab, depth, bs = 500, 15, 5
+    prompts = [[rng.randrange(vocab) for _ in range(rng.randrange(3, 9))] for _ in range(4)]
+    seqs = {",".join(map(str, p)): p + [rng.randrange(vocab) for _ in range(rng.randrange(5, 40))] for p in prompts}
+    reqs = [SimpleNamespace(origin_input_ids=p) for p in prompts] + [SimpleNamespace(origin_input_ids=[1, 2, 3])]
+    prefix = torch.tensor([len(p) - 1 + rng.randrange(0, 30) for p in prompts] + [4])
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.stack([torch.randperm(vocab, generator=g)[:k] for _ in range(bs * depth)]).view(bs, depth, k)
+    lp = torch.sort(torch.randn(bs, depth, k, generator=g), dim=-1, descending=True).values.to(torch.bfloat16)
+    for p, i in zip(prompts, range(4)):  # some drafter candidates collide with the oracle's tokens
+        full = seqs[",".join(map(str, p))]
+        pos = int(prefix[i]) + 1
+        if pos < len(full):
+            ids[i, 0, k - 1] = full[pos]
+    results = []
+    for device in (False, True):
+        od = _oracle_module(monkeypatch, tmp_path, seqs, device)
+        results.append(od.override(reqs=reqs, prefix_lens=prefix, root_tokens=None, lp=lp, ids=ids, vocab=vocab))
+    (host_lp, host_ids), (dev_lp, dev_ids) = results
+    assert torch.equal(host_ids, dev_ids)
+    assert torch.allclose(host_lp, dev_lp, rtol=0, atol=1e-6)
+    assert torch.equal(dev_ids[4], ids[4])  # not in the oracle: the drafter's own row
+    assert not torch.equal(dev_ids[:4], ids[:4])
+
+
+def test_the_device_oracle_tables_are_built_once_per_request(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    seqs = {"1,2": [1, 2, 3, 4, 5, 6], "7,8,9": [7, 8, 9, 10, 11]}
+    od = _oracle_module(monkeypatch, tmp_path, seqs, True)
+    oracle = od.device_oracle(100, torch.device("cpu"))
+    reqs = [SimpleNamespace(origin_input_ids=[1, 2]), SimpleNamespace(origin_input_ids=[7, 8, 9])]
+    top, valid = oracle.top4(reqs, torch.tensor([1, 2]), 4)
+    assert oracle.full.shape[0] == 2 and valid.tolist() == [[True] * 4, [True, True, False, False]]
+    assert (top[0, :, :] == torch.tensor([3, 4, 5, 6]).view(4, 1)).any(-1).tolist() == [
+        od.rank_of("1,2", p) < 4 for p in range(2, 6)]
+    oracle.top4(reqs[::-1], torch.tensor([2, 1]), 4)
+    assert oracle.full.shape[0] == 2  # the same requests in another batch: no new rows
