@@ -75,6 +75,11 @@ class Site:
         return f"{self.file}::{self.function}::{self.kind}::{self.message}"
 
 
+# (file relative to the sglang package's parent, def node); name -> every def of that name
+Located = tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]
+FunctionIndex = dict[str, list[Located]]
+
+
 def _message(node: ast.AST | None) -> str:
     if node is None:
         return ""
@@ -84,9 +89,9 @@ def _message(node: ast.AST | None) -> str:
     return ""
 
 
-def _functions(root: Path) -> dict[str, list[tuple[str, ast.AST]]]:
+def _functions(root: Path) -> FunctionIndex:
     """name -> [(relative file, def node)] over the resolution code."""
-    index: dict[str, list[tuple[str, ast.AST]]] = {}
+    index: FunctionIndex = {}
     for pattern in FILES:
         for path in sorted(root.glob(pattern)):
             rel = str(path.relative_to(root.parent))
@@ -97,7 +102,7 @@ def _functions(root: Path) -> dict[str, list[tuple[str, ast.AST]]]:
     return index
 
 
-def _roots(index) -> list[tuple[str, ast.AST]]:
+def _roots(index: FunctionIndex) -> list[Located]:
     out = []
     for name, defs in index.items():
         for rel, node in defs:
@@ -117,14 +122,12 @@ def _referenced(node: ast.AST) -> set[str]:
     return names
 
 
-def reachable(root: Path) -> list[tuple[str, ast.AST]]:
+def reachable(root: Path) -> list[Located]:
     index = _functions(root)
     return _closure(index, _roots(index))
 
 
-def _closure(
-    index: dict[str, list[tuple[str, ast.AST]]], roots: list[tuple[str, ast.AST]]
-) -> list[tuple[str, ast.AST]]:
+def _closure(index: FunctionIndex, roots: list[Located]) -> list[Located]:
     """The functions reachable from `roots` by calls and references by name within `index`."""
     seen: set[int] = set()
     order = []
@@ -245,7 +248,7 @@ class OverrideSite:
         return f"{self.file}::{self.function}::{self.kind}::{','.join(self.fields)}"
 
 
-def _override_roots(index) -> list[tuple[str, ast.AST]]:
+def _override_roots(index: FunctionIndex) -> list[Located]:
     """The resolution roots plus the model-override registry (@_register_for providers, reached by the registry,
     not by name)."""
     out = _roots(index)

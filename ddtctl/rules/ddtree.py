@@ -324,7 +324,7 @@ def verify_scratch(
 
 
 def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = None) -> VerifyScratch | None:
-    m = ctx.model
+    m = ctx.known_model
     shape = (
         m.num_linear_layers,
         m.linear_num_key_heads,
@@ -333,7 +333,8 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
         m.linear_value_head_dim,
         m.linear_conv_kernel_dim,
     )
-    if not all(isinstance(x, int) and x > 0 for x in shape):
+    sizes = [x for x in shape if isinstance(x, int) and x > 0]
+    if len(sizes) != len(shape):
         return None  # not a Gated-DeltaNet config (or an incomplete one): nothing to size
     flags = dict(ctx.given)
     if budget is not None:
@@ -347,7 +348,7 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
     tp = tp or ctx.get("tp_size", 1) or 1
     linear_tp = max(1, tp // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else tp
     dtype = ctx.given.get("mamba_ssm_dtype") or m.mamba_ssm_dtype or "float32"
-    layers, kh, vh, kd, vd, kernel = shape
+    layers, kh, vh, kd, vd, kernel = sizes
     return verify_scratch(
         linear_layers=layers,
         num_key_heads=kh,
@@ -374,7 +375,7 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     fraction = ctx.get("mem_fraction_static") or DEFAULT_MEM_FRACTION_STATIC
     room = ctx.gpu.memory_gb * 1e9 * fraction
     how = f"{ctx.gpu.memory_gb} GB x mem-fraction-static {fraction:g}"
-    weights = ctx.model.weights_bytes
+    weights = ctx.known_model.weights_bytes
     if weights:
         room -= weights / tp
         how += f" - {weights / tp / MIB:,.0f} MiB of weights"
@@ -445,7 +446,7 @@ def verify_scratch_fits(ctx: Context):
     if bigger is not None:
         fixes.append(f"set tp-size: {bigger}")
     yield Hit(
-        f"{figure}: more than one {ctx.gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
+        f"{figure}: more than one {ctx.known_gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
         fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
         edits=edits,
     )
@@ -468,15 +469,8 @@ def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
 
 def _smallest_tp(ctx: Context, tp: int, reqs: int) -> int | None:
     limit = ctx.gpu_count or 8
-    heads = [
-        h
-        for h in (
-            ctx.model.linear_num_key_heads,
-            ctx.model.linear_num_value_heads,
-            ctx.model.num_attention_heads,
-        )
-        if h
-    ]
+    m = ctx.known_model
+    heads = [h for h in (m.linear_num_key_heads, m.linear_num_value_heads, m.num_attention_heads) if h]
     candidate = tp * 2
     while candidate <= limit:
         if all(h % candidate == 0 for h in heads):

@@ -103,6 +103,22 @@ class Context:
         return self.given.get(dest) is not None
 
     @property
+    def known_model(self) -> ModelFacts:
+        """`model` where a rule relies on it: one that needs FACT_MODEL / FACT_MODEL_CONFIG (run_rules skips it
+        while the model is unknown), or code behind such a check."""
+        if self.model is None:
+            raise RuntimeError("model facts read without needs=(FACT_MODEL,) or a check that they are known")
+        return self.model
+
+    @property
+    def known_gpu(self) -> GpuSpec:
+        """`gpu` where a rule relies on it: one that needs FACT_GPU (run_rules skips it while the GPU is unknown),
+        or code behind such a check."""
+        if self.gpu is None:
+            raise RuntimeError("the GPU read without needs=(FACT_GPU,) or a check that it is known")
+        return self.gpu
+
+    @property
     def algorithm(self) -> str | None:
         algo = self.given.get("speculative_algorithm")
         if algo is None or self.given.get("enable_return_aux_hidden_states"):

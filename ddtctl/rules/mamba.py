@@ -58,7 +58,7 @@ def extra_buffer_non_mamba(ctx: Context):
     if not ctx.is_hybrid:
         return Hit(
             f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
-            f"got {ctx.model.architecture}",
+            f"got {ctx.known_model.architecture}",
             fix="remove mamba-radix-cache-strategy",
             edits={"mamba_radix_cache_strategy": None},
         )
@@ -74,9 +74,10 @@ def extra_buffer_non_mamba(ctx: Context):
 )
 def extra_buffer_supported(ctx: Context):
     """extra_buffer needs an architecture with state snapshots and the triton linear-attention backend."""
-    if ctx.model.architecture not in EXTRA_BUFFER_ARCHITECTURES:
+    arch = ctx.known_model.architecture
+    if arch not in EXTRA_BUFFER_ARCHITECTURES:
         return Hit(
-            f"extra_buffer is not supported for {ctx.model.architecture}",
+            f"extra_buffer is not supported for {arch}",
             fix="use mamba-radix-cache-strategy: no_buffer",
             edits={"mamba_radix_cache_strategy": "no_buffer"},
         )
@@ -166,7 +167,7 @@ def track_interval_page(ctx: Context):
         source = (
             f"--page-size ({page})"
             if given == page
-            else f"the page size SGLang sets for {ctx.model.architecture} on this GPU ({page})"
+            else f"the page size SGLang sets for {ctx.known_model.architecture} on this GPU ({page})"
         )
         return Hit(
             f"--mamba-track-interval ({interval}) must be a multiple of {source}",

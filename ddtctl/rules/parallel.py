@@ -44,7 +44,7 @@ def heads_divisible(ctx: Context):
     by tp or tp by them (replication). SGLang only finds out while loading weights."""
     tp = ctx.get("tp_size")
     attn_tp = tp // (ctx.get("dp_size", 1) if ctx.dp_attention else 1) or 1
-    heads, kv = ctx.model.num_attention_heads, ctx.model.num_key_value_heads
+    heads, kv = ctx.known_model.num_attention_heads, ctx.known_model.num_key_value_heads
     if heads and heads % attn_tp:
         yield Hit(
             f"--tp-size {tp} does not divide the model's {heads} attention heads",
@@ -170,12 +170,13 @@ def backend_generation(ctx: Context):
     and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating the backend
     ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the resolver here. The
     trtllm_mha generations are DDT937."""
-    sm = ctx.gpu.sm
+    gpu = ctx.known_gpu
+    sm = gpu.sm
     from ddtctl.rules.hooks import is_mla
 
     if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
         return Hit(
-            f"attention backend fa3 has no kernels for {ctx.gpu.name} (sm{sm}); the model runner fails "
+            f"attention backend fa3 has no kernels for {gpu.name} (sm{sm}); the model runner fails "
             "creating it at startup",
             fix="use attention-backend: triton or flashinfer",
             edits={"attention_backend": None} if ctx.get("attention_backend") == "fa3" else {},

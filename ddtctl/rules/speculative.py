@@ -32,10 +32,11 @@ def _algo_in(*names: str):
 def unknown_algorithm(ctx: Context):
     """SGLang upper-cases the name and fails in resolve with `Unknown speculative algorithm name`. NEXTN is EAGLE;
     DDTREE needs the ddtctl payload."""
-    if ctx.algorithm not in KNOWN_ALGORITHMS:
+    algo = ctx.algorithm
+    if algo is not None and algo not in KNOWN_ALGORITHMS:
         import difflib
 
-        close = difflib.get_close_matches(ctx.algorithm, KNOWN_ALGORITHMS, n=1)
+        close = difflib.get_close_matches(algo, KNOWN_ALGORITHMS, n=1)
         return Hit(
             f"unknown speculative algorithm {ctx.given['speculative_algorithm']!r}"
             + (f" (did you mean {close[0]}?)" if close else ""),
@@ -607,9 +608,10 @@ def trtllm_topk(ctx: Context):
 def eagle_draft(ctx: Context):
     """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others SGLang
     accepts the flags and fails later when the draft worker loads."""
-    if ctx.model.architecture not in BUILTIN_MTP_ARCHITECTURES:
+    arch = ctx.known_model.architecture
+    if arch not in BUILTIN_MTP_ARCHITECTURES:
         return Hit(
-            f"{ctx.algorithm} on {ctx.model.architecture} needs --speculative-draft-model-path "
+            f"{ctx.algorithm} on {arch} needs --speculative-draft-model-path "
             "(only DeepSeek-V3-style models carry their own MTP draft layer)",
             fix="set speculative-draft-model-path to the EAGLE/EAGLE3 draft model",
         )

@@ -75,10 +75,11 @@ def feature_modes(ctx: Context):
             fix="set enable-priority-scheduling: true",
             edits={"enable_priority_scheduling": True},
         )
-    if ctx.get("enable_mis") and resolve(ctx) is not None and set(resolve(ctx).pair) != {"flashinfer"}:
+    mis = resolve(ctx) if ctx.get("enable_mis") else None
+    if mis is not None and set(mis.pair) != {"flashinfer"}:
         yield Hit(
             f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
-            f"{'/'.join(sorted(map(str, set(resolve(ctx).pair))))}",
+            f"{'/'.join(sorted(map(str, set(mis.pair))))}",
             about="enable_mis",
             fix="set attention-backend: flashinfer",
             edits={"attention_backend": "flashinfer"},
@@ -91,7 +92,7 @@ def feature_modes(ctx: Context):
         )
     if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
         yield Hit(
-            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.gpu.name}",
+            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.known_gpu.name}",
             about="enable_deepseek_v4_fp4_indexer",
         )
     if (

@@ -4,9 +4,11 @@ backend, the hierarchical cache, LMCache and the unified memory pool.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size, is_mla
-from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, resolve
+from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, known_resolution, resolve
 
 
 @rule(
@@ -20,16 +22,17 @@ from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, resolve
 )
 def kv_dtype_generation(ctx: Context):
     """`--kv-cache-dtype mxfp8` needs an SM100+ (Blackwell) GPU; `nvfp4` needs SM100 or SM120."""
-    dtype, sm = ctx.get("kv_cache_dtype"), ctx.gpu.sm
+    gpu = ctx.known_gpu
+    dtype, sm = ctx.get("kv_cache_dtype"), gpu.sm
     if dtype == "mxfp8" and sm < 100:
         return Hit(
-            f"--kv-cache-dtype mxfp8 requires a Blackwell (SM100+) GPU, not {ctx.gpu.name} (sm{sm})",
+            f"--kv-cache-dtype mxfp8 requires a Blackwell (SM100+) GPU, not {gpu.name} (sm{sm})",
             fix="use kv-cache-dtype: fp8_e4m3",
             edits={"kv_cache_dtype": "fp8_e4m3"},
         )
     if dtype == "nvfp4" and sm not in (100, 120):
         return Hit(
-            f"--kv-cache-dtype nvfp4 requires SM100 or SM120, not {ctx.gpu.name} (sm{sm})",
+            f"--kv-cache-dtype nvfp4 requires SM100 or SM120, not {gpu.name} (sm{sm})",
             fix="use kv-cache-dtype: fp4_mx_block16",
             edits={"kv_cache_dtype": "fp4_mx_block16"},
         )
@@ -56,9 +59,9 @@ def kv4_backend(ctx: Context):
     trtllm_mla (MLA models); FA4 prefill needs a matching decode backend. Native NVFP4 on SM100 trtllm_mha supports
     EAGLE/EAGLE3/NEXTN and breadth-1 NGRAM only, with a trtllm_mha draft backend, and no PD disaggregation,
     hierarchical cache or LMCache. No FP4 KV cache runs with --enable-unified-memory."""
-    res = resolve(ctx)
+    res, sm = known_resolution(ctx), ctx.known_gpu.sm
     dtype = res.kv_cache_dtype
-    if dtype == "nvfp4" and ctx.gpu.sm not in (100, 103, 120):
+    if dtype == "nvfp4" and sm not in (100, 103, 120):
         return None  # DDT910
     if any(kind == "nvfp4" for kind, _, _ in res.errors):
         return None  # DDT927
@@ -70,7 +73,7 @@ def kv4_backend(ctx: Context):
             edits={"enable_unified_memory": None},
         )
     prefill, decode = res.pair
-    native = dtype == "nvfp4" and ctx.gpu.sm in (100, 103) and "trtllm_mha" in (prefill, decode)
+    native = dtype == "nvfp4" and sm in (100, 103) and "trtllm_mha" in (prefill, decode)
     algo = ctx.algorithm
     if native and algo is not None:
         if algo not in _NATIVE_NVFP4_SPEC:
@@ -108,6 +111,7 @@ def kv4_backend(ctx: Context):
     if prefill != decode and prefill != "fa4":
         return None  # a split pair only warns (kv_cache_hook.py:264-272)
     chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
+    allowed: tuple[str, ...]
     if prefill == "fa4":
         allowed = _KV4_MLA if is_mla(ctx) else _KV4_FA4_MHA
         if decode not in allowed:
@@ -153,9 +157,9 @@ def nvfp4_backends(ctx: Context):
             fix="remove prefill-kv-cache-dequant-dtype",
             edits={"prefill_kv_cache_dequant_dtype": None},
         )
-    if ctx.gpu.sm not in (100, 103, 120):
+    if ctx.known_gpu.sm not in (100, 103, 120):
         return None  # DDT910
-    for kind, where, message in resolve(ctx).errors:
+    for kind, where, message in known_resolution(ctx).errors:
         if kind == "nvfp4":
             return Hit(
                 f"{message} ({where})",
@@ -216,7 +220,7 @@ def hicache(ctx: Context):
             )
         why = (
             "deterministic inference on attention backend " + repr(res.attention)
-            if res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
+            if res is not None and res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
             else "a PD decode server"
             if ctx.get("disaggregation_mode") == "decode"
             else "--enable-mis"
@@ -302,7 +306,7 @@ def _page_major_problem(ctx: Context) -> str | None:
             else {"triton", "fa3", "fa4", "flashinfer", "trtllm_mha"}
         )
         used = {b for b in res.pair if b is not None}
-        if not used <= allowed and not (not mla and (ctx.model.raw or {}).get("v_head_dim")):
+        if not used <= allowed and not (not mla and (ctx.known_model.raw or {}).get("v_head_dim")):
             return (
                 f"the resolved attention backends {'/'.join(sorted(used))} are not among "
                 f"{', '.join(sorted(allowed))}"
@@ -382,8 +386,9 @@ def unified_memory(ctx: Context):
             edits={"speculative_eagle_topk": 1},
         )
     if algo in ("EAGLE", "EAGLE3"):
-        raw = ctx.model.raw or {}
-        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        model = ctx.known_model
+        raw = model.raw or {}
+        text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
         swa = bool(
             text.get("sliding_window")
             or text.get("layer_types")
@@ -392,7 +397,7 @@ def unified_memory(ctx: Context):
         if not ctx.is_hybrid and not swa:
             return Hit(
                 f"--enable-unified-memory + {algo} needs a unified target (a Mamba or sliding-window hybrid), "
-                f"not {ctx.model.architecture}",
+                f"not {model.architecture}",
                 about="enable_unified_memory",
             )
         if ctx.get("enable_hierarchical_cache"):

@@ -43,10 +43,10 @@ def chunked_prefill(ctx: Context) -> int | None:
 def default_decode_graph_bs(ctx: Context) -> int | None:
     """memory_hook.py:89-181: the decode CUDA-graph max batch size by GPU memory and tp."""
     chunk = default_chunked_prefill(ctx)
-    if chunk is None:
+    if chunk is None:  # also when the GPU is unknown
         return None
     tp = ctx.get("tp_size", 1) or 1
-    memory = ctx.gpu.memory_gb or {8192: 141, 16384: 180, 4096: 48, 2048: 16}.get(chunk, 0)
+    memory = ctx.known_gpu.memory_gb or {8192: 141, 16384: 180, 4096: 48, 2048: 16}.get(chunk, 0)
     if memory < 20:
         return 8
     if memory < 35:

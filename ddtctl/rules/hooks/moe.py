@@ -4,6 +4,8 @@ backends, EPLB / DWDP, two-batch overlap.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
@@ -57,7 +59,7 @@ def _quantization(ctx: Context) -> str | None | bool:
     if given is not None:
         return given
     raw = (ctx.model.raw if ctx.model is not None else None) or {}
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
     if (
         raw.get("quantization_config")
         or text.get("quantization_config")
@@ -219,7 +221,7 @@ def _mega_moe_budget(ctx: Context):
             per_rank = ctx.get("max_running_requests") // dp
             align = max(tp // dp, 1)
             max_bs = min(max_bs, -(-per_rank // align) * align)
-        per_req = 1
+        per_req: int | None = 1
         if ctx.algorithm is not None:
             per_req = ctx.given.get("speculative_num_draft_tokens") or ctx.draft_tokens()
         if max_bs is not None and per_req and max_bs * per_req > budget:
@@ -234,10 +236,10 @@ def _mega_moe_budget(ctx: Context):
     chunk = chunked_prefill(ctx)
     if chunk is None:
         return None
+    arch = ctx.known_model.architecture
     if chunk <= 0:
         return Hit(
-            f"{ctx.model.architecture} with MegaMoE requires chunked prefill (a positive "
-            "--chunked-prefill-size)",
+            f"{arch} with MegaMoE requires chunked prefill (a positive --chunked-prefill-size)",
             about="chunked_prefill_size",
         )
     if dp > 1:
@@ -247,7 +249,7 @@ def _mega_moe_budget(ctx: Context):
     need = -(-local // align) * align
     if need > budget:
         return Hit(
-            f"{ctx.model.architecture} with MegaMoE needs {need} prefill tokens per rank (chunked prefill "
+            f"{arch} with MegaMoE needs {need} prefill tokens per rank (chunked prefill "
             f"{chunk}{'' if ctx.is_set('chunked_prefill_size') else ', the default here'}), more than "
             f"SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK ({budget})",
             about="chunked_prefill_size",

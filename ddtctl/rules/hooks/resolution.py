@@ -8,6 +8,7 @@ snaps, in the order of sglang 0.5.23 srt/arg_groups/pipeline.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ddtctl.rules.engine import Context
 from ddtctl.rules.hooks.common import is_mla
@@ -99,7 +100,7 @@ def _no_spec_or_topk_one(topk, page) -> bool:
 
 def _default_backend(ctx: Context, page, mla: bool) -> str:
     """model_override_base.py:277-351 get_default_attn_backend (CUDA)."""
-    sm, topk = ctx.gpu.sm, ctx.given.get("speculative_eagle_topk")
+    sm, topk = ctx.known_gpu.sm, ctx.given.get("speculative_eagle_topk")
     raw_algo = str(ctx.given.get("speculative_algorithm") or "").upper() or None
     if ctx.given.get("enable_return_aux_hidden_states"):
         raw_algo = None
@@ -179,12 +180,21 @@ def resolve(ctx: Context) -> Resolution | None:
     return out
 
 
+def known_resolution(ctx: Context) -> Resolution:
+    """`resolve` where it cannot be None: in a rule that needs FACT_GPU and FACT_MODEL (run_rules skips it while
+    either is unknown)."""
+    res = resolve(ctx)
+    if res is None:
+        raise RuntimeError("resolve() read without needs=(FACT_GPU, FACT_MODEL)")
+    return res
+
+
 def _undeprecated(
     raw: dict[str, str | None], kv: str
 ) -> tuple[str | None, str | None, str | None, str | None, str]:
     """(attention, prefill, decode, draft backend, kv-cache dtype) after serving_hook.py:304-333
     handle_deprecated_args rewrites the deprecated backend spellings."""
-    att, pre, dec, draft = (None if raw[d] is None else BACKEND_ALIASES.get(raw[d], raw[d]) for d in raw)
+    att, pre, dec, draft = (None if v is None else BACKEND_ALIASES.get(v, v) for v in raw.values())
     if raw["prefill_attention_backend"] == "tokenspeed_mla":
         pre = "trtllm_mla"  # serving_hook.py:320-322: cutedsl_mla is decode-only
     if "tokenspeed_mla" in (raw["attention_backend"], raw["decode_attention_backend"]):
@@ -197,7 +207,7 @@ def _model_override(
 ) -> tuple[str | None, int | None]:
     """(attention backend, page size) after the model's own overrides (model_hook.py:233; qwen3_5.py:24-48,
     deepseek_v2.py:179-185)."""
-    sm, arch = ctx.gpu.sm, ctx.model.architecture
+    sm, arch = ctx.known_gpu.sm, ctx.known_model.architecture
     if arch in QWEN35_HYBRID_OVERRIDE and sm in (100, 103) and att is None:
         strategy = ctx.get("mamba_radix_cache_strategy") or "auto"
         extra = not radix_off and strategy in ("extra_buffer", "extra_buffer_lazy")
@@ -225,7 +235,7 @@ def _deterministic_backend(
 ) -> tuple[str | None, bool]:
     """(attention backend, radix cache off) under deterministic inference (attention_hook.py:580-662,
     overrides.py:1093-1123); its refusals are appended to `errors`."""
-    sm, arch = ctx.gpu.sm, ctx.model.architecture
+    sm, arch = ctx.known_gpu.sm, ctx.known_model.architecture
     if att is None:
         att = ("triton" if arch in DETERMINISTIC_DEEPSEEK else "flashinfer") if sm >= 100 else "fa3"
     elif att not in DETERMINISTIC_BACKENDS:
@@ -255,7 +265,7 @@ def _nvfp4_backends(
     ctx: Context, att: str | None, pre: str | None, dec: str | None, errors: list
 ) -> tuple[str | None, str | None]:
     """(prefill, decode) backends an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
-    sm = ctx.gpu.sm
+    sm = ctx.known_gpu.sm
     requested = ctx.get("prefill_kv_cache_dequant_dtype") or "auto"
     if requested == "auto":
         explicit = pre or att
@@ -309,7 +319,7 @@ def _page_snaps(
     ctx: Context, att: str, pre: str | None, dec: str | None, draft: str | None, kv: str, page: int | None
 ) -> tuple[str, str | None, int | None]:
     """(attention, prefill, page size) after the backends' page snaps and fills (overrides.py:1142-1337)."""
-    sm, mla, topk = ctx.gpu.sm, is_mla(ctx), ctx.given.get("speculative_eagle_topk")
+    sm, mla, topk = ctx.known_gpu.sm, is_mla(ctx), ctx.given.get("speculative_eagle_topk")
     both = (att, pre, dec)
     page_now = page
     if "flashmla" in (att, dec):
@@ -350,7 +360,9 @@ def resolved_attention(ctx: Context) -> str | None:
 def resolved_page(ctx: Context, backend: str | None = None) -> int:
     """The page size SGLang runs with (see `resolve`); without GPU / model facts, the given one."""
     res = resolve(ctx)
-    return res.final_page if res is not None else (ctx.get("page_size") or 1)
+    if res is not None and res.final_page is not None:  # final_page: set by __post_init__
+        return res.final_page
+    return ctx.get("page_size") or 1
 
 
 def backends(ctx: Context) -> tuple[str | None, str | None]:
@@ -383,6 +395,7 @@ _DSA_ARCHITECTURES = (
 
 def _is_dsa(ctx: Context) -> bool:
     """configs/model_config.py:191-212 is_deepseek_dsa: a DSA architecture whose config sets index_topk."""
-    raw = ctx.model.raw or {}
-    config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-    return ctx.model.architecture in _DSA_ARCHITECTURES and config.get("index_topk") is not None
+    model = ctx.known_model
+    raw = model.raw or {}
+    config: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+    return model.architecture in _DSA_ARCHITECTURES and config.get("index_topk") is not None
