@@ -27,9 +27,9 @@ from ddtctl.rules.hooks.resolution import (
 )
 def mla_backends(ctx: Context):
     """trtllm_mla (as attention or decode backend, also SGLang's own choice for DeepSeek V3 on SM100) needs a
-    Blackwell GPU and kv-cache-dtype fp8_e4m3/bf16/auto; cutedsl_mla (and its deprecated spelling tokenspeed_mla,
-    which also forces an fp8_e4m3 KV cache) is decode-only (never the prefill backend), SM100 only,
-    kv-cache-dtype fp8_e4m3/bf16/auto."""
+    Blackwell GPU and kv-cache-dtype fp8_e4m3/bf16/auto; cutedsl_mla (and its deprecated spelling
+    tokenspeed_mla, which also forces an fp8_e4m3 KV cache) is decode-only (never the prefill backend), SM100
+    only, kv-cache-dtype fp8_e4m3/bf16/auto."""
     res = resolve(ctx)
     if res is not None:
         main, decode, prefill, dtype = res.attention, res.decode, res.prefill, res.kv_cache_dtype
@@ -110,11 +110,11 @@ def _mla_backend_involved(ctx: Context) -> bool:
     "overrides.py:1093-1123 _deterministic_attention_backend; choices.py:113, 249",
 )
 def deterministic(ctx: Context):
-    """`--enable-deterministic-inference` (also turned on by `--rl-on-policy-target`) supports attention backends
-    ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at that point, which
-    includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla for DeepSeek on SM100).
-    Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell). DeepSeek-style MLA models need one that
-    keeps the radix cache (ascend, fa3, fa4, triton)."""
+    """`--enable-deterministic-inference` (also turned on by `--rl-on-policy-target`) supports attention
+    backends ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at that
+    point, which includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla for
+    DeepSeek on SM100). Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell). DeepSeek-style
+    MLA models need one that keeps the radix cache (ascend, fa3, fa4, triton)."""
     for kind, where, message in known_resolution(ctx).errors:
         if kind == "deterministic":
             return Hit(
@@ -160,9 +160,9 @@ def flex_spec(ctx: Context):
     reference=f"{AG}attention_hook.py:280-377 handle_linear_attn_backend",
 )
 def linear_attn(ctx: Context):
-    """The FlashInfer GDN decode / verify kernels on SM100 and newer need `--mamba-ssm-dtype bfloat16` (for any
-    model: SGLang checks the flags, not the architecture); `--linear-attn-decode-backend flashkda` is refused
-    (FlashKDA is prefill-only)."""
+    """The FlashInfer GDN decode / verify kernels on SM100 and newer need `--mamba-ssm-dtype bfloat16` (for
+    any model: SGLang checks the flags, not the architecture); `--linear-attn-decode-backend flashkda` is
+    refused (FlashKDA is prefill-only)."""
     if ctx.get("linear_attn_decode_backend") == "flashkda":
         return Hit(
             "--linear-attn-decode-backend flashkda is not supported: FlashKDA is prefill-only",
@@ -202,8 +202,8 @@ _CUDA_ONLY_TRTLLM = (90, 100, 103, 120)
     reference=f"{AG}attention_hook.py:198-237 handle_attention_backend_compatibility",
 )
 def trtllm_mha_generation(ctx: Context):
-    """trtllm_mha (as resolved prefill or decode backend) runs on SM90, SM100 and SM120 only; its SM120 prefill
-    (FMHAv2) does not take an fp8_e4m3 KV cache; prefill context parallelism on it needs SM100."""
+    """trtllm_mha (as resolved prefill or decode backend) runs on SM90, SM100 and SM120 only; its SM120
+    prefill (FMHAv2) does not take an fp8_e4m3 KV cache; prefill context parallelism on it needs SM100."""
     prefill, decode = backends(ctx)
     gpu = ctx.known_gpu
     sm = gpu.sm

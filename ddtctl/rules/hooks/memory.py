@@ -8,8 +8,8 @@ from ddtctl.rules.hooks.common import attn_dp_size
 
 
 def default_chunked_prefill(ctx: Context) -> int | None:
-    """memory_hook.py:89-178 handle_gpu_memory_settings: the chunked prefill size by GPU memory (a generation-only
-    GPU counts as the product `ddtctl dry-run` declares for it)."""
+    """memory_hook.py:89-178 handle_gpu_memory_settings: the chunked prefill size by GPU memory (a
+    generation-only GPU counts as the product `ddtctl dry-run` declares for it)."""
     if ctx.gpu is None:
         return None
     memory = ctx.gpu.memory_gb
@@ -29,8 +29,8 @@ def default_chunked_prefill(ctx: Context) -> int | None:
 
 
 def chunked_prefill(ctx: Context) -> int | None:
-    """chunked_prefill_size as the checks after handle_data_parallelism read it: the given or default size, divided
-    by the attention-DP groups (parallel_hook.py:314-331)."""
+    """chunked_prefill_size as the checks after handle_data_parallelism read it: the given or default size,
+    divided by the attention-DP groups (parallel_hook.py:314-331)."""
     size = ctx.given.get("chunked_prefill_size")
     if size is None:
         size = -1 if ctx.get("enable_mis") else default_chunked_prefill(ctx)

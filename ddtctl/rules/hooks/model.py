@@ -26,8 +26,8 @@ from ddtctl.rules.hooks.resolution import _is_dsa
     "utils/hf_transformers/common.py:677 get_context_length",
 )
 def context_length(ctx: Context):
-    """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor) is
-    rejected unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set in the server's environment."""
+    """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor)
+    is rejected unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set in the server's environment."""
     derived = derived_context_length(ctx.known_model.raw)
     value = ctx.get("context_length")
     if derived is not None and value > derived:
@@ -83,9 +83,9 @@ _CP_DECODE_ATTN_TP_ARCHITECTURES = (
     "handle_model_specific_adjustments; layers/cp/cp_decode_attn_tp.py:29-37",
 )
 def sparse_attention_features(ctx: Context):
-    """`--enable-hisparse` and `--enable-dsa-cache-layer-split` need a DeepSeek-Sparse-Attention model (DeepSeek
-    V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs DeepSeek V4 or
-    GLM-5 DSA."""
+    """`--enable-hisparse` and `--enable-dsa-cache-layer-split` need a DeepSeek-Sparse-Attention model
+    (DeepSeek V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs
+    DeepSeek V4 or GLM-5 DSA."""
     arch = ctx.known_model.architecture
     dsa = _is_dsa(ctx)
     hisparse_ok = dsa or str(arch).startswith("DeepseekV4") or "MiniMaxM3" in str(arch)
@@ -154,11 +154,12 @@ ENCODER_DISAGGREGATION_ARCHITECTURES = (
     f"pd_disaggregation_hook.py:298-314, 352-375 handle_encoder_disaggregation",
 )
 def language_model_only(ctx: Context):
-    """`--language-model-only` serves only the language model of a multimodal checkpoint: DeepSeek V4, Muse Glimmer
-    and Cosmos3 only; not with --encoder-only / --language-only / --enable-prefix-mm-cache /
-    --enable-broadcast-mm-inputs-process / --mm-enable-dp-encoder, nor PD disaggregation. `--enable-prefix-mm-cache`
-    needs `--encoder-only`, which excludes `--language-only` and PD disaggregation; `--encoder-only` /
-    `--language-only` need a multimodal architecture SGLang splits (Qwen2/2.5/3-VL, Qwen3.5/3.6, Kimi-VL, ...)."""
+    """`--language-model-only` serves only the language model of a multimodal checkpoint: DeepSeek V4, Muse
+    Glimmer and Cosmos3 only; not with --encoder-only / --language-only / --enable-prefix-mm-cache /
+    --enable-broadcast-mm-inputs-process / --mm-enable-dp-encoder, nor PD disaggregation.
+    `--enable-prefix-mm-cache` needs `--encoder-only`, which excludes `--language-only` and PD disaggregation;
+    `--encoder-only` / `--language-only` need a multimodal architecture SGLang splits (Qwen2/2.5/3-VL,
+    Qwen3.5/3.6, Kimi-VL, ...)."""
     if ctx.get("language_model_only"):
         for dest in (
             "encoder_only",
@@ -220,8 +221,8 @@ def language_model_only(ctx: Context):
     f"parallel_hook.py:202-226 handle_shared_experts_tp",
 )
 def model_gated(ctx: Context):
-    """`--enable-encoder-swa-bounded-replay` needs DeepSeek-V4.1; `--shared-experts-tp-size` is a positive divisor
-    of the attention TP size and Kimi-K3 only."""
+    """`--enable-encoder-swa-bounded-replay` needs DeepSeek-V4.1; `--shared-experts-tp-size` is a positive
+    divisor of the attention TP size and Kimi-K3 only."""
     model = ctx.known_model
     arch = model.architecture
     if ctx.get("enable_encoder_swa_bounded_replay") and (model.raw or {}).get("model_type") != "deepseek_v41":

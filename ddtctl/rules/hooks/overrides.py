@@ -40,9 +40,9 @@ def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
 
 
 def predicted_overrides(ctx: Context) -> list[Override]:
-    """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver replaces, as
-    far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Rules that report their
-    own override (DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904) are not repeated here."""
+    """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver
+    replaces, as far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Left
+    out: the rules that report their own override (DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904)."""
     out = _speculative_overrides(ctx) + _launch_overrides(ctx)
     res = resolve(ctx)
     if res is None:
@@ -245,12 +245,14 @@ def _adaptive_effective(ctx: Context) -> bool:
     severity=INFO,
     reads=(),
     applies=lambda ctx: bool(predicted_overrides(ctx)),
-    reference=f"{AG} declare_resolution / register_post_process overrides (inventory: ddtctl/rules/overrides.yaml)",
+    reference=f"{AG} declare_resolution / register_post_process overrides "
+    "(inventory: ddtctl/rules/overrides.yaml)",
 )
 def overridden(ctx: Context):
-    """SGLang accepts the launch but runs with a different value than the one given: a deprecated or lower-case
-    spelling, a backend or page size the attention backend or the model needs, an all-to-all backend's EP size,
-    adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say what runs."""
+    """SGLang accepts the launch but runs with a different value than the one given: a deprecated or
+    lower-case spelling, a backend or page size the attention backend or the model needs, an all-to-all
+    backend's EP size, adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say
+    what runs."""
     for dest, given, value, where in predicted_overrides(ctx):
         flag = dest.replace("_", "-")
         yield Hit(

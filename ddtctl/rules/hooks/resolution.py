@@ -52,8 +52,8 @@ _NVFP4_PREFILL = {"fp8_e4m3": "flashinfer", "nvfp4": "trtllm_mha"}  # kv_cache_h
 
 @dataclass
 class Resolution:
-    """SGLang's attention-related fields after its resolution pipeline (as far as ddtctl models it). `attention`,
-    `prefill` and `decode` are the fields (prefill / decode None: they fall back to `attention`)."""
+    """SGLang's attention-related fields after its resolution pipeline (as far as ddtctl models it).
+    `attention`, `prefill` and `decode` are the fields (prefill / decode None: `attention` serves)."""
 
     attention: str | None
     prefill: str | None
@@ -67,8 +67,8 @@ class Resolution:
     deterministic: bool
     radix_disabled: bool  # --disable-radix-cache, or turned off by deterministic inference
     errors: list = field(default_factory=list)  # (kind, reference, message): raises met while resolving
-    # what runs in the end: the DDTREE payload declares attention_backend=triton in the speculative hook when no
-    # backend is set (DDT115), after the checks above read the GPU's default (whose page snap stays)
+    # what runs in the end: the DDTREE payload declares attention_backend=triton in the speculative hook when
+    # no backend is set (DDT115), after the checks above read the GPU's default (whose page snap stays)
     final_attention: str | None = None
     final_page: int | None = None
 
@@ -94,7 +94,7 @@ def is_deterministic(ctx: Context) -> bool:
 
 
 def _no_spec_or_topk_one(topk, page) -> bool:
-    """utils/common.py:3960 is_no_spec_infer_or_topk_one (reads the raw topk, with or without an algorithm)."""
+    """utils/common.py:3960 is_no_spec_infer_or_topk_one (reads the raw topk, algorithm or not)."""
     return topk is None or (topk == 1 and page in (1, None))
 
 
@@ -119,11 +119,12 @@ def _default_backend(ctx: Context, page, mla: bool) -> str:
 
 
 def resolve(ctx: Context) -> Resolution | None:
-    """SGLang's attention backends and page size for this launch, in its pipeline's order (arg_groups/pipeline.py):
-    deprecated spellings (serving_hook.py:304-333), model overrides (model_hook.py:233; qwen3_5.py:24-48,
-    deepseek_v2.py:179-185), the mamba cache pass (model_hook.py:737), deterministic inference
-    (attention_hook.py:580-662, overrides.py:1093-1123), NVFP4 backends (kv_cache_hook.py:34-92), the default fill
-    and page snaps (attention_hook.py:110-277; overrides.py:1127-1337). None: unknown (no GPU or model)."""
+    """SGLang's attention backends and page size for this launch, in its pipeline's order
+    (arg_groups/pipeline.py): deprecated spellings (serving_hook.py:304-333), model overrides
+    (model_hook.py:233; qwen3_5.py:24-48, deepseek_v2.py:179-185), the mamba cache pass (model_hook.py:737),
+    deterministic inference (attention_hook.py:580-662, overrides.py:1093-1123), NVFP4 backends
+    (kv_cache_hook.py:34-92), the default fill and page snaps (attention_hook.py:110-277;
+    overrides.py:1127-1337). None: unknown (no GPU or model)."""
     if ctx.gpu is None or ctx.model is None or not ctx.model.known:
         return None
     errors: list = []
@@ -174,15 +175,15 @@ def resolve(ctx: Context) -> Resolution | None:
     if ctx.algorithm == "DDTREE" and all(
         raw[d] is None for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
     ):
-        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the page
-        # size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
+        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
+        # page size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
         out.final_attention = "triton"
     return out
 
 
 def known_resolution(ctx: Context) -> Resolution:
-    """`resolve` where it cannot be None: in a rule that needs FACT_GPU and FACT_MODEL (run_rules skips it while
-    either is unknown)."""
+    """`resolve` where it cannot be None: in a rule that needs FACT_GPU and FACT_MODEL (run_rules skips it
+    while either is unknown)."""
     res = resolve(ctx)
     if res is None:
         raise RuntimeError("resolve() read without needs=(FACT_GPU, FACT_MODEL)")
@@ -264,7 +265,7 @@ def _deterministic_backend(
 def _nvfp4_backends(
     ctx: Context, att: str | None, pre: str | None, dec: str | None, errors: list
 ) -> tuple[str | None, str | None]:
-    """(prefill, decode) backends an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
+    """(prefill, decode) an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
     sm = ctx.known_gpu.sm
     requested = ctx.get("prefill_kv_cache_dequant_dtype") or "auto"
     if requested == "auto":
