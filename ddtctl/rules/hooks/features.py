@@ -52,51 +52,7 @@ def feature_modes(ctx: Context):
     linear decode backend, no PD prefill role and not `--enable-linear-replayssm` as well;
     `--radix-eviction-policy tlru` needs a threshold above next_prompt_estimate (both 0 unless configured);
     `--dcp-comm-backend a2a|fi_a2a` needs `--dcp-size > 1`."""
-    sm = ctx.gpu.sm if ctx.gpu is not None else None
-    if ctx.get("enable_mamba_cache_stochastic_rounding"):
-        if ctx.get("mamba_ssm_dtype") != "float16":
-            yield Hit(
-                "--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
-                about="enable_mamba_cache_stochastic_rounding",
-                fix="set mamba-ssm-dtype: float16",
-                edits={"mamba_ssm_dtype": "float16"},
-            )
-        elif (ctx.get("mamba_backend") or "triton") == "triton" and sm is not None and sm not in (100, 103):
-            yield Hit(
-                "Mamba stochastic rounding with --mamba-backend triton needs SM100",
-                about="enable_mamba_cache_stochastic_rounding",
-            )
-    if (ctx.get("kv_canary_sweep_interval") or 0) > 0 and (ctx.get("kv_canary") or "none") == "none":
-        yield Hit(
-            "--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval"
-        )
-    if ctx.get("retraction_policy") == "priority" and not ctx.get("enable_priority_scheduling"):
-        yield Hit(
-            "--retraction-policy priority requires --enable-priority-scheduling",
-            about="retraction_policy",
-            fix="set enable-priority-scheduling: true",
-            edits={"enable_priority_scheduling": True},
-        )
-    mis = resolve(ctx) if ctx.get("enable_mis") else None
-    if mis is not None and set(mis.pair) != {"flashinfer"}:
-        yield Hit(
-            f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
-            f"{'/'.join(sorted(map(str, set(mis.pair))))}",
-            about="enable_mis",
-            fix="set attention-backend: flashinfer",
-            edits={"attention_backend": "flashinfer"},
-        )
-    if ctx.get("enable_amd_monokernel") and ctx.gpu is not None:
-        yield Hit(
-            f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}",
-            about="enable_amd_monokernel",
-            edits={"enable_amd_monokernel": None},
-        )
-    if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
-        yield Hit(
-            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.known_gpu.name}",
-            about="enable_deepseek_v4_fp4_indexer",
-        )
+    yield from _scheduling_and_kernel_switches(ctx)
     if (
         ctx.get("prefill_only_disable_kv_cache")
         and not ctx.get("is_embedding")
@@ -145,6 +101,56 @@ def feature_modes(ctx: Context):
             f"--dcp-comm-backend {ctx.get('dcp_comm_backend')} requires --dcp-size > 1",
             about="dcp_comm_backend",
             edits={"dcp_comm_backend": None},
+        )
+
+
+def _scheduling_and_kernel_switches(ctx: Context) -> Iterator[Hit]:
+    """DDT938, first part: Mamba stochastic rounding, KV canary, retraction policy, multi-item scoring, the
+    AMD monokernel and the DeepSeek V4 FP4 indexer (in the order the rule reports them)."""
+    sm = ctx.gpu.sm if ctx.gpu is not None else None
+    if ctx.get("enable_mamba_cache_stochastic_rounding"):
+        if ctx.get("mamba_ssm_dtype") != "float16":
+            yield Hit(
+                "--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
+                about="enable_mamba_cache_stochastic_rounding",
+                fix="set mamba-ssm-dtype: float16",
+                edits={"mamba_ssm_dtype": "float16"},
+            )
+        elif (ctx.get("mamba_backend") or "triton") == "triton" and sm is not None and sm not in (100, 103):
+            yield Hit(
+                "Mamba stochastic rounding with --mamba-backend triton needs SM100",
+                about="enable_mamba_cache_stochastic_rounding",
+            )
+    if (ctx.get("kv_canary_sweep_interval") or 0) > 0 and (ctx.get("kv_canary") or "none") == "none":
+        yield Hit(
+            "--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval"
+        )
+    if ctx.get("retraction_policy") == "priority" and not ctx.get("enable_priority_scheduling"):
+        yield Hit(
+            "--retraction-policy priority requires --enable-priority-scheduling",
+            about="retraction_policy",
+            fix="set enable-priority-scheduling: true",
+            edits={"enable_priority_scheduling": True},
+        )
+    mis = resolve(ctx) if ctx.get("enable_mis") else None
+    if mis is not None and set(mis.pair) != {"flashinfer"}:
+        yield Hit(
+            f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
+            f"{'/'.join(sorted(map(str, set(mis.pair))))}",
+            about="enable_mis",
+            fix="set attention-backend: flashinfer",
+            edits={"attention_backend": "flashinfer"},
+        )
+    if ctx.get("enable_amd_monokernel") and ctx.gpu is not None:
+        yield Hit(
+            f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}",
+            about="enable_amd_monokernel",
+            edits={"enable_amd_monokernel": None},
+        )
+    if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
+        yield Hit(
+            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.known_gpu.name}",
+            about="enable_deepseek_v4_fp4_indexer",
         )
 
 
