@@ -1,19 +1,21 @@
-"""Raise-site coverage: every raise / assert / exit reachable from SGLang's prepare_server_args + resolve_once +
-check_server_args in the pinned wheel, each mapped to a ddtctl rule or an exemption (ddtctl/rules/coverage.yaml).
+"""Raise-site coverage: every raise / assert / exit reachable from SGLang's prepare_server_args +
+resolve_once + check_server_args in the pinned wheel, each mapped to a ddtctl rule or an exemption
+(ddtctl/rules/coverage.yaml).
 
-    python tools/raise_sites.py [--sglang-root DIR] [--all] [--json] [--overrides]     (or: ddtctl rules --coverage)
+    python tools/raise_sites.py [--sglang-root DIR] [--all] [--json] [--overrides]
+        (or: ddtctl rules --coverage)
 
 The walk is static (ast): a function index over the resolution code (sglang/srt/arg_groups/**, server_args.py,
-configs/model_config.py, speculative/spec_info.py, spec_registry.py, runtime_context.py), roots = the three entry
-points, run_resolution_pipeline and every @register_post_process pass; the closure follows calls and function
-references by name within that index (an over-approximation). A site's key is `file::function::kind::message`
-(message = the first string of the exception / assert message, else the condition), stable across line shifts.
-`ddtctl rules --coverage` prints the same table.
+configs/model_config.py, speculative/spec_info.py, spec_registry.py, runtime_context.py), roots = the three
+entry points, run_resolution_pipeline and every @register_post_process pass; the closure follows calls and
+function references by name within that index (an over-approximation). A site's key is
+`file::function::kind::message` (message = the first string of the exception / assert message, else the
+condition), stable across line shifts. `ddtctl rules --coverage` prints the same table.
 
-The override inventory (`--overrides`; ddtctl/rules/overrides.yaml) does the same for every place the resolution
-replaces a value (declare_resolution, @register_post_process returns, model-override providers): each is reported by
-an info rule (with an example launch the tests check, statically and against SGLang) or exempted with its reason.
-Stdlib + PyYAML only; never imports sglang.
+The override inventory (`--overrides`; ddtctl/rules/overrides.yaml) does the same for every place the
+resolution replaces a value (declare_resolution, @register_post_process returns, model-override providers):
+each is reported by an info rule (with an example launch the tests check, statically and against SGLang) or
+exempted with its reason. Stdlib + PyYAML only; never imports sglang.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ class Site:
         return f"{self.file}::{self.function}::{self.kind}::{self.message}"
 
 
+# (file relative to the sglang package's parent, def node); name -> every def of that name
+Located = tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]
+FunctionIndex = dict[str, list[Located]]
+
+
 def _message(node: ast.AST | None) -> str:
     if node is None:
         return ""
@@ -84,9 +91,9 @@ def _message(node: ast.AST | None) -> str:
     return ""
 
 
-def _functions(root: Path) -> dict[str, list[tuple[str, ast.AST]]]:
+def _functions(root: Path) -> FunctionIndex:
     """name -> [(relative file, def node)] over the resolution code."""
-    index: dict[str, list[tuple[str, ast.AST]]] = {}
+    index: FunctionIndex = {}
     for pattern in FILES:
         for path in sorted(root.glob(pattern)):
             rel = str(path.relative_to(root.parent))
@@ -97,7 +104,7 @@ def _functions(root: Path) -> dict[str, list[tuple[str, ast.AST]]]:
     return index
 
 
-def _roots(index) -> list[tuple[str, ast.AST]]:
+def _roots(index: FunctionIndex) -> list[Located]:
     out = []
     for name, defs in index.items():
         for rel, node in defs:
@@ -117,14 +124,12 @@ def _referenced(node: ast.AST) -> set[str]:
     return names
 
 
-def reachable(root: Path) -> list[tuple[str, ast.AST]]:
+def reachable(root: Path) -> list[Located]:
     index = _functions(root)
     return _closure(index, _roots(index))
 
 
-def _closure(
-    index: dict[str, list[tuple[str, ast.AST]]], roots: list[tuple[str, ast.AST]]
-) -> list[tuple[str, ast.AST]]:
+def _closure(index: FunctionIndex, roots: list[Located]) -> list[Located]:
     """The functions reachable from `roots` by calls and references by name within `index`."""
     seen: set[int] = set()
     order = []
@@ -143,8 +148,8 @@ def _closure(
 
 
 def _nodes_of(fn: ast.AST) -> Iterator[ast.AST]:
-    """Every node under `fn` except nested def / lambda nodes, which are functions of their own (reached by name).
-    Their bodies are still walked as part of `fn`: callers keep one site per (file, line)."""
+    """Every node under `fn` except nested def / lambda nodes, which are functions of their own (reached by
+    name). Their bodies are still walked as part of `fn`: callers keep one site per (file, line)."""
     for node in ast.walk(fn):
         if node is fn or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             yield node
@@ -237,7 +242,8 @@ class OverrideSite:
     file: str
     line: int
     function: str
-    kind: str  # declare (declare_resolution call) | post_process (@register_post_process return) | model_override
+    # declare (declare_resolution call) | post_process (@register_post_process return) | model_override
+    kind: str
     fields: tuple[str, ...]  # "**" for a **kwargs declaration
 
     @property
@@ -245,9 +251,9 @@ class OverrideSite:
         return f"{self.file}::{self.function}::{self.kind}::{','.join(self.fields)}"
 
 
-def _override_roots(index) -> list[tuple[str, ast.AST]]:
-    """The resolution roots plus the model-override registry (@_register_for providers, reached by the registry,
-    not by name)."""
+def _override_roots(index: FunctionIndex) -> list[Located]:
+    """The resolution roots plus the model-override registry (@_register_for providers, reached by the
+    registry, not by name)."""
     out = _roots(index)
     for defs in index.values():
         for rel, node in defs:
@@ -258,8 +264,8 @@ def _override_roots(index) -> list[tuple[str, ast.AST]]:
 
 def override_sites(root: Path | None = None) -> list[OverrideSite]:
     """Every place SGLang's resolution replaces a field's value: declare_resolution(...) calls, the dict a
-    @register_post_process pass returns, and the dict a model-override provider (@_register_for) returns, in the
-    functions reachable from the same roots as the raise sites."""
+    @register_post_process pass returns, and the dict a model-override provider (@_register_for) returns, in
+    the functions reachable from the same roots as the raise sites."""
     root = root or default_root()
     index = _functions(root)
     out: list[OverrideSite] = []

@@ -1,7 +1,8 @@
-"""DDTREE rules. DDT101-DDT115 are small checks over `ddtree_core`, the one source of truth shared with the SGLang
-payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check here gives a
-rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix included. DDT120
-(the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own, stricter than SGLang.
+"""DDTREE rules. DDT101-DDT115 are small checks over `ddtree_core`, the one source of truth shared with the
+SGLang payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check
+here gives a rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix
+included. DDT120 (the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own,
+stricter than SGLang.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
 
 
 def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
-    """The core's violations of `rule_id` as hits: its message, fix, edits and severity, about its first flag."""
+    """The core's violations of `rule_id` as hits (message, fix, edits, severity) about its first flag."""
     for v in _core_violations(ctx):
         if v.rule_id == rule_id:
             yield Hit(
@@ -74,8 +75,8 @@ def _core_rule(
 
 @_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
 def ddtree_drafter(ctx: Context) -> Iterator[Hit]:
-    """DDTree builds its tree from one DFlash block-diffusion pass: `--speculative-draft-model-path` must name a
-    DFlash draft model."""
+    """DDTree builds its tree from one DFlash block-diffusion pass: `--speculative-draft-model-path` must name
+    a DFlash draft model."""
     return _core_hits(ctx, "DDT101")
 
 
@@ -98,8 +99,8 @@ def ddtree_draft_tokens(ctx: Context) -> Iterator[Hit]:
 
 @_core_rule("DDT104", "DDTREE budget is at least 1", reads=("speculative_ddtree_budget",))
 def ddtree_budget_positive(ctx: Context) -> Iterator[Hit]:
-    """`--speculative-ddtree-budget` B is the number of draft-tree nodes verified per step, root excluded; the verify
-    width is B+1."""
+    """`--speculative-ddtree-budget` B is the number of draft-tree nodes verified per step, root excluded; the
+    verify width is B+1."""
     return _core_hits(ctx, "DDT104")
 
 
@@ -111,8 +112,8 @@ def ddtree_topk_cap(ctx: Context) -> Iterator[Hit]:
 
 @_core_rule("DDT106", "DDTREE budget is bounded", reads=("speculative_ddtree_budget",))
 def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
-    """Budgets above 4096 (ddtree_core.MAX_VERIFY_BUDGET) make each verify pass too wide for one target forward; the
-    paper's best budgets are 256-512."""
+    """Budgets above 4096 (ddtree_core.MAX_VERIFY_BUDGET) make each verify pass too wide for one target
+    forward; the paper's best budgets are 256-512."""
     return _core_hits(ctx, "DDT106")
 
 
@@ -122,8 +123,8 @@ def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
     reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size"),
 )
 def ddtree_budget_fillable(ctx: Context) -> Iterator[Hit]:
-    """A drafter of block size S proposes S-1 depths with at most K = min(topk cap, vocab) candidates each; a budget
-    above the full tree's node count cannot be filled."""
+    """A drafter of block size S proposes S-1 depths with at most K = min(topk cap, vocab) candidates each; a
+    budget above the full tree's node count cannot be filled."""
     return _core_hits(ctx, "DDT107")
 
 
@@ -135,8 +136,8 @@ def ddtree_pp(ctx: Context) -> Iterator[Hit]:
 
 @_core_rule("DDT109", "DDTREE does not support constrained decoding", reads=("grammar_backend",))
 def ddtree_grammar(ctx: Context) -> Iterator[Hit]:
-    """A grammar mask is per position of one sequence; tree branches share positions, so `--grammar-backend` must be
-    unset or none."""
+    """A grammar mask is per position of one sequence; tree branches share positions, so `--grammar-backend`
+    must be unset or none."""
     return _core_hits(ctx, "DDT109")
 
 
@@ -148,8 +149,8 @@ def ddtree_grammar(ctx: Context) -> Iterator[Hit]:
 )
 def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
     """On hybrid Mamba/GDN targets, tree verification keeps recurrent-state snapshots per draft node:
-    `--mamba-radix-cache-strategy extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are required.
-    One finding names every missing flag."""
+    `--mamba-radix-cache-strategy extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are
+    required. One finding names every missing flag."""
     return _core_hits(ctx, "DDT111")
 
 
@@ -161,15 +162,15 @@ def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
 def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
     """Two ways to verify a DDTree on a hybrid (Mamba / Gated-DeltaNet) target; they cannot both be set.
 
-    `--speculative-ddtree-shadow-linear` (and the default on hybrid targets when neither flag is given): exact trees.
-    The recurrent (linear-attention) layers give every tree node the state of its own root-to-node path:
-    parent-indexed conv windows and SSM states, through SGLang's own EAGLE tree kernels (topk > 1) for
-    Gated-DeltaNet. The tree verifies exactly as the target would decode each branch; the accepted node's state is
-    committed. Cost: per-verify-token recurrent scratch (DDT114).
+    `--speculative-ddtree-shadow-linear` (and the default on hybrid targets when neither flag is given): exact
+    trees. The recurrent (linear-attention) layers give every tree node the state of its own
+    root-to-node path: parent-indexed conv windows and SSM states, through SGLang's own EAGLE tree kernels
+    (topk > 1) for Gated-DeltaNet. The tree verifies exactly as the target would decode each branch; the
+    accepted node's state is committed. Cost: per-verify-token recurrent scratch (DDT114).
 
-    `--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling branches share
-    recurrent state and outputs may differ from the target's greedy output. A test / negative-control mode (DDT113
-    warns).
+    `--speculative-ddtree-allow-hybrid-unsafe`: verify the tree with the chain kernels, so sibling branches
+    share recurrent state and outputs may differ from the target's greedy output. A test / negative-control
+    mode (DDT113 warns).
 
     On a model without recurrent layers both flags have no effect; together they are still a contradiction and
     rejected."""
@@ -184,10 +185,10 @@ def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
     needs=(FACT_MODEL,),
 )
 def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
-    """`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the chain
-    kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ from the target's
-    greedy output. Valid (SGLang with the payload logs the same warning), but meant for tests and negative controls;
-    exact trees are the default on hybrid targets."""
+    """`--speculative-ddtree-allow-hybrid-unsafe` verifies the tree through the recurrent layers with the
+    chain kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ from
+    the target's greedy output. Valid (SGLang with the payload logs the same warning), but meant for tests and
+    negative controls; exact trees are the default on hybrid targets."""
     return _core_hits(ctx, "DDT113")
 
 
@@ -198,11 +199,12 @@ def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
     severity=INFO,
 )
 def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
-    """The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on SGLang's
-    triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` and
-    `--decode-attention-backend` is given, SGLang with the DDTREE payload declares `attention_backend=triton` in its
-    resolution (logged, and listed by `ddtctl dry-run`), before SGLang would pick the GPU's default (fa3 on Hopper,
-    flashinfer / trtllm_mha on Blackwell). An info finding; an explicit other backend is DDT120's warning instead."""
+    """The DDTREE worker verifies its tree with a custom (ancestor-only) attention mask and is proven on
+    SGLang's triton attention backend. When none of `--attention-backend`, `--prefill-attention-backend` and
+    `--decode-attention-backend` is given, SGLang with the DDTREE payload declares `attention_backend=triton`
+    in its resolution (logged, and listed by `ddtctl dry-run`), before SGLang would pick the GPU's default
+    (fa3 on Hopper, flashinfer / trtllm_mha on Blackwell). An info finding; an explicit other backend is
+    DDT120's warning instead."""
     return _core_hits(ctx, "DDT115")
 
 
@@ -216,18 +218,19 @@ def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
     sglang_enforces=False,
 )
 def worker_capability(ctx: Context):
-    """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker shipped in
-    this payload refuses them when the server starts: it runs at any tp-size, but without DP attention (ranks would
-    verify different batches), on the triton attention backend only (it verifies with a custom tree mask), and
-    without a compact draft window. A server launched anyway stops at start-up with the worker's one-line reason.
-    `ddtctl deploy` treats this warning as an error when the payload it ships carries this worker (byte for byte): it
-    stops at preflight, before shipping or launching."""
+    """SGLang with the payload accepts these launches (the configuration is right), but the DDTREE worker
+    shipped in this payload refuses them when the server starts: it runs at any tp-size, but without DP
+    attention (ranks would verify different batches), on the triton attention backend only (it verifies with a
+    custom tree mask), and without a compact draft window. A server launched anyway stops at start-up with the
+    worker's one-line reason. `ddtctl deploy` treats this warning as an error when the payload it ships
+    carries this worker (byte for byte): it stops at preflight, before shipping or launching."""
     if ctx.dp_attention:
         yield Hit(
             "the bundled DDTREE worker does not support DP attention (ranks would verify different batches); "
             "the server would refuse to start",
             about="enable_dp_attention",
-            fix="remove enable-dp-attention / attn-dp-size (tensor parallelism alone serves DDTREE on many GPUs)",
+            fix="remove enable-dp-attention / attn-dp-size "
+            "(tensor parallelism alone serves DDTREE on many GPUs)",
         )
     for (
         flag
@@ -251,14 +254,14 @@ def worker_capability(ctx: Context):
         )
 
 
-# -- DDT114: the recurrent layers' per-verify-token scratch ----------------------------------------------------------
+# -- DDT114: the recurrent layers' per-verify-token scratch --------------------------------------------------
 MIB = 1 << 20
 DEFAULT_MAX_RUNNING_REQUESTS = (
     48  # the DFLASH family's default (speculative_hook.py _handle_dflash), DDTREE's too
 )
-# SGLang derives mem_fraction_static from the GPU's memory minus activation, CUDA-graph and (for VLMs) vision reserves
-# (memory_hook.py handle_gpu_memory_settings); its resolver gives 0.78-0.84 for Qwen3.6-27B on RTX PRO 6000, H200 and
-# B200 at tp 1-8. Unset, ddtctl assumes the low end.
+# SGLang derives mem_fraction_static from the GPU's memory minus activation, CUDA-graph and (for VLMs) vision
+# reserves (memory_hook.py handle_gpu_memory_settings); its resolver gives 0.78-0.84 for Qwen3.6-27B on RTX
+# PRO 6000, H200 and B200 at tp 1-8. Unset, ddtctl assumes the low end.
 DEFAULT_MEM_FRACTION_STATIC = 0.78
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 CONV_DTYPE_BYTES = (
@@ -270,9 +273,9 @@ CONV_DTYPE_BYTES = (
 class VerifyScratch:
     """Per-verify-token recurrent scratch SGLang allocates for a hybrid Gated-DeltaNet target (memory_pool.py
     MambaPool, SpeculativeState): `intermediate_ssm` [layers, reqs + 1, n, HV, V, K] in the SSM dtype and
-    `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the verify width.
-    Tree verify keeps the conv windows dense (one per token); the chain kernels share one [conv_dim, n + kernel - 2]
-    window per request (memory_pool.py conv_window_dedup_enabled)."""
+    `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the
+    verify width. Tree verify keeps the conv windows dense (one per token); the chain kernels share one
+    [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled)."""
 
     linear_layers: int
     width: int  # n = max(block size, budget + 1)
@@ -307,8 +310,8 @@ def verify_scratch(
     conv_dtype_bytes: int = CONV_DTYPE_BYTES,
     dense_conv: bool = True,
 ) -> VerifyScratch:
-    """The scratch of one GPU (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x key
-    dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them."""
+    """One GPU's scratch (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x
+    key dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them."""
     hv = _shard(num_value_heads, linear_tp)
     conv_dim = _shard(2 * num_key_heads * key_head_dim + num_value_heads * value_head_dim, linear_tp)
     ssm = linear_layers * hv * value_head_dim * key_head_dim * ssm_dtype_bytes
@@ -324,7 +327,7 @@ def verify_scratch(
 
 
 def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = None) -> VerifyScratch | None:
-    m = ctx.model
+    m = ctx.known_model
     shape = (
         m.num_linear_layers,
         m.linear_num_key_heads,
@@ -333,7 +336,8 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
         m.linear_value_head_dim,
         m.linear_conv_kernel_dim,
     )
-    if not all(isinstance(x, int) and x > 0 for x in shape):
+    sizes = [x for x in shape if isinstance(x, int) and x > 0]
+    if len(sizes) != len(shape):
         return None  # not a Gated-DeltaNet config (or an incomplete one): nothing to size
     flags = dict(ctx.given)
     if budget is not None:
@@ -347,7 +351,7 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
     tp = tp or ctx.get("tp_size", 1) or 1
     linear_tp = max(1, tp // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else tp
     dtype = ctx.given.get("mamba_ssm_dtype") or m.mamba_ssm_dtype or "float32"
-    layers, kh, vh, kd, vd, kernel = shape
+    layers, kh, vh, kd, vd, kernel = sizes
     return verify_scratch(
         linear_layers=layers,
         num_key_heads=kh,
@@ -374,7 +378,7 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     fraction = ctx.get("mem_fraction_static") or DEFAULT_MEM_FRACTION_STATIC
     room = ctx.gpu.memory_gb * 1e9 * fraction
     how = f"{ctx.gpu.memory_gb} GB x mem-fraction-static {fraction:g}"
-    weights = ctx.model.weights_bytes
+    weights = ctx.known_model.weights_bytes
     if weights:
         room -= weights / tp
         how += f" - {weights / tp / MIB:,.0f} MiB of weights"
@@ -387,31 +391,35 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     reads=("max_running_requests",),
     needs=(FACT_MODEL_CONFIG,),
     applies=lambda ctx: _is_ddtree(ctx) and ctx.is_hybrid is not False,
-    reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool (intermediate_ssm, intermediate_conv_window)",
+    reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool "
+    "(intermediate_ssm, intermediate_conv_window)",
     sglang_enforces=False,
 )
 def verify_scratch_fits(ctx: Context):
-    """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token of every
-    request slot, the recurrent state that token leaves behind, so that the accepted node's state can be committed:
+    """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token
+    of every request slot, the recurrent state that token leaves behind, so that the accepted node's state can
+    be committed:
 
-        intermediate_ssm          [L, R + 1, n, HV, V, K]          mamba SSM dtype (float32 unless --mamba-ssm-dtype
-                                                                   or the config's mamba_ssm_dtype says otherwise)
+        intermediate_ssm          [L, R + 1, n, HV, V, K]          mamba SSM dtype (float32 unless
+                                                                   --mamba-ssm-dtype or the config's
+                                                                   mamba_ssm_dtype says otherwise)
         intermediate_conv_window  [L, R + 1, n, conv_dim, k - 1]   bfloat16 (dense: one window per tree node)
 
-    L = linear-attention layers (all but every `full_attention_interval`-th), R = max-running-requests (48 when
-    unset, the DFLASH family's default), n = the verify width max(block size, budget + 1), HV = linear value heads /
-    tp, V / K = linear value / key head dims, conv_dim = (2 x linear key heads x K + linear value heads x V) / tp,
-    k = linear_conv_kernel_dim. For a Qwen3.6-27B (48 linear layers, 16 key / 48 value heads of 128, kernel 4) that
-    is 146.8 MiB per verify token per request at tp 1 (144 MiB SSM + 2.8 MiB conv): at budget 64 (n = 65), 9.3 GiB
-    per request, 457 GiB for 48 + 1 slots; at tp 8, 1.2 GiB per request and 57 GiB in all, per GPU.
+    L = linear-attention layers (all but every `full_attention_interval`-th), R = max-running-requests (48
+    when unset, the DFLASH family's default), n = the verify width max(block size, budget + 1), HV = linear
+    value heads / tp, V / K = linear value / key head dims, conv_dim = (2 x linear key heads x K + linear
+    value heads x V) / tp, k = linear_conv_kernel_dim. For a Qwen3.6-27B (48 linear layers, 16 key / 48 value
+    heads of 128, kernel 4) that is 146.8 MiB per verify token per request at tp 1 (144 MiB SSM + 2.8 MiB
+    conv): at budget 64 (n = 65), 9.3 GiB per request, 457 GiB for 48 + 1 slots; at tp 8, 1.2 GiB per request
+    and 57 GiB in all, per GPU.
 
     The rule errors when the total cannot fit on one GPU: the GPU's memory (hardware.gpu / --gpu) x
-    mem-fraction-static (0.78 when unset: SGLang derives it per GPU, 0.78-0.84 for this model), minus the weights
-    per GPU when the checkpoint is local (its *.safetensors). SGLang itself would shrink the mamba cache and cap
-    max-running-requests far below the requested value, or fail at start-up when not even one request fits; ddtctl
-    is stricter by design. The fix names the largest max-running-requests that fits, else a budget, else a tp-size.
-    Without a known GPU the rule cannot decide: it reports the scratch as an info finding instead. Other hybrid
-    families (Mamba2, KDA) are not sized."""
+    mem-fraction-static (0.78 when unset: SGLang derives it per GPU, 0.78-0.84 for this model), minus the
+    weights per GPU when the checkpoint is local (its *.safetensors). SGLang itself would shrink the mamba
+    cache and cap max-running-requests far below the requested value, or fail at start-up when not even one
+    request fits; ddtctl is stricter by design. The fix names the largest max-running-requests that fits, else
+    a budget, else a tp-size. Without a known GPU the rule cannot decide: it reports the scratch as an info
+    finding instead. Other hybrid families (Mamba2, KDA) are not sized."""
     scratch = _scratch_for(ctx)
     if scratch is None:
         return
@@ -445,7 +453,7 @@ def verify_scratch_fits(ctx: Context):
     if bigger is not None:
         fixes.append(f"set tp-size: {bigger}")
     yield Hit(
-        f"{figure}: more than one {ctx.gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
+        f"{figure}: more than one {ctx.known_gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
         fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
         edits=edits,
     )
@@ -468,15 +476,8 @@ def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
 
 def _smallest_tp(ctx: Context, tp: int, reqs: int) -> int | None:
     limit = ctx.gpu_count or 8
-    heads = [
-        h
-        for h in (
-            ctx.model.linear_num_key_heads,
-            ctx.model.linear_num_value_heads,
-            ctx.model.num_attention_heads,
-        )
-        if h
-    ]
+    m = ctx.known_model
+    heads = [h for h in (m.linear_num_key_heads, m.linear_num_value_heads, m.num_attention_heads) if h]
     candidate = tp * 2
     while candidate <= limit:
         if all(h % candidate == 0 for h in heads):

@@ -1,8 +1,8 @@
-"""The constraint graph: rules as data (id, severity, reads, needed facts, condition, message, fix, reference).
+"""The constraint graph: rules as data (id, severity, reads, needs, condition, message, fix, reference).
 
-A rule's `check` returns hits; the engine turns them into findings with the profile line of the flag the hit is
-about. Rules that need facts (model config, draft config, GPU) that are unknown are not run; the engine reports
-which and why, so "valid" never silently means "not checked".
+A rule's `check` returns hits; the engine turns them into findings with the profile line of the flag the hit
+is about. Rules that need facts (model config, draft config, GPU) that are unknown are not run; the engine
+reports which and why, so "valid" never silently means "not checked".
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ class Hit:
     about: str | None = None  # dest whose line the finding points at
     edits: dict[str, Any] = field(default_factory=dict)  # dest -> value (None = remove)
     severity: str | None = None  # override the rule's
-    # Whether `edits` is an unsafe fix (applied only with `validate --fix --unsafe-fixes`). None, the default: decided
-    # from the edits themselves (ddtctl.fix.edit_safety: removing a flag or guessing a number is unsafe, setting a
-    # switch or a choice is safe). Set True for a choice that is a guess, False for a number derived from the
-    # user's own values.
+    # Whether `edits` is an unsafe fix (applied only with `validate --fix --unsafe-fixes`). None, the default:
+    # decided from the edits themselves (ddtctl.fix.edit_safety: removing a flag or guessing a number is
+    # unsafe, setting a switch or a choice is safe). Set True for a choice that is a guess, False for a number
+    # derived from the user's own values.
     unsafe: bool | None = None
 
 
@@ -103,11 +103,28 @@ class Context:
         return self.given.get(dest) is not None
 
     @property
+    def known_model(self) -> ModelFacts:
+        """`model` where a rule relies on it: one that needs FACT_MODEL / FACT_MODEL_CONFIG (run_rules skips
+        it while the model is unknown), or code behind such a check."""
+        if self.model is None:
+            raise RuntimeError("model facts read without needs=(FACT_MODEL,) or a check that they are known")
+        return self.model
+
+    @property
+    def known_gpu(self) -> GpuSpec:
+        """`gpu` where a rule relies on it: one that needs FACT_GPU (run_rules skips it while the GPU is
+        unknown), or code behind such a check."""
+        if self.gpu is None:
+            raise RuntimeError("the GPU read without needs=(FACT_GPU,) or a check that it is known")
+        return self.gpu
+
+    @property
     def algorithm(self) -> str | None:
         algo = self.given.get("speculative_algorithm")
         if algo is None or self.given.get("enable_return_aux_hidden_states"):
-            # With aux hidden-state capture the algorithm only names the capture convention; SGLang resets it to None
-            # (validation_hook.py:693-703 handle_aux_hidden_state_capture), so no speculative rule applies.
+            # With aux hidden-state capture the algorithm only names the capture convention; SGLang resets it
+            # to None (validation_hook.py:693-703 handle_aux_hidden_state_capture), so no speculative rule
+            # applies.
             return None
         algo = str(algo).upper()
         return "EAGLE" if algo == "NEXTN" else algo

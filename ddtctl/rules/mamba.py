@@ -1,4 +1,5 @@
-"""Hybrid (Mamba / GDN) cache rules of sglang 0.5.23 (arg_groups/mamba_hook.py, overrides.py, model_hook.py)."""
+"""Hybrid (Mamba / GDN) cache rules of sglang 0.5.23 (arg_groups/mamba_hook.py, overrides.py,
+model_hook.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ def _strategy(ctx: Context) -> str:
 
 
 def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
-    """(page size, attention backend, radix cache off) when SGLang validates the mamba cache (model_hook.py:737,
-    after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 / 64 on SM100)."""
+    """(page size, attention backend, radix cache off) when SGLang validates the mamba cache
+    (model_hook.py:737, after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 /
+    64 on SM100)."""
     from ddtctl.rules.hooks import resolve
 
     res = resolve(ctx)
@@ -53,12 +55,12 @@ def _effective_strategy(ctx: Context) -> str:
     "model_override_base.py:260-265 mamba_extra_buffer_of",
 )
 def extra_buffer_non_mamba(ctx: Context):
-    """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba state
-    SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
+    """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba
+    state SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
     if not ctx.is_hybrid:
         return Hit(
             f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
-            f"got {ctx.model.architecture}",
+            f"got {ctx.known_model.architecture}",
             fix="remove mamba-radix-cache-strategy",
             edits={"mamba_radix_cache_strategy": None},
         )
@@ -74,9 +76,10 @@ def extra_buffer_non_mamba(ctx: Context):
 )
 def extra_buffer_supported(ctx: Context):
     """extra_buffer needs an architecture with state snapshots and the triton linear-attention backend."""
-    if ctx.model.architecture not in EXTRA_BUFFER_ARCHITECTURES:
+    arch = ctx.known_model.architecture
+    if arch not in EXTRA_BUFFER_ARCHITECTURES:
         return Hit(
-            f"extra_buffer is not supported for {ctx.model.architecture}",
+            f"extra_buffer is not supported for {arch}",
             fix="use mamba-radix-cache-strategy: no_buffer",
             edits={"mamba_radix_cache_strategy": "no_buffer"},
         )
@@ -101,9 +104,9 @@ def extra_buffer_supported(ctx: Context):
     reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)",
 )
 def track_interval(ctx: Context):
-    """With extra_buffer, `mamba_track_interval >= speculative_num_draft_tokens` (a bare AssertionError in SGLang),
-    for an explicit `--speculative-num-draft-tokens` (SGLang checks before deriving it; DDT509 covers the derived
-    count)."""
+    """With extra_buffer, `mamba_track_interval >= speculative_num_draft_tokens` (a bare AssertionError in
+    SGLang), for an explicit `--speculative-num-draft-tokens` (SGLang checks before deriving it; DDT509 covers
+    the derived count)."""
     tokens = ctx.given.get("speculative_num_draft_tokens")
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
@@ -130,10 +133,11 @@ def track_interval(ctx: Context):
     sglang_enforces=False,
 )
 def track_interval_derived(ctx: Context):
-    """SGLang asserts `mamba_track_interval >= speculative_num_draft_tokens` (mamba_hook.py:132-133) before its
-    speculative hook fills the draft tokens in from `--speculative-dflash-block-size` or the DFlash drafter's
-    block size, so a launch that sets only those passes the assert with an interval below the verify block, which
-    the assert exists to prevent: ddtctl checks the derived count (stricter than SGLang's resolver)."""
+    """SGLang asserts `mamba_track_interval >= speculative_num_draft_tokens` (mamba_hook.py:132-133) before
+    its speculative hook fills the draft tokens in from `--speculative-dflash-block-size` or the DFlash
+    drafter's block size, so a launch that sets only those passes the assert with an interval below the verify
+    block, which the assert exists to prevent: ddtctl checks the derived count (stricter than SGLang's
+    resolver)."""
     tokens = ctx.draft_tokens()
     interval = ctx.get("mamba_track_interval")
     if tokens and interval is not None and interval < tokens:
@@ -157,16 +161,17 @@ def track_interval_derived(ctx: Context):
     "model_hook.py:737; model_overrides/qwen3_5.py:24-48",
 )
 def track_interval_page(ctx: Context):
-    """With extra_buffer, `mamba_track_interval % page_size == 0` (a bare AssertionError in SGLang). The page size
-    is the one SGLang has when it checks: on SM100 without --attention-backend, Qwen3-Next / Qwen3.5 / Qwen3.6
-    hybrids get page size 64 (trtllm_mha) or 1 (triton) from their model override, whatever --page-size says."""
+    """With extra_buffer, `mamba_track_interval % page_size == 0` (a bare AssertionError in SGLang). The page
+    size is the one SGLang has when it checks: on SM100 without --attention-backend, Qwen3-Next / Qwen3.5 /
+    Qwen3.6 hybrids get page size 64 (trtllm_mha) or 1 (triton) from their model override, whatever
+    --page-size says."""
     interval, page = ctx.get("mamba_track_interval"), _at_mamba(ctx)[0]
     if interval is not None and page and interval % page:
         given = ctx.given.get("page_size")
         source = (
             f"--page-size ({page})"
             if given == page
-            else f"the page size SGLang sets for {ctx.model.architecture} on this GPU ({page})"
+            else f"the page size SGLang sets for {ctx.known_model.architecture} on this GPU ({page})"
         )
         return Hit(
             f"--mamba-track-interval ({interval}) must be a multiple of {source}",
@@ -241,8 +246,8 @@ def memory_ratio(ctx: Context):
     reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution",
 )
 def auto_strategy(ctx: Context):
-    """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off without
-    an error. Say what you want explicitly."""
+    """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off
+    without an error. Say what you want explicitly."""
     if _effective_strategy(ctx) == "no_buffer":
         return Hit(
             "mamba strategy auto resolves to no_buffer here and disables overlap scheduling",

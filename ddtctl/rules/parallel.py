@@ -1,4 +1,4 @@
-"""Parallelism and hardware rules: what sglang 0.5.23 checks (validation_hook.py) and what it misses at launch."""
+"""Parallelism and hardware rules: what sglang 0.5.23 checks (validation_hook.py) and misses at launch."""
 
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ def world_size(ctx: Context):
     sglang_enforces=False,
 )
 def heads_divisible(ctx: Context):
-    """Attention heads are split across TP ranks: `num_attention_heads % tp_size == 0`, and KV heads either divide
-    by tp or tp by them (replication). SGLang only finds out while loading weights."""
+    """Attention heads are split across TP ranks: `num_attention_heads % tp_size == 0`, and KV heads either
+    divide by tp or tp by them (replication). SGLang only finds out while loading weights."""
     tp = ctx.get("tp_size")
     attn_tp = tp // (ctx.get("dp_size", 1) if ctx.dp_attention else 1) or 1
-    heads, kv = ctx.model.num_attention_heads, ctx.model.num_key_value_heads
+    heads, kv = ctx.known_model.num_attention_heads, ctx.known_model.num_key_value_heads
     if heads and heads % attn_tp:
         yield Hit(
             f"--tp-size {tp} does not divide the model's {heads} attention heads",
@@ -97,9 +97,9 @@ def dp_single_node(ctx: Context):
     reference=f"{VALIDATION} check_pipeline_parallel_compat; overrides.py _pipeline_parallel_overlap_disable",
 )
 def pipeline(ctx: Context):
-    """With `--pp-size > 1`: overlap scheduling is incompatible, so SGLang turns it off itself (an override with a
-    warning, reported here as info; check_server_args then finds it off), and speculative decoding is limited to
-    (non-multi-layer) EAGLE on prefill nodes of a PD-disaggregated deployment."""
+    """With `--pp-size > 1`: overlap scheduling is incompatible, so SGLang turns it off itself (an override
+    with a warning, reported here as info; check_server_args then finds it off), and speculative decoding is
+    limited to (non-multi-layer) EAGLE on prefill nodes of a PD-disaggregated deployment."""
     if not ctx.get("disable_overlap_schedule"):
         yield Hit(
             "pipeline parallelism is incompatible with overlap scheduling: SGLang sets "
@@ -112,7 +112,8 @@ def pipeline(ctx: Context):
     if algo is not None and algo not in ("DFLASH", "DDTREE"):  # those have their own pp rule
         if algo != "EAGLE" or ctx.get("enable_multi_layer_eagle"):
             yield Hit(
-                f"pipeline parallelism supports only EAGLE (non-multi-layer) speculative decoding, not {algo}",
+                "pipeline parallelism supports only EAGLE (non-multi-layer) speculative decoding, "
+                f"not {algo}",
                 about="speculative_algorithm",
                 fix="set pp-size: 1",
             )
@@ -133,9 +134,9 @@ def pipeline(ctx: Context):
     "(ddtctl/rules/hooks/resolution.py resolve)",
 )
 def chunked_page(ctx: Context):
-    """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes. The
-    page size is SGLang's resolved one: attention backends snap it (trtllm_mha / trtllm_mla to 64, fa4 on SM100 to
-    128, ...), and hybrid Qwen3.5/3.6 targets get 1 or 64 from their model override on SM100."""
+    """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes.
+    The page size is SGLang's resolved one: attention backends snap it (trtllm_mha / trtllm_mla to 64, fa4 on
+    SM100 to 128, ...), and hybrid Qwen3.5/3.6 targets get 1 or 64 from their model override on SM100."""
     from ddtctl.rules.hooks import resolved_page
 
     size, page = ctx.get("chunked_prefill_size"), resolved_page(ctx)
@@ -161,21 +162,23 @@ def _fa3_backends(ctx: Context) -> set:
     reads=("attention_backend",),
     needs=(FACT_GPU,),
     applies=lambda ctx: "fa3" in _fa3_backends(ctx),
-    reference="sglang 0.5.23 srt/layers/attention/attention_registry.py:238-249 create_flashattention_v3_backend "
+    reference="sglang 0.5.23 srt/layers/attention/attention_registry.py:238-249 "
+    "create_flashattention_v3_backend "
     "(assert at model load; the resolver accepts it)",
     sglang_enforces=False,
 )
 def backend_generation(ctx: Context):
-    """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA models)
-    and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating the backend
-    ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the resolver here. The
-    trtllm_mha generations are DDT937."""
-    sm = ctx.gpu.sm
+    """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA
+    models) and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating
+    the backend ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the
+    resolver here. The trtllm_mha generations are DDT937."""
+    gpu = ctx.known_gpu
+    sm = gpu.sm
     from ddtctl.rules.hooks import is_mla
 
     if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
         return Hit(
-            f"attention backend fa3 has no kernels for {ctx.gpu.name} (sm{sm}); the model runner fails "
+            f"attention backend fa3 has no kernels for {gpu.name} (sm{sm}); the model runner fails "
             "creating it at startup",
             fix="use attention-backend: triton or flashinfer",
             edits={"attention_backend": None} if ctx.get("attention_backend") == "fa3" else {},
@@ -190,8 +193,8 @@ def backend_generation(ctx: Context):
     reference=VALIDATION,
 )
 def compile_padding(ctx: Context):
-    """`--disable-cuda-graph-padding` with `--enable-torch-compile` compiles once per batch size and stalls start-up;
-    SGLang refuses the combination."""
+    """`--disable-cuda-graph-padding` with `--enable-torch-compile` compiles once per batch size and stalls
+    start-up; SGLang refuses the combination."""
     return Hit(
         "--disable-cuda-graph-padding is incompatible with --enable-torch-compile",
         fix="remove disable-cuda-graph-padding",

@@ -30,12 +30,13 @@ def _algo_in(*names: str):
     reference=f"{SPEC_HOOK} (SpeculativeAlgorithm.from_string)",
 )
 def unknown_algorithm(ctx: Context):
-    """SGLang upper-cases the name and fails in resolve with `Unknown speculative algorithm name`. NEXTN is EAGLE;
-    DDTREE needs the ddtctl payload."""
-    if ctx.algorithm not in KNOWN_ALGORITHMS:
+    """SGLang upper-cases the name and fails in resolve with `Unknown speculative algorithm name`. NEXTN is
+    EAGLE; DDTREE needs the ddtctl payload."""
+    algo = ctx.algorithm
+    if algo is not None and algo not in KNOWN_ALGORITHMS:
         import difflib
 
-        close = difflib.get_close_matches(ctx.algorithm, KNOWN_ALGORITHMS, n=1)
+        close = difflib.get_close_matches(algo, KNOWN_ALGORITHMS, n=1)
         return Hit(
             f"unknown speculative algorithm {ctx.given['speculative_algorithm']!r}"
             + (f" (did you mean {close[0]}?)" if close else ""),
@@ -92,7 +93,8 @@ def sink_size(ctx: Context):
     reference=SPEC_HOOK,
 )
 def block_verification(ctx: Context):
-    """`--speculative-use-block-verification` supports only EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK, on CUDA."""
+    """`--speculative-use-block-verification` supports only EAGLE / EAGLE3 / NEXTN / DFLASH / DSPARK, on
+    CUDA."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3", "DFLASH", "DSPARK"):
         return Hit(
             f"--speculative-use-block-verification only supports EAGLE/EAGLE3/NEXTN/DFLASH/DSPARK, "
@@ -116,8 +118,8 @@ def block_verification(ctx: Context):
     reference=SPEC_HOOK,
 )
 def disagg_radix(ctx: Context):
-    """`--disaggregation-decode-enable-radix-cache` is incompatible with speculative algorithms other than EAGLE,
-    EAGLE3 and DSPARK."""
+    """`--disaggregation-decode-enable-radix-cache` is incompatible with speculative algorithms other than
+    EAGLE, EAGLE3 and DSPARK."""
     if ctx.algorithm not in ("EAGLE", "EAGLE3", "DSPARK"):
         return Hit(
             f"--disaggregation-decode-enable-radix-cache is incompatible with {ctx.algorithm}",
@@ -159,8 +161,8 @@ def spec_flags_without_algorithm(ctx: Context):
 
 # speculative/spec_info.py SpeculativeAlgorithm.supports_mixed_chunk; custom (plugin) algorithms say no.
 MIXED_CHUNK_OK = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
-# Their resolution hooks switch it off with a warning: speculative_hook.py:1108-1112 (_handle_eagle_family: STANDALONE),
-# :1307 (_handle_ngram), :596-600 (_handle_uno), :1002-1006 (_handle_frozen_kv_mtp).
+# Their resolution hooks switch it off with a warning: speculative_hook.py:1108-1112 (_handle_eagle_family:
+# STANDALONE), :1307 (_handle_ngram), :596-600 (_handle_uno), :1002-1006 (_handle_frozen_kv_mtp).
 MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
 
 
@@ -172,9 +174,9 @@ MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
     reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py",
 )
 def mixed_chunk(ctx: Context):
-    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and FROZEN_KV_MTP
-    turn it off with a warning (an override); plugin algorithms such as DDTREE fail `check_server_args`
-    (validation_hook.py:229-237)."""
+    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and
+    FROZEN_KV_MTP turn it off with a warning (an override); plugin algorithms such as DDTREE fail
+    `check_server_args` (validation_hook.py:229-237)."""
     if ctx.algorithm in MIXED_CHUNK_OK:
         return None
     if ctx.algorithm in MIXED_CHUNK_TURNED_OFF:
@@ -221,7 +223,8 @@ def dflash_block_positive(ctx: Context):
     """`--speculative-dflash-block-size` must be > 0."""
     if ctx.get("speculative_dflash_block_size") <= 0:
         return Hit(
-            f"--speculative-dflash-block-size must be positive, got {ctx.get('speculative_dflash_block_size')}",
+            "--speculative-dflash-block-size must be positive, "
+            f"got {ctx.get('speculative_dflash_block_size')}",
             fix="set speculative-dflash-block-size to the drafter's block_size (e.g. 16)",
         )
 
@@ -242,7 +245,8 @@ def dflash_tokens_match(ctx: Context):
     tokens, block = ctx.get("speculative_num_draft_tokens"), ctx.get("speculative_dflash_block_size")
     if block > 0 and tokens != block:
         return Hit(
-            f"--speculative-num-draft-tokens ({tokens}) differs from --speculative-dflash-block-size ({block})",
+            f"--speculative-num-draft-tokens ({tokens}) differs from "
+            f"--speculative-dflash-block-size ({block})",
             fix="remove speculative-num-draft-tokens (it is taken from the block size)",
             edits={"speculative_num_draft_tokens": None},
         )
@@ -366,8 +370,8 @@ def dflash_steps_topk(ctx: Context):
     reference=f"{SPEC_HOOK} _handle_dflash",
 )
 def dflash_block_unknown(ctx: Context):
-    """Without `--speculative-dflash-block-size`/`--speculative-num-draft-tokens` and without `block_size` in the
-    draft config, SGLang falls back to 16 with a warning."""
+    """Without `--speculative-dflash-block-size`/`--speculative-num-draft-tokens` and without `block_size` in
+    the draft config, SGLang falls back to 16 with a warning."""
     return Hit(
         "the draft config has no block_size and no block size is set: SGLang falls back to 16",
         fix="set speculative-dflash-block-size to the drafter's block size",
@@ -378,7 +382,8 @@ def dflash_block_unknown(ctx: Context):
 
 
 def adaptive_effective(ctx: Context) -> bool:
-    """Whether `--speculative-adaptive` survives adaptive_spec_params.py:56-100 adaptive_unsupported_reason."""
+    """Whether `--speculative-adaptive` survives adaptive_spec_params.py:56-100
+    adaptive_unsupported_reason."""
     from ddtctl.rules.hooks import attn_dp_size
 
     if not ctx.get("speculative_adaptive") or ctx.algorithm not in ("EAGLE", "EAGLE3"):
@@ -407,8 +412,8 @@ ADAPTIVE_CANDIDATE_STEPS = (0, 1, 3, 5, 7)  # adaptive_spec_params.py:28-53 DEFA
     reference=f"{SPEC_HOOK}:1392-1421 _init_adaptive_speculative_params",
 )
 def adaptive_steps(ctx: Context):
-    """With `--speculative-adaptive` (and SGLang's default adaptive config) `--speculative-num-steps` must be one of
-    the config's candidate steps 0, 1, 3, 5, 7."""
+    """With `--speculative-adaptive` (and SGLang's default adaptive config) `--speculative-num-steps` must be
+    one of the config's candidate steps 0, 1, 3, 5, 7."""
     steps = ctx.get("speculative_num_steps")
     if steps not in ADAPTIVE_CANDIDATE_STEPS:
         return Hit(
@@ -425,15 +430,16 @@ def adaptive_steps(ctx: Context):
     "EAGLE steps, topk and draft tokens are set together",
     reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
     applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not adaptive_effective(ctx),
-    reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); speculative_hook.py:261-264, "
+    reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); "
+    "speculative_hook.py:261-264, "
     "1369-1389 _maybe_disable_adaptive",
 )
 def eagle_params(ctx: Context):
-    """When `--speculative-num-steps` is unset SGLang chooses steps/topk/draft tokens itself and *asserts* that
-    topk and draft tokens are unset too (a bare AssertionError). When steps are set, topk must be set too: SGLang
-    compares it with numbers and fails with a TypeError on None. `--speculative-adaptive` fills steps and topk
-    itself, but only where adaptive runs (EAGLE/EAGLE3 with topk 1, no attention DP, no two-batch overlap, no
-    PDMux); elsewhere SGLang turns it off first and the rule applies."""
+    """When `--speculative-num-steps` is unset SGLang chooses steps/topk/draft tokens itself and *asserts*
+    that topk and draft tokens are unset too (a bare AssertionError). When steps are set, topk must be set
+    too: SGLang compares it with numbers and fails with a TypeError on None. `--speculative-adaptive` fills
+    steps and topk itself, but only where adaptive runs (EAGLE/EAGLE3 with topk 1, no attention DP, no
+    two-batch overlap, no PDMux); elsewhere SGLang turns it off first and the rule applies."""
     if not ctx.is_set("speculative_num_steps"):
         given = [d for d in ("speculative_eagle_topk", "speculative_num_draft_tokens") if ctx.is_set(d)]
         if given:
@@ -559,8 +565,9 @@ def effective_attention(ctx: Context) -> tuple[str | None, int]:
     reference=f"{SPEC_HOOK} _handle_eagle_family; overrides.py (MLA backend auto-selection)",
 )
 def eagle_topk_paged(ctx: Context):
-    """topk > 1 with page_size > 1 needs the two-pass cascade draft decode, implemented only by flashinfer, fa3 and
-    triton. SGLang's own choices count too: a DeepSeek-style MLA model on SM100 gets trtllm_mla with page size 64."""
+    """topk > 1 with page_size > 1 needs the two-pass cascade draft decode, implemented only by flashinfer,
+    fa3 and triton. SGLang's own choices count too: a DeepSeek-style MLA model on SM100 gets trtllm_mla with
+    page size 64."""
     backend, page = effective_attention(ctx)
     if backend is not None and page > 1 and backend not in _PAGE_TREE_BACKENDS:
         chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
@@ -605,11 +612,12 @@ def trtllm_topk(ctx: Context):
     sglang_enforces=False,
 )
 def eagle_draft(ctx: Context):
-    """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others SGLang
-    accepts the flags and fails later when the draft worker loads."""
-    if ctx.model.architecture not in BUILTIN_MTP_ARCHITECTURES:
+    """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others
+    SGLang accepts the flags and fails later when the draft worker loads."""
+    arch = ctx.known_model.architecture
+    if arch not in BUILTIN_MTP_ARCHITECTURES:
         return Hit(
-            f"{ctx.algorithm} on {ctx.model.architecture} needs --speculative-draft-model-path "
+            f"{ctx.algorithm} on {arch} needs --speculative-draft-model-path "
             "(only DeepSeek-V3-style models carry their own MTP draft layer)",
             fix="set speculative-draft-model-path to the EAGLE/EAGLE3 draft model",
         )
@@ -666,9 +674,9 @@ def ngram_device(ctx: Context):
     reference=f"{SPEC_HOOK}:1355-1366 _handle_ngram",
 )
 def ngram_paged(ctx: Context):
-    """NGRAM's topk is its max BFS breadth (10 by default); > 1 with a page size > 1 is only correct on flashinfer.
-    The page size and backend are SGLang's resolved ones: e.g. a DeepSeek MLA target on SM100 gets trtllm_mla with
-    page size 64."""
+    """NGRAM's topk is its max BFS breadth (10 by default); > 1 with a page size > 1 is only correct on
+    flashinfer. The page size and backend are SGLang's resolved ones: e.g. a DeepSeek MLA target on SM100 gets
+    trtllm_mla with page size 64."""
     breadth = ctx.get("speculative_ngram_max_bfs_breadth") or 1
     backend, page = effective_attention(ctx)
     if breadth > 1 and page > 1 and backend is not None and backend != "flashinfer":
@@ -706,7 +714,8 @@ def ngram_dp(ctx: Context):
     reference=f"{SPEC_HOOK} _handle_ngram",
 )
 def ngram_corpus(ctx: Context):
-    """With an external corpus the SAM budget and max tokens must be positive, and the budget <= draft tokens - 1."""
+    """With an external corpus the SAM budget and max tokens must be positive, and the budget <= draft tokens
+    - 1."""
     budget = ctx.get("speculative_ngram_external_sam_budget") or 0
     max_tokens = ctx.get("speculative_ngram_external_corpus_max_tokens") or 0
     tokens = ctx.given.get("speculative_num_draft_tokens") or 12

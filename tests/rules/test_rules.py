@@ -434,3 +434,11 @@ def test_ddtree_findings_carry_the_core_verdict_verbatim():
     for v in violations:
         assert (by_rule[v.rule_id].message, by_rule[v.rule_id].fix) == (v.message, v.fix)
         assert by_rule[v.rule_id].severity == v.severity
+
+
+def test_context_length_with_unreadable_model_is_not_checked_and_does_not_crash(tmp_path):
+    # DDT919 reads the model's config.json; with no model facts at all (a path not readable here, no
+    # model.architecture) its `applies` used to read `ctx.model.source` off None and crash validate.
+    result = validate_argv(["--model-path", str(tmp_path / "absent"), "--context-length", "4096"], gpu="H200")
+    assert result.model is None
+    assert "DDT919" not in {f.rule for f in result.findings}

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
-from ddtctl.rules.hooks.resolution import BACKEND_ALIASES, backends, is_deterministic, resolve
+from ddtctl.rules.hooks.resolution import (
+    BACKEND_ALIASES,
+    backends,
+    is_deterministic,
+    known_resolution,
+    resolve,
+)
 
 
 @rule(
@@ -21,9 +27,9 @@ from ddtctl.rules.hooks.resolution import BACKEND_ALIASES, backends, is_determin
 )
 def mla_backends(ctx: Context):
     """trtllm_mla (as attention or decode backend, also SGLang's own choice for DeepSeek V3 on SM100) needs a
-    Blackwell GPU and kv-cache-dtype fp8_e4m3/bf16/auto; cutedsl_mla (and its deprecated spelling tokenspeed_mla,
-    which also forces an fp8_e4m3 KV cache) is decode-only (never the prefill backend), SM100 only,
-    kv-cache-dtype fp8_e4m3/bf16/auto."""
+    Blackwell GPU and kv-cache-dtype fp8_e4m3/bf16/auto; cutedsl_mla (and its deprecated spelling
+    tokenspeed_mla, which also forces an fp8_e4m3 KV cache) is decode-only (never the prefill backend), SM100
+    only, kv-cache-dtype fp8_e4m3/bf16/auto."""
     res = resolve(ctx)
     if res is not None:
         main, decode, prefill, dtype = res.attention, res.decode, res.prefill, res.kv_cache_dtype
@@ -39,7 +45,8 @@ def mla_backends(ctx: Context):
             main = prefill
         dtype = ctx.get("kv_cache_dtype") or "auto"
         explicit_prefill = ctx.get("prefill_attention_backend")
-    sm = ctx.gpu.sm
+    gpu = ctx.known_gpu
+    sm = gpu.sm
     chosen = (
         ""
         if {"trtllm_mla"} & {ctx.get("attention_backend"), ctx.get("decode_attention_backend")}
@@ -48,7 +55,7 @@ def mla_backends(ctx: Context):
     if "trtllm_mla" in (main, decode):
         if sm < 100:
             return Hit(
-                f"attention backend trtllm_mla needs a Blackwell GPU (SM100/SM12x), not {ctx.gpu.name}",
+                f"attention backend trtllm_mla needs a Blackwell GPU (SM100/SM12x), not {gpu.name}",
                 fix="use attention-backend: flashinfer or triton",
             )
         if dtype not in ("fp8_e4m3", "bf16", "auto"):
@@ -68,8 +75,7 @@ def mla_backends(ctx: Context):
             )
         if sm not in (100, 103):
             return Hit(
-                f"attention backend cutedsl_mla (tokenspeed_mla) needs an SM100 GPU, not {ctx.gpu.name} "
-                f"(sm{sm})",
+                f"attention backend cutedsl_mla (tokenspeed_mla) needs an SM100 GPU, not {gpu.name} (sm{sm})",
                 fix="use attention-backend: flashinfer or triton",
             )
         if dtype not in ("fp8_e4m3", "bf16", "bfloat16", "auto"):
@@ -104,12 +110,12 @@ def _mla_backend_involved(ctx: Context) -> bool:
     "overrides.py:1093-1123 _deterministic_attention_backend; choices.py:113, 249",
 )
 def deterministic(ctx: Context):
-    """`--enable-deterministic-inference` (also turned on by `--rl-on-policy-target`) supports attention backends
-    ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at that point, which
-    includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla for DeepSeek on SM100).
-    Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell). DeepSeek-style MLA models need one that
-    keeps the radix cache (ascend, fa3, fa4, triton)."""
-    for kind, where, message in resolve(ctx).errors:
+    """`--enable-deterministic-inference` (also turned on by `--rl-on-policy-target`) supports attention
+    backends ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at that
+    point, which includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla for
+    DeepSeek on SM100). Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell). DeepSeek-style
+    MLA models need one that keeps the radix cache (ascend, fa3, fa4, triton)."""
+    for kind, where, message in known_resolution(ctx).errors:
         if kind == "deterministic":
             return Hit(
                 f"{message} ({where})",
@@ -154,9 +160,9 @@ def flex_spec(ctx: Context):
     reference=f"{AG}attention_hook.py:280-377 handle_linear_attn_backend",
 )
 def linear_attn(ctx: Context):
-    """The FlashInfer GDN decode / verify kernels on SM100 and newer need `--mamba-ssm-dtype bfloat16` (for any
-    model: SGLang checks the flags, not the architecture); `--linear-attn-decode-backend flashkda` is refused
-    (FlashKDA is prefill-only)."""
+    """The FlashInfer GDN decode / verify kernels on SM100 and newer need `--mamba-ssm-dtype bfloat16` (for
+    any model: SGLang checks the flags, not the architecture); `--linear-attn-decode-backend flashkda` is
+    refused (FlashKDA is prefill-only)."""
     if ctx.get("linear_attn_decode_backend") == "flashkda":
         return Hit(
             "--linear-attn-decode-backend flashkda is not supported: FlashKDA is prefill-only",
@@ -164,7 +170,8 @@ def linear_attn(ctx: Context):
             edits={"linear_attn_decode_backend": None},
             fix="use linear-attn-prefill-backend: flashkda",
         )
-    base, dtype, sm = ctx.get("linear_attn_backend"), ctx.get("mamba_ssm_dtype"), ctx.gpu.sm
+    gpu = ctx.known_gpu
+    base, dtype, sm = ctx.get("linear_attn_backend"), ctx.get("mamba_ssm_dtype"), gpu.sm
     decode = ctx.get("linear_attn_decode_backend")
     if decode is None and base != "helion" and sm in (100, 103) and dtype == "bfloat16":
         decode = "flashinfer"
@@ -175,7 +182,7 @@ def linear_attn(ctx: Context):
     for stage, backend in (("decode", decode), ("verify", verify)):
         if backend == "flashinfer" and dtype != "bfloat16" and sm >= 100:
             return Hit(
-                f"--linear-attn-{stage}-backend flashinfer on {ctx.gpu.name} (SM100+) requires "
+                f"--linear-attn-{stage}-backend flashinfer on {gpu.name} (SM100+) requires "
                 f"--mamba-ssm-dtype bfloat16, got {dtype!r}",
                 about="mamba_ssm_dtype",
                 fix="set mamba-ssm-dtype: bfloat16",
@@ -195,17 +202,19 @@ _CUDA_ONLY_TRTLLM = (90, 100, 103, 120)
     reference=f"{AG}attention_hook.py:198-237 handle_attention_backend_compatibility",
 )
 def trtllm_mha_generation(ctx: Context):
-    """trtllm_mha (as resolved prefill or decode backend) runs on SM90, SM100 and SM120 only; its SM120 prefill
-    (FMHAv2) does not take an fp8_e4m3 KV cache; prefill context parallelism on it needs SM100."""
+    """trtllm_mha (as resolved prefill or decode backend) runs on SM90, SM100 and SM120 only; its SM120
+    prefill (FMHAv2) does not take an fp8_e4m3 KV cache; prefill context parallelism on it needs SM100."""
     prefill, decode = backends(ctx)
-    sm = ctx.gpu.sm
+    gpu = ctx.known_gpu
+    sm = gpu.sm
     if "trtllm_mha" in (prefill, decode) and sm not in _CUDA_ONLY_TRTLLM:
         return Hit(
-            f"attention backend trtllm_mha needs SM90, SM100 or SM120, not {ctx.gpu.name} (sm{sm})",
+            f"attention backend trtllm_mha needs SM90, SM100 or SM120, not {gpu.name} (sm{sm})",
             fix="use attention-backend: triton or flashinfer",
             edits={"attention_backend": None},
         )
-    kv = resolve(ctx).kv_cache_dtype if resolve(ctx) is not None else ctx.get("kv_cache_dtype")
+    res = resolve(ctx)
+    kv = res.kv_cache_dtype if res is not None else ctx.get("kv_cache_dtype")
     if prefill == "trtllm_mha" and sm == 120 and kv == "fp8_e4m3":
         return Hit(
             "TRT-LLM FMHAv2 prefill (trtllm_mha) on SM120 does not support an fp8_e4m3 KV cache",

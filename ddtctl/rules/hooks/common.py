@@ -23,8 +23,8 @@ def _nonpositive(value) -> bool:
 
 
 def attn_dp_size(ctx: Context) -> int:
-    """Attention-DP groups as SGLang resolves them: `--dp-size N --enable-dp-attention` becomes `--attn-dp-size N`
-    (parallel_hook.py:49-61 _handle_deprecated_dp_attention)."""
+    """Attention-DP groups as SGLang resolves them: `--dp-size N --enable-dp-attention` becomes
+    `--attn-dp-size N` (parallel_hook.py:49-61 _handle_deprecated_dp_attention)."""
     attn = ctx.get("attn_dp_size", 1) or 1
     if attn == 1 and ctx.get("enable_dp_attention"):
         attn = ctx.get("dp_size", 1) or 1

@@ -32,68 +32,27 @@ from ddtctl.rules.hooks.resolution import resolve
             ctx.get("dcp_comm_backend") in ("a2a", "fi_a2a"),
         )
     ),
-    reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; attention_hook.py:572-576, 409-437; "
+    reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; "
+    "attention_hook.py:572-576, 409-437; "
     "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-884, "
     "770-789; hicache_hook.py:39-43; configs/model_config.py:1968-1990; kv_shard_hook.py:99-104; "
     "parallel_hook.py:251-257; attention_hook.py:450-505; kv_cache_hook.py:375-391",
 )
 def feature_modes(ctx: Context):
-    """Switches SGLang refuses outside their mode: Mamba SSM stochastic rounding needs `--mamba-ssm-dtype float16`
-    (and SM100 with the triton mamba backend); `--kv-canary-sweep-interval` needs `--kv-canary log|raise`;
-    `--retraction-policy priority` needs `--enable-priority-scheduling`; `--enable-mis` needs flashinfer for
-    prefill and decode; `--enable-amd-monokernel` needs an AMD GPU; `--enable-deepseek-v4-fp4-indexer` needs SM100 /
-    SM120; `--prefill-only-disable-kv-cache` needs `--is-embedding`; `--enable-page-major-kv-layout` needs
-    `--enable-unified-memory`; `--enable-linker-mla-dedup` needs the Mooncake unified-cache linker;
-    `--quantize-and-serve` needs a ModelOpt `--quantization`; `--enable-kv-cache-sharding` runs on PD prefill workers
-    only; `--enable-linear-replayssm` needs a triton/helion linear decode backend, the no_buffer mamba strategy and
-    no PD disaggregation; `--enable-linear-replayssm-spec` needs a linear draft chain, a triton/flashinfer linear
-    decode backend, no PD prefill role and not `--enable-linear-replayssm` as well; `--radix-eviction-policy tlru`
-    needs a threshold above next_prompt_estimate (both 0 unless configured); `--dcp-comm-backend a2a|fi_a2a` needs
-    `--dcp-size > 1`."""
-    sm = ctx.gpu.sm if ctx.gpu is not None else None
-    if ctx.get("enable_mamba_cache_stochastic_rounding"):
-        if ctx.get("mamba_ssm_dtype") != "float16":
-            yield Hit(
-                "--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
-                about="enable_mamba_cache_stochastic_rounding",
-                fix="set mamba-ssm-dtype: float16",
-                edits={"mamba_ssm_dtype": "float16"},
-            )
-        elif (ctx.get("mamba_backend") or "triton") == "triton" and sm is not None and sm not in (100, 103):
-            yield Hit(
-                "Mamba stochastic rounding with --mamba-backend triton needs SM100",
-                about="enable_mamba_cache_stochastic_rounding",
-            )
-    if (ctx.get("kv_canary_sweep_interval") or 0) > 0 and (ctx.get("kv_canary") or "none") == "none":
-        yield Hit(
-            "--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval"
-        )
-    if ctx.get("retraction_policy") == "priority" and not ctx.get("enable_priority_scheduling"):
-        yield Hit(
-            "--retraction-policy priority requires --enable-priority-scheduling",
-            about="retraction_policy",
-            fix="set enable-priority-scheduling: true",
-            edits={"enable_priority_scheduling": True},
-        )
-    if ctx.get("enable_mis") and resolve(ctx) is not None and set(resolve(ctx).pair) != {"flashinfer"}:
-        yield Hit(
-            f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
-            f"{'/'.join(sorted(map(str, set(resolve(ctx).pair))))}",
-            about="enable_mis",
-            fix="set attention-backend: flashinfer",
-            edits={"attention_backend": "flashinfer"},
-        )
-    if ctx.get("enable_amd_monokernel") and ctx.gpu is not None:
-        yield Hit(
-            f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}",
-            about="enable_amd_monokernel",
-            edits={"enable_amd_monokernel": None},
-        )
-    if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
-        yield Hit(
-            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.gpu.name}",
-            about="enable_deepseek_v4_fp4_indexer",
-        )
+    """Switches SGLang refuses outside their mode: Mamba SSM stochastic rounding needs
+    `--mamba-ssm-dtype float16` (and SM100 with the triton mamba backend); `--kv-canary-sweep-interval` needs
+    `--kv-canary log|raise`; `--retraction-policy priority` needs `--enable-priority-scheduling`;
+    `--enable-mis` needs flashinfer for prefill and decode; `--enable-amd-monokernel` needs an AMD GPU;
+    `--enable-deepseek-v4-fp4-indexer` needs SM100 / SM120; `--prefill-only-disable-kv-cache` needs
+    `--is-embedding`; `--enable-page-major-kv-layout` needs `--enable-unified-memory`;
+    `--enable-linker-mla-dedup` needs the Mooncake unified-cache linker; `--quantize-and-serve` needs a
+    ModelOpt `--quantization`; `--enable-kv-cache-sharding` runs on PD prefill workers only;
+    `--enable-linear-replayssm` needs a triton/helion linear decode backend, the no_buffer mamba strategy and
+    no PD disaggregation; `--enable-linear-replayssm-spec` needs a linear draft chain, a triton/flashinfer
+    linear decode backend, no PD prefill role and not `--enable-linear-replayssm` as well;
+    `--radix-eviction-policy tlru` needs a threshold above next_prompt_estimate (both 0 unless configured);
+    `--dcp-comm-backend a2a|fi_a2a` needs `--dcp-size > 1`."""
+    yield from _scheduling_and_kernel_switches(ctx)
     if (
         ctx.get("prefill_only_disable_kv_cache")
         and not ctx.get("is_embedding")
@@ -131,7 +90,8 @@ def feature_modes(ctx: Context):
         )
     if ctx.get("enable_kv_cache_sharding") and ctx.get("disaggregation_mode") != "prefill":
         yield Hit(
-            "--enable-kv-cache-sharding is only supported on PD prefill workers (--disaggregation-mode prefill)",
+            "--enable-kv-cache-sharding is only supported on PD prefill workers "
+            "(--disaggregation-mode prefill)",
             about="enable_kv_cache_sharding",
         )
     yield from _linear_replayssm(ctx)
@@ -144,8 +104,58 @@ def feature_modes(ctx: Context):
         )
 
 
+def _scheduling_and_kernel_switches(ctx: Context) -> Iterator[Hit]:
+    """DDT938, first part: Mamba stochastic rounding, KV canary, retraction policy, multi-item scoring, the
+    AMD monokernel and the DeepSeek V4 FP4 indexer (in the order the rule reports them)."""
+    sm = ctx.gpu.sm if ctx.gpu is not None else None
+    if ctx.get("enable_mamba_cache_stochastic_rounding"):
+        if ctx.get("mamba_ssm_dtype") != "float16":
+            yield Hit(
+                "--enable-mamba-cache-stochastic-rounding requires --mamba-ssm-dtype float16",
+                about="enable_mamba_cache_stochastic_rounding",
+                fix="set mamba-ssm-dtype: float16",
+                edits={"mamba_ssm_dtype": "float16"},
+            )
+        elif (ctx.get("mamba_backend") or "triton") == "triton" and sm is not None and sm not in (100, 103):
+            yield Hit(
+                "Mamba stochastic rounding with --mamba-backend triton needs SM100",
+                about="enable_mamba_cache_stochastic_rounding",
+            )
+    if (ctx.get("kv_canary_sweep_interval") or 0) > 0 and (ctx.get("kv_canary") or "none") == "none":
+        yield Hit(
+            "--kv-canary-sweep-interval requires --kv-canary log or raise", about="kv_canary_sweep_interval"
+        )
+    if ctx.get("retraction_policy") == "priority" and not ctx.get("enable_priority_scheduling"):
+        yield Hit(
+            "--retraction-policy priority requires --enable-priority-scheduling",
+            about="retraction_policy",
+            fix="set enable-priority-scheduling: true",
+            edits={"enable_priority_scheduling": True},
+        )
+    mis = resolve(ctx) if ctx.get("enable_mis") else None
+    if mis is not None and set(mis.pair) != {"flashinfer"}:
+        yield Hit(
+            f"--enable-mis (multi-item scoring) needs the flashinfer attention backend, not "
+            f"{'/'.join(sorted(map(str, set(mis.pair))))}",
+            about="enable_mis",
+            fix="set attention-backend: flashinfer",
+            edits={"attention_backend": "flashinfer"},
+        )
+    if ctx.get("enable_amd_monokernel") and ctx.gpu is not None:
+        yield Hit(
+            f"--enable-amd-monokernel needs an AMD GPU, not {ctx.gpu.name}",
+            about="enable_amd_monokernel",
+            edits={"enable_amd_monokernel": None},
+        )
+    if ctx.get("enable_deepseek_v4_fp4_indexer") and sm is not None and sm not in (100, 103, 120):
+        yield Hit(
+            f"--enable-deepseek-v4-fp4-indexer needs SM100 or SM120, not {ctx.known_gpu.name}",
+            about="enable_deepseek_v4_fp4_indexer",
+        )
+
+
 def _linear_replayssm(ctx: Context) -> Iterator[Hit]:
-    """`--enable-linear-replayssm` and `--enable-linear-replayssm-spec` (attention_hook.py:409-437, 450-505)."""
+    """`--enable-linear-replayssm[-spec]` (attention_hook.py:409-437, 450-505)."""
     if ctx.get("enable_linear_replayssm"):
         decode = ctx.get("linear_attn_decode_backend") or ctx.get("linear_attn_backend") or "triton"
         if decode == "flashkda":

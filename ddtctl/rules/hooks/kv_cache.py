@@ -4,9 +4,11 @@ backend, the hierarchical cache, LMCache and the unified memory pool.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size, is_mla
-from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, resolve
+from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, known_resolution, resolve
 
 
 @rule(
@@ -20,16 +22,17 @@ from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, resolve
 )
 def kv_dtype_generation(ctx: Context):
     """`--kv-cache-dtype mxfp8` needs an SM100+ (Blackwell) GPU; `nvfp4` needs SM100 or SM120."""
-    dtype, sm = ctx.get("kv_cache_dtype"), ctx.gpu.sm
+    gpu = ctx.known_gpu
+    dtype, sm = ctx.get("kv_cache_dtype"), gpu.sm
     if dtype == "mxfp8" and sm < 100:
         return Hit(
-            f"--kv-cache-dtype mxfp8 requires a Blackwell (SM100+) GPU, not {ctx.gpu.name} (sm{sm})",
+            f"--kv-cache-dtype mxfp8 requires a Blackwell (SM100+) GPU, not {gpu.name} (sm{sm})",
             fix="use kv-cache-dtype: fp8_e4m3",
             edits={"kv_cache_dtype": "fp8_e4m3"},
         )
     if dtype == "nvfp4" and sm not in (100, 120):
         return Hit(
-            f"--kv-cache-dtype nvfp4 requires SM100 or SM120, not {ctx.gpu.name} (sm{sm})",
+            f"--kv-cache-dtype nvfp4 requires SM100 or SM120, not {gpu.name} (sm{sm})",
             fix="use kv-cache-dtype: fp4_mx_block16",
             edits={"kv_cache_dtype": "fp4_mx_block16"},
         )
@@ -51,14 +54,14 @@ _NATIVE_NVFP4_SPEC = ("EAGLE", "EAGLE3", "NGRAM")  # kv_cache_hook.py:159-164 (N
 )
 def kv4_backend(ctx: Context):
     """FP4 KV caches (nvfp4, fp4_mx_block16), with the backends SGLang resolves (an nvfp4 cache picks its own:
-    flashinfer prefill + trtllm_mha decode, or trtllm_mha for both on SM100). One backend for prefill and decode
-    (not FA4 prefill) must be triton, torch_native, flex_attention or trtllm_mha (MHA models), flashinfer or
-    trtllm_mla (MLA models); FA4 prefill needs a matching decode backend. Native NVFP4 on SM100 trtllm_mha supports
-    EAGLE/EAGLE3/NEXTN and breadth-1 NGRAM only, with a trtllm_mha draft backend, and no PD disaggregation,
-    hierarchical cache or LMCache. No FP4 KV cache runs with --enable-unified-memory."""
-    res = resolve(ctx)
+    flashinfer prefill + trtllm_mha decode, or trtllm_mha for both on SM100). One backend for prefill and
+    decode (not FA4 prefill) must be triton, torch_native, flex_attention or trtllm_mha (MHA models),
+    flashinfer or trtllm_mla (MLA models); FA4 prefill needs a matching decode backend. Native NVFP4 on SM100
+    trtllm_mha supports EAGLE/EAGLE3/NEXTN and breadth-1 NGRAM only, with a trtllm_mha draft backend, and no
+    PD disaggregation, hierarchical cache or LMCache. No FP4 KV cache runs with --enable-unified-memory."""
+    res, sm = known_resolution(ctx), ctx.known_gpu.sm
     dtype = res.kv_cache_dtype
-    if dtype == "nvfp4" and ctx.gpu.sm not in (100, 103, 120):
+    if dtype == "nvfp4" and sm not in (100, 103, 120):
         return None  # DDT910
     if any(kind == "nvfp4" for kind, _, _ in res.errors):
         return None  # DDT927
@@ -70,7 +73,7 @@ def kv4_backend(ctx: Context):
             edits={"enable_unified_memory": None},
         )
     prefill, decode = res.pair
-    native = dtype == "nvfp4" and ctx.gpu.sm in (100, 103) and "trtllm_mha" in (prefill, decode)
+    native = dtype == "nvfp4" and sm in (100, 103) and "trtllm_mha" in (prefill, decode)
     algo = ctx.algorithm
     if native and algo is not None:
         if algo not in _NATIVE_NVFP4_SPEC:
@@ -89,8 +92,8 @@ def kv4_backend(ctx: Context):
             )
         if algo != "NGRAM" and res.draft not in (None, "trtllm_mha"):
             return Hit(
-                f"native NVFP4 KV speculative decoding needs --speculative-draft-attention-backend trtllm_mha, "
-                f"not {res.draft!r}",
+                "native NVFP4 KV speculative decoding needs --speculative-draft-attention-backend "
+                f"trtllm_mha, not {res.draft!r}",
                 about="speculative_draft_attention_backend",
                 fix="remove speculative-draft-attention-backend",
                 edits={"speculative_draft_attention_backend": None},
@@ -108,6 +111,7 @@ def kv4_backend(ctx: Context):
     if prefill != decode and prefill != "fa4":
         return None  # a split pair only warns (kv_cache_hook.py:264-272)
     chosen = "" if ctx.is_set("attention_backend") else " (chosen by SGLang for this model and GPU)"
+    allowed: tuple[str, ...]
     if prefill == "fa4":
         allowed = _KV4_MLA if is_mla(ctx) else _KV4_FA4_MHA
         if decode not in allowed:
@@ -142,10 +146,11 @@ def kv4_backend(ctx: Context):
     reference=f"{AG}kv_cache_hook.py:34-92 handle_nvfp4_prefill_kv_dequant_dtype",
 )
 def nvfp4_backends(ctx: Context):
-    """`--prefill-kv-cache-dequant-dtype` applies only to `--kv-cache-dtype nvfp4`. With nvfp4, SGLang chooses the
-    prefill backend from the dequant dtype (fp8_e4m3 -> flashinfer; nvfp4 -> trtllm_mha, SM100 only) and decodes
-    on trtllm_mha: an explicit attention / prefill backend other than flashinfer or trtllm_mha, a prefill backend
-    that contradicts the dequant dtype, or a decode backend other than trtllm_mha is refused."""
+    """`--prefill-kv-cache-dequant-dtype` applies only to `--kv-cache-dtype nvfp4`. With nvfp4, SGLang chooses
+    the prefill backend from the dequant dtype (fp8_e4m3 -> flashinfer; nvfp4 -> trtllm_mha, SM100 only) and
+    decodes on trtllm_mha: an explicit attention / prefill backend other than flashinfer or trtllm_mha, a
+    prefill backend that contradicts the dequant dtype, or a decode backend other than trtllm_mha is
+    refused."""
     if ctx.get("kv_cache_dtype") != "nvfp4":
         return Hit(
             "--prefill-kv-cache-dequant-dtype applies only with --kv-cache-dtype nvfp4",
@@ -153,9 +158,9 @@ def nvfp4_backends(ctx: Context):
             fix="remove prefill-kv-cache-dequant-dtype",
             edits={"prefill_kv_cache_dequant_dtype": None},
         )
-    if ctx.gpu.sm not in (100, 103, 120):
+    if ctx.known_gpu.sm not in (100, 103, 120):
         return None  # DDT910
-    for kind, where, message in resolve(ctx).errors:
+    for kind, where, message in known_resolution(ctx).errors:
         if kind == "nvfp4":
             return Hit(
                 f"{message} ({where})",
@@ -182,11 +187,12 @@ def nvfp4_backends(ctx: Context):
     f"pd_disaggregation_hook.py:98-129; attention_hook.py:556-562",
 )
 def hicache(ctx: Context):
-    """`--enable-hierarchical-cache` needs the radix cache: not with `--disable-radix-cache`, nor where SGLang turns
-    it off itself (deterministic inference on a backend other than ascend/fa3/fa4/triton, a PD decode server without
-    `--disaggregation-decode-enable-radix-cache`, `--enable-mis`). `--disaggregation-decode-enable-offload-kvcache`
-    is only for `--disaggregation-mode decode`, as is `--disaggregation-decode-retraction-backup host_pool` (no
-    --dcp-size > 1; with priority scheduling it needs --disable-priority-preemption)."""
+    """`--enable-hierarchical-cache` needs the radix cache: not with `--disable-radix-cache`, nor where SGLang
+    turns it off itself (deterministic inference on a backend other than ascend/fa3/fa4/triton, a PD decode
+    server without `--disaggregation-decode-enable-radix-cache`, `--enable-mis`).
+    `--disaggregation-decode-enable-offload-kvcache` is only for `--disaggregation-mode decode`, as is
+    `--disaggregation-decode-retraction-backup host_pool` (no --dcp-size > 1; with priority scheduling it
+    needs --disable-priority-preemption)."""
     if ctx.get("disaggregation_decode_retraction_backup") == "host_pool":
         if ctx.get("disaggregation_mode") != "decode":
             return Hit(
@@ -216,7 +222,7 @@ def hicache(ctx: Context):
             )
         why = (
             "deterministic inference on attention backend " + repr(res.attention)
-            if res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
+            if res is not None and res.deterministic and res.attention not in RADIX_DETERMINISTIC_BACKENDS
             else "a PD decode server"
             if ctx.get("disaggregation_mode") == "decode"
             else "--enable-mis"
@@ -229,7 +235,8 @@ def hicache(ctx: Context):
         )
     if ctx.get("disaggregation_decode_enable_offload_kvcache") and ctx.get("disaggregation_mode") != "decode":
         return Hit(
-            "--disaggregation-decode-enable-offload-kvcache is only supported with --disaggregation-mode decode",
+            "--disaggregation-decode-enable-offload-kvcache is only supported with "
+            "--disaggregation-mode decode",
             about="disaggregation_decode_enable_offload_kvcache",
         )
 
@@ -242,10 +249,10 @@ def hicache(ctx: Context):
     reference=f"{AG}kv_cache_hook.py:433-473 handle_cache_compatibility",
 )
 def lmcache(ctx: Context):
-    """`--enable-lmcache` excludes `--enable-hierarchical-cache` and the unified-cache external linker, needs the
-    radix cache (also when SGLang turns it off itself, e.g. a PD decode server or deterministic inference on a
-    non-radix backend), and does not support speculative decoding, attention DP, `--dcp-size > 1`, streaming
-    sessions, `--hicache-host-memory-mode buffer_only` or PD disaggregation."""
+    """`--enable-lmcache` excludes `--enable-hierarchical-cache` and the unified-cache external linker, needs
+    the radix cache (also when SGLang turns it off itself, e.g. a PD decode server or deterministic inference
+    on a non-radix backend), and does not support speculative decoding, attention DP, `--dcp-size > 1`,
+    streaming sessions, `--hicache-host-memory-mode buffer_only` or PD disaggregation."""
     res = resolve(ctx)
     radix_off = res.radix_disabled if res is not None else bool(ctx.get("disable_radix_cache"))
     if ctx.get("enable_hierarchical_cache"):
@@ -291,8 +298,8 @@ def lmcache(ctx: Context):
 
 
 def _page_major_problem(ctx: Context) -> str | None:
-    """kv_cache_hook.py:790-862 handle_page_major_kv_layout: the backends that read the page-major (strided) KV and
-    state layout."""
+    """kv_cache_hook.py:790-862 handle_page_major_kv_layout: the backends that read the page-major (strided)
+    KV and state layout."""
     res = resolve(ctx)
     if res is not None:
         mla = is_mla(ctx)
@@ -302,7 +309,7 @@ def _page_major_problem(ctx: Context) -> str | None:
             else {"triton", "fa3", "fa4", "flashinfer", "trtllm_mha"}
         )
         used = {b for b in res.pair if b is not None}
-        if not used <= allowed and not (not mla and (ctx.model.raw or {}).get("v_head_dim")):
+        if not used <= allowed and not (not mla and (ctx.known_model.raw or {}).get("v_head_dim")):
             return (
                 f"the resolved attention backends {'/'.join(sorted(used))} are not among "
                 f"{', '.join(sorted(allowed))}"
@@ -317,7 +324,10 @@ def _page_major_problem(ctx: Context) -> str | None:
             f"the linear-attention decode backend must be one of {', '.join(sorted(decode_ok))}, not {decode}"
         )
     if prefill not in prefill_ok | {None}:
-        return f"the linear-attention prefill backend must be one of {', '.join(sorted(prefill_ok))}, not {prefill}"
+        return (
+            f"the linear-attention prefill backend must be one of {', '.join(sorted(prefill_ok))}, "
+            f"not {prefill}"
+        )
     if ctx.get("mamba_backend") not in (None, "triton"):
         return f"it needs --mamba-backend triton, not {ctx.get('mamba_backend')}"
     return None
@@ -348,8 +358,8 @@ def unified_memory(ctx: Context):
     backend allow-lists, kv_cache_hook.py:770-862). It is audited for speculative algorithms DSPARK, DFLASH,
     EAGLE and EAGLE3 with a linear draft chain (topk 1) only; EAGLE/EAGLE3 need a unified target (a Mamba or
     sliding-window hybrid) and no hierarchical cache; DFLASH verifies on triton/flashinfer/fa3/trtllm_mha; no
-    two-batch overlap, LMCache or unified-cache external linker; with PD disaggregation no pipeline parallelism and
-    no speculative decoding over Mooncake."""
+    two-batch overlap, LMCache or unified-cache external linker; with PD disaggregation no pipeline
+    parallelism and no speculative decoding over Mooncake."""
     problem = _page_major_problem(ctx)
     if problem:
         return Hit(
@@ -382,8 +392,9 @@ def unified_memory(ctx: Context):
             edits={"speculative_eagle_topk": 1},
         )
     if algo in ("EAGLE", "EAGLE3"):
-        raw = ctx.model.raw or {}
-        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        model = ctx.known_model
+        raw = model.raw or {}
+        text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
         swa = bool(
             text.get("sliding_window")
             or text.get("layer_types")
@@ -391,8 +402,8 @@ def unified_memory(ctx: Context):
         )
         if not ctx.is_hybrid and not swa:
             return Hit(
-                f"--enable-unified-memory + {algo} needs a unified target (a Mamba or sliding-window hybrid), "
-                f"not {ctx.model.architecture}",
+                f"--enable-unified-memory + {algo} needs a unified target "
+                f"(a Mamba or sliding-window hybrid), not {model.architecture}",
                 about="enable_unified_memory",
             )
         if ctx.get("enable_hierarchical_cache"):

@@ -8,8 +8,8 @@ from ddtctl.rules.hooks.common import attn_dp_size
 
 
 def default_chunked_prefill(ctx: Context) -> int | None:
-    """memory_hook.py:89-178 handle_gpu_memory_settings: the chunked prefill size by GPU memory (a generation-only
-    GPU counts as the product `ddtctl dry-run` declares for it)."""
+    """memory_hook.py:89-178 handle_gpu_memory_settings: the chunked prefill size by GPU memory (a
+    generation-only GPU counts as the product `ddtctl dry-run` declares for it)."""
     if ctx.gpu is None:
         return None
     memory = ctx.gpu.memory_gb
@@ -29,8 +29,8 @@ def default_chunked_prefill(ctx: Context) -> int | None:
 
 
 def chunked_prefill(ctx: Context) -> int | None:
-    """chunked_prefill_size as the checks after handle_data_parallelism read it: the given or default size, divided
-    by the attention-DP groups (parallel_hook.py:314-331)."""
+    """chunked_prefill_size as the checks after handle_data_parallelism read it: the given or default size,
+    divided by the attention-DP groups (parallel_hook.py:314-331)."""
     size = ctx.given.get("chunked_prefill_size")
     if size is None:
         size = -1 if ctx.get("enable_mis") else default_chunked_prefill(ctx)
@@ -43,10 +43,10 @@ def chunked_prefill(ctx: Context) -> int | None:
 def default_decode_graph_bs(ctx: Context) -> int | None:
     """memory_hook.py:89-181: the decode CUDA-graph max batch size by GPU memory and tp."""
     chunk = default_chunked_prefill(ctx)
-    if chunk is None:
+    if chunk is None:  # also when the GPU is unknown
         return None
     tp = ctx.get("tp_size", 1) or 1
-    memory = ctx.gpu.memory_gb or {8192: 141, 16384: 180, 4096: 48, 2048: 16}.get(chunk, 0)
+    memory = ctx.known_gpu.memory_gb or {8192: 141, 16384: 180, 4096: 48, 2048: 16}.get(chunk, 0)
     if memory < 20:
         return 8
     if memory < 35:

@@ -5,6 +5,8 @@ family-only options.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size
 from ddtctl.rules.hooks.resolution import _is_dsa
@@ -15,14 +17,18 @@ from ddtctl.rules.hooks.resolution import _is_dsa
     "context length within the model's",
     reads=("context_length",),
     needs=(FACT_MODEL,),
-    applies=lambda ctx: ctx.is_set("context_length") and ctx.model.source not in ("profile", "unknown"),
+    applies=lambda ctx: (
+        ctx.is_set("context_length")
+        and ctx.model is not None
+        and ctx.model.source not in ("profile", "unknown")
+    ),
     reference="sglang 0.5.23 srt/configs/model_config.py:1291-1310 _derive_context_length; "
     "utils/hf_transformers/common.py:677 get_context_length",
 )
 def context_length(ctx: Context):
-    """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor) is
-    rejected unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set in the server's environment."""
-    derived = derived_context_length(ctx.model.raw)
+    """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor)
+    is rejected unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set in the server's environment."""
+    derived = derived_context_length(ctx.known_model.raw)
     value = ctx.get("context_length")
     if derived is not None and value > derived:
         return Hit(
@@ -42,8 +48,8 @@ _CONTEXT_KEYS = (
 )
 
 
-def derived_context_length(raw: dict) -> int | None:
-    config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+def derived_context_length(raw: dict[str, Any]) -> int | None:
+    config: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
     rope = config.get("rope_scaling") or {}
     factor = 1
     if isinstance(rope, dict) and rope:
@@ -77,10 +83,10 @@ _CP_DECODE_ATTN_TP_ARCHITECTURES = (
     "handle_model_specific_adjustments; layers/cp/cp_decode_attn_tp.py:29-37",
 )
 def sparse_attention_features(ctx: Context):
-    """`--enable-hisparse` and `--enable-dsa-cache-layer-split` need a DeepSeek-Sparse-Attention model (DeepSeek
-    V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs DeepSeek V4 or
-    GLM-5 DSA."""
-    arch = ctx.model.architecture
+    """`--enable-hisparse` and `--enable-dsa-cache-layer-split` need a DeepSeek-Sparse-Attention model
+    (DeepSeek V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs
+    DeepSeek V4 or GLM-5 DSA."""
+    arch = ctx.known_model.architecture
     dsa = _is_dsa(ctx)
     hisparse_ok = dsa or str(arch).startswith("DeepseekV4") or "MiniMaxM3" in str(arch)
     if ctx.get("enable_hisparse") and not hisparse_ok:
@@ -148,11 +154,12 @@ ENCODER_DISAGGREGATION_ARCHITECTURES = (
     f"pd_disaggregation_hook.py:298-314, 352-375 handle_encoder_disaggregation",
 )
 def language_model_only(ctx: Context):
-    """`--language-model-only` serves only the language model of a multimodal checkpoint: DeepSeek V4, Muse Glimmer
-    and Cosmos3 only; not with --encoder-only / --language-only / --enable-prefix-mm-cache /
-    --enable-broadcast-mm-inputs-process / --mm-enable-dp-encoder, nor PD disaggregation. `--enable-prefix-mm-cache`
-    needs `--encoder-only`, which excludes `--language-only` and PD disaggregation; `--encoder-only` /
-    `--language-only` need a multimodal architecture SGLang splits (Qwen2/2.5/3-VL, Qwen3.5/3.6, Kimi-VL, ...)."""
+    """`--language-model-only` serves only the language model of a multimodal checkpoint: DeepSeek V4, Muse
+    Glimmer and Cosmos3 only; not with --encoder-only / --language-only / --enable-prefix-mm-cache /
+    --enable-broadcast-mm-inputs-process / --mm-enable-dp-encoder, nor PD disaggregation.
+    `--enable-prefix-mm-cache` needs `--encoder-only`, which excludes `--language-only` and PD disaggregation;
+    `--encoder-only` / `--language-only` need a multimodal architecture SGLang splits (Qwen2/2.5/3-VL,
+    Qwen3.5/3.6, Kimi-VL, ...)."""
     if ctx.get("language_model_only"):
         for dest in (
             "encoder_only",
@@ -165,15 +172,16 @@ def language_model_only(ctx: Context):
                 return Hit(
                     f"--language-model-only cannot be combined with --{dest.replace('_', '-')}", about=dest
                 )
-        model_type = (ctx.model.raw or {}).get("model_type")
+        model_type = (ctx.known_model.raw or {}).get("model_type")
         if (ctx.get("disaggregation_mode") or "null") != "null" and model_type != "deepseek_v41":
             return Hit(
                 "--language-model-only is incompatible with --disaggregation-mode prefill/decode",
                 about="disaggregation_mode",
             )
-        if ctx.model.architecture not in LANGUAGE_MODEL_ONLY_ARCHITECTURES:
+        arch = ctx.known_model.architecture
+        if arch not in LANGUAGE_MODEL_ONLY_ARCHITECTURES:
             return Hit(
-                f"--language-model-only does not support {ctx.model.architecture} (only "
+                f"--language-model-only does not support {arch} (only "
                 f"{', '.join(LANGUAGE_MODEL_ONLY_ARCHITECTURES)})",
                 about="language_model_only",
                 fix="remove language-model-only",
@@ -191,9 +199,10 @@ def language_model_only(ctx: Context):
     split = (
         "encoder_only" if ctx.get("encoder_only") else "language_only" if ctx.get("language_only") else None
     )
-    if split and ctx.model.architecture not in ENCODER_DISAGGREGATION_ARCHITECTURES:
+    arch = ctx.known_model.architecture
+    if split and arch not in ENCODER_DISAGGREGATION_ARCHITECTURES:
         return Hit(
-            f"--{split.replace('_', '-')} (encoder disaggregation) does not support {ctx.model.architecture}",
+            f"--{split.replace('_', '-')} (encoder disaggregation) does not support {arch}",
             about=split,
             fix=f"remove {split.replace('_', '-')}",
             edits={split: None},
@@ -212,13 +221,11 @@ def language_model_only(ctx: Context):
     f"parallel_hook.py:202-226 handle_shared_experts_tp",
 )
 def model_gated(ctx: Context):
-    """`--enable-encoder-swa-bounded-replay` needs DeepSeek-V4.1; `--shared-experts-tp-size` is a positive divisor
-    of the attention TP size and Kimi-K3 only."""
-    arch = ctx.model.architecture
-    if (
-        ctx.get("enable_encoder_swa_bounded_replay")
-        and (ctx.model.raw or {}).get("model_type") != "deepseek_v41"
-    ):
+    """`--enable-encoder-swa-bounded-replay` needs DeepSeek-V4.1; `--shared-experts-tp-size` is a positive
+    divisor of the attention TP size and Kimi-K3 only."""
+    model = ctx.known_model
+    arch = model.architecture
+    if ctx.get("enable_encoder_swa_bounded_replay") and (model.raw or {}).get("model_type") != "deepseek_v41":
         yield Hit(
             f"--enable-encoder-swa-bounded-replay requires DeepSeek-V4.1, not {arch}",
             about="enable_encoder_swa_bounded_replay",

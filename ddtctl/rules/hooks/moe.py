@@ -4,6 +4,8 @@ backends, EPLB / DWDP, two-batch overlap.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
@@ -17,7 +19,8 @@ from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
     reference=f"{AG}validation_hook.py:763-771 check_two_batch_overlap",
 )
 def two_batch_overlap(ctx: Context):
-    """`--enable-two-batch-overlap` with `--moe-a2a-backend none` is only valid on the DP-attention TP-MoE path."""
+    """`--enable-two-batch-overlap` with `--moe-a2a-backend none` is only valid on the DP-attention TP-MoE
+    path."""
     if _a2a(ctx) == "none" and attn_dp_size(ctx) <= 1:
         return Hit(
             "--enable-two-batch-overlap without an EP all-to-all backend (--moe-a2a-backend none) requires "
@@ -35,8 +38,8 @@ def two_batch_overlap(ctx: Context):
     reference=f"{AG}moe_hook.py:41-67, 475-487 (flashinfer), moe_hook.py:592 (pplx) handle_a2a_moe (assert)",
 )
 def a2a_needs_dp(ctx: Context):
-    """`--moe-a2a-backend flashinfer` needs attention DP with --attn-dp-size equal to --tp-size (so not at tp 1);
-    `pplx` needs attention DP with at least 2 groups."""
+    """`--moe-a2a-backend flashinfer` needs attention DP with --attn-dp-size equal to --tp-size (so not at tp
+    1); `pplx` needs attention DP with at least 2 groups."""
     backend, dp, tp = ctx.get("moe_a2a_backend"), attn_dp_size(ctx), ctx.get("tp_size", 1)
     if backend == "pplx" and dp < 2:
         return Hit(
@@ -57,7 +60,7 @@ def _quantization(ctx: Context) -> str | None | bool:
     if given is not None:
         return given
     raw = (ctx.model.raw if ctx.model is not None else None) or {}
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
     if (
         raw.get("quantization_config")
         or text.get("quantization_config")
@@ -112,10 +115,10 @@ _RUNNER_QUANT = {
 )
 def moe_runner_quant(ctx: Context):
     """flashinfer_cutlass runs unquantized or ModelOpt FP4/FP8/mixed experts; flashinfer_cutedsl only NVFP4
-    (modelopt_fp4, modelopt_mixed, nvfp4_online, or an NVFP4 checkpoint); flashinfer_trtllm(_routed) the FP4 / FP8
-    family or unquantized. flashinfer_cutlass and flashinfer_cutedsl need ep-size 1 or tp-size; flashinfer_cutedsl
-    runs with moe-a2a-backend none, deepep or flashinfer. (Checked where the quantization is known: --quantization,
-    or a checkpoint without a quantization_config.)"""
+    (modelopt_fp4, modelopt_mixed, nvfp4_online, or an NVFP4 checkpoint); flashinfer_trtllm(_routed) the FP4 /
+    FP8 family or unquantized. flashinfer_cutlass and flashinfer_cutedsl need ep-size 1 or tp-size;
+    flashinfer_cutedsl runs with moe-a2a-backend none, deepep or flashinfer. (Checked where the quantization
+    is known: --quantization, or a checkpoint without a quantization_config.)"""
     backend = ctx.get("moe_runner_backend")
     quant = _quantization(ctx)
     if quant is not False and quant not in _RUNNER_QUANT[backend]:
@@ -158,8 +161,9 @@ _EP_SPANNING = (
 
 
 def _a2a(ctx: Context) -> str:
-    """--moe-a2a-backend as resolved: `--moe-runner-backend megamoe` is an alias for `--moe-a2a-backend megamoe`
-    (mega_moe_hook.py:259-276); Waterfill forces deepep (overrides.py:1596-1607); ascend_tp runs as none."""
+    """--moe-a2a-backend as resolved: `--moe-runner-backend megamoe` is an alias for
+    `--moe-a2a-backend megamoe` (mega_moe_hook.py:259-276); Waterfill forces deepep (overrides.py:1596-1607);
+    ascend_tp runs as none."""
     if ctx.get("moe_runner_backend") == "megamoe":
         return "megamoe"
     backend = ctx.get("moe_a2a_backend") or "none"
@@ -219,7 +223,7 @@ def _mega_moe_budget(ctx: Context):
             per_rank = ctx.get("max_running_requests") // dp
             align = max(tp // dp, 1)
             max_bs = min(max_bs, -(-per_rank // align) * align)
-        per_req = 1
+        per_req: int | None = 1
         if ctx.algorithm is not None:
             per_req = ctx.given.get("speculative_num_draft_tokens") or ctx.draft_tokens()
         if max_bs is not None and per_req and max_bs * per_req > budget:
@@ -234,10 +238,10 @@ def _mega_moe_budget(ctx: Context):
     chunk = chunked_prefill(ctx)
     if chunk is None:
         return None
+    arch = ctx.known_model.architecture
     if chunk <= 0:
         return Hit(
-            f"{ctx.model.architecture} with MegaMoE requires chunked prefill (a positive "
-            "--chunked-prefill-size)",
+            f"{arch} with MegaMoE requires chunked prefill (a positive --chunked-prefill-size)",
             about="chunked_prefill_size",
         )
     if dp > 1:
@@ -247,7 +251,7 @@ def _mega_moe_budget(ctx: Context):
     need = -(-local // align) * align
     if need > budget:
         return Hit(
-            f"{ctx.model.architecture} with MegaMoE needs {need} prefill tokens per rank (chunked prefill "
+            f"{arch} with MegaMoE needs {need} prefill tokens per rank (chunked prefill "
             f"{chunk}{'' if ctx.is_set('chunked_prefill_size') else ', the default here'}), more than "
             f"SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK ({budget})",
             about="chunked_prefill_size",
@@ -271,15 +275,16 @@ def _mega_moe_budget(ctx: Context):
 )
 def a2a_backends(ctx: Context):
     """`--moe-a2a-backend deepep_v2` runs only on architectures a model package registered with
-    register_deepep_v2_model (SGLang 0.5.23 registers none itself). MoRI dispatches a whole chunked-prefill chunk per
-    rank: the chunked prefill size (SGLang's default is 8192 or 16384 on >= 90 GB GPUs) must not exceed
-    SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096 unless set) except on a PD decode server or with chunked
-    prefill off. MegaMoE (also `--moe-runner-backend megamoe`) needs an SM90 or SM100 GPU and no two-batch /
-    single-batch overlap; on MoE blocks without a fallback (Qwen2/3 MoE, Qwen3-Next, Qwen3.5/3.6 MoE, ...) each
-    rank's prefill chunk and largest decode forward must fit SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
-    (8192 by default; SGLang's default chunked prefill is 16384 on >= 160 GB GPUs). FlashInfer MegaMoE
-    (`flashinfer_megamoe`) is validated for DeepSeek, GLM-4 MoE, Qwen2/3 MoE, Nemotron-H, Kimi-K3 and Beam only,
-    with MXFP8 / NVFP4 experts. `--flashinfer-a2a-dispatch-type` needs `--moe-a2a-backend flashinfer`."""
+    register_deepep_v2_model (SGLang 0.5.23 registers none itself). MoRI dispatches a whole chunked-prefill
+    chunk per rank: the chunked prefill size (SGLang's default is 8192 or 16384 on >= 90 GB GPUs) must not
+    exceed SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096 unless set) except on a PD decode server or with
+    chunked prefill off. MegaMoE (also `--moe-runner-backend megamoe`) needs an SM90 or SM100 GPU and no
+    two-batch / single-batch overlap; on MoE blocks without a fallback (Qwen2/3 MoE, Qwen3-Next, Qwen3.5/3.6
+    MoE, ...) each rank's prefill chunk and largest decode forward must fit
+    SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK (8192 by default; SGLang's default chunked prefill is
+    16384 on >= 160 GB GPUs). FlashInfer MegaMoE (`flashinfer_megamoe`) is validated for DeepSeek, GLM-4 MoE,
+    Qwen2/3 MoE, Nemotron-H, Kimi-K3 and Beam only, with MXFP8 / NVFP4 experts.
+    `--flashinfer-a2a-dispatch-type` needs `--moe-a2a-backend flashinfer`."""
     backend = _a2a(ctx)
     if backend != "flashinfer" and ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto"):
         return Hit(
@@ -346,10 +351,10 @@ def a2a_backends(ctx: Context):
     f"handle_eplb_and_dispatch",
 )
 def eplb_dwdp(ctx: Context):
-    """`--enable-eplb` needs expert parallelism (ep-size > 1 as resolved: an EP-spanning all-to-all backend makes
-    it tp-size) unless it joins by `--elastic-ep-join-mode scale`; `--ep-dispatch-algorithm static|lp` needs an
-    all-to-all backend. `--dwdp-size` > 1 must equal tp-size, with no decode-only PD, EPLB, speculative decoding,
-    pipeline parallelism or two-batch overlap."""
+    """`--enable-eplb` needs expert parallelism (ep-size > 1 as resolved: an EP-spanning all-to-all backend
+    makes it tp-size) unless it joins by `--elastic-ep-join-mode scale`; `--ep-dispatch-algorithm static|lp`
+    needs an all-to-all backend. `--dwdp-size` > 1 must equal tp-size, with no decode-only PD, EPLB,
+    speculative decoding, pipeline parallelism or two-batch overlap."""
     dwdp = ctx.get("dwdp_size", 1) or 1
     if dwdp > 1:
         tp = ctx.get("tp_size", 1)

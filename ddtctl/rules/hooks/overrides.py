@@ -3,11 +3,16 @@ overrides)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.rules.engine import INFO, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.model import derived_context_length
 from ddtctl.rules.hooks.moe import _EP_SPANNING, _a2a
 from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, Resolution, is_deterministic, resolve
+
+# (dest, the launch's value, SGLang's, where)
+Override = tuple[str, object, object, str]
 
 # choices.py:103-111 DRAFT_ATTENTION_BACKEND_CHOICES
 DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu")
@@ -24,21 +29,30 @@ def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
         return "flashinfer"
     if backend == "trtllm_mha":
         raw = (ctx.draft.raw if ctx.draft is not None else None) or {}
-        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
         layers = (raw.get("dflash_config") or {}).get("layer_types") or text.get("layer_types") or ()
         all_sliding = (
             layers and len(layers) == text.get("num_hidden_layers") and set(layers) == {"sliding_attention"}
         )
         if not (all_sliding or text.get("is_causal") is True):
-            return "fa4" if ctx.gpu.sm in (100, 103) else "flashinfer"
+            return "fa4" if ctx.known_gpu.sm in (100, 103) else "flashinfer"
     return backend
 
 
-def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
-    """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver replaces, as
-    far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Rules that report their
-    own override (DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904) are not repeated here."""
-    out: list[tuple[str, object, object, str]] = []
+def predicted_overrides(ctx: Context) -> list[Override]:
+    """(dest, the launch's value, SGLang's, where) for values this launch sets that SGLang's resolver
+    replaces, as far as ddtctl models them (the rest: `ddtctl dry-run` lists SGLang's own overrides). Left
+    out: the rules that report their own override (DDT115, DDT208, DDT307, DDT507, DDT605, DDT806, DDT904)."""
+    out = _speculative_overrides(ctx) + _launch_overrides(ctx)
+    res = resolve(ctx)
+    if res is None:
+        return out
+    return out + _resolved_overrides(ctx, res)
+
+
+def _speculative_overrides(ctx: Context) -> list[Override]:
+    """The algorithm's spelling, adaptive speculation where it cannot run, NGRAM's topk, DSPARK's chain."""
+    out: list[Override] = []
     raw_algo = ctx.given.get("speculative_algorithm")
     algo = ctx.algorithm
     if raw_algo is not None and algo is not None and str(raw_algo) != algo and algo != "DDTREE":
@@ -80,6 +94,12 @@ def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
         for dest in ("speculative_num_steps", "speculative_eagle_topk"):
             if ctx.given.get(dest) not in (None, 1):
                 out.append((dest, ctx.given.get(dest), 1, "speculative_hook.py:760-790 _handle_dspark"))
+    return out
+
+
+def _launch_overrides(ctx: Context) -> list[Override]:
+    """Overrides decided from the flags alone: MoE backends and EP size, deterministic sampling, dp-size."""
+    out: list[Override] = []
     if ctx.get("moe_runner_backend") == "megamoe":
         out.append(
             (
@@ -128,9 +148,14 @@ def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
                 f"{ctx.given.get('dp_size')})",
             )
         )
-    res = resolve(ctx)
-    if res is None:
-        return out
+    return out
+
+
+def _resolved_overrides(ctx: Context, res: Resolution) -> list[Override]:
+    """Overrides that follow from SGLang's resolution (`resolve`): radix cache, workspace, backends, KV dtype,
+    page size, DFLASH's draft backend."""
+    out: list[Override] = []
+    algo = ctx.algorithm
     if (
         res.radix_disabled
         and not ctx.get("disable_radix_cache")
@@ -147,7 +172,7 @@ def predicted_overrides(ctx: Context) -> list[tuple[str, object, object, str]]:
         )
         out.append(("disable_radix_cache", False, True, f"no prefix caching: {why}"))
     mem = ctx.given.get("mem_fraction_static")
-    context = ctx.given.get("context_length") or derived_context_length(ctx.model.raw or {}) or 0
+    context = ctx.given.get("context_length") or derived_context_length(ctx.known_model.raw or {}) or 0
     if res.attention == "aiter" and isinstance(mem, (int, float)) and context > 8192:
         out.append(
             (
@@ -220,12 +245,14 @@ def _adaptive_effective(ctx: Context) -> bool:
     severity=INFO,
     reads=(),
     applies=lambda ctx: bool(predicted_overrides(ctx)),
-    reference=f"{AG} declare_resolution / register_post_process overrides (inventory: ddtctl/rules/overrides.yaml)",
+    reference=f"{AG} declare_resolution / register_post_process overrides "
+    "(inventory: ddtctl/rules/overrides.yaml)",
 )
 def overridden(ctx: Context):
-    """SGLang accepts the launch but runs with a different value than the one given: a deprecated or lower-case
-    spelling, a backend or page size the attention backend or the model needs, an all-to-all backend's EP size,
-    adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say what runs."""
+    """SGLang accepts the launch but runs with a different value than the one given: a deprecated or
+    lower-case spelling, a backend or page size the attention backend or the model needs, an all-to-all
+    backend's EP size, adaptive speculation where it cannot run, NGRAM's topk. Reported so the launch can say
+    what runs."""
     for dest, given, value, where in predicted_overrides(ctx):
         flag = dest.replace("_", "-")
         yield Hit(

@@ -59,9 +59,9 @@ def attn_cp_divides(ctx: Context):
     "overrides.py:1422-1433 _dp_lm_head_validation (assert)",
 )
 def dp_lm_head(ctx: Context):
-    """`--enable-dp-lm-head` and `--enable-tp-lm-head-all-to-all` require attention DP, and exclude each other.
-    With a single DP rank in all (dp-size x attn-dp-size = 1) SGLang switches `--enable-dp-lm-head` off itself: an
-    override, reported as info."""
+    """`--enable-dp-lm-head` and `--enable-tp-lm-head-all-to-all` require attention DP, and exclude each
+    other. With a single DP rank in all (dp-size x attn-dp-size = 1) SGLang switches `--enable-dp-lm-head` off
+    itself: an override, reported as info."""
     if ctx.get("enable_dp_lm_head") and (ctx.get("dp_size", 1) or 1) * attn_dp_size(ctx) == 1:
         return Hit(
             "--enable-dp-lm-head has no effect with a single DP rank: SGLang sets enable_dp_lm_head=False",
@@ -112,10 +112,10 @@ def dcp(ctx: Context):
     reference=f"{AG}parallel_hook.py:546-581 handle_elastic_ep (assert)",
 )
 def elastic_ep(ctx: Context):
-    """`--max-ep-size` and `--elastic-ep-join-mode` require `--elastic-ep-backend`; `--max-ep-size` is positive;
-    `--elastic-ep-initial-size` needs an elastic deployment with --max-ep-size above --tp-size;
-    `--elastic-ep-join-rank-offset` is only for `--elastic-ep-join-mode scale` and non-negative; a scale joiner needs
-    `--node-rank 1` and a positive join rank offset."""
+    """`--max-ep-size` and `--elastic-ep-join-mode` require `--elastic-ep-backend`; `--max-ep-size` is
+    positive; `--elastic-ep-initial-size` needs an elastic deployment with --max-ep-size above --tp-size;
+    `--elastic-ep-join-rank-offset` is only for `--elastic-ep-join-mode scale` and non-negative; a scale
+    joiner needs `--node-rank 1` and a positive join rank offset."""
     backend = ctx.given.get("elastic_ep_backend")
     offset = ctx.given.get("ep_join_rank_offset") or 0
     if offset != 0 and ctx.get("ep_join_mode") != "scale":
@@ -206,9 +206,9 @@ def pp_micro_batch(ctx: Context):
     "handle_data_parallelism",
 )
 def attention_dp(ctx: Context):
-    """Attention DP (`--attn-dp-size N`, or the deprecated `--dp-size N --enable-dp-attention`) needs a positive
-    group count that divides `--tp-size`, and no data-parallel replicas (`--dp-size > 1`) next to an explicit
-    `--attn-dp-size > 1`."""
+    """Attention DP (`--attn-dp-size N`, or the deprecated `--dp-size N --enable-dp-attention`) needs a
+    positive group count that divides `--tp-size`, and no data-parallel replicas (`--dp-size > 1`) next to an
+    explicit `--attn-dp-size > 1`."""
     given = ctx.given.get("attn_dp_size")
     if isinstance(given, int) and given < 1:
         return Hit(f"--attn-dp-size must be positive, got {given}", about="attn_dp_size")

@@ -8,6 +8,7 @@ snaps, in the order of sglang 0.5.23 srt/arg_groups/pipeline.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ddtctl.rules.engine import Context
 from ddtctl.rules.hooks.common import is_mla
@@ -51,8 +52,8 @@ _NVFP4_PREFILL = {"fp8_e4m3": "flashinfer", "nvfp4": "trtllm_mha"}  # kv_cache_h
 
 @dataclass
 class Resolution:
-    """SGLang's attention-related fields after its resolution pipeline (as far as ddtctl models it). `attention`,
-    `prefill` and `decode` are the fields (prefill / decode None: they fall back to `attention`)."""
+    """SGLang's attention-related fields after its resolution pipeline (as far as ddtctl models it).
+    `attention`, `prefill` and `decode` are the fields (prefill / decode None: `attention` serves)."""
 
     attention: str | None
     prefill: str | None
@@ -66,8 +67,8 @@ class Resolution:
     deterministic: bool
     radix_disabled: bool  # --disable-radix-cache, or turned off by deterministic inference
     errors: list = field(default_factory=list)  # (kind, reference, message): raises met while resolving
-    # what runs in the end: the DDTREE payload declares attention_backend=triton in the speculative hook when no
-    # backend is set (DDT115), after the checks above read the GPU's default (whose page snap stays)
+    # what runs in the end: the DDTREE payload declares attention_backend=triton in the speculative hook when
+    # no backend is set (DDT115), after the checks above read the GPU's default (whose page snap stays)
     final_attention: str | None = None
     final_page: int | None = None
 
@@ -93,13 +94,13 @@ def is_deterministic(ctx: Context) -> bool:
 
 
 def _no_spec_or_topk_one(topk, page) -> bool:
-    """utils/common.py:3960 is_no_spec_infer_or_topk_one (reads the raw topk, with or without an algorithm)."""
+    """utils/common.py:3960 is_no_spec_infer_or_topk_one (reads the raw topk, algorithm or not)."""
     return topk is None or (topk == 1 and page in (1, None))
 
 
 def _default_backend(ctx: Context, page, mla: bool) -> str:
     """model_override_base.py:277-351 get_default_attn_backend (CUDA)."""
-    sm, topk = ctx.gpu.sm, ctx.given.get("speculative_eagle_topk")
+    sm, topk = ctx.known_gpu.sm, ctx.given.get("speculative_eagle_topk")
     raw_algo = str(ctx.given.get("speculative_algorithm") or "").upper() or None
     if ctx.given.get("enable_return_aux_hidden_states"):
         raw_algo = None
@@ -118,11 +119,12 @@ def _default_backend(ctx: Context, page, mla: bool) -> str:
 
 
 def resolve(ctx: Context) -> Resolution | None:
-    """SGLang's attention backends and page size for this launch, in its pipeline's order (arg_groups/pipeline.py):
-    deprecated spellings (serving_hook.py:304-333), model overrides (model_hook.py:233; qwen3_5.py:24-48,
-    deepseek_v2.py:179-185), the mamba cache pass (model_hook.py:737), deterministic inference
-    (attention_hook.py:580-662, overrides.py:1093-1123), NVFP4 backends (kv_cache_hook.py:34-92), the default fill
-    and page snaps (attention_hook.py:110-277; overrides.py:1127-1337). None: unknown (no GPU or model)."""
+    """SGLang's attention backends and page size for this launch, in its pipeline's order
+    (arg_groups/pipeline.py): deprecated spellings (serving_hook.py:304-333), model overrides
+    (model_hook.py:233; qwen3_5.py:24-48, deepseek_v2.py:179-185), the mamba cache pass (model_hook.py:737),
+    deterministic inference (attention_hook.py:580-662, overrides.py:1093-1123), NVFP4 backends
+    (kv_cache_hook.py:34-92), the default fill and page snaps (attention_hook.py:110-277;
+    overrides.py:1127-1337). None: unknown (no GPU or model)."""
     if ctx.gpu is None or ctx.model is None or not ctx.model.known:
         return None
     errors: list = []
@@ -173,10 +175,19 @@ def resolve(ctx: Context) -> Resolution | None:
     if ctx.algorithm == "DDTREE" and all(
         raw[d] is None for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
     ):
-        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the page
-        # size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
+        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
+        # page size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
         out.final_attention = "triton"
     return out
+
+
+def known_resolution(ctx: Context) -> Resolution:
+    """`resolve` where it cannot be None: in a rule that needs FACT_GPU and FACT_MODEL (run_rules skips it
+    while either is unknown)."""
+    res = resolve(ctx)
+    if res is None:
+        raise RuntimeError("resolve() read without needs=(FACT_GPU, FACT_MODEL)")
+    return res
 
 
 def _undeprecated(
@@ -184,7 +195,7 @@ def _undeprecated(
 ) -> tuple[str | None, str | None, str | None, str | None, str]:
     """(attention, prefill, decode, draft backend, kv-cache dtype) after serving_hook.py:304-333
     handle_deprecated_args rewrites the deprecated backend spellings."""
-    att, pre, dec, draft = (None if raw[d] is None else BACKEND_ALIASES.get(raw[d], raw[d]) for d in raw)
+    att, pre, dec, draft = (None if v is None else BACKEND_ALIASES.get(v, v) for v in raw.values())
     if raw["prefill_attention_backend"] == "tokenspeed_mla":
         pre = "trtllm_mla"  # serving_hook.py:320-322: cutedsl_mla is decode-only
     if "tokenspeed_mla" in (raw["attention_backend"], raw["decode_attention_backend"]):
@@ -197,7 +208,7 @@ def _model_override(
 ) -> tuple[str | None, int | None]:
     """(attention backend, page size) after the model's own overrides (model_hook.py:233; qwen3_5.py:24-48,
     deepseek_v2.py:179-185)."""
-    sm, arch = ctx.gpu.sm, ctx.model.architecture
+    sm, arch = ctx.known_gpu.sm, ctx.known_model.architecture
     if arch in QWEN35_HYBRID_OVERRIDE and sm in (100, 103) and att is None:
         strategy = ctx.get("mamba_radix_cache_strategy") or "auto"
         extra = not radix_off and strategy in ("extra_buffer", "extra_buffer_lazy")
@@ -225,7 +236,7 @@ def _deterministic_backend(
 ) -> tuple[str | None, bool]:
     """(attention backend, radix cache off) under deterministic inference (attention_hook.py:580-662,
     overrides.py:1093-1123); its refusals are appended to `errors`."""
-    sm, arch = ctx.gpu.sm, ctx.model.architecture
+    sm, arch = ctx.known_gpu.sm, ctx.known_model.architecture
     if att is None:
         att = ("triton" if arch in DETERMINISTIC_DEEPSEEK else "flashinfer") if sm >= 100 else "fa3"
     elif att not in DETERMINISTIC_BACKENDS:
@@ -254,8 +265,8 @@ def _deterministic_backend(
 def _nvfp4_backends(
     ctx: Context, att: str | None, pre: str | None, dec: str | None, errors: list
 ) -> tuple[str | None, str | None]:
-    """(prefill, decode) backends an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
-    sm = ctx.gpu.sm
+    """(prefill, decode) an NVFP4 KV cache picks (kv_cache_hook.py:34-92); refusals go to `errors`."""
+    sm = ctx.known_gpu.sm
     requested = ctx.get("prefill_kv_cache_dequant_dtype") or "auto"
     if requested == "auto":
         explicit = pre or att
@@ -309,7 +320,7 @@ def _page_snaps(
     ctx: Context, att: str, pre: str | None, dec: str | None, draft: str | None, kv: str, page: int | None
 ) -> tuple[str, str | None, int | None]:
     """(attention, prefill, page size) after the backends' page snaps and fills (overrides.py:1142-1337)."""
-    sm, mla, topk = ctx.gpu.sm, is_mla(ctx), ctx.given.get("speculative_eagle_topk")
+    sm, mla, topk = ctx.known_gpu.sm, is_mla(ctx), ctx.given.get("speculative_eagle_topk")
     both = (att, pre, dec)
     page_now = page
     if "flashmla" in (att, dec):
@@ -350,7 +361,9 @@ def resolved_attention(ctx: Context) -> str | None:
 def resolved_page(ctx: Context, backend: str | None = None) -> int:
     """The page size SGLang runs with (see `resolve`); without GPU / model facts, the given one."""
     res = resolve(ctx)
-    return res.final_page if res is not None else (ctx.get("page_size") or 1)
+    if res is not None and res.final_page is not None:  # final_page: set by __post_init__
+        return res.final_page
+    return ctx.get("page_size") or 1
 
 
 def backends(ctx: Context) -> tuple[str | None, str | None]:
@@ -383,6 +396,7 @@ _DSA_ARCHITECTURES = (
 
 def _is_dsa(ctx: Context) -> bool:
     """configs/model_config.py:191-212 is_deepseek_dsa: a DSA architecture whose config sets index_topk."""
-    raw = ctx.model.raw or {}
-    config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-    return ctx.model.architecture in _DSA_ARCHITECTURES and config.get("index_topk") is not None
+    model = ctx.known_model
+    raw = model.raw or {}
+    config: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+    return model.architecture in _DSA_ARCHITECTURES and config.get("index_topk") is not None

@@ -26,9 +26,9 @@ from ddtctl.rules.hooks.moe import _resolved_ep
     reference=f"{AG}lora_hook.py:36 (assert), lora_hook.py:152-154 (assert), lora_hook.py:186-196, 199-203",
 )
 def lora(ctx: Context):
-    """`--max-loras-per-batch` must be positive; `--enable-lora` without `--lora-paths` needs `--max-lora-rank` and
-    `--lora-target-modules`; a `lora_*` MoE runner needs `--enable-lora`, and is never the draft's
-    (`--speculative-moe-runner-backend`)."""
+    """`--max-loras-per-batch` must be positive; `--enable-lora` without `--lora-paths` needs
+    `--max-lora-rank` and `--lora-target-modules`; a `lora_*` MoE runner needs `--enable-lora`, and is never
+    the draft's (`--speculative-moe-runner-backend`)."""
     if _nonpositive(ctx.get("max_loras_per_batch")):
         yield Hit(
             f"--max-loras-per-batch must be positive, got {ctx.get('max_loras_per_batch')}",
@@ -86,12 +86,13 @@ def sampling_backend(ctx: Context):
         or bool(ctx.get("enable_quant_communications"))
         or bool(ctx.get("enable_prefill_cp"))
     ),
-    reference=f"{AG}serving_hook.py:83-86 handle_ssl_validation; validation_hook.py:349-353 check_server_args; "
+    reference=f"{AG}serving_hook.py:83-86 handle_ssl_validation; "
+    "validation_hook.py:349-353 check_server_args; "
     f"parallel_hook.py:151-154 handle_context_parallelism",
 )
 def companions(ctx: Context):
-    """`--enable-ssl-refresh` needs `--ssl-certfile` and `--ssl-keyfile`; `--enable-quant-communications` needs
-    tp-size > 1 on an NPU device; `--enable-prefill-cp` needs `--cp-strategy`."""
+    """`--enable-ssl-refresh` needs `--ssl-certfile` and `--ssl-keyfile`; `--enable-quant-communications`
+    needs tp-size > 1 on an NPU device; `--enable-prefill-cp` needs `--cp-strategy`."""
     if ctx.get("enable_ssl_refresh") and not (ctx.given.get("ssl_certfile") and ctx.given.get("ssl_keyfile")):
         yield Hit(
             "--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile", about="enable_ssl_refresh"
@@ -119,8 +120,9 @@ def companions(ctx: Context):
     reference=f"{AG}pd_disaggregation_hook.py:47-48, 198-215 _validate_prefill_complete",
 )
 def prefill_complete(ctx: Context):
-    """`--disaggregation-decode-allocation-policy prefill_complete` needs a prefill or decode node, the Mooncake
-    transfer backend, pp/attn-cp/dcp 1 and attention TP 1 (tp-size equal to the attention-DP size)."""
+    """`--disaggregation-decode-allocation-policy prefill_complete` needs a prefill or decode node, the
+    Mooncake transfer backend, pp/attn-cp/dcp 1 and attention TP 1 (tp-size equal to the attention-DP
+    size)."""
     problems = []
     if ctx.get("disaggregation_mode") not in ("prefill", "decode"):
         problems.append("aggregated serving")
@@ -174,8 +176,8 @@ _RANGES = (
 def ranges(ctx: Context):
     """Integer options SGLang range-checks at resolve time: --prefill-decode-interval(-min-bs) and
     --schedule-conservativeness non-negative; tokenizer / detokenizer workers >= 1; multimodal workers >= 0;
-    --base-gpu-id >= 0, --gpu-id-step >= 1; --sampling-mask-max-tokens positive; --swa-prefix-tails non-negative;
-    --linear-replayssm-cache-len >= 1 with ReplaySSM; --cuda-graph-prefill-max-context and
+    --base-gpu-id >= 0, --gpu-id-step >= 1; --sampling-mask-max-tokens positive; --swa-prefix-tails
+    non-negative; --linear-replayssm-cache-len >= 1 with ReplaySSM; --cuda-graph-prefill-max-context and
     --asr-max-buffer-seconds positive; --moe-dp-size divides tp-size, with ep-size x moe-dp-size = tp-size,
     pp-size 1 and attn-cp-size equal to it."""
     for dest, low, where in _RANGES:
@@ -218,8 +220,8 @@ def ranges(ctx: Context):
     reference=f"{AG}validation_hook.py:248-262 check_server_args (assert)",
 )
 def pdmux(ctx: Context):
-    """`--enable-pdmux` needs pp-size 1, chunked prefill off (`--chunked-prefill-size -1`: SGLang's default is on),
-    no PD disaggregation and overlap scheduling off."""
+    """`--enable-pdmux` needs pp-size 1, chunked prefill off (`--chunked-prefill-size -1`: SGLang's default is
+    on), no PD disaggregation and overlap scheduling off."""
     if (ctx.get("pp_size", 1) or 1) != 1:
         return Hit("PD-Multiplexing needs --pp-size 1", about="pp_size")
     chunk = chunked_prefill(ctx)
@@ -243,8 +245,8 @@ def pdmux(ctx: Context):
 
 
 def overlap_disabled(ctx: Context) -> bool:
-    """disable_overlap_schedule as SGLang resolves it: given, pp > 1 (overrides.py:1623-1628), or the mamba cache's
-    `auto` strategy falling back to no_buffer (overrides.py:484-486)."""
+    """disable_overlap_schedule as SGLang resolves it: given, pp > 1 (overrides.py:1623-1628), or the mamba
+    cache's `auto` strategy falling back to no_buffer (overrides.py:484-486)."""
     if ctx.get("disable_overlap_schedule") or (ctx.get("pp_size", 1) or 1) > 1:
         return True
     from ddtctl.rules import mamba
@@ -265,8 +267,8 @@ def overlap_disabled(ctx: Context) -> bool:
     reference="sglang 0.5.23 srt/kernel_plugins/nvidia/binding.py:288-298, 363-382 handle_nvidia_megakernel",
 )
 def nvidia_megakernel(ctx: Context):
-    """SGLang refuses `--enable-nvidia-megakernel` unless the sgl-nvidia-mega plugin is installed on the server
-    host and has a spec for the model; ddtctl cannot see either (`ddtctl dry-run` on the host can)."""
+    """SGLang refuses `--enable-nvidia-megakernel` unless the sgl-nvidia-mega plugin is installed on the
+    server host and has a spec for the model; ddtctl cannot see either (`ddtctl dry-run` on the host can)."""
     return Hit(
         "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin on the server host, with a spec for "
         "this model: not checked statically (run `ddtctl dry-run` on the host)",

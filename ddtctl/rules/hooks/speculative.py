@@ -17,9 +17,10 @@ from ddtctl.rules.hooks.common import AG
     reference=f"{AG}validation_hook.py:704-733 handle_aux_hidden_state_capture",
 )
 def aux_hidden(ctx: Context):
-    """`--enable-return-aux-hidden-states` needs `--speculative-algorithm` EAGLE3, DFLASH or DSPARK (it only names
-    the capture convention; SGLang then resets the algorithm to None), no `--speculative-draft-model-path`,
-    pp-size 1, and `--return-aux-hidden-state-layer-ids` unless the convention is EAGLE3."""
+    """`--enable-return-aux-hidden-states` needs `--speculative-algorithm` EAGLE3, DFLASH or DSPARK (it only
+    names the capture convention; SGLang then resets the algorithm to None), no
+    `--speculative-draft-model-path`, pp-size 1, and `--return-aux-hidden-state-layer-ids` unless the
+    convention is EAGLE3."""
     method = str(ctx.given.get("speculative_algorithm") or "").upper()
     if method not in ("EAGLE3", "DFLASH", "DSPARK"):
         return Hit(
@@ -69,8 +70,8 @@ def uno(ctx: Context):
     reference=f"{AG}speculative_hook.py:749-755, 826-833 _handle_dspark",
 )
 def dspark(ctx: Context):
-    """DSPARK (dense) requires `--speculative-draft-model-path`; an explicit `--speculative-num-draft-tokens` must
-    equal the drafter's gamma + 1."""
+    """DSPARK (dense) requires `--speculative-draft-model-path`; an explicit `--speculative-num-draft-tokens`
+    must equal the drafter's gamma + 1."""
     if not ctx.is_set("speculative_draft_model_path"):
         return Hit(
             "DSPARK speculative decoding requires --speculative-draft-model-path",
