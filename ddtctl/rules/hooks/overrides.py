@@ -234,7 +234,7 @@ def _resolved_overrides(ctx: Context, res: Resolution) -> list[Override]:
 
 
 def _adaptive_effective(ctx: Context) -> bool:
-    from ddtctl.rules.speculative import adaptive_effective
+    from ddtctl.rules.eagle import adaptive_effective
 
     return adaptive_effective(ctx)
 
