@@ -872,7 +872,8 @@ def _compare(w: World, label: str, until: float) -> str:
 
 
 def oracle_env(w: World) -> dict:
-    env = {"DDTREE_TEST_DRAFT_HOOK": "oracle_drafter:override", "DDTREE_TEST_ORACLE": str(w.oracle)}
+    env = {"DDTREE_TEST_DRAFT_HOOK": "oracle_drafter:override", "DDTREE_TEST_ORACLE": str(w.oracle),
+           "DDTREE_TEST_ORACLE_DEVICE": "1"}
     if w.args.drafter == "calibrated":
         env.update(DDTREE_TEST_ORACLE_CALIBRATED="1", DDTREE_TEST_ORACLE_RANK_P=w.st.CALIBRATED_RANK_P)
     return env

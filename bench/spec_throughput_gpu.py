@@ -149,6 +149,8 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
         e["DDTREE_TEST_ORACLE"] = str(oracle)
         e["DDTREE_TEST_ORACLE_RANK_P"] = args.rank_p
         e["DDTREE_TEST_ORACLE_CALIBRATED"] = "1"  # the drafter's probabilities state its accuracy
+        if args.oracle == "device":  # gathers on the GPU, no host sync: the step times measure the algorithms
+            e["DDTREE_TEST_ORACLE_DEVICE"] = "1"
     b.log_path.parent.mkdir(parents=True, exist_ok=True)
     b.proc = subprocess.Popen(b.argv, env=e, stdout=open(b.log_path, "w"), stderr=subprocess.STDOUT,
                               start_new_session=True, cwd=WORK)
@@ -324,6 +326,9 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=160)
     ap.add_argument("--servers", default="", help="only these server names (plain always runs: the oracle's source)")
     ap.add_argument("--rank-p", default=CALIBRATED_RANK_P)
+    ap.add_argument("--oracle", choices=("device", "host"), default="device",
+                    help="the calibrated drafter's implementation: device (gathers, no host sync) or host (the "
+                    "Python oracle of the 2026-11-30 rows, ~3-6 ms a step)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--port-base", type=int, default=35000)
     ap.add_argument("--budget-s", type=float, default=540)
