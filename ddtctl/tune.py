@@ -41,8 +41,11 @@ DEFAULT_CONCURRENCY = (1, 8)
 BASELINES = ("auto", "dflash", "none", "off")
 
 # Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
-DDTREE_SPACE = {"speculative-ddtree-budget": [16, 32, 64], "speculative-ddtree-topk-cap": [None]}
-EAGLE_SPACE = {
+DDTREE_SPACE: dict[str, list[Any]] = {
+    "speculative-ddtree-budget": [16, 32, 64],
+    "speculative-ddtree-topk-cap": [None],
+}
+EAGLE_SPACE: dict[str, list[Any]] = {
     "speculative-num-steps": [3, 5],
     "speculative-eagle-topk": [1, 4],
     "speculative-num-draft-tokens": [4, 8],
@@ -85,7 +88,9 @@ class PointResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "PointResult":
-        kw = {k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d}
+        kw: dict[str, Any] = {
+            k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d
+        }
         return cls(**kw, runs=[BenchRun.from_json(r) for r in d.get("runs") or []], resumed=True)
 
 

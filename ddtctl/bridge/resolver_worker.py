@@ -77,7 +77,7 @@ def _platform_facts(platform: dict | None) -> dict:
     sm = int(platform.get("sm") or 0)
     cap = platform.get("capability") or [sm // 10, sm % 10]
     cap = (int(cap[0]), int(cap[1]))
-    facts = {k: False for k in _SM_FLAGS}
+    facts: dict[str, Any] = {k: False for k in _SM_FLAGS}
     facts.update(
         is_cuda=True,
         is_hip=False,
@@ -173,8 +173,10 @@ class _Probes:
                         return probes.facts[fact]
                     return original(*args, **kwargs)
 
-                stub._ddtctl_stub = True
-                stub.cache_clear = getattr(original, "cache_clear", lambda: None)
+                # attributes on a function object (which mypy does not model): the marker and lru_cache's API
+                stub.__dict__.update(
+                    _ddtctl_stub=True, cache_clear=getattr(original, "cache_clear", lambda: None)
+                )
                 return stub
 
             replacements[original] = make()
@@ -188,7 +190,7 @@ class _Probes:
                     return float(probes.memory_gb) * 1024.0  # MiB, like the real probe
                 return mem_original(device, *args, **kwargs)
 
-            get_device_memory_capacity._ddtctl_stub = True
+            get_device_memory_capacity.__dict__["_ddtctl_stub"] = True
             replacements[mem_original] = get_device_memory_capacity
         # Rebind every module-level reference (hooks import the probes by name).
         self._replacements = replacements
@@ -279,7 +281,7 @@ class _StepTracker:
                 tracker._attribute(name)
                 tracker.stack.pop()
 
-        runner._ddtctl_wrapped = True
+        runner.__dict__["_ddtctl_wrapped"] = True
         return runner
 
     def reset(self) -> None:

@@ -10,6 +10,8 @@ has the same `--version` option and `completion` command, used with --debug or D
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddtctl.errors import ExitCode
 
 
@@ -20,7 +22,7 @@ def try_validate(args: list[str]) -> int | None:
     rest = args[1:]
     if any(a in ("--help", "-h") for a in rest):
         return None
-    opts = {
+    opts: dict[str, Any] = {
         "argv": False,
         "gpu": None,
         "sglang": None,
@@ -29,8 +31,8 @@ def try_validate(args: list[str]) -> int | None:
         "quiet": False,
         "diff": False,
         "unsafe_fixes": False,
-        "ignore": [],
     }
+    ignore: list[str] = []
     paths: list[str] = []
     i = 0
     while i < len(rest):
@@ -52,7 +54,7 @@ def try_validate(args: list[str]) -> int | None:
                 i += 1
             key = {"--format": "output"}.get(name, name[2:])
             if key == "ignore":
-                opts["ignore"].append(value)  # type: ignore[union-attr]
+                ignore.append(value)
             else:
                 opts[key] = value
         elif a.startswith("-") and a != "-":
@@ -63,7 +65,7 @@ def try_validate(args: list[str]) -> int | None:
         return None
     from ddtctl.cli.validate_report import run_validate
 
-    return run_validate(paths, **opts)  # type: ignore[arg-type]
+    return run_validate(paths, ignore=ignore, **opts)
 
 
 def version_text() -> str:

@@ -4,10 +4,14 @@ the commands, through ddtctl.deploy)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
 
 from ddtctl.cli._app import OutputFormat, app
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 _INVENTORY = typer.Option(
     None,
@@ -33,11 +37,11 @@ class _Live:
         self.console = stderr_console()
         self.on_event = _printer(fmt, self.console, self)
         self.events = self.on_event.events
-        self.status = None
+        self.status: Status | None = None
 
     def __enter__(self) -> "_Live":
-        self.status = self.console.status("connecting", spinner="dots")
-        self.status.__enter__()
+        self.status = status = self.console.status("connecting", spinner="dots")
+        status.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -320,7 +324,7 @@ def facts(
     )
     con.print(f"  disk free {f.disk_free_bytes / 2**30:.1f} GiB in {escape(f.work_dir)}")
     con.print(f"  ports listening: {', '.join(map(str, f.ports_in_use)) or 'none'}")
-    srv = f.server
+    srv = f.server or {}  # read only when the server runs, so it is set
     con.print(
         "  server: "
         + (

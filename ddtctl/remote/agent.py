@@ -233,7 +233,7 @@ def op_facts(params: dict):
         "kernel": platform.release(),
     }
     # sglang: version and the site-packages dir that holds it (without importing it)
-    sg = {"version": None, "root": None}
+    sg: dict[str, str | None] = {"version": None, "root": None}
     try:
         spec = importlib.util.find_spec("sglang")
         if spec and spec.submodule_search_locations:
@@ -818,7 +818,7 @@ def op_gc(params: dict):
     for junk in os.listdir(root) if os.path.isdir(root) else []:
         if junk.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, junk), ignore_errors=True)
-    used = set()
+    used: set[str] = set()
     for rid in os.listdir(root) if os.path.isdir(root) else []:
         rel = _read_json(os.path.join(root, rid, "release.json")) or {}
         for section in ("payload", "tools"):

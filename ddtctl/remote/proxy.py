@@ -11,10 +11,14 @@ import select
 import socket
 import subprocess
 import threading
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from ddtctl.remote.inventory import Host
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # paramiko's ProxyCommand.send takes any buffer
 
 _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
@@ -69,16 +73,16 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         except (OSError, ValueError):
             pass
 
-    def send(self, content: bytes) -> int:
+    def send(self, content: ReadableBuffer) -> int:
         try:
-            return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]
+            return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]  # a PIPE: never None
         except (OSError, ValueError) as err:
             raise paramiko.ProxyCommandFailure(
                 " ".join(self.cmd), getattr(err, "strerror", None) or str(err)
             ) from err
 
     def recv(self, size: int) -> bytes:
-        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        fd = self.process.stdout.fileno()  # type: ignore[union-attr]  # a PIPE: never None
         try:
             ready, _, _ = select.select([fd], [], [], self.timeout)
             if not ready:
@@ -101,7 +105,7 @@ class ShellProxyCommand(paramiko.ProxyCommand):
                 self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             try:
-                pipe.close()  # type: ignore[union-attr]
+                pipe.close()  # type: ignore[union-attr]  # both are PIPEs: never None
             except OSError:
                 pass
 

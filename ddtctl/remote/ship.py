@@ -321,7 +321,9 @@ class _Uploader:
         except queue.Empty:
             # the client is set: ship() runs on an open connection
             sftp = self.conn.client.open_sftp()  # type: ignore[union-attr]
-            sftp.get_channel().settimeout(self.conn.host.command_timeout_s)
+            channel = sftp.get_channel()
+            assert channel is not None  # open_sftp() opens its channel
+            channel.settimeout(self.conn.host.command_timeout_s)
             self.opened.append(sftp)
         try:
             self._send(sftp, job)

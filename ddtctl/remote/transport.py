@@ -226,7 +226,8 @@ class Connection:
                 h.address,
                 port=h.port,
                 username=h.user,
-                key_filename=list(h.key_files) or None,
+                # paramiko takes a list of key files too (documented); its stubs say str only
+                key_filename=list(h.key_files) or None,  # type: ignore[arg-type]
                 sock=sock,
                 timeout=h.connect_timeout_s,
                 banner_timeout=h.connect_timeout_s,
@@ -273,10 +274,13 @@ class Connection:
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(15)
-        try:  # many small messages (agent stdin lines, SFTP requests): no Nagle delay
-            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except (OSError, AttributeError):
-            pass
+        # many small messages (agent stdin lines, SFTP requests): no Nagle delay. Only a TCP socket has the
+        # option; a ProxyCommand pipe or a ProxyJump channel does not.
+        if isinstance(transport.sock, socket.socket):
+            try:
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
 
     def __enter__(self) -> "Connection":
         if self.client is None:
@@ -407,10 +411,12 @@ class Connection:
     def sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:
             try:
-                self._sftp = self.client.open_sftp()  # type: ignore[union-attr]
+                self._sftp = self.client.open_sftp()  # type: ignore[union-attr]  # set while connected
             except (paramiko.SSHException, EOFError, OSError) as e:
                 raise ConnectionLost(f"cannot open SFTP: {e}", where=self.host.name) from None
-            self._sftp.get_channel().settimeout(self.host.command_timeout_s)
+            channel = self._sftp.get_channel()
+            assert channel is not None  # open_sftp() opens its channel
+            channel.settimeout(self.host.command_timeout_s)
         return self._sftp
 
     def _remote_work_dir(self) -> str:
