@@ -108,7 +108,7 @@ def _canon(key: str) -> str:
 
 
 def _restyle(new_name: str, old_key: str) -> str:
-    """Keep the user's spelling style: underscores if they wrote underscores, a leading `--` if they wrote one."""
+    """Keep the user's spelling: underscores if they wrote underscores, a leading `--` if they wrote one."""
     out = new_name.replace("-", "_") if ("_" in old_key and "-" not in old_key.lstrip("-")) else new_name
     return ("--" + out) if old_key.startswith("--") else out
 
@@ -140,7 +140,7 @@ def _replacement_value(replacement: str | None, target) -> tuple[str, Any] | Non
     return spec.name, value
 
 
-# -- the migration ---------------------------------------------------------------------------------------------------
+# -- the migration -------------------------------------------------------------------------------------------
 def migrate_text(
     text: str, source: str, to_version: str, *, from_version: str | None = None
 ) -> MigrationResult:
@@ -376,8 +376,8 @@ def migrate_profile(
     # edited with "\n" line breaks; rewrite() writes the file's own (CRLF stays CRLF)
     result = migrate_text(doc.text.replace("\r\n", "\n"), str(path), to_version, from_version=from_version)
     if write and result.changed:
-        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or changed
-        # since it was read (issue #14)
+        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or
+        # changed since it was read (issue #14)
         rewrite(
             path,
             result.text,

@@ -1,13 +1,14 @@
 """`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
 
-For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft tokens;
-or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without speculative
-decoding): render the profile variant, validate it statically (invalid points are skipped with their rule ids),
-deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point that fails is recorded and
-the sweep goes on), run SGLang's own benchmark (`python -m sglang.benchmark.serving`) on the host against the server
-at each concurrency, and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a local
-JSON-lines results file as soon as it is done; a re-run skips the points already there. At the end the host is put
-back on the release it started from (ddtctl.deploy.rollback), unless `keep_best`.
+For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft
+tokens; or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without
+speculative decoding): render the profile variant, validate it statically (invalid points are skipped with
+their rule ids), deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
+that fails is recorded and the sweep goes on), run SGLang's own benchmark
+(`python -m sglang.benchmark.serving`) on the host against the server at each concurrency, and read the
+server's /get_server_info (DDTREE's own metrics). Each point is appended to a local JSON-lines results file
+as soon as it is done; a re-run skips the points already there. At the end the host is put back on the
+release it started from (ddtctl.deploy.rollback), unless `keep_best`.
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -273,7 +274,7 @@ def _short(flag: str) -> str:
 
 
 def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> PointSpec | None:
-    """The reference point: the profile with DFLASH (the DDTREE flags removed), or without speculative decoding."""
+    """The reference point: the profile with DFLASH (no DDTREE flags), or without speculative decoding."""
     algo = (algorithm or "").upper()
     if kind == "off":
         return None
@@ -598,7 +599,8 @@ class WriteResult:
 
 def write_point(profile: str, point: PointResult) -> WriteResult:
     """Put a point's flags into the profile's `server:` block, keeping comments and layout: the editor of
-    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.verify, written by ddtctl.safeio.rewrite."""
+    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.verify, written by
+    ddtctl.safeio.rewrite."""
     from ddtctl.fix import apply_fixes, unified_diff, verify
     from ddtctl.profile import canonical_flag_key, parse_profile_text, read_profile_document
     from ddtctl.rules.engine import ERROR, Finding

@@ -1,11 +1,12 @@
 """Start-up fast path for `ddtctl validate`: the same command without building the typer application.
 
-pre-commit runs `ddtctl validate` on every commit; building the typer/click app (and the pydantic adapters typer
-creates for parameters) costs more than validating a profile. This parser mirrors the typer command's options;
-`--help` and anything it does not understand go to typer. tests/cli/test_fastpath.py checks that both paths agree.
+pre-commit runs `ddtctl validate` on every commit; building the typer/click app (and the pydantic adapters
+typer creates for parameters) costs more than validating a profile. This parser mirrors the typer command's
+options; `--help` and anything it does not understand go to typer. tests/cli/test_fastpath.py checks that both
+paths agree.
 
-`ddtctl --version` and `ddtctl completion SHELL` are answered here too (try_basics), without typer; the typer app
-has the same `--version` option and `completion` command, used with --debug or DDTCTL_NO_FASTPATH=1.
+`ddtctl --version` and `ddtctl completion SHELL` are answered here too (try_basics), without typer; the typer
+app has the same `--version` option and `completion` command, used with --debug or DDTCTL_NO_FASTPATH=1.
 """
 
 from __future__ import annotations

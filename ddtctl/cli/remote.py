@@ -1,5 +1,5 @@
-"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only inside
-the commands, through ddtctl.deploy)."""
+"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only
+inside the commands, through ddtctl.deploy)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ _STYLE = {"ok": "green", "error": "red", "warn": "yellow", "info": "", "log": "d
 
 
 class _Live:
-    """Stage events printed to stderr as they happen, under a rich spinner naming the stage in progress (the spinner
-    only renders on a terminal; stdout stays clean for --format json)."""
+    """Stage events printed to stderr as they happen, under a rich spinner naming the stage in progress (the
+    spinner only renders on a terminal; stdout stays clean for --format json)."""
 
     def __init__(self, fmt: OutputFormat):
         from ddtctl.cli._app import stderr_console
@@ -56,7 +56,7 @@ class _Live:
         self.update(f"ship [{host}] {done}/{total} files uploaded")
 
     def confirm(self, yes: bool) -> bool:
-        """Apply the plan? --yes, else a prompt on a terminal; never with --format json (stdout holds JSON)."""
+        """Apply the plan? --yes, else a prompt on a terminal; never with --format json (JSON on stdout)."""
         if yes:
             return True
         self.__exit__(None, None, None)  # no spinner over the prompt
@@ -199,9 +199,10 @@ def deploy(
 ) -> None:
     """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
 
-    Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files, sha256-verified),
-    install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
-    the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
+    Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files,
+    sha256-verified), install, launch, health, record. --plan stops after the plan, --stage after SGLang's
+    resolver ran on the host with the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3
+    SSH, 5 failed (rolled back).
     """
     deprecations = _deprecations(fmt, dry_run=dry_run, check=check)
     plan, stage = plan or dry_run, stage or check
@@ -313,7 +314,8 @@ def facts(
     if f.gpus:
         for g in f.gpus:
             con.print(
-                f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  {g.memory_free_mib}/{g.memory_total_mib} MiB free"
+                f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  "
+                f"{g.memory_free_mib}/{g.memory_total_mib} MiB free"
             )
     else:
         con.print(f"  GPUs: none ({escape(str(f.gpu_error))})")
@@ -361,8 +363,9 @@ def status(
 ) -> None:
     """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy.
 
-    Without HOST: the inventory's hosts (name, address, user, profile) without connecting; with --probe, each host's
-    release, server and /health too (exit 0 when all are healthy, 3 when one could not be reached, else 5).
+    Without HOST: the inventory's hosts (name, address, user, profile) without connecting; with --probe, each
+    host's release, server and /health too (exit 0 when all are healthy, 3 when one could not be reached, else
+    5).
     """
     from ddtctl.deploy import host_status
     from ddtctl.errors import ExitCode
@@ -410,7 +413,7 @@ def _healthy(st) -> bool:
 
 
 def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
-    """`ddtctl status` without HOST: one row per inventory host; with `probe`, host_status of each (in parallel)."""
+    """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
     from ddtctl.errors import DdtctlError, ExitCode
     from ddtctl.remote.inventory import load_inventory
 

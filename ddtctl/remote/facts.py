@@ -1,4 +1,4 @@
-"""Host facts: GPUs, CUDA, python, SGLang, disk, ports, our server, and the models' config.json (cached locally)."""
+"""Host facts: GPUs, CUDA, python, SGLang, disk, ports, our server, models' config.json (cached locally)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def gather_facts(conn: Connection, *, model_paths: Sequence[str] = (), cache: bo
 
 
 def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
-    """Write each remote config.json where validation and dry-run look for it (dryrun.model_config_cache_dir)."""
+    """Write each remote config.json where validate and dry-run read it (dryrun.model_config_cache_dir)."""
     from ddtctl.paths import model_config_cache_dir
 
     out = {}

@@ -1,5 +1,6 @@
-"""How an SSH connection reaches its host (issue #17): a TCP socket (honouring AddressFamily and BindAddress), a
-ProxyCommand, or a `direct-tcpip` channel through the previous ProxyJump hop (opened by transport.Connection).
+"""How an SSH connection reaches its host (issue #17): a TCP socket (honouring AddressFamily and BindAddress),
+a ProxyCommand, or a `direct-tcpip` channel through the previous ProxyJump hop (opened by
+transport.Connection).
 
 Imports paramiko: only transport.py imports this module.
 """
@@ -49,10 +50,10 @@ def dial(host: Host) -> socket.socket:
 
 
 class ShellProxyCommand(paramiko.ProxyCommand):
-    """A ProxyCommand run the way OpenSSH runs one: `$SHELL -c 'exec CMD'` (paramiko's own class splits the line
-    itself, so pipes and $VARS do not work). Also unlike paramiko's: end of output reads as end of connection (its
-    recv spins until the timeout), stderr is kept for the error message instead of filling its pipe, and close()
-    reaps the process."""
+    """A ProxyCommand run the way OpenSSH runs one: `$SHELL -c 'exec CMD'` (paramiko's own class splits the
+    line itself, so pipes and $VARS do not work). Also unlike paramiko's: end of output reads as end of
+    connection (its recv spins until the timeout), stderr is kept for the error message instead of filling its
+    pipe, and close() reaps the process."""
 
     def __init__(self, command: str):  # not super().__init__: that starts the command paramiko's way
         self.cmd = [os.environ.get("SHELL") or "/bin/sh", "-c", f"exec {command}"]
