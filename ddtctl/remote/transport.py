@@ -22,15 +22,17 @@ from typing import Any, Callable, Protocol, TypeVar
 import paramiko
 
 from ddtctl.errors import RemoteError
+from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here (deploy.lock, tests)
+    AGENT_BOOT,
+    AGENT_MISSING_RC,
+    AGENT_SHA,
+    AGENT_SOURCE,
+)
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import Request
 from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
 
 ReplyT = TypeVar("ReplyT")
-
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
-AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
-AGENT_MISSING_RC = 97  # the boot found no verified agent and its stdin did not carry one
 
 # paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner" when the port is not SSH)
 # with their traceback; with no handler configured, Python's last-resort handler printed them on stderr before
@@ -358,42 +360,7 @@ class Connection:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            pending = b""
-            eof = False
-            deadline = time.monotonic() + timeout
-            while True:
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                if not eof:
-                    try:
-                        data = chan.recv(65536)
-                    except socket.timeout:
-                        data = None
-                    if data:
-                        out += data
-                        if on_stdout:
-                            pending += data
-                            *lines, pending = pending.split(b"\n")
-                            for line in lines:
-                                on_stdout(line.decode(errors="replace"))
-                        continue
-                    if data == b"":
-                        eof = True
-                if eof:
-                    if chan.status_event.wait(0.05):
-                        while chan.recv_stderr_ready():
-                            err += chan.recv_stderr(65536)
-                        break
-                if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
-                    raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
-                if time.monotonic() > deadline:
-                    chan.close()
-                    raise RemoteError(
-                        f"`{label}` timed out after {timeout:g}s",
-                        where=self.host.name,
-                        fix="raise command_timeout_s for this host in the inventory",
-                    )
+            out, err = self._collect(chan, label, timeout, on_stdout)
             rc = chan.recv_exit_status()
             chan.close()
             return CommandResult(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
@@ -403,6 +370,47 @@ class Connection:
             raise ConnectionLost(
                 f"connection lost while running `{label}`: {e or type(e).__name__}", where=self.host.name
             ) from None
+
+    def _collect(
+        self,
+        chan: paramiko.Channel,
+        label: str,
+        timeout: float,
+        on_stdout: Callable[[str], None] | None,
+    ) -> tuple[bytearray, bytearray]:
+        """The command's (stdout, stderr) once it exits; stdout lines go to `on_stdout` as they arrive.
+        ConnectionLost when the connection drops, RemoteError after `timeout` seconds."""
+        out, err = bytearray(), bytearray()
+        pending = b""
+        eof = False
+        deadline = time.monotonic() + timeout
+        while True:
+            _read_stderr(chan, err)
+            if not eof:
+                try:
+                    data = chan.recv(65536)
+                except socket.timeout:
+                    data = None
+                if data:
+                    out += data
+                    if on_stdout:
+                        pending = _emit_lines(pending + data, on_stdout)
+                    continue
+                if data == b"":
+                    eof = True
+            if eof:
+                if chan.status_event.wait(0.05):
+                    _read_stderr(chan, err)
+                    return out, err
+            if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
+                raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
+            if time.monotonic() > deadline:
+                chan.close()
+                raise RemoteError(
+                    f"`{label}` timed out after {timeout:g}s",
+                    where=self.host.name,
+                    fix="raise command_timeout_s for this host in the inventory",
+                )
 
     def open_channel(self, argv: list[str]) -> paramiko.Channel:
         """A long-running command whose stdin we keep open (used by the deploy lock and `logs -f`)."""
@@ -505,6 +513,19 @@ class Connection:
         return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
 
 
+def _read_stderr(chan: paramiko.Channel, err: bytearray) -> None:
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+
+
+def _emit_lines(pending: bytes, on_stdout: Callable[[str], None]) -> bytes:
+    """Pass each complete line of `pending` to `on_stdout`; return the incomplete rest."""
+    *lines, rest = pending.split(b"\n")
+    for line in lines:
+        on_stdout(line.decode(errors="replace"))
+    return rest
+
+
 def _close_quietly(sock: Any) -> None:
     if sock is not None:
         try:
@@ -536,47 +557,6 @@ def agent_handshake(chan: paramiko.Channel, where: str) -> None:
         except ValueError:
             error = text.decode(errors="replace")[:300]
         raise RemoteError(f"agent start failed: {error}", where=where)
-
-
-# Runs the agent (python >= 3.8, stdlib only). Refuses a work dir (or its .ddtctl/) that others can write, or
-# that belongs to another user: whoever can write there can replace what we run. Reads the installed agent and
-# runs it only if its sha256 is AGENT_SHA; otherwise prints NEED, reads exactly N bytes from stdin (never
-# more: the rest of stdin belongs to the agent), checks their sha256 and installs them atomically (mode 0600).
-# Then it executes the verified bytes themselves, not the file again (issue #14: a file planted at the agent's
-# path was run because only its existence was checked). Prints HAVE or NEED first; a refusal is one JSON line
-# {"ok": false, "error": ...}.
-AGENT_BOOT = (
-    "import hashlib,json,os,stat,sys\n"
-    "a,h,n=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
-    "def no(m):\n print(json.dumps({'ok':False,'error':m}),flush=True);sys.exit(0)\n"
-    "d=os.path.dirname(a) or '.';w=os.path.dirname(d) or '.'\n"
-    "for p in (w,d):\n"
-    " try:os.makedirs(p,0o700)\n"
-    " except FileExistsError:pass\n"
-    " except OSError as e:no('cannot create the work dir %s: %s'%(p,e.strerror))\n"
-    " s=os.stat(p) if p==w else os.lstat(p)\n"
-    " if not stat.S_ISDIR(s.st_mode):no('%s is not a directory'%p)\n"
-    " if s.st_mode&0o002:no('the work dir %s is writable by others (mode %o); "
-    "refusing to run the agent from it'"
-    "%(os.path.abspath(p),stat.S_IMODE(s.st_mode)))\n"
-    " if s.st_uid not in (os.geteuid(),0):no('the work dir %s belongs to uid %d, not to this user; "
-    "refusing to run the"
-    " agent from it'%(os.path.abspath(p),s.st_uid))\n"
-    "try:\n with open(a,'rb') as f:b=f.read()\n"
-    "except OSError:b=None\n"
-    "if b is not None and hashlib.sha256(b).hexdigest()==h:print('HAVE',flush=True)\n"
-    "else:\n"
-    " print('NEED',flush=True);b=b''\n"
-    " while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c:sys.exit(97)\n  b+=c\n"
-    " if hashlib.sha256(b).hexdigest()!=h:no('the agent arrived corrupted (sha256 mismatch)')\n"
-    " t='%s.tmp.%d'%(a,os.getpid())\n"
-    " try:\n"
-    "  fd=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600);os.write(fd,b);os.fsync(fd);os.close(fd);"
-    "os.replace(t,a)\n"
-    " except OSError as e:no('cannot install the agent in %s: %s'%(d,e.strerror))\n"
-    "sys.argv=[a]+sys.argv[4:]\n"
-    "exec(compile(b,a,'exec'),{'__name__':'__main__','__file__':a,'__builtins__':__builtins__})\n"
-)
 
 
 def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:
