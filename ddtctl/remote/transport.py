@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol, TypeVar
 import paramiko
 
 from ddtctl.errors import RemoteError
-from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here (deploy.lock, tests)
+from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here
     AGENT_BOOT,
     AGENT_MISSING_RC,
     AGENT_SHA,

@@ -20,6 +20,7 @@ def _unique_key_loader():
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+    # the base class is picked at run time (libyaml's CSafeLoader when built), which mypy cannot follow
     class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
         """SafeLoader that refuses a key given twice in one mapping (issue #14: a second `hosts: {gpu1: ...}`
         silently replaced the first)."""

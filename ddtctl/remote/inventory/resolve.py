@@ -78,7 +78,7 @@ def _resolve(
         keys = [merged["key"]] if isinstance(merged["key"], str) else list(merged["key"])
     elif sshc.get("identityfile"):
         keys = list(sshc["identityfile"])
-    keys = [_expand(k) for k in keys]  # type: ignore[misc]
+    keys = [_expand(k) for k in keys]  # type: ignore[misc]  # _expand maps a str to a str
     env = merged.get("env") or {}
     if not isinstance(env, dict):
         raise UsageError("env must be a mapping of NAME: value", where=here)

@@ -279,6 +279,7 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
                     raise UsageError(
                         f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=f"{file}:{n}"
                     )
+                # (the type: ignore: key is "include" only when m matched)
                 for inc in _include_paths(m.group(2), f"{file}:{n}"):  # type: ignore[union-attr]
                     walk(inc, depth + 1, current)
                     lines.append(current or "Host *")  # back to the includer's block for its next lines
