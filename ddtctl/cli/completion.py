@@ -150,6 +150,49 @@ def _sq(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
+# bash: the completion function itself, after the generated tables (_ddtctl_node, _values, _args)
+_BASH_MAIN = r"""_ddtctl() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" cpath=ddtctl w opt i skip=0 dashdash=0 cmds opts vopts
+    COMPREPLY=()
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        if [[ $w == "=" ]]; then skip=1; continue; fi  # --opt=value, split at COMP_WORDBREAKS' "="
+        if ((skip)); then skip=0; continue; fi
+        if [[ $w == "--" ]]; then dashdash=1; break; fi
+        _ddtctl_node "$cpath"
+        if [[ $w == -* ]]; then
+            if [[ $w != *=* && " $vopts " == *" $w "* ]]; then skip=1; fi
+        elif [[ " $cmds " == *" $w "* ]]; then
+            cpath="$cpath $w"
+        fi
+    done
+    _ddtctl_node "$cpath"
+    if ((dashdash)); then return 0; fi  # after `--`: files (complete -o default)
+    if [[ $cur == "=" ]]; then  # `--opt=` with nothing typed after the "="
+        cur=""
+        _ddtctl_values "$cpath" "${COMP_WORDS[COMP_CWORD-1]}"
+        return 0
+    fi
+    if ((skip)); then
+        opt="${COMP_WORDS[COMP_CWORD-1]}"
+        if [[ $opt == "=" ]]; then opt="${COMP_WORDS[COMP_CWORD-2]}"; fi
+        _ddtctl_values "$cpath" "$opt"
+        return 0
+    fi
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    elif [[ -n $cmds ]]; then
+        COMPREPLY=($(compgen -W "$cmds" -- "$cur"))
+    else
+        _ddtctl_args "$cpath"
+    fi
+    return 0
+}
+
+complete -o bashdefault -o default -F _ddtctl ddtctl
+"""
+
+
 def render_bash(tree: dict) -> str:
     lines = [
         _header("bash")
@@ -195,46 +238,7 @@ def render_bash(tree: dict) -> str:
         "    esac",
         "}",
         "",
-        r"""_ddtctl() {
-    local cur="${COMP_WORDS[COMP_CWORD]}" cpath=ddtctl w opt i skip=0 dashdash=0 cmds opts vopts
-    COMPREPLY=()
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        w="${COMP_WORDS[i]}"
-        if [[ $w == "=" ]]; then skip=1; continue; fi  # --opt=value, split at COMP_WORDBREAKS' "="
-        if ((skip)); then skip=0; continue; fi
-        if [[ $w == "--" ]]; then dashdash=1; break; fi
-        _ddtctl_node "$cpath"
-        if [[ $w == -* ]]; then
-            if [[ $w != *=* && " $vopts " == *" $w "* ]]; then skip=1; fi
-        elif [[ " $cmds " == *" $w "* ]]; then
-            cpath="$cpath $w"
-        fi
-    done
-    _ddtctl_node "$cpath"
-    if ((dashdash)); then return 0; fi  # after `--`: files (complete -o default)
-    if [[ $cur == "=" ]]; then  # `--opt=` with nothing typed after the "="
-        cur=""
-        _ddtctl_values "$cpath" "${COMP_WORDS[COMP_CWORD-1]}"
-        return 0
-    fi
-    if ((skip)); then
-        opt="${COMP_WORDS[COMP_CWORD-1]}"
-        if [[ $opt == "=" ]]; then opt="${COMP_WORDS[COMP_CWORD-2]}"; fi
-        _ddtctl_values "$cpath" "$opt"
-        return 0
-    fi
-    if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-    elif [[ -n $cmds ]]; then
-        COMPREPLY=($(compgen -W "$cmds" -- "$cur"))
-    else
-        _ddtctl_args "$cpath"
-    fi
-    return 0
-}
-
-complete -o bashdefault -o default -F _ddtctl ddtctl
-""",
+        _BASH_MAIN,
     ]
     return "\n".join(lines)
 
@@ -242,6 +246,48 @@ complete -o bashdefault -o default -F _ddtctl ddtctl
 def _zdesc(name: str, help_text: str) -> str:
     """One `name:description` item of _describe, single-quoted."""
     return _sq(f"{name}:{help_text}" if help_text else name)
+
+
+# zsh: the same, after its tables
+_ZSH_MAIN = r"""_ddtctl() {
+    local -a cmdnames cmds opts vopts
+    local cpath=ddtctl w opt cur=${words[CURRENT]}
+    integer i skip=0 dashdash=0
+    for ((i = 2; i < CURRENT; i++)); do
+        w=${words[i]}
+        if ((skip)); then skip=0; continue; fi
+        if [[ $w == -- ]]; then dashdash=1; break; fi
+        _ddtctl_node "$cpath"
+        if [[ $w == -* ]]; then
+            if [[ $w != *=* ]] && ((${vopts[(Ie)$w]})); then skip=1; fi
+        elif ((${cmdnames[(Ie)$w]})); then
+            cpath="$cpath $w"
+        fi
+    done
+    _ddtctl_node "$cpath"
+    if ((dashdash)); then _files; return; fi
+    if ((skip)); then _ddtctl_values "$cpath" "${words[CURRENT-1]}"; return; fi
+    if [[ $cur == -*=* ]]; then
+        opt=${cur%%=*}
+        compset -P '*='
+        _ddtctl_values "$cpath" "$opt"
+        return
+    fi
+    if [[ $cur == -* ]]; then
+        _describe -t options option opts
+    elif (($#cmds)); then
+        _describe -t commands command cmds
+    else
+        _ddtctl_args "$cpath"
+    fi
+}
+
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+    _ddtctl "$@"
+else
+    compdef _ddtctl ddtctl
+fi
+"""
 
 
 def render_zsh(tree: dict) -> str:
@@ -290,45 +336,7 @@ def render_zsh(tree: dict) -> str:
         "    esac",
         "}",
         "",
-        r"""_ddtctl() {
-    local -a cmdnames cmds opts vopts
-    local cpath=ddtctl w opt cur=${words[CURRENT]}
-    integer i skip=0 dashdash=0
-    for ((i = 2; i < CURRENT; i++)); do
-        w=${words[i]}
-        if ((skip)); then skip=0; continue; fi
-        if [[ $w == -- ]]; then dashdash=1; break; fi
-        _ddtctl_node "$cpath"
-        if [[ $w == -* ]]; then
-            if [[ $w != *=* ]] && ((${vopts[(Ie)$w]})); then skip=1; fi
-        elif ((${cmdnames[(Ie)$w]})); then
-            cpath="$cpath $w"
-        fi
-    done
-    _ddtctl_node "$cpath"
-    if ((dashdash)); then _files; return; fi
-    if ((skip)); then _ddtctl_values "$cpath" "${words[CURRENT-1]}"; return; fi
-    if [[ $cur == -*=* ]]; then
-        opt=${cur%%=*}
-        compset -P '*='
-        _ddtctl_values "$cpath" "$opt"
-        return
-    fi
-    if [[ $cur == -* ]]; then
-        _describe -t options option opts
-    elif (($#cmds)); then
-        _describe -t commands command cmds
-    else
-        _ddtctl_args "$cpath"
-    fi
-}
-
-if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
-    _ddtctl "$@"
-else
-    compdef _ddtctl ddtctl
-fi
-""",
+        _ZSH_MAIN,
     ]
     return "\n".join(lines)
 
