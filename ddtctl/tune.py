@@ -429,7 +429,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
 
 
 def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
-    """The concurrency levels, the winner's level and the prompts; UsageError when they do not fit together."""
+    """The concurrency levels, the winner's level and the prompts; UsageError when they do not fit."""
     concs = sorted(set(int(c) for c in opts.concurrencies))
     if not concs or min(concs) < 1:
         raise UsageError("concurrency levels must be positive integers", fix="e.g. --concurrency 1,8")
