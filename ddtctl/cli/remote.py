@@ -321,9 +321,38 @@ def _healthy(st) -> bool:
     return bool(st.server and st.server.get("running") and st.health == 200)
 
 
+def _probe_rows(hosts: list, rows: list[dict], trust_new_host: bool) -> int:
+    """host_status of every host, in parallel, into its row (status, healthy, error). The exit code: REMOTE
+    when one could not be reached, else DEPLOY when one is unhealthy, else OK."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddtctl.deploy import host_status
+    from ddtctl.errors import DdtctlError, ExitCode
+
+    def one(h):
+        try:
+            return host_status(h, trust_new_host=trust_new_host), None
+        except DdtctlError as err:
+            return None, err
+
+    code = ExitCode.OK
+    # --trust-new-host writes known_hosts: one host at a time then
+    with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
+        results = list(pool.map(one, hosts))
+    for row, (st, err) in zip(rows, results, strict=True):
+        if err is not None:
+            row.update(status=None, healthy=False, error=err)
+            code = ExitCode.REMOTE
+        else:
+            row.update(status=st.to_json(), healthy=_healthy(st), error=None)
+            if not row["healthy"] and code == ExitCode.OK:
+                code = ExitCode.DEPLOY
+    return code
+
+
 def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
     """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
-    from ddtctl.errors import DdtctlError, ExitCode
+    from ddtctl.errors import ExitCode
     from ddtctl.remote.inventory import load_inventory
 
     inv = load_inventory(inventory)
@@ -332,29 +361,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
         for h in hosts
     ]
-    code = ExitCode.OK
-    if probe and hosts:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ddtctl.deploy import host_status
-
-        def one(h):
-            try:
-                return host_status(h, trust_new_host=trust_new_host), None
-            except DdtctlError as err:
-                return None, err
-
-        # --trust-new-host writes known_hosts: one host at a time then
-        with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
-            results = list(pool.map(one, hosts))
-        for row, (st, err) in zip(rows, results, strict=True):
-            if err is not None:
-                row.update(status=None, healthy=False, error=err)
-                code = ExitCode.REMOTE
-            else:
-                row.update(status=st.to_json(), healthy=_healthy(st), error=None)
-                if not row["healthy"] and code == ExitCode.OK:
-                    code = ExitCode.DEPLOY
+    code = _probe_rows(hosts, rows, trust_new_host) if probe and hosts else ExitCode.OK
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
         from ddtctl.report import ErrorInfo
