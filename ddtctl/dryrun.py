@@ -1,8 +1,10 @@
-"""`ddtctl dry-run`: run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on rendered
-argvs, in ONE warm subprocess of the managed env's python, declaring the target GPU generation to SGLang.
+"""`ddtctl dry-run`: run SGLang's own resolver (prepare_server_args + resolve_once + check_server_args) on
+rendered argvs, in ONE warm subprocess of the managed env's python, declaring the target GPU generation to
+SGLang.
 
 Library API (the CLI only parses and prints):
-    dry_run_argvs([(source, argv, gpu)], *, python=None, extra_sys_path=(), timeout_s=60) -> list[DryRunResult]
+    dry_run_argvs([(source, argv, gpu)], *, python=None, extra_sys_path=(), timeout_s=60)
+        -> list[DryRunResult]
     dry_run_profiles(paths, *, gpu=None, ...) -> list[DryRunResult]
 """
 
@@ -90,7 +92,7 @@ def exit_code(results: Sequence[DryRunResult]) -> int:
     return ExitCode.OK if all(r.accepted for r in results) else ExitCode.INVALID
 
 
-# -- GPU ------------------------------------------------------------------------------------------------------------
+# -- GPU -----------------------------------------------------------------------------------------------------
 def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
     """A GPU name / GpuSpec -> (platform facts for the worker, display name)."""
     if gpu is None:
@@ -108,7 +110,7 @@ def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
     return {"sm": spec.sm, "capability": list(cap), "memory_gb": memory or None, "name": spec.name}, name
 
 
-# -- model configs --------------------------------------------------------------------------------------------------
+# -- model configs -------------------------------------------------------------------------------------------
 def locate_model_config(path: str, host: str | None) -> Path | None:
     """A local directory holding `path`'s config.json: the path itself, or the cached copy for `host`."""
     p = Path(os.path.expanduser(path))
@@ -145,7 +147,8 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
             )
             raise ModelConfigMissing(
                 f"{flag} {value}: no config.json {where} (looked in {value} and "
-                f"{model_config_cache_dir(host, value)}); SGLang's resolver reads the model's config.json: {fetch}"
+                f"{model_config_cache_dir(host, value)}); "
+                f"SGLang's resolver reads the model's config.json: {fetch}"
             )
         local_s = str(local)
         if local_s != value:
@@ -169,7 +172,7 @@ def _unmap(value: Any, mapping: dict[str, str]) -> Any:
     return value
 
 
-# -- running --------------------------------------------------------------------------------------------------------
+# -- running -------------------------------------------------------------------------------------------------
 def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) -> Path:
     if python:
         p = Path(python)
@@ -196,10 +199,10 @@ def dry_run_argvs(
 ) -> list[DryRunResult]:
     """Resolve each (source, argv, gpu) through one warm resolver process.
 
-    gpu: a GPU name ("H200", "sm90"), a GpuSpec, or None (then no platform is declared and argv is passed as is).
-    A crash or hang on one item is reported for that item (setup_error) and the worker is restarted for the rest.
-    `hosts[i]` picks where item i's model configs are looked up; `envs[i]` is its server environment (SGLANG_*).
-    `client` lets callers keep one ResolverClient warm across calls (it is not closed here).
+    gpu: a GPU name ("H200", "sm90"), a GpuSpec, or None (then no platform is declared and argv is passed as
+    is). A crash or hang on one item is reported for that item (setup_error) and the worker is restarted for
+    the rest. `hosts[i]` picks where item i's model configs are looked up; `envs[i]` is its server environment
+    (SGLANG_*). `client` lets callers keep one ResolverClient warm across calls (it is not closed here).
     """
     from ddtctl.bridge.client import ResolverClient, WorkerError, WorkerStartError
 

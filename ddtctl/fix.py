@@ -5,11 +5,12 @@ outside the edited keys stays byte-identical, and an edit ruamel cannot make tha
 reason. Every edit is checked before it is written: the edited text must parse, and parse to exactly the
 original profile with the edits applied (`verify`).
 
-Every fix is safe or unsafe (`edit_safety`). Plain `--fix` applies the safe ones; `--unsafe-fixes` the others too.
-Safe: setting a switch or a choice flag to the value the launch needs (`attention-backend: triton`,
-`disable-overlap-schedule: true`). Unsafe: removing a flag the user set, and setting a number or a free-form string
-(a memory ratio, a size, a path), which ddtctl would have to guess and the user must own. A rule can say otherwise
-for its hit (`Hit(..., unsafe=True/False)`); a finding with several edits is unsafe when one of them is.
+Every fix is safe or unsafe (`edit_safety`). Plain `--fix` applies the safe ones; `--unsafe-fixes` the others
+too. Safe: setting a switch or a choice flag to the value the launch needs (`attention-backend: triton`,
+`disable-overlap-schedule: true`). Unsafe: removing a flag the user set, and setting a number or a free-form
+string (a memory ratio, a size, a path), which ddtctl would have to guess and the user must own. A rule can
+say otherwise for its hit (`Hit(..., unsafe=True/False)`); a finding with several edits is unsafe when one of
+them is.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ SAFE, UNSAFE = "safe", "unsafe"
 
 def edit_safety(edits: dict[str, Any], catalog: Any = None, *, unsafe: bool | None = None) -> str | None:
     """SAFE, UNSAFE, or None (no edit): how `validate --fix` treats these edits (dashed flag -> value).
-    `catalog` (a ddtctl.schema.catalog.Catalog) tells choice flags from free-form ones; without it a string value
-    counts as a choice. `unsafe` is the rule's own verdict, when it gave one."""
+    `catalog` (a ddtctl.schema.catalog.Catalog) tells choice flags from free-form ones; without it a string
+    value counts as a choice. `unsafe` is the rule's own verdict, when it gave one."""
     if not edits:
         return None
     if unsafe is not None:

@@ -208,6 +208,22 @@ def _unknown_flag(
     return _finding("DDT001", f"{where}: unknown SGLang {catalog.version} flag --{name}", line, key, fix=hint)
 
 
+def _not_a_choice(spec: FlagSpec, given: Any, line: int | None, key: str, where: str) -> Finding:
+    """DDT003, with the closest choice as the fix (and its edit) when there is one."""
+    import difflib
+
+    choices = ", ".join(map(str, spec.choices or ()))
+    close = difflib.get_close_matches(str(given), [str(c) for c in spec.choices or ()], n=1)
+    return _finding(
+        "DDT003",
+        f"{where}: {given!r} is not a choice of --{spec.name} ({choices})",
+        line,
+        key,
+        fix=f"use {close[0]}" if close else f"use one of {choices}",
+        edits={spec.name: close[0]} if close else None,
+    )
+
+
 def _accept(
     out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None, where: str
 ) -> None:
@@ -249,20 +265,7 @@ def _accept(
     try:
         typed = coerce(spec, value)
     except LookupError as err:
-        choices = ", ".join(map(str, spec.choices or ()))
-        import difflib
-
-        close = difflib.get_close_matches(str(err.args[0]), [str(c) for c in spec.choices or ()], n=1)
-        out.findings.append(
-            _finding(
-                "DDT003",
-                f"{where}: {err.args[0]!r} is not a choice of --{spec.name} ({choices})",
-                line,
-                key,
-                fix=f"use {close[0]}" if close else f"use one of {choices}",
-                edits={spec.name: close[0]} if close else None,
-            )
-        )
+        out.findings.append(_not_a_choice(spec, err.args[0], line, key, where))
         return
     except ValueError as err:
         out.findings.append(

@@ -108,7 +108,7 @@ def _canon(key: str) -> str:
 
 
 def _restyle(new_name: str, old_key: str) -> str:
-    """Keep the user's spelling style: underscores if they wrote underscores, a leading `--` if they wrote one."""
+    """Keep the user's spelling: underscores if they wrote underscores, a leading `--` if they wrote one."""
     out = new_name.replace("-", "_") if ("_" in old_key and "-" not in old_key.lstrip("-")) else new_name
     return ("--" + out) if old_key.startswith("--") else out
 
@@ -140,7 +140,7 @@ def _replacement_value(replacement: str | None, target) -> tuple[str, Any] | Non
     return spec.name, value
 
 
-# -- the migration ---------------------------------------------------------------------------------------------------
+# -- the migration -------------------------------------------------------------------------------------------
 def migrate_text(
     text: str, source: str, to_version: str, *, from_version: str | None = None
 ) -> MigrationResult:
@@ -166,12 +166,7 @@ def migrate_text(
             "`server:` must be a mapping of SGLang flags", where=f"{source}:{doc.lines.get('server')}"
         )
     diff = diff_versions(source_cat.version, target.version) if source_cat.version != target.version else None
-    try:
-        from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
-
-        ours = {s.name for s in DDTREE_FLAG_SPECS}
-    except ImportError:  # pragma: no cover
-        ours = set()
+    ours = _payload_flags()
 
     editor = _editor(text, source)
     present = set(server)
@@ -183,14 +178,8 @@ def migrate_text(
         spec = source_cat.get(key)
         if spec is None:
             unknown += 1  # did-you-mean for the first few only: bounded work on hostile input (issue #14)
-            close = source_cat.suggest(key) if unknown <= SUGGEST_PER_INPUT else []
             result.warnings.append(
-                KeyIssue(
-                    line_no,
-                    key,
-                    f"not a flag of sglang {source_cat.version}; left as is",
-                    f"did you mean {close[0]!r}?" if close else None,
-                )
+                _unknown_flag(source_cat, key, line_no, suggest=unknown <= SUGGEST_PER_INPUT)
             )
             continue
         now = target.get_option(key)
@@ -206,31 +195,68 @@ def migrate_text(
                 )
             continue
         target_flag = _target_flag(result, key, spec, value, line_no, now, diff, source_cat, target)
-        if target_flag is None:
-            continue
-        new_name, reason, new_value = target_flag
-        new_canon = _canon(new_name)
-        if new_canon in present and new_canon != key:
-            result.removed.append(
-                KeyIssue(
-                    line_no,
-                    key,
-                    f"--{new_name} (its new name) is also set",
-                    f"keep one of `{key}` and `{new_name}`",
-                )
-            )
-            continue
-        written = find_key(editor.data["server"], key, _canon)
-        if line_no is None or written is None:
-            continue
-        old_key = str(written)
-        rename_key(editor.data["server"], written, _restyle(new_name, old_key))
-        if new_value is not None:
-            set_value(editor, editor.data["server"], _restyle(new_name, old_key), new_value, gap=None)
-        present.add(new_canon)
-        result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value, new_value))
-        _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
+        if target_flag is not None:
+            _rename(result, editor, present, target, key, value, line_no, target_flag)
+    _finish(result, editor, source_cat, target)
+    return result
 
+
+def _payload_flags() -> set[str]:
+    try:
+        from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
+
+        return {s.name for s in DDTREE_FLAG_SPECS}
+    except ImportError:  # pragma: no cover
+        return set()
+
+
+def _unknown_flag(source_cat: Catalog, key: str, line_no: int | None, *, suggest: bool) -> KeyIssue:
+    close = source_cat.suggest(key) if suggest else []
+    return KeyIssue(
+        line_no,
+        key,
+        f"not a flag of sglang {source_cat.version}; left as is",
+        f"did you mean {close[0]!r}?" if close else None,
+    )
+
+
+def _rename(
+    result: MigrationResult,
+    editor: RoundTrip,
+    present: set[str],
+    target: Catalog,
+    key: str,
+    value: Any,
+    line_no: int | None,
+    target_flag: tuple[str, str, Any],
+) -> None:
+    """Rename `key` to its name in the target release (with its new value, when it has one) in the editor."""
+    new_name, reason, new_value = target_flag
+    new_canon = _canon(new_name)
+    if new_canon in present and new_canon != key:
+        result.removed.append(
+            KeyIssue(
+                line_no,
+                key,
+                f"--{new_name} (its new name) is also set",
+                f"keep one of `{key}` and `{new_name}`",
+            )
+        )
+        return
+    written = find_key(editor.data["server"], key, _canon)
+    if line_no is None or written is None:
+        return
+    old_key = str(written)
+    rename_key(editor.data["server"], written, _restyle(new_name, old_key))
+    if new_value is not None:
+        set_value(editor, editor.data["server"], _restyle(new_name, old_key), new_value, gap=None)
+    present.add(new_canon)
+    result.edits.append(KeyEdit(line_no, old_key, _restyle(new_name, old_key), reason, value, new_value))
+    _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
+
+
+def _finish(result: MigrationResult, editor: RoundTrip, source_cat: Catalog, target: Catalog) -> None:
+    """Set the `sglang:` release and take the edited text (or report why the editor refused)."""
     if result.edits or source_cat.version != target.version:
         if not _set_sglang(editor, target.version):
             result.warnings.append(
@@ -245,7 +271,6 @@ def migrate_text(
         result.text = editor.result()
     except EditRefused as refused:
         _report_refusal(result, refused.reason)
-    return result
 
 
 def _target_flag(
@@ -376,8 +401,8 @@ def migrate_profile(
     # edited with "\n" line breaks; rewrite() writes the file's own (CRLF stays CRLF)
     result = migrate_text(doc.text.replace("\r\n", "\n"), str(path), to_version, from_version=from_version)
     if write and result.changed:
-        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or changed
-        # since it was read (issue #14)
+        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or
+        # changed since it was read (issue #14)
         rewrite(
             path,
             result.text,

@@ -1,13 +1,14 @@
 """`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
 
-For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft tokens;
-or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without speculative
-decoding): render the profile variant, validate it statically (invalid points are skipped with their rule ids),
-deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point that fails is recorded and
-the sweep goes on), run SGLang's own benchmark (`python -m sglang.benchmark.serving`) on the host against the server
-at each concurrency, and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a local
-JSON-lines results file as soon as it is done; a re-run skips the points already there. At the end the host is put
-back on the release it started from (ddtctl.deploy.rollback), unless `keep_best`.
+For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft
+tokens; or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without
+speculative decoding): render the profile variant, validate it statically (invalid points are skipped with
+their rule ids), deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
+that fails is recorded and the sweep goes on), run SGLang's own benchmark
+(`python -m sglang.benchmark.serving`) on the host against the server at each concurrency, and read the
+server's /get_server_info (DDTREE's own metrics). Each point is appended to a local JSON-lines results file
+as soon as it is done; a re-run skips the points already there. At the end the host is put back on the
+release it started from (ddtctl.deploy.rollback), unless `keep_best`.
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -36,13 +37,17 @@ from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part
     run_bench,
     server_metrics,
 )
+from ddtctl.tune_write import WriteResult, write_point  # noqa: F401  (part of this module's API)
 
 DEFAULT_CONCURRENCY = (1, 8)
 BASELINES = ("auto", "dflash", "none", "off")
 
 # Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
-DDTREE_SPACE = {"speculative-ddtree-budget": [16, 32, 64], "speculative-ddtree-topk-cap": [None]}
-EAGLE_SPACE = {
+DDTREE_SPACE: dict[str, list[Any]] = {
+    "speculative-ddtree-budget": [16, 32, 64],
+    "speculative-ddtree-topk-cap": [None],
+}
+EAGLE_SPACE: dict[str, list[Any]] = {
     "speculative-num-steps": [3, 5],
     "speculative-eagle-topk": [1, 4],
     "speculative-num-draft-tokens": [4, 8],
@@ -85,7 +90,9 @@ class PointResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "PointResult":
-        kw = {k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d}
+        kw: dict[str, Any] = {
+            k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d
+        }
         return cls(**kw, runs=[BenchRun.from_json(r) for r in d.get("runs") or []], resumed=True)
 
 
@@ -268,7 +275,7 @@ def _short(flag: str) -> str:
 
 
 def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> PointSpec | None:
-    """The reference point: the profile with DFLASH (the DDTREE flags removed), or without speculative decoding."""
+    """The reference point: the profile with DFLASH (no DDTREE flags), or without speculative decoding."""
     algo = (algorithm or "").upper()
     if kind == "off":
         return None
@@ -357,18 +364,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     points = points_of(space)
     base_pt = baseline_point(opts.baseline, algorithm, server)
     todo = ([base_pt] if base_pt else []) + points
-    concs = sorted(set(int(c) for c in opts.concurrencies))
-    if not concs or min(concs) < 1:
-        raise UsageError("concurrency levels must be positive integers", fix="e.g. --concurrency 1,8")
-    chosen = opts.winner_concurrency if opts.winner_concurrency is not None else concs[0]
-    if chosen not in concs:
-        raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
-    prompts = load_prompts(opts.prompts_file) if opts.prompts_file else None
-    if prompts is not None and opts.output_len < MIN_OUTPUT_LEN:
-        raise UsageError(
-            f"--output-len {opts.output_len} is too short for a prompt file",
-            fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)",
-        )
+    concs, chosen, prompts = _bench_settings(opts)
     results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
     done = read_results(results_path)
     payload_dir = opts.payload_dir
@@ -430,6 +426,23 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
             _finish(result, start, host, opts, variants, payload_dir, dopts)
     result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
+    """The concurrency levels, the winner's level and the prompts; UsageError when they do not fit."""
+    concs = sorted(set(int(c) for c in opts.concurrencies))
+    if not concs or min(concs) < 1:
+        raise UsageError("concurrency levels must be positive integers", fix="e.g. --concurrency 1,8")
+    chosen = opts.winner_concurrency if opts.winner_concurrency is not None else concs[0]
+    if chosen not in concs:
+        raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
+    prompts = load_prompts(opts.prompts_file) if opts.prompts_file else None
+    if prompts is not None and opts.output_len < MIN_OUTPUT_LEN:
+        raise UsageError(
+            f"--output-len {opts.output_len} is too short for a prompt file",
+            fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)",
+        )
+    return concs, chosen, prompts
 
 
 def _mask_point(pr: PointResult, secrets: set[str]) -> None:
@@ -580,45 +593,3 @@ def _finish(
         result.end_release = host_status(host, trust_new_host=opts.trust_new_host, probe=False).current
     except DdtctlError as err:
         result.restore_error = err.one_line()
-
-
-# ----------------------------------------------------------------------------------------------- --write
-@dataclass
-class WriteResult:
-    path: str
-    changed: bool
-    edits: dict[str, Any]
-    diff: str
-
-
-def write_point(profile: str, point: PointResult) -> WriteResult:
-    """Put a point's flags into the profile's `server:` block, keeping comments and layout: the editor of
-    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.verify, written by ddtctl.safeio.rewrite."""
-    from ddtctl.fix import apply_fixes, unified_diff, verify
-    from ddtctl.profile import canonical_flag_key, parse_profile_text, read_profile_document
-    from ddtctl.rules.engine import ERROR, Finding
-    from ddtctl.safeio import rewrite
-
-    doc = read_profile_document(profile)
-    raw = doc.raw
-    text = doc.text.replace("\r\n", "\n")
-    doc = parse_profile_text(text, doc.source) if text != doc.text else doc
-    server = doc.data.get("server") or {}
-    edits = {
-        canonical_flag_key(k): v
-        for k, v in point.flags.items()
-        if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)
-    }
-    edits = {k: v for k, v in edits.items() if not (v is None and k not in server)}
-    finding = Finding(rule="tune", severity=ERROR, message=f"tune winner {point.label}", edits=edits)
-    fixed = apply_fixes(text, [finding], doc.lines)
-    why = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, doc.source) if fixed.changed else None)
-    if why:
-        raise UsageError(
-            f"cannot write the winner into the profile: {why}",
-            where=doc.source,
-            fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand",
-        )
-    if fixed.changed:
-        rewrite(doc.source, fixed.text, original=raw if raw is not None else text.encode(), what="profile")
-    return WriteResult(doc.source, fixed.changed, edits, unified_diff(doc.source, text, fixed.text))

@@ -21,8 +21,9 @@ def _x(result: TuneResult) -> tuple[list[float], list[str], str]:
     points in sweep order."""
     pts = [p for p in result.points if p.runs]
     budgets = [p.flags.get(BUDGET_FLAG) for p in pts]
-    if pts and all(isinstance(b, int) for b in budgets) and len(set(budgets)) == len(budgets):
-        return [float(b) for b in budgets], [str(b) for b in budgets], "DDTREE budget"  # type: ignore[arg-type]
+    int_budgets = [b for b in budgets if isinstance(b, int)]
+    if pts and len(int_budgets) == len(budgets) and len(set(int_budgets)) == len(int_budgets):
+        return [float(b) for b in int_budgets], [str(b) for b in int_budgets], "DDTREE budget"
     return [float(i) for i in range(len(pts))], [p.label for p in pts], "point"
 
 

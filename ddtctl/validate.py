@@ -142,7 +142,7 @@ def check_flags(
 
 
 def _mark_fixable(findings: list[Finding], catalog) -> None:
-    """`fixable` of each finding whose edits `validate --fix` applies (errors): safe or unsafe (ddtctl.fix)."""
+    """`fixable` of each finding whose edits `validate --fix` applies (errors): safe or unsafe (fix.py)."""
     from ddtctl.fix import edit_safety
 
     for f in findings:
@@ -150,8 +150,9 @@ def _mark_fixable(findings: list[Finding], catalog) -> None:
             f.fixable = edit_safety(f.edits, catalog, unsafe=f.unsafe)
 
 
-# Findings that do not come from a rule of the graph (flag catalog and profile checks): id -> (severity, whether
-# SGLang itself rejects it). Those SGLang (or the profile schema) rejects cannot be ignored, like enforced rules.
+# Findings that do not come from a rule of the graph (flag catalog and profile checks): id -> (severity,
+# whether SGLang itself rejects it). Those SGLang (or the profile schema) rejects cannot be ignored, like
+# enforced rules.
 BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
     "DDT000": (WARNING, False),  # rules that could not run
     "DDT001": (ERROR, True),  # unknown flag
@@ -166,7 +167,7 @@ BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
 
 
 def ignore_refusal(rule_id: str) -> str | None:
-    """Why `rule_id` cannot be ignored (unknown, or an error SGLang 0.5.23 rejects itself); None when it can."""
+    """Why `rule_id` cannot be ignored (unknown, or an error SGLang 0.5.23 rejects itself); None if it can."""
     from ddtctl.rules.engine import RULES, all_rules
 
     all_rules()
@@ -186,7 +187,7 @@ def ignore_refusal(rule_id: str) -> str | None:
 
 
 def parse_ignore_option(values: list[str] | None) -> dict[str, str]:
-    """`--ignore DDT114 --ignore DDT805,DDT120` -> {rule id: reason}; UsageError naming an id that cannot be."""
+    """`--ignore DDT114 --ignore DDT805,DDT120` -> {rule id: reason}; else a UsageError naming the id."""
     out: dict[str, str] = {}
     for value in values or []:
         for part in value.split(","):
@@ -201,7 +202,7 @@ def parse_ignore_option(values: list[str] | None) -> dict[str, str]:
 
 
 def apply_ignores(result: ValidationResult, ignores: dict[str, str]) -> ValidationResult:
-    """Move the findings of ignored rules to `result.ignored` (an error SGLang rejects itself stays reported)."""
+    """Move the findings of ignored rules to `result.ignored` (errors SGLang rejects itself stay reported)."""
     if not ignores or not result.findings:
         return result
     from ddtctl.rules.engine import RULES

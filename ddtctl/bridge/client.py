@@ -17,8 +17,8 @@ WORKER_SCRIPT = Path(__file__).resolve().parent / "resolver_worker.py"
 
 
 def stderr_cause(stderr: str) -> str:
-    """The line of a dead process's stderr that says why: a C++ abort ends with stack frames, a Python crash with
-    the exception; the last line naming an error or an abort wins over the frames after it."""
+    """The line of a dead process's stderr that says why: a C++ abort ends with stack frames, a Python crash
+    with the exception; the last line naming an error or an abort wins over the frames after it."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.strip().startswith("frame #")]
     for markers in (
         ("what():",),

@@ -1,8 +1,8 @@
 """SGLang resolver worker: JSON lines over stdin/stdout, run by the managed env's python.
 
-This file is executed as a script by the interpreter of the managed SGLang environment (or a remote host's python);
-it must not import ddtctl and uses only the standard library plus sglang and torch. It imports sglang once, then
-answers one request per input line:
+This file is executed as a script by the interpreter of the managed SGLang environment (or a remote host's
+python); it must not import ddtctl and uses only the standard library plus sglang and torch. It imports sglang
+once, then answers one request per input line:
 
     request:  {"id": 7, "argv": [...], "platform": {"sm": 90, "capability": [9, 0], "memory_gb": 141} | null,
                "env": {"SGLANG_...": "..."} (optional: the server's environment, undone after the resolve)}
@@ -14,8 +14,9 @@ On start it prints {"ready": true, "versions": {...}, "import_s": float} (or {"r
 A request {"op": "ping"} answers {"pong": true}. The protocol stream is a private copy of fd 1; fd 1 itself is
 pointed at stderr so stray prints from sglang cannot corrupt the protocol.
 
-Every request starts from the same clean state: os.environ, the platform overrides, the patched probes, logging
-and argparse-visible globals are restored after each resolve, and the ServerArgs record is built afresh.
+Every request starts from the same clean state: os.environ, the platform overrides, the patched probes,
+logging and argparse-visible globals are restored after each resolve, and the ServerArgs record is built
+afresh.
 """
 
 from __future__ import annotations
@@ -71,13 +72,13 @@ REPORTED_FIELDS = (
 
 
 def _platform_facts(platform: dict | None) -> dict:
-    """sglang platform facts for a declared GPU: {"sm": 90, "capability": [9, 0]} -> override_platform kwargs."""
+    """override_platform kwargs (platform facts) for a declared GPU: {"sm": 90, "capability": [9, 0]}."""
     if not platform:
         return {}
     sm = int(platform.get("sm") or 0)
     cap = platform.get("capability") or [sm // 10, sm % 10]
     cap = (int(cap[0]), int(cap[1]))
-    facts = {k: False for k in _SM_FLAGS}
+    facts: dict[str, Any] = {k: False for k in _SM_FLAGS}
     facts.update(
         is_cuda=True,
         is_hip=False,
@@ -105,8 +106,8 @@ def _import_torchvision(torch: Any) -> None:
 
     A torchvision that matches torch (a GPU host's image) registers its own C++ ops: declaring them first from
     Python makes its library load abort the process. PyPI's torchvision is a CUDA build; beside CPU torch its
-    extension does not load and its import fails with "operator torchvision::nms does not exist". Only then are
-    the op schemas declared and the import retried.
+    extension does not load and its import fails with "operator torchvision::nms does not exist". Only then
+    are the op schemas declared and the import retried.
     """
     try:
         import torchvision  # noqa: F401
@@ -173,8 +174,10 @@ class _Probes:
                         return probes.facts[fact]
                     return original(*args, **kwargs)
 
-                stub._ddtctl_stub = True
-                stub.cache_clear = getattr(original, "cache_clear", lambda: None)
+                # attributes on a function object (which mypy does not model): the marker and lru_cache's API
+                stub.__dict__.update(
+                    _ddtctl_stub=True, cache_clear=getattr(original, "cache_clear", lambda: None)
+                )
                 return stub
 
             replacements[original] = make()
@@ -188,7 +191,7 @@ class _Probes:
                     return float(probes.memory_gb) * 1024.0  # MiB, like the real probe
                 return mem_original(device, *args, **kwargs)
 
-            get_device_memory_capacity._ddtctl_stub = True
+            get_device_memory_capacity.__dict__["_ddtctl_stub"] = True
             replacements[mem_original] = get_device_memory_capacity
         # Rebind every module-level reference (hooks import the probes by name).
         self._replacements = replacements
@@ -272,14 +275,14 @@ class _StepTracker:
             try:
                 return fn_runner(a, b, *args, **kwargs)
             except BaseException:
-                # Outer steps see the exception after inner ones: the pipeline step that raised is the last set.
+                # Outer steps see the exception after inner ones: the step that raised is the last one set.
                 tracker.failed_step = name
                 raise
             finally:
                 tracker._attribute(name)
                 tracker.stack.pop()
 
-        runner._ddtctl_wrapped = True
+        runner.__dict__["_ddtctl_wrapped"] = True
         return runner
 
     def reset(self) -> None:
@@ -300,7 +303,7 @@ class Worker:
         self.out = out
         self.versions: dict = {}
 
-    # -- start-up -----------------------------------------------------------------------------------------------
+    # -- start-up --------------------------------------------------------------------------------------------
     def boot(self) -> None:
         t0 = time.perf_counter()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -310,8 +313,9 @@ class Worker:
 
         _import_torchvision(torch)
 
-        # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points of
-        # group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op otherwise.
+        # As SGLang's launcher does before parsing (launch_server.py): run the general plugins (entry points
+        # of group sglang.srt.plugins), e.g. the DDTREE overlay payload when its view is on sys.path. A no-op
+        # otherwise.
         from importlib.metadata import entry_points
 
         import sglang
@@ -333,9 +337,10 @@ class Worker:
                 importlib.import_module(f"sglang.srt.arg_groups.{info.name}")
             except Exception:
                 pass
-        # The hooks import more modules lazily, inside functions. Import them all now, before any platform facts
-        # are declared: some modules pick CUDA-only imports (sgl_kernel) at import time when is_cuda() is true,
-        # and importing them under the first request's declared GPU would make verdicts depend on request order.
+        # The hooks import more modules lazily, inside functions. Import them all now, before any platform
+        # facts are declared: some modules pick CUDA-only imports (sgl_kernel) at import time when is_cuda()
+        # is true, and importing them under the first request's declared GPU would make verdicts depend on
+        # request order.
         for extra in ["sglang.srt.entrypoints.engine"] + _lazy_imports(ag.__path__[0]):
             try:
                 importlib.import_module(extra)
@@ -396,17 +401,18 @@ class Worker:
             self.base_sys_modules = set(sys.modules)
         self.tracker.reset()
 
-    # -- one request ---------------------------------------------------------------------------------------------
+    # -- one request -----------------------------------------------------------------------------------------
     def resolve(self, request: dict) -> dict:
         t0 = time.perf_counter()
         argv = [str(a) for a in request.get("argv") or []]
-        # The server process's environment from the profile (SGLANG_* switches change verdicts); _restore() undoes it.
+        # The server's environment from the profile (SGLANG_* switches change verdicts); _restore() undoes it.
         os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
         facts = _platform_facts(request.get("platform"))
         self.probes.facts = dict(facts)
         self.probes.memory_gb = (request.get("platform") or {}).get("memory_gb")
-        # CPU torch reports no CUDA version; a few hooks gate kernels on it (attention_hook: flashinfer GDN prefill
-        # on SM100+ needs CUDA 13). Declare the target's CUDA (default 13.0, what current GPU hosts run).
+        # CPU torch reports no CUDA version; a few hooks gate kernels on it (attention_hook: flashinfer GDN
+        # prefill on SM100+ needs CUDA 13). Declare the target's CUDA (default 13.0, what current GPU hosts
+        # run).
         import torch
 
         saved_cuda = torch.version.cuda

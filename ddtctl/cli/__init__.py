@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 def load_app():
-    """The typer application with every command registered (imported only when the fast path does not apply)."""
+    """The typer app with every command registered (imported only when the fast path does not apply)."""
     # Each module registers its commands on `app`. Keep their top-level imports light.
     from ddtctl.cli import basics as _basics  # noqa: F401
     from ddtctl.cli import diffflags as _diffflags  # noqa: F401

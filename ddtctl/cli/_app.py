@@ -65,7 +65,7 @@ def emit_json(command: str, results: dict[str, Any] | None, exit_code: int = Exi
 
 
 def _print_version(value: bool) -> None:
-    """`ddtctl --version` when the fast path is off (--debug, DDTCTL_NO_FASTPATH=1); same text as the fast path."""
+    """`ddtctl --version` when the fast path is off (--debug, DDTCTL_NO_FASTPATH=1); the fast path's text."""
     if value:
         from ddtctl.cli.fastpath import version_text
 

@@ -1,5 +1,5 @@
-"""`ddtctl completion bash|zsh|fish` (the typer side; the fast path in fastpath.py prints the same script without
-building the app). `--version` and `-h` live on the application itself (ddtctl/cli/_app.py)."""
+"""`ddtctl completion bash|zsh|fish` (the typer side; the fast path in fastpath.py prints the same script
+without building the app). `--version` and `-h` live on the application itself (ddtctl/cli/_app.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ class Shell(str, Enum):
 def completion(shell: Shell = typer.Argument(..., help="bash, zsh or fish")) -> None:
     """Print a static completion script for SHELL (commands and options; paths complete as files).
 
-    bash: eval "$(ddtctl completion bash)" in ~/.bashrc. zsh: eval "$(ddtctl completion zsh)" in ~/.zshrc after
-    compinit. fish: ddtctl completion fish > ~/.config/fish/completions/ddtctl.fish.
+    bash: eval "$(ddtctl completion bash)" in ~/.bashrc. zsh: eval "$(ddtctl completion zsh)" in ~/.zshrc
+    after compinit. fish: ddtctl completion fish > ~/.config/fish/completions/ddtctl.fish.
     """
     import sys
 

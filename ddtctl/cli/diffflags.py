@@ -182,8 +182,8 @@ def diff_flags(
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
     brief: bool = typer.Option(False, "--brief", help="Text output: list at most 20 added flags."),
 ) -> None:
-    """Show how SGLang's flags differ: between releases (--from/--to), between the catalog and an installed SGLang
-    (--installed), or between two profiles' launches (A.yaml B.yaml).
+    """Show how SGLang's flags differ: between releases (--from/--to), between the catalog and an installed
+    SGLang (--installed), or between two profiles' launches (A.yaml B.yaml).
 
     Exit codes: 0 done (with --installed: no drift), 1 --installed found drift, 2 usage or environment error.
     """
@@ -277,9 +277,11 @@ def migrate(
     ),
     output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
 ) -> None:
-    """Rewrite a profile for a newer SGLang: renamed flags renamed (comments and layout kept), removed ones reported.
+    """Rewrite a profile for a newer SGLang: renamed flags renamed (comments and layout kept), removed ones
+    reported.
 
-    Exit codes: 0 migrated (or nothing to do), 1 flags remain that need a manual decision, 2 usage or I/O error.
+    Exit codes: 0 migrated (or nothing to do), 1 flags remain that need a manual decision, 2 usage or I/O
+    error.
     """
     from ddtctl import PINNED_SGLANG
     from ddtctl.migrate import migrate_profile

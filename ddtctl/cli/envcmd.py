@@ -23,11 +23,12 @@ _SGLANG_HELP = "SGLang release of the environment."
 def _human(n: int | None) -> str:
     if n is None:
         return "-"
+    size: float = n
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return str(n)
+        if size < 1024 or unit == "GiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
+        size /= 1024
+    return str(size)
 
 
 @env_app.command("create")

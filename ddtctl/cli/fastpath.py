@@ -1,14 +1,17 @@
 """Start-up fast path for `ddtctl validate`: the same command without building the typer application.
 
-pre-commit runs `ddtctl validate` on every commit; building the typer/click app (and the pydantic adapters typer
-creates for parameters) costs more than validating a profile. This parser mirrors the typer command's options;
-`--help` and anything it does not understand go to typer. tests/cli/test_fastpath.py checks that both paths agree.
+pre-commit runs `ddtctl validate` on every commit; building the typer/click app (and the pydantic adapters
+typer creates for parameters) costs more than validating a profile. This parser mirrors the typer command's
+options; `--help` and anything it does not understand go to typer. tests/cli/test_fastpath.py checks that both
+paths agree.
 
-`ddtctl --version` and `ddtctl completion SHELL` are answered here too (try_basics), without typer; the typer app
-has the same `--version` option and `completion` command, used with --debug or DDTCTL_NO_FASTPATH=1.
+`ddtctl --version` and `ddtctl completion SHELL` are answered here too (try_basics), without typer; the typer
+app has the same `--version` option and `completion` command, used with --debug or DDTCTL_NO_FASTPATH=1.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ddtctl.errors import ExitCode
 
@@ -20,7 +23,7 @@ def try_validate(args: list[str]) -> int | None:
     rest = args[1:]
     if any(a in ("--help", "-h") for a in rest):
         return None
-    opts = {
+    opts: dict[str, Any] = {
         "argv": False,
         "gpu": None,
         "sglang": None,
@@ -29,8 +32,8 @@ def try_validate(args: list[str]) -> int | None:
         "quiet": False,
         "diff": False,
         "unsafe_fixes": False,
-        "ignore": [],
     }
+    ignore: list[str] = []
     paths: list[str] = []
     i = 0
     while i < len(rest):
@@ -52,7 +55,7 @@ def try_validate(args: list[str]) -> int | None:
                 i += 1
             key = {"--format": "output"}.get(name, name[2:])
             if key == "ignore":
-                opts["ignore"].append(value)  # type: ignore[union-attr]
+                ignore.append(value)
             else:
                 opts[key] = value
         elif a.startswith("-") and a != "-":
@@ -63,7 +66,7 @@ def try_validate(args: list[str]) -> int | None:
         return None
     from ddtctl.cli.validate_report import run_validate
 
-    return run_validate(paths, **opts)  # type: ignore[arg-type]
+    return run_validate(paths, ignore=ignore, **opts)
 
 
 def version_text() -> str:

@@ -1,5 +1,5 @@
-"""`ddtctl kernels selftest` and `ddtctl kernels tree`: thin wrappers over ddtctl.kernels (torch/triton imported
-only inside the commands)."""
+"""`ddtctl kernels selftest` and `ddtctl kernels tree`: thin wrappers over ddtctl.kernels (torch/triton
+imported only inside the commands)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ overlay_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    help="The DDTREE integration payload for the pinned SGLang: build, verify, install atomically, uninstall exactly.",
+    help="The DDTREE integration payload for the pinned SGLang: "
+    "build, verify, install atomically, uninstall exactly.",
 )
 app.add_typer(overlay_app, name="overlay")
 
@@ -47,8 +48,8 @@ def build_cmd(
     ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
-    """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add its
-    modules, byte-compile with the target interpreter, and make the dry-run view."""
+    """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add
+    its modules, byte-compile with the target interpreter, and make the dry-run view."""
     from rich.markup import escape
 
     from ddtctl.cli.progress import working
@@ -141,8 +142,8 @@ def install_cmd(
     ),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
-    """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is rolled
-    back (or finished) by the next overlay command."""
+    """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is
+    rolled back (or finished) by the next overlay command."""
     from ddtctl.overlay.manage import install
 
     _print_install("install", install(sglang_root, payload=payload, python=python, state_dir=state_dir), fmt)
@@ -155,7 +156,8 @@ def uninstall_cmd(
     state_dir: str = typer.Option(None, "--state-dir", help="The state dir used at install."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
-    """Restore the exact pristine files (bytes, modes, mtimes, their .pyc) and remove the payload's own files."""
+    """Restore the exact pristine files (bytes, modes, mtimes, their .pyc) and remove the payload's own
+    files."""
     from ddtctl.overlay.manage import uninstall
 
     _print_install("uninstall", uninstall(sglang_root, python=python, state_dir=state_dir), fmt)
@@ -201,7 +203,8 @@ def status_cmd(
         o.print(f"[yellow]recovered[/yellow] {escape(s['recovered'])}")
     if not s.get("installed"):
         o.print(
-            f"no payload installed in {escape(str(s.get('sglang_root')))} (sglang {escape(str(s.get('sglang')))})"
+            f"no payload installed in {escape(str(s.get('sglang_root')))} "
+            f"(sglang {escape(str(s.get('sglang')))})"
         )
         return
     o.print(
@@ -229,8 +232,8 @@ def import_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
 ) -> None:
-    """Turn hand-patched SGLang files into a payload: a diff against each pristine file (hashes recorded), new files
-    as added files. Then `ddtctl overlay build --payload OUT`."""
+    """Turn hand-patched SGLang files into a payload: a diff against each pristine file (hashes recorded), new
+    files as added files. Then `ddtctl overlay build --payload OUT`."""
     from rich.markup import escape
 
     from ddtctl.overlay.importer import import_dir

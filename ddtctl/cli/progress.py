@@ -1,8 +1,8 @@
 """One progress style for the slow commands: a rich spinner on stderr naming the step and its elapsed time.
 
 Only on a terminal: piped output, logs and `--format json` stay clean. rich honours NO_COLOR (no colours) and
-FORCE_COLOR (colours, and the spinner, even when stderr is not a terminal). `deploy` shows its stages the same way
-(ddtctl/cli/remote.py)."""
+FORCE_COLOR (colours, and the spinner, even when stderr is not a terminal). `deploy` shows its stages the same
+way (ddtctl/cli/remote.py)."""
 
 from __future__ import annotations
 

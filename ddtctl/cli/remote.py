@@ -1,13 +1,12 @@
-"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only inside
-the commands, through ddtctl.deploy)."""
+"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only
+inside the commands, through ddtctl.deploy)."""
 
 from __future__ import annotations
-
-import time
 
 import typer
 
 from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli.stage_events import LiveStages, event_printer
 
 _INVENTORY = typer.Option(
     None,
@@ -18,92 +17,6 @@ _INVENTORY = typer.Option(
 )
 _TRUST = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)")
 _FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
-
-_STYLE = {"ok": "green", "error": "red", "warn": "yellow", "info": "", "log": "dim"}
-
-
-class _Live:
-    """Stage events printed to stderr as they happen, under a rich spinner naming the stage in progress (the spinner
-    only renders on a terminal; stdout stays clean for --format json)."""
-
-    def __init__(self, fmt: OutputFormat):
-        from ddtctl.cli._app import stderr_console
-
-        self.fmt = fmt
-        self.console = stderr_console()
-        self.on_event = _printer(fmt, self.console, self)
-        self.events = self.on_event.events
-        self.status = None
-
-    def __enter__(self) -> "_Live":
-        self.status = self.console.status("connecting", spinner="dots")
-        self.status.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.status is not None:
-            self.status.__exit__(*exc)
-
-    def update(self, text: str) -> None:
-        if self.status is not None:
-            self.status.update(text)
-
-    def ship_progress(self, host: str, done: int, total: int) -> None:
-        self.update(f"ship [{host}] {done}/{total} files uploaded")
-
-    def confirm(self, yes: bool) -> bool:
-        """Apply the plan? --yes, else a prompt on a terminal; never with --format json (stdout holds JSON)."""
-        if yes:
-            return True
-        self.__exit__(None, None, None)  # no spinner over the prompt
-        import sys
-
-        from ddtctl.errors import UsageError
-
-        if self.fmt == OutputFormat.json:
-            raise UsageError(
-                "the plan needs confirmation and --format json does not prompt",
-                fix="pass --yes, or --plan to see the plan first",
-            )
-        if not sys.stdin.isatty():
-            raise UsageError("the plan needs confirmation and stdin is not a terminal", fix="pass --yes")
-        return typer.confirm("Apply this plan?", default=False)
-
-
-class _EventPrinter:
-    """The callback of a command's stage events (`events`: every one of them, for the JSON envelope)."""
-
-    def __init__(self, on_event, events: list):
-        self.on_event, self.events = on_event, events
-
-    def __call__(self, ev) -> None:
-        self.events.append(ev)
-        self.on_event(ev)
-
-
-def _printer(fmt: OutputFormat, console=None, live: "_Live | None" = None) -> _EventPrinter:
-    """Events go to stderr as they happen: the progress of a long command, in json mode too (stdout holds the
-    JSON, whose results list the same events)."""
-    from rich.markup import escape
-
-    from ddtctl.cli._app import stderr_console
-
-    console = console or stderr_console()
-    t0 = time.monotonic()
-
-    def on_event(ev) -> None:
-        if live is not None and ev.level != "log":
-            live.update(f"{ev.stage}: {escape(ev.message[:100])}")
-        style = _STYLE.get(ev.level, "")
-        host = f"[{ev.host}] " if ev.host else ""
-        if ev.level == "log":
-            console.print(f"[dim]        {escape(host)}| {escape(ev.message)}[/dim]")
-            return
-        mark = {"ok": "✓", "error": "✗", "warn": "!"}.get(ev.level, "·")
-        text = f"{time.monotonic() - t0:6.2f}s {mark} {ev.stage:<9} {escape(host)}{escape(ev.message)}"
-        console.print(f"[{style}]{text}[/{style}]" if style else text)
-
-    return _EventPrinter(on_event, [])
 
 
 def _error_json(message: str | None, exit_code: int, where: str | None = None) -> dict | None:
@@ -195,9 +108,10 @@ def deploy(
 ) -> None:
     """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
 
-    Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files, sha256-verified),
-    install, launch, health, record. --plan stops after the plan, --stage after SGLang's resolver ran on the host with
-    the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3 SSH, 5 failed (rolled back).
+    Stages: facts, preflight (static + SGLang on the host), plan, ship (SFTP, only changed files,
+    sha256-verified), install, launch, health, record. --plan stops after the plan, --stage after SGLang's
+    resolver ran on the host with the payload staged. Exit 0 deployed/unchanged, 1 rejected by preflight, 3
+    SSH, 5 failed (rolled back).
     """
     deprecations = _deprecations(fmt, dry_run=dry_run, check=check)
     plan, stage = plan or dry_run, stage or check
@@ -224,7 +138,7 @@ def deploy(
     spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)
     hosts = [resolve_host(n, inv) for n in spec.host_names]
 
-    live = _Live(fmt)
+    live = LiveStages(fmt)
     opts = DeployOptions(
         dry_run=plan,
         check_only=stage,
@@ -309,7 +223,8 @@ def facts(
     if f.gpus:
         for g in f.gpus:
             con.print(
-                f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  {g.memory_free_mib}/{g.memory_total_mib} MiB free"
+                f"  GPU {g.index}: {escape(g.name)}  sm{g.sm}  "
+                f"{g.memory_free_mib}/{g.memory_total_mib} MiB free"
             )
     else:
         con.print(f"  GPUs: none ({escape(str(f.gpu_error))})")
@@ -320,7 +235,7 @@ def facts(
     )
     con.print(f"  disk free {f.disk_free_bytes / 2**30:.1f} GiB in {escape(f.work_dir)}")
     con.print(f"  ports listening: {', '.join(map(str, f.ports_in_use)) or 'none'}")
-    srv = f.server
+    srv = f.server or {}  # read only when the server runs, so it is set
     con.print(
         "  server: "
         + (
@@ -357,8 +272,9 @@ def status(
 ) -> None:
     """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy.
 
-    Without HOST: the inventory's hosts (name, address, user, profile) without connecting; with --probe, each host's
-    release, server and /health too (exit 0 when all are healthy, 3 when one could not be reached, else 5).
+    Without HOST: the inventory's hosts (name, address, user, profile) without connecting; with --probe, each
+    host's release, server and /health too (exit 0 when all are healthy, 3 when one could not be reached, else
+    5).
     """
     from ddtctl.deploy import host_status
     from ddtctl.errors import ExitCode
@@ -405,9 +321,38 @@ def _healthy(st) -> bool:
     return bool(st.server and st.server.get("running") and st.health == 200)
 
 
-def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
-    """`ddtctl status` without HOST: one row per inventory host; with `probe`, host_status of each (in parallel)."""
+def _probe_rows(hosts: list, rows: list[dict], trust_new_host: bool) -> int:
+    """host_status of every host, in parallel, into its row (status, healthy, error). The exit code: REMOTE
+    when one could not be reached, else DEPLOY when one is unhealthy, else OK."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ddtctl.deploy import host_status
     from ddtctl.errors import DdtctlError, ExitCode
+
+    def one(h):
+        try:
+            return host_status(h, trust_new_host=trust_new_host), None
+        except DdtctlError as err:
+            return None, err
+
+    code = ExitCode.OK
+    # --trust-new-host writes known_hosts: one host at a time then
+    with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
+        results = list(pool.map(one, hosts))
+    for row, (st, err) in zip(rows, results, strict=True):
+        if err is not None:
+            row.update(status=None, healthy=False, error=err)
+            code = ExitCode.REMOTE
+        else:
+            row.update(status=st.to_json(), healthy=_healthy(st), error=None)
+            if not row["healthy"] and code == ExitCode.OK:
+                code = ExitCode.DEPLOY
+    return code
+
+
+def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
+    """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
+    from ddtctl.errors import ExitCode
     from ddtctl.remote.inventory import load_inventory
 
     inv = load_inventory(inventory)
@@ -416,29 +361,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
         for h in hosts
     ]
-    code = ExitCode.OK
-    if probe and hosts:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ddtctl.deploy import host_status
-
-        def one(h):
-            try:
-                return host_status(h, trust_new_host=trust_new_host), None
-            except DdtctlError as err:
-                return None, err
-
-        # --trust-new-host writes known_hosts: one host at a time then
-        with ThreadPoolExecutor(max_workers=1 if trust_new_host else min(16, len(hosts))) as pool:
-            results = list(pool.map(one, hosts))
-        for row, (st, err) in zip(rows, results, strict=True):
-            if err is not None:
-                row.update(status=None, healthy=False, error=err)
-                code = ExitCode.REMOTE
-            else:
-                row.update(status=st.to_json(), healthy=_healthy(st), error=None)
-                if not row["healthy"] and code == ExitCode.OK:
-                    code = ExitCode.DEPLOY
+    code = _probe_rows(hosts, rows, trust_new_host) if probe and hosts else ExitCode.OK
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
         from ddtctl.report import ErrorInfo
@@ -616,7 +539,7 @@ def rollback(
     from ddtctl.deploy import rollback as run_rollback
     from ddtctl.errors import ExitCode
 
-    printer = _printer(fmt)
+    printer = event_printer(fmt)
     r = run_rollback(
         _resolve(host, inventory),
         release,

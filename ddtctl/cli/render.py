@@ -32,8 +32,9 @@ def render(
         OutputFormat.text, "--format", help="text, or json (argv, env, config, text)"
     ),
 ) -> None:
-    """Print what `ddtctl deploy` would launch for PROFILE: the server argv, a copy-pasteable shell command, or an
-    SGLang --config file that SGLang reads back into the same argv. Secret values are masked unless asked."""
+    """Print what `ddtctl deploy` would launch for PROFILE: the server argv, a copy-pasteable shell command,
+    or an SGLang --config file that SGLang reads back into the same argv. Secret values are masked unless
+    asked."""
     from ddtctl.render import render_profile
 
     result = render_profile(profile, as_.value, show_secrets=show_secrets)

@@ -98,11 +98,11 @@ def tune(
 ) -> None:
     """Find the speculative-decoding settings that serve fastest on HOST.
 
-    A baseline point first (DFLASH, or no speculative decoding), then every point of the search space: validate,
-    deploy (preflight, remote dry-run, launch, health), SGLang's benchmark on the host at each concurrency, the
-    server's /get_server_info. Invalid points are skipped with their rule ids; a point that fails to start is
-    recorded and the sweep goes on. At the end the host is back on its starting release unless --keep-best.
-    Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
+    A baseline point first (DFLASH, or no speculative decoding), then every point of the search space:
+    validate, deploy (preflight, remote dry-run, launch, health), SGLang's benchmark on the host at each
+    concurrency, the server's /get_server_info. Invalid points are skipped with their rule ids; a point that
+    fails to start is recorded and the sweep goes on. At the end the host is back on its starting release
+    unless --keep-best. Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
     """
     import shlex
 

@@ -49,7 +49,8 @@ def validate(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
-    """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang import).
+    """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang
+    import).
 
     Exit codes: 0 all valid, 1 any invalid, 2 usage or I/O error.
     """

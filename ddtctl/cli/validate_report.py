@@ -114,12 +114,12 @@ def _print_annotations(results) -> None:
 def _apply_fixes(
     results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None, say_fixed: bool = True
 ):
-    """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the edit is
-    made on the text that was validated, checked (it must parse to the intended profile), and written by
-    ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed since it
-    was read). `dry_run` (--diff): nothing is written; each result carries its diff and is the validation of the
-    edited text, so the exit code is the one validate would give after the fix. `say_fixed`: print "fixed
-    DDT111" on stderr (text output; JSON lists them in the result's `fixed`)."""
+    """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the
+    edit is made on the text that was validated, checked (it must parse to the intended profile), and written
+    by ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed
+    since it was read). `dry_run` (--diff): nothing is written; each result carries its diff and is the
+    validation of the edited text, so the exit code is the one validate would give after the fix. `say_fixed`:
+    print "fixed DDT111" on stderr (text output; JSON lists them in the result's `fixed`)."""
     from ddtctl.errors import DdtctlError
     from ddtctl.fix import UNSAFE, apply_fixes, unified_diff, verify
     from ddtctl.profile import parse_profile_text

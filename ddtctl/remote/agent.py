@@ -2,9 +2,10 @@
 
     python agent.py OP BASE64_JSON_PARAMS
 
-Every operation prints exactly one final JSON line `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`
-on stdout (the `lock` operation prints status lines first and then holds the lock until its stdin closes).
-Parameters never pass through a shell: they arrive as base64 JSON and processes are started from argv lists.
+Every operation prints exactly one final JSON line on stdout, `{"ok": true, "result": ...}` or
+`{"ok": false, "error": "..."}` (the `lock` operation prints status lines first and then holds the lock until
+its stdin closes). Parameters never pass through a shell: they arrive as base64 JSON and processes are started
+from argv lists.
 
 Layout under the work dir W:
     store/<sha256>              content-addressed payload files (verified after upload)
@@ -162,8 +163,8 @@ def _flock_held() -> bool:
 
 
 def _lock_held_by(token) -> bool:
-    """The deploy lock is held, by the lock agent that recorded `token`: that very process (pid *and* start time, so a
-    recycled pid does not count) is alive and the flock is taken."""
+    """The deploy lock is held, by the lock agent that recorded `token`: that very process (pid *and* start
+    time, so a recycled pid does not count) is alive and the flock is taken."""
     held = _read_json(_p("lock.json"))
     if not token or not held or held.get("token") != token:
         return False
@@ -181,9 +182,9 @@ def _require_lock(params: dict) -> None:
 
 
 def _run_locked(argv, params: dict, *, timeout: float, **kw) -> int:
-    """Run a long step (installer, warm-up) and stop it when the caller loses the deploy lock (its connection died:
-    nobody is left to act on the result, and a new deploy may take the lock). Returns the exit status (-9 after the
-    timeout); AgentError when the lock was lost."""
+    """Run a long step (installer, warm-up) and stop it when the caller loses the deploy lock (its connection
+    died: nobody is left to act on the result, and a new deploy may take the lock). Returns the exit status
+    (-9 after the timeout); AgentError when the lock was lost."""
     proc = subprocess.Popen(argv, start_new_session=True, **kw)
     deadline = time.time() + timeout
     token = params.get("lock_token")
@@ -233,7 +234,7 @@ def op_facts(params: dict):
         "kernel": platform.release(),
     }
     # sglang: version and the site-packages dir that holds it (without importing it)
-    sg = {"version": None, "root": None}
+    sg: dict[str, str | None] = {"version": None, "root": None}
     try:
         spec = importlib.util.find_spec("sglang")
         if spec and spec.submodule_search_locations:
@@ -339,8 +340,9 @@ def _listening_ports():
 
 
 def op_missing(params: dict):
-    """Which of these sha256 objects the store lacks. Under the lock, complete uploads an interrupted deploy left in
-    incoming/ are verified (sha256 recomputed) and kept, so a re-run resumes; partial ones are deleted."""
+    """Which of these sha256 objects the store lacks. Under the lock, complete uploads an interrupted deploy
+    left in incoming/ are verified (sha256 recomputed) and kept, so a re-run resumes; partial ones are
+    deleted."""
     os.makedirs(_p("store"), exist_ok=True)
     os.makedirs(_p("incoming"), exist_ok=True)
     salvaged = 0
@@ -367,7 +369,7 @@ def op_missing(params: dict):
 
 
 def op_commit(params: dict):
-    """Verify uploaded files (sha256, recomputed here) and move them into the store. Bad uploads are deleted."""
+    """Verify uploaded files (sha256 recomputed here) and move them into the store; bad ones are deleted."""
     good, bad = [], []
     os.makedirs(_p("store"), exist_ok=True)
     for name, want in params["files"].items():
@@ -415,7 +417,7 @@ def op_commit_stream(params: dict):
 
 
 def op_materialize(params: dict):
-    """Create releases/<id>/ from the store: payload tree (hard links) + release.json. Atomic (tmp dir + rename)."""
+    """Create releases/<id>/ from the store: payload tree (hard links) + release.json, atomically."""
     _require_lock(params)
     rel = params["release"]
     rid = _safe_id(rel["id"])
@@ -518,7 +520,7 @@ def _run_installer(action: str, rel: dict, params: dict):
 
 
 def op_install(params: dict):
-    """Install the release's payload into sglang (the overlay installer, atomic with backups). No-op if installed."""
+    """Install the release's payload into sglang (the overlay installer); no-op if installed."""
     _require_lock(params)
     rel = _release(params["id"])
     state = _state()
@@ -574,8 +576,9 @@ def _server_env(rel: dict) -> dict:
 
 
 def op_warmup(params: dict):
-    """Run the release's kernel warm-up (e.g. the payload's Triton self-test on the GPU) before anything changes:
-    same env and TRITON_CACHE_DIR as the server, the release's payload importable from its files/ tree."""
+    """Run the release's kernel warm-up (e.g. the payload's Triton self-test on the GPU) before anything
+    changes: same env and TRITON_CACHE_DIR as the server, the release's payload importable from its files/
+    tree."""
     _require_lock(params)
     rel = _release(params["id"])
     env = _server_env(rel)
@@ -711,8 +714,8 @@ def _killpg(info, sig) -> None:
 
 
 def _api_key(argv) -> str | None:
-    """The server's own --api-key (last one wins, as in argparse), read from its launch record on this host: SGLang
-    guards /get_server_info with it, and it never has to travel in a probe's parameters."""
+    """The server's own --api-key (last one wins, as in argparse), read from its launch record on this host:
+    SGLang guards /get_server_info with it, and it never has to travel in a probe's parameters."""
     key = None
     argv = list(argv or [])
     for i, arg in enumerate(argv):
@@ -818,7 +821,7 @@ def op_gc(params: dict):
     for junk in os.listdir(root) if os.path.isdir(root) else []:
         if junk.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, junk), ignore_errors=True)
-    used = set()
+    used: set[str] = set()
     for rid in os.listdir(root) if os.path.isdir(root) else []:
         rel = _read_json(os.path.join(root, rid, "release.json")) or {}
         for section in ("payload", "tools"):

@@ -1,8 +1,9 @@
-"""Host facts: GPUs, CUDA, python, SGLang, disk, ports, our server, and the models' config.json (cached locally)."""
+"""Host facts: GPUs, CUDA, python, SGLang, disk, ports, our server, models' config.json (cached locally)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,7 @@ class HostFacts:
         return d
 
 
-def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool = True) -> HostFacts:  # type: ignore[assignment]
+def gather_facts(conn: Connection, *, model_paths: Sequence[str] = (), cache: bool = True) -> HostFacts:
     raw = conn.call(Facts(conn.host.nvidia_smi, tuple(model_paths)), retry=True)
     facts = HostFacts(
         host=conn.host.name,
@@ -83,7 +84,7 @@ def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool =
                 tuple(g["compute_capability"]),
             )
             for g in raw["gpus"]
-        ],  # type: ignore[arg-type]
+        ],
         cuda=raw.get("cuda"),
         driver=raw.get("driver"),
         gpu_error=raw.get("gpu_error"),
@@ -99,7 +100,7 @@ def gather_facts(conn: Connection, *, model_paths: list[str] = (), cache: bool =
 
 
 def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
-    """Write each remote config.json where validation and dry-run look for it (dryrun.model_config_cache_dir)."""
+    """Write each remote config.json where validate and dry-run read it (dryrun.model_config_cache_dir)."""
     from ddtctl.paths import model_config_cache_dir
 
     out = {}

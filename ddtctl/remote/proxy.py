@@ -1,5 +1,6 @@
-"""How an SSH connection reaches its host (issue #17): a TCP socket (honouring AddressFamily and BindAddress), a
-ProxyCommand, or a `direct-tcpip` channel through the previous ProxyJump hop (opened by transport.Connection).
+"""How an SSH connection reaches its host (issue #17): a TCP socket (honouring AddressFamily and BindAddress),
+a ProxyCommand, or a `direct-tcpip` channel through the previous ProxyJump hop (opened by
+transport.Connection).
 
 Imports paramiko: only transport.py imports this module.
 """
@@ -11,10 +12,14 @@ import select
 import socket
 import subprocess
 import threading
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from ddtctl.remote.inventory import Host
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # paramiko's ProxyCommand.send takes any buffer
 
 _FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 
@@ -45,10 +50,10 @@ def dial(host: Host) -> socket.socket:
 
 
 class ShellProxyCommand(paramiko.ProxyCommand):
-    """A ProxyCommand run the way OpenSSH runs one: `$SHELL -c 'exec CMD'` (paramiko's own class splits the line
-    itself, so pipes and $VARS do not work). Also unlike paramiko's: end of output reads as end of connection (its
-    recv spins until the timeout), stderr is kept for the error message instead of filling its pipe, and close()
-    reaps the process."""
+    """A ProxyCommand run the way OpenSSH runs one: `$SHELL -c 'exec CMD'` (paramiko's own class splits the
+    line itself, so pipes and $VARS do not work). Also unlike paramiko's: end of output reads as end of
+    connection (its recv spins until the timeout), stderr is kept for the error message instead of filling its
+    pipe, and close() reaps the process."""
 
     def __init__(self, command: str):  # not super().__init__: that starts the command paramiko's way
         self.cmd = [os.environ.get("SHELL") or "/bin/sh", "-c", f"exec {command}"]
@@ -69,16 +74,16 @@ class ShellProxyCommand(paramiko.ProxyCommand):
         except (OSError, ValueError):
             pass
 
-    def send(self, content: bytes) -> int:
+    def send(self, content: ReadableBuffer) -> int:
         try:
-            return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]
+            return os.write(self.process.stdin.fileno(), content)  # type: ignore[union-attr]  # a PIPE: never None
         except (OSError, ValueError) as err:
             raise paramiko.ProxyCommandFailure(
                 " ".join(self.cmd), getattr(err, "strerror", None) or str(err)
             ) from err
 
     def recv(self, size: int) -> bytes:
-        fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        fd = self.process.stdout.fileno()  # type: ignore[union-attr]  # a PIPE: never None
         try:
             ready, _, _ = select.select([fd], [], [], self.timeout)
             if not ready:
@@ -101,7 +106,7 @@ class ShellProxyCommand(paramiko.ProxyCommand):
                 self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             try:
-                pipe.close()  # type: ignore[union-attr]
+                pipe.close()  # type: ignore[union-attr]  # both are PIPEs: never None
             except OSError:
                 pass
 

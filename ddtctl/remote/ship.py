@@ -1,7 +1,8 @@
 """What deploy ships: a directory of files described by a manifest (relative path -> sha256, size, mode).
 
-Remote storage is content-addressed (store/<sha256>), so shipping = uploading the objects the host lacks, verifying
-each one's sha256 on the host, and materializing the release tree from the store. Unchanged files cost nothing.
+Remote storage is content-addressed (store/<sha256>), so shipping = uploading the objects the host lacks,
+verifying each one's sha256 on the host, and materializing the release tree from the store. Unchanged files
+cost nothing.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class Manifest:
 
 
 def build_manifest(root: str | os.PathLike, *, expected: dict[str, str] | None = None) -> Manifest:
-    """Hash every regular file under root. Symlinks and special files are refused (they could escape the root).
-    `expected` (rel -> sha256, e.g. a payload's own manifest) must match exactly: that is the payload verification."""
+    """Hash every regular file under root. Symlinks and special files are refused (they could escape the
+    root). `expected` (rel -> sha256, e.g. a payload's own manifest) must match exactly: that is the payload
+    verification."""
     root = Path(root)
     if not root.is_dir():
         raise OverlayError("payload directory not found", where=str(root))
@@ -321,7 +323,9 @@ class _Uploader:
         except queue.Empty:
             # the client is set: ship() runs on an open connection
             sftp = self.conn.client.open_sftp()  # type: ignore[union-attr]
-            sftp.get_channel().settimeout(self.conn.host.command_timeout_s)
+            channel = sftp.get_channel()
+            assert channel is not None  # open_sftp() opens its channel
+            channel.settimeout(self.conn.host.command_timeout_s)
             self.opened.append(sftp)
         try:
             self._send(sftp, job)

@@ -1,7 +1,7 @@
 """SSH transport on paramiko: verified host keys, key/agent auth only, timeouts on connect and every command.
 
-Every remote command is an argv list joined with shlex.quote; nothing user-supplied is ever interpolated into a
-shell string unquoted. Dropped connections become RemoteError; read-only commands may be retried once.
+Every remote command is an argv list joined with shlex.quote; nothing user-supplied is ever interpolated into
+a shell string unquoted. Dropped connections become RemoteError; read-only commands may be retried once.
 ProxyJump hops are Connections of their own (verified the same way), closed with the connection they carry.
 """
 
@@ -22,19 +22,21 @@ from typing import Any, Callable, Protocol, TypeVar
 import paramiko
 
 from ddtctl.errors import RemoteError
+from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here
+    AGENT_BOOT,
+    AGENT_MISSING_RC,
+    AGENT_SHA,
+    AGENT_SOURCE,
+)
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import Request
 from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
 
 ReplyT = TypeVar("ReplyT")
 
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
-AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
-AGENT_MISSING_RC = 97  # the boot found no verified agent and its stdin did not carry one
-
-# paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner" when the port is not SSH) with
-# their traceback; with no handler configured, Python's last-resort handler printed them on stderr before our one-line
-# error (issue #14). ddtctl reports those failures itself.
+# paramiko logs transport-thread failures (e.g. "Error reading SSH protocol banner" when the port is not SSH)
+# with their traceback; with no handler configured, Python's last-resort handler printed them on stderr before
+# our one-line error (issue #14). ddtctl reports those failures itself.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
@@ -83,7 +85,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
                 f"unknown host key for {name}: {key.get_name()} {fp}; refusing to connect",
                 where=self.host.name,
                 fix=(
-                    f"check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
+                    "check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
                     f"`ssh-keyscan {port}{self.host.address} >> {self.known_hosts}`"
                 ),
             )
@@ -131,8 +133,8 @@ class Connection:
 
     # -------------------------------------------------------------------------------------------- connect
     def open(self, sock: Any = None) -> "Connection":
-        """Connect (through the host's ProxyJump hops or ProxyCommand, if any); `sock`: an already open path to
-        the host (the channel a previous hop opened)."""
+        """Connect (through the host's ProxyJump hops or ProxyCommand, if any); `sock`: an already open path
+        to the host (the channel a previous hop opened)."""
         hops: list[Connection] = []
         try:
             if sock is None:
@@ -152,7 +154,7 @@ class Connection:
         return self
 
     def _route(self, hops: list["Connection"]) -> Any:
-        """The socket-like object the SSH session to self.host runs over; opened hops are appended to `hops`."""
+        """The socket-like object the SSH session to self.host runs over; opened hops go into `hops`."""
         h = self.host
         if h.proxy_jump:
             prev: Connection | None = None
@@ -190,7 +192,10 @@ class Connection:
     def _forward(self, dest: Host) -> paramiko.Channel:
         """A direct-tcpip channel from this (jump) host to `dest`, to carry dest's SSH session."""
         j = self.host
-        what = f"jump host {j.user}@{j.address}:{j.port} could not open a connection to {dest.address}:{dest.port}"
+        what = (
+            f"jump host {j.user}@{j.address}:{j.port} "
+            f"could not open a connection to {dest.address}:{dest.port}"
+        )
         try:
             return self._transport().open_channel(
                 "direct-tcpip", (dest.address, dest.port), ("127.0.0.1", 0), timeout=j.connect_timeout_s
@@ -226,7 +231,8 @@ class Connection:
                 h.address,
                 port=h.port,
                 username=h.user,
-                key_filename=list(h.key_files) or None,
+                # paramiko takes a list of key files too (documented); its stubs say str only
+                key_filename=list(h.key_files) or None,  # type: ignore[arg-type]
                 sock=sock,
                 timeout=h.connect_timeout_s,
                 banner_timeout=h.connect_timeout_s,
@@ -241,10 +247,13 @@ class Connection:
         except paramiko.BadHostKeyException as err:
             client.close()
             raise HostKeyError(
-                f"HOST KEY MISMATCH for {h.known_hosts_key}: got {err.key.get_name()} {fingerprint(err.key)}, "
-                f"known_hosts has {fingerprint(err.expected_key)}; refusing to connect (possible man-in-the-middle)",
+                f"HOST KEY MISMATCH for {h.known_hosts_key}: "
+                f"got {err.key.get_name()} {fingerprint(err.key)}, "
+                f"known_hosts has {fingerprint(err.expected_key)}; "
+                "refusing to connect (possible man-in-the-middle)",
                 where=h.name,
-                fix=f"if the host was reinstalled, remove the old key: ssh-keygen -R '{h.known_hosts_key}' -f {known}",
+                fix="if the host was reinstalled, remove the old key: "
+                f"ssh-keygen -R '{h.known_hosts_key}' -f {known}",
             ) from None
         except paramiko.AuthenticationException as err:
             client.close()
@@ -273,10 +282,13 @@ class Connection:
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(15)
-        try:  # many small messages (agent stdin lines, SFTP requests): no Nagle delay
-            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except (OSError, AttributeError):
-            pass
+        # many small messages (agent stdin lines, SFTP requests): no Nagle delay. Only a TCP socket has the
+        # option; a ProxyCommand pipe or a ProxyJump channel does not.
+        if isinstance(transport.sock, socket.socket):
+            try:
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
 
     def __enter__(self) -> "Connection":
         if self.client is None:
@@ -348,42 +360,7 @@ class Connection:
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            pending = b""
-            eof = False
-            deadline = time.monotonic() + timeout
-            while True:
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                if not eof:
-                    try:
-                        data = chan.recv(65536)
-                    except socket.timeout:
-                        data = None
-                    if data:
-                        out += data
-                        if on_stdout:
-                            pending += data
-                            *lines, pending = pending.split(b"\n")
-                            for line in lines:
-                                on_stdout(line.decode(errors="replace"))
-                        continue
-                    if data == b"":
-                        eof = True
-                if eof:
-                    if chan.status_event.wait(0.05):
-                        while chan.recv_stderr_ready():
-                            err += chan.recv_stderr(65536)
-                        break
-                if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
-                    raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
-                if time.monotonic() > deadline:
-                    chan.close()
-                    raise RemoteError(
-                        f"`{label}` timed out after {timeout:g}s",
-                        where=self.host.name,
-                        fix="raise command_timeout_s for this host in the inventory",
-                    )
+            out, err = self._collect(chan, label, timeout, on_stdout)
             rc = chan.recv_exit_status()
             chan.close()
             return CommandResult(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
@@ -394,6 +371,47 @@ class Connection:
                 f"connection lost while running `{label}`: {e or type(e).__name__}", where=self.host.name
             ) from None
 
+    def _collect(
+        self,
+        chan: paramiko.Channel,
+        label: str,
+        timeout: float,
+        on_stdout: Callable[[str], None] | None,
+    ) -> tuple[bytearray, bytearray]:
+        """The command's (stdout, stderr) once it exits; stdout lines go to `on_stdout` as they arrive.
+        ConnectionLost when the connection drops, RemoteError after `timeout` seconds."""
+        out, err = bytearray(), bytearray()
+        pending = b""
+        eof = False
+        deadline = time.monotonic() + timeout
+        while True:
+            _read_stderr(chan, err)
+            if not eof:
+                try:
+                    data = chan.recv(65536)
+                except socket.timeout:
+                    data = None
+                if data:
+                    out += data
+                    if on_stdout:
+                        pending = _emit_lines(pending + data, on_stdout)
+                    continue
+                if data == b"":
+                    eof = True
+            if eof:
+                if chan.status_event.wait(0.05):
+                    _read_stderr(chan, err)
+                    return out, err
+            if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
+                raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
+            if time.monotonic() > deadline:
+                chan.close()
+                raise RemoteError(
+                    f"`{label}` timed out after {timeout:g}s",
+                    where=self.host.name,
+                    fix="raise command_timeout_s for this host in the inventory",
+                )
+
     def open_channel(self, argv: list[str]) -> paramiko.Channel:
         """A long-running command whose stdin we keep open (used by the deploy lock and `logs -f`)."""
         try:
@@ -403,19 +421,21 @@ class Connection:
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectionLost(f"connection lost: {e}", where=self.host.name) from None
 
-    # -------------------------------------------------------------------------------------------- sftp / agent
+    # ------------------------------------------------------------------------------------------- sftp / agent
     def sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:
             try:
-                self._sftp = self.client.open_sftp()  # type: ignore[union-attr]
+                self._sftp = self.client.open_sftp()  # type: ignore[union-attr]  # set while connected
             except (paramiko.SSHException, EOFError, OSError) as e:
                 raise ConnectionLost(f"cannot open SFTP: {e}", where=self.host.name) from None
-            self._sftp.get_channel().settimeout(self.host.command_timeout_s)
+            channel = self._sftp.get_channel()
+            assert channel is not None  # open_sftp() opens its channel
+            channel.settimeout(self.host.command_timeout_s)
         return self._sftp
 
     def _remote_work_dir(self) -> str:
-        """The work dir as the remote side sees it: relative paths (and ~/...) are relative to the login dir, which
-        is where sshd starts every command."""
+        """The work dir as the remote side sees it: relative paths (and ~/...) are relative to the login dir,
+        which is where sshd starts every command."""
         wd = self.host.work_dir.rstrip("/") or "/"
         if wd == "~":
             return "."
@@ -424,7 +444,7 @@ class Connection:
         return wd
 
     def ensure_agent(self) -> str:
-        """The agent's path on the host (installed, verified, by the boot on first use; no round trip here)."""
+        """The agent's path on the host (the boot installs and verifies it on first use; no round trip)."""
         if not self.agent_path:
             self.agent_path = f"{self._remote_work_dir()}/.ddtctl/agent-{AGENT_SHA[:16]}.py"
         return self.agent_path
@@ -439,8 +459,9 @@ class Connection:
     ) -> Any:
         """Run one agent operation and return its result (RemoteError with the agent's message on failure).
 
-        Every run goes through AGENT_BOOT, which runs only an agent whose sha256 is ours: the first run on a connection
-        sends the agent on stdin, for the boot to install when the host lacks it (or holds anything else)."""
+        Every run goes through AGENT_BOOT, which runs only an agent whose sha256 is ours: the first run on a
+        connection sends the agent on stdin, for the boot to install when the host lacks it (or holds anything
+        else)."""
         argv = self.agent_argv(op, params)
         res = self.run(argv, timeout=timeout, retry=retry, stdin=None if self._agent_seen else AGENT_SOURCE)
         if res.rc == AGENT_MISSING_RC and self._agent_seen:  # removed or changed since: send it again
@@ -471,8 +492,9 @@ class Connection:
         return request.parse(self.agent(request.OP.value, params, timeout=timeout, retry=retry))
 
     def open_agent_stream(self, op: str, params: dict[str, Any] | None = None):
-        """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call handshake()
-        (possibly in a thread) before writing to the channel; it sends the agent when the boot asks for it."""
+        """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call
+        handshake() (possibly in a thread) before writing to the channel; it sends the agent when the boot
+        asks for it."""
         chan = self.open_channel(self.agent_argv(op, params))
 
         def handshake() -> None:
@@ -482,12 +504,26 @@ class Connection:
         return chan, handshake
 
     def agent_argv(self, op: str, params: dict[str, Any] | None = None) -> list[str]:
-        """argv of one agent operation: the host's python runs AGENT_BOOT, which checks the work dir, verifies the
-        installed agent against AGENT_SHA (installing it from stdin when absent or different) and runs it."""
+        """argv of one agent operation: the host's python runs AGENT_BOOT, which checks the work dir, verifies
+        the installed agent against AGENT_SHA (installing it from stdin when absent or different) and runs
+        it."""
         path = self.ensure_agent()
         payload = dict(params or {}, work_dir=self._remote_work_dir())
         blob = base64.b64encode(json.dumps(payload).encode()).decode()
         return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
+
+
+def _read_stderr(chan: paramiko.Channel, err: bytearray) -> None:
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+
+
+def _emit_lines(pending: bytes, on_stdout: Callable[[str], None]) -> bytes:
+    """Pass each complete line of `pending` to `on_stdout`; return the incomplete rest."""
+    *lines, rest = pending.split(b"\n")
+    for line in lines:
+        on_stdout(line.decode(errors="replace"))
+    return rest
 
 
 def _close_quietly(sock: Any) -> None:
@@ -499,8 +535,8 @@ def _close_quietly(sock: Any) -> None:
 
 
 def agent_handshake(chan: paramiko.Channel, where: str) -> None:
-    """Read the boot's first line on a channel whose stdin is ours: HAVE (a verified agent runs now) or NEED (send
-    it). Anything else is the boot's refusal, one JSON line."""
+    """Read the boot's first line on a channel whose stdin is ours: HAVE (a verified agent runs now) or NEED
+    (send it). Anything else is the boot's refusal, one JSON line."""
     line = b""
     while not line.endswith(b"\n"):
         c = chan.recv(1)
@@ -521,43 +557,6 @@ def agent_handshake(chan: paramiko.Channel, where: str) -> None:
         except ValueError:
             error = text.decode(errors="replace")[:300]
         raise RemoteError(f"agent start failed: {error}", where=where)
-
-
-# Runs the agent (python >= 3.8, stdlib only). Refuses a work dir (or its .ddtctl/) that others can write, or that
-# belongs to another user: whoever can write there can replace what we run. Reads the installed agent and runs it only
-# if its sha256 is AGENT_SHA; otherwise prints NEED, reads exactly N bytes from stdin (never more: the rest of stdin
-# belongs to the agent), checks their sha256 and installs them atomically (mode 0600). Then it executes the verified
-# bytes themselves, not the file again (issue #14: a file planted at the agent's path was run because only its
-# existence was checked). Prints HAVE or NEED first; a refusal is one JSON line {"ok": false, "error": ...}.
-AGENT_BOOT = (
-    "import hashlib,json,os,stat,sys\n"
-    "a,h,n=sys.argv[1],sys.argv[2],int(sys.argv[3])\n"
-    "def no(m):\n print(json.dumps({'ok':False,'error':m}),flush=True);sys.exit(0)\n"
-    "d=os.path.dirname(a) or '.';w=os.path.dirname(d) or '.'\n"
-    "for p in (w,d):\n"
-    " try:os.makedirs(p,0o700)\n"
-    " except FileExistsError:pass\n"
-    " except OSError as e:no('cannot create the work dir %s: %s'%(p,e.strerror))\n"
-    " s=os.stat(p) if p==w else os.lstat(p)\n"
-    " if not stat.S_ISDIR(s.st_mode):no('%s is not a directory'%p)\n"
-    " if s.st_mode&0o002:no('the work dir %s is writable by others (mode %o); refusing to run the agent from it'"
-    "%(os.path.abspath(p),stat.S_IMODE(s.st_mode)))\n"
-    " if s.st_uid not in (os.geteuid(),0):no('the work dir %s belongs to uid %d, not to this user; refusing to run the"
-    " agent from it'%(os.path.abspath(p),s.st_uid))\n"
-    "try:\n with open(a,'rb') as f:b=f.read()\n"
-    "except OSError:b=None\n"
-    "if b is not None and hashlib.sha256(b).hexdigest()==h:print('HAVE',flush=True)\n"
-    "else:\n"
-    " print('NEED',flush=True);b=b''\n"
-    " while len(b)<n:\n  c=os.read(0,n-len(b))\n  if not c:sys.exit(97)\n  b+=c\n"
-    " if hashlib.sha256(b).hexdigest()!=h:no('the agent arrived corrupted (sha256 mismatch)')\n"
-    " t='%s.tmp.%d'%(a,os.getpid())\n"
-    " try:\n"
-    "  fd=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600);os.write(fd,b);os.fsync(fd);os.close(fd);os.replace(t,a)\n"
-    " except OSError as e:no('cannot install the agent in %s: %s'%(d,e.strerror))\n"
-    "sys.argv=[a]+sys.argv[4:]\n"
-    "exec(compile(b,a,'exec'),{'__name__':'__main__','__file__':a,'__builtins__':__builtins__})\n"
-)
 
 
 def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:

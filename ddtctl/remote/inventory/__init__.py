@@ -1,9 +1,9 @@
 """The host inventory (`hosts.yaml`) merged with `~/.ssh/config`.
 
-Precedence for connection settings: the inventory entry, then its `defaults:`, then the matching `~/.ssh/config`
-block, then built-in defaults (the inventory acts like `ssh -l/-p/-i`: its user and port are also what %r and %p
-expand to in ProxyCommand/ProxyJump). Passwords are never read from anywhere: authentication is by SSH agent or key
-files only.
+Precedence for connection settings: the inventory entry, then its `defaults:`, then the matching
+`~/.ssh/config` block, then built-in defaults (the inventory acts like `ssh -l/-p/-i`: its user and port are
+also what %r and %p expand to in ProxyCommand/ProxyJump). Passwords are never read from anywhere:
+authentication is by SSH agent or key files only.
 
     host        Host (one resolved deploy target) and Inventory (name -> Host)
     files       find_inventory, load_inventory (hosts.yaml), resolve_host (inventory, else ssh_config alias)

@@ -20,6 +20,7 @@ def _unique_key_loader():
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+    # the base class is picked at run time (libyaml's CSafeLoader when built), which mypy cannot follow
     class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
         """SafeLoader that refuses a key given twice in one mapping (issue #14: a second `hosts: {gpu1: ...}`
         silently replaced the first)."""
@@ -60,8 +61,8 @@ def _unique_key_loader():
 
 
 def find_inventory(start: Path | None = None) -> tuple[Path | None, list[Path]]:
-    """hosts.yaml in the current directory or the nearest parent that has one (as git finds .git), and the paths
-    looked at."""
+    """hosts.yaml in the current directory or the nearest parent that has one (as git finds .git), and the
+    paths looked at."""
     here = (start or Path.cwd()).resolve()
     searched = []
     for d in (here, *here.parents):
@@ -73,8 +74,8 @@ def find_inventory(start: Path | None = None) -> tuple[Path | None, list[Path]]:
 
 
 def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | None = None) -> Inventory:
-    """Read hosts.yaml: --inventory, else $DDTCTL_INVENTORY, else ./hosts.yaml or the nearest parent directory's.
-    None found without an explicit path -> an empty inventory (ssh-config aliases still work)."""
+    """Read hosts.yaml: --inventory, else $DDTCTL_INVENTORY, else ./hosts.yaml or the nearest parent
+    directory's. None found without an explicit path -> an empty inventory (ssh-config aliases still work)."""
     import yaml
 
     explicit = path is not None or bool(os.environ.get("DDTCTL_INVENTORY"))

@@ -59,8 +59,9 @@ def _resolve(
     depth: int = 0,
     hint: str | None = None,
 ) -> Host:
-    """A Host from inventory settings plus ssh_config. `hop_of`: this is a ProxyJump hop of that host (it inherits
-    its known_hosts and connect timeout); `proxies`: honour this host's own ProxyJump/ProxyCommand."""
+    """A Host from inventory settings plus ssh_config. `hop_of`: this is a ProxyJump hop of that host (it
+    inherits its known_hosts and connect timeout); `proxies`: honour this host's own
+    ProxyJump/ProxyCommand."""
     cfg = _load_ssh_config(ssh_config)
     alias = str(merged.get("address") or name)
     port_set = merged.get("port")
@@ -77,7 +78,7 @@ def _resolve(
         keys = [merged["key"]] if isinstance(merged["key"], str) else list(merged["key"])
     elif sshc.get("identityfile"):
         keys = list(sshc["identityfile"])
-    keys = [_expand(k) for k in keys]  # type: ignore[misc]
+    keys = [_expand(k) for k in keys]  # type: ignore[misc]  # _expand maps a str to a str
     env = merged.get("env") or {}
     if not isinstance(env, dict):
         raise UsageError("env must be a mapping of NAME: value", where=here)
@@ -176,9 +177,9 @@ def _ssh_command(
 def _jump_hops(
     host: Host, jump: str, ssh_config: str | None, cfg: _SshConfig | None, here: str, depth: int
 ) -> tuple[Host, ...]:
-    """The ProxyJump hops of `host` (`jump`: ssh_config's comma-separated list), each resolved through the same
-    ssh_config: the first keeps its own ProxyJump/ProxyCommand, later ones are reached through the chain (as
-    `ssh -J`)."""
+    """The ProxyJump hops of `host` (`jump`: ssh_config's comma-separated list), each resolved through the
+    same ssh_config: the first keeps its own ProxyJump/ProxyCommand, later ones are reached through the chain
+    (as `ssh -J`)."""
     where = cfg.where("proxyjump")[0] if cfg else here
     specs = [s.strip() for s in jump.split(",")]
     hops = []

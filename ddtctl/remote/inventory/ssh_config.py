@@ -1,29 +1,33 @@
 """`~/.ssh/config` as ddtctl reads it (paramiko evaluates it; Includes are inlined here first).
 
-Every ssh_config keyword that applies to a host (paramiko's SSHConfig.lookup output keys) is honoured, ignored, or
-refused with a one-line UsageError naming the keyword and the file:line it was set at (issue #17):
+Every ssh_config keyword that applies to a host (paramiko's SSHConfig.lookup output keys) is honoured,
+ignored, or refused with a one-line UsageError naming the keyword and the file:line it was set at (issue #17):
 
   honoured      HostName User Port IdentityFile ConnectTimeout Include IgnoreUnknown AddressFamily BindAddress
-                UserKnownHostsFile (every file is read; new keys go to the first) GlobalKnownHostsFile (read only)
+                UserKnownHostsFile (every file is read; new keys go to the first)
+                GlobalKnownHostsFile (read only)
                 ProxyCommand (run as OpenSSH runs it: $SHELL -c 'exec CMD'; %h %p %r expanded by paramiko)
-                ProxyJump (hops `[user@]host[:port]` or ssh:// URIs, comma-separated, resolved through this same
-                ssh_config; the first hop keeps its own ProxyJump/ProxyCommand, later hops' are replaced by the
-                chain, as with `ssh -J`; hops are verified against the target's known_hosts like the target)
-  default only  PubkeyAuthentication yes, IdentityAgent none / the agent at $SSH_AUTH_SOCK, CanonicalizeHostname
-                no, ProxyUseFdpass no, HostbasedAuthentication no, GSSAPIAuthentication no, GSSAPIKeyExchange no,
-                PKCS11Provider none, SecurityKeyProvider internal, RequiredRSASize <= 1024; other values refused
+                ProxyJump (hops `[user@]host[:port]` or ssh:// URIs, comma-separated, resolved through this
+                same ssh_config; the first hop keeps its own ProxyJump/ProxyCommand, later hops' are replaced
+                by the chain, as with `ssh -J`; hops are verified against the target's known_hosts like the
+                target)
+  default only  PubkeyAuthentication yes, IdentityAgent none / the agent at $SSH_AUTH_SOCK,
+                CanonicalizeHostname no, ProxyUseFdpass no, HostbasedAuthentication no, GSSAPIAuthentication
+                no, GSSAPIKeyExchange no, PKCS11Provider none, SecurityKeyProvider internal,
+                RequiredRSASize <= 1024; other values refused
   "+" only      Ciphers MACs KexAlgorithms HostKeyAlgorithms PubkeyAcceptedAlgorithms (PubkeyAcceptedKeyTypes)
-                CASignatureAlgorithms: adding algorithms is ignored (paramiko negotiates its own list); replacing
-                or removing is refused, since ignoring it would weaken what the user asked for
+                CASignatureAlgorithms: adding algorithms is ignored (paramiko negotiates its own list);
+                replacing or removing is refused, since ignoring it would weaken what the user asked for
   refused       HostKeyAlias CertificateFile KnownHostsCommand RevokedHostKeys BindInterface RefuseConnection,
-                tokens (%) in known-hosts paths, ProxyJump together with ProxyCommand, unknown keywords (as OpenSSH
-                does) unless IgnoreUnknown lists them
-  ignored       _SSH_IGNORED below: forwarding (LocalForward RemoteForward DynamicForward ForwardAgent X11...),
-                multiplexing (Control*: every ddtctl connection is its own), tty/session/escape/log options,
-                keepalives (ddtctl sends its own), password/keyboard-interactive options (never used),
-                StrictHostKeyChecking CheckHostIP VerifyHostKeyDNS UpdateHostKeys HashKnownHosts
-                NoHostAuthenticationForLocalhost (ddtctl always verifies against known_hosts and adds a key only
-                with --trust-new-host), IdentitiesOnly (key files are offered before agent keys), Compression
+                tokens (%) in known-hosts paths, ProxyJump together with ProxyCommand, unknown keywords (as
+                OpenSSH does) unless IgnoreUnknown lists them
+  ignored       _SSH_IGNORED below: forwarding (LocalForward RemoteForward DynamicForward ForwardAgent
+                X11...), multiplexing (Control*: every ddtctl connection is its own), tty/session/escape/log
+                options, keepalives (ddtctl sends its own), password/keyboard-interactive options (never
+                used), StrictHostKeyChecking CheckHostIP VerifyHostKeyDNS UpdateHostKeys HashKnownHosts
+                NoHostAuthenticationForLocalhost (ddtctl always verifies against known_hosts and adds a key
+                only with --trust-new-host), IdentitiesOnly (key files are offered before agent keys),
+                Compression
 """
 
 from __future__ import annotations
@@ -206,8 +210,8 @@ _SSH_KNOWN = (
 
 @dataclass
 class _SshConfig:
-    """One ssh_config with its Includes inlined: paramiko ignores `Include`, so the files are flattened here, with
-    each line's origin kept to name file:line in errors."""
+    """One ssh_config with its Includes inlined: paramiko ignores `Include`, so the files are flattened here,
+    with each line's origin kept to name file:line in errors."""
 
     path: str
     lines: list[str]
@@ -218,14 +222,16 @@ class _SshConfig:
 
         head: list[str] = []
         if (user or port) and _SAFE_WORD.fullmatch(alias):
-            # the inventory's user/port win over ssh_config (first value wins) and feed %r/%p, as `ssh -l/-p` would
+            # the inventory's user/port win over ssh_config (first value wins) and feed %r/%p, as `ssh -l/-p`
+            # would
             head = [f"Host {alias}"]
             if user and _SAFE_WORD.fullmatch(user):
                 head.append(f"  User {user}")
             if port:
                 head.append(f"  Port {port}")
             head.append("Host *")
-        # paramiko would canonicalize (DNS lookups, a KeyError without CanonicalDomains) before we could refuse it
+        # paramiko would canonicalize (DNS lookups, a KeyError without CanonicalDomains) before we could
+        # refuse it
         body = [_CANON.sub(rf"\g<1>{_CANON_AS}", line) for line in self.lines]
         try:
             cfg = paramiko.SSHConfig.from_text("\n".join(head + body))
@@ -273,6 +279,7 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
                     raise UsageError(
                         f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=f"{file}:{n}"
                     )
+                # (the type: ignore: key is "include" only when m matched)
                 for inc in _include_paths(m.group(2), f"{file}:{n}"):  # type: ignore[union-attr]
                     walk(inc, depth + 1, current)
                     lines.append(current or "Host *")  # back to the includer's block for its next lines
@@ -281,8 +288,8 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
             if key in ("host", "match"):
                 if block is not None:
                     raise UsageError(
-                        "this file, included from inside a Host/Match block, has its own Host/Match blocks; ddtctl "
-                        "cannot evaluate that nesting",
+                        "this file, included from inside a Host/Match block, has its own Host/Match blocks; "
+                        "ddtctl cannot evaluate that nesting",
                         where=f"{file}:{n}",
                         fix="move the Include out of the Host/Match block",
                     )
@@ -336,7 +343,10 @@ def _ssh_refusal(key: str, value: Any) -> str | None:
         sock = os.environ.get("SSH_AUTH_SOCK")
         if sock and os.path.expanduser(text.replace("${SSH_AUTH_SOCK}", sock)) == sock:
             return None
-        return f"is not supported by ddtctl (it uses the agent at $SSH_AUTH_SOCK; run it with SSH_AUTH_SOCK={text})"
+        return (
+            "is not supported by ddtctl "
+            f"(it uses the agent at $SSH_AUTH_SOCK; run it with SSH_AUTH_SOCK={text})"
+        )
     if key in ("userknownhostsfile", "globalknownhostsfile") and "%" in text:
         return "uses %-tokens, which ddtctl does not expand"
     if key == "addressfamily" and text.lower() not in ("any", "inet", "inet6"):
@@ -346,7 +356,10 @@ def _ssh_refusal(key: str, value: Any) -> str | None:
 
 def _check_ssh_keywords(cfg: _SshConfig, sshc: dict[str, Any], alias: str, *, proxies: bool) -> None:
     ignore = [p.strip().lower() for p in str(sshc.get("ignoreunknown") or "").split(",") if p.strip()]
-    fix = f"remove it from the blocks that match {alias}, or point the inventory's `ssh_config:` at a file without it"
+    fix = (
+        f"remove it from the blocks that match {alias}, "
+        "or point the inventory's `ssh_config:` at a file without it"
+    )
     import fnmatch
 
     for key, value in sshc.items():

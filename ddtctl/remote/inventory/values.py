@@ -43,8 +43,8 @@ def _words(value: Any) -> list[str]:
 
 
 def _number(value: Any, key: str, where: str, *, lo: float, hi: float, integer: bool = False) -> float:
-    """A finite number in [lo, hi] (an integer when `integer`); UsageError naming the key otherwise (issue #14:
-    `connect_timeout_s: soon` crashed with a ValueError)."""
+    """A finite number in [lo, hi] (an integer when `integer`); UsageError naming the key otherwise (issue
+    #14: `connect_timeout_s: soon` crashed with a ValueError)."""
     import math
 
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."

@@ -1,0 +1,215 @@
+"""`ddtctl diff-flags A.yaml B.yaml`: how two profiles launch differently (their rendered argv and, with
+`resolved`, SGLang's resolution of each). Importable from ddtctl.diffflags too."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.schema.catalog import Catalog
+
+# Resolved fields SGLang draws at random when the user leaves them unset:
+# a difference there is not a difference.
+RANDOM_WHEN_UNSET = frozenset({"random_seed"})
+
+
+# -- two profiles --------------------------------------------------------------------------------------------
+@dataclass
+class ValueChange:
+    key: str
+    a: Any
+    b: Any
+
+
+@dataclass
+class ProfileDiff:
+    a: str
+    b: str
+    sglang: tuple[str, str]
+    argv: tuple[list[str], list[str]]
+    only_a: dict[str, Any] = field(default_factory=dict)
+    only_b: dict[str, Any] = field(default_factory=dict)
+    changed: list[ValueChange] = field(default_factory=list)
+    context: list[ValueChange] = field(
+        default_factory=list
+    )  # sglang release, gpu, env, host: not argv but matters
+    resolved: dict | None = (
+        None  # with --resolved: {"a": {...}, "b": {...}, "changed": [...], "verdicts": ...}
+    )
+
+    @property
+    def identical(self) -> bool:
+        same_resolved = self.resolved is None or not (
+            self.resolved.get("changed") or self.resolved.get("verdict_changed")
+        )
+        return not (self.only_a or self.only_b or self.changed or self.context) and same_resolved
+
+    def to_json(self) -> dict:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "identical": self.identical,
+            "sglang": {"a": self.sglang[0], "b": self.sglang[1]},
+            "argv": {"a": self.argv[0], "b": self.argv[1]},
+            "only_a": self.only_a,
+            "only_b": self.only_b,
+            "changed": [asdict(c) for c in self.changed],
+            "context": [asdict(c) for c in self.context],
+            "resolved": self.resolved,
+        }
+
+
+def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
+    """An argv as {"--option": value}, keyed by each flag's primary
+    option (aliases folded), switches -> True."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if not tok.startswith("-"):
+            out.setdefault("(positional)", []).append(tok)
+            continue
+        opt, eq, inline = tok.partition("=")
+        spec = catalog.get(opt)
+        key = spec.option if spec is not None else opt
+        if spec is not None and Catalog.is_boolean_switch(spec) and not eq:
+            negated = (
+                spec.action == "boolean_optional" and opt.lstrip("-").replace("_", "-") == f"no-{spec.name}"
+            )
+            out[key] = not negated
+            continue
+        if eq:
+            values = [inline]
+        else:
+            values = []
+            takes_many = spec is not None and spec.nargs in ("+", "*")
+            while i < len(argv) and not (argv[i].startswith("--") and len(argv[i]) > 2):
+                values.append(argv[i])
+                i += 1
+                if not takes_many:
+                    break
+        out[key] = (
+            values[0] if len(values) == 1 and not (spec is not None and spec.nargs in ("+", "*")) else values
+        )
+    return out
+
+
+def _mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict, list[ValueChange]]:
+    only_a = {k: v for k, v in a.items() if k not in b}
+    only_b = {k: v for k, v in b.items() if k not in a}
+    changed = [ValueChange(k, a[k], b[k]) for k in a if k in b and a[k] != b[k]]
+    return only_a, only_b, changed
+
+
+def diff_profiles(
+    path_a: str,
+    path_b: str,
+    *,
+    resolved: bool = False,
+    gpu: str | None = None,
+    python: str | os.PathLike[str] | None = None,
+    timeout_s: float = 120.0,
+    extra_sys_path: Sequence[str | os.PathLike[str]] = (),
+) -> ProfileDiff:
+    """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution.
+
+    extra_sys_path goes first on the resolver's sys.path (the DDTREE overlay view, for DDTREE profiles)."""
+    from ddtctl.profile import load_profile
+    from ddtctl.render import render_argv
+    from ddtctl.schema.extensions import extended_catalog
+
+    la, lb = load_profile(path_a), load_profile(path_b)
+    pa, pb = la.profile, lb.profile
+    cat_a, cat_b = extended_catalog(pa.sglang), extended_catalog(pb.sglang)
+    argv_a, argv_b = render_argv(pa, cat_a), render_argv(pb, cat_b)
+    map_a, map_b = argv_to_mapping(argv_a, cat_a), argv_to_mapping(argv_b, cat_b)
+    only_a, only_b, changed = _mapping_diff(map_a, map_b)
+    context: list[ValueChange] = []
+
+    def ctx(key: str, va: Any, vb: Any) -> None:
+        if va != vb:
+            context.append(ValueChange(key, va, vb))
+
+    ctx("sglang", pa.sglang, pb.sglang)
+    ctx("hardware.gpu", pa.hardware.gpu if pa.hardware else None, pb.hardware.gpu if pb.hardware else None)
+    ctx(
+        "hardware.count",
+        pa.hardware.count if pa.hardware else None,
+        pb.hardware.count if pb.hardware else None,
+    )
+    ctx("host", pa.host or pa.hosts, pb.host or pb.hosts)
+    env_a, env_b, env_c = _mapping_diff(dict(pa.env), dict(pb.env))
+    for k, v in env_a.items():
+        context.append(ValueChange(f"env.{k}", v, None))
+    for k, v in env_b.items():
+        context.append(ValueChange(f"env.{k}", None, v))
+    for c in env_c:
+        context.append(ValueChange(f"env.{c.key}", c.a, c.b))
+    result = ProfileDiff(
+        la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed, context
+    )
+    if resolved:
+        result.resolved = _resolved_diff(
+            la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s, extra_sys_path=extra_sys_path
+        )
+    return result
+
+
+def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_path=()) -> dict:
+    try:
+        from ddtctl.dryrun import dry_run_argvs
+    except ImportError:  # pragma: no cover - the dry-run module ships with ddtctl
+        raise EnvironmentMissing(
+            "SGLang resolution is not available in this ddtctl build", fix="drop --resolved"
+        ) from None
+    pa, pb = la.profile, lb.profile
+    if pa.sglang != pb.sglang and python is None:
+        raise UsageError(
+            f"--resolved compares through one SGLang resolver; the profiles target {pa.sglang} and "
+            f"{pb.sglang}",
+            fix="migrate one profile first (`ddtctl migrate`) or drop --resolved",
+        )
+    gpus = []
+    for loaded in (la, lb):
+        chosen = gpu or (loaded.profile.hardware.gpu if loaded.profile.hardware else None)
+        if chosen is None:
+            raise UsageError(
+                "no GPU declared: SGLang's resolution depends on the GPU generation",
+                where=loaded.source,
+                fix="add `hardware: {gpu: H200}` to the profile or pass --gpu",
+            )
+        gpus.append(chosen)
+    hosts = [pa.host or (pa.hosts[0] if pa.hosts else None), pb.host or (pb.hosts[0] if pb.hosts else None)]
+    ra, rb = dry_run_argvs(
+        [(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])],
+        python=python,
+        timeout_s=timeout_s,
+        hosts=hosts,
+        sglang=pa.sglang,
+        extra_sys_path=extra_sys_path,
+    )
+    for r in (ra, rb):
+        if r.setup_error:  # nothing was resolved: comparing would claim "the same" falsely
+            err = r.error or {}
+            raise EnvironmentMissing(
+                f"SGLang could not resolve this profile: {err.get('type')}: "
+                f"{str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}",
+                where=r.source,
+                fix="see `ddtctl dry-run` on it; or drop --resolved",
+            )
+    keys = sorted(set(ra.resolved) | set(rb.resolved))
+    given = {a.lstrip("-").replace("-", "_") for a in [*argv_a, *argv_b] if a.startswith("--")}
+    changed = [
+        asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k)))
+        for k in keys
+        if ra.resolved.get(k) != rb.resolved.get(k) and (k not in RANDOM_WHEN_UNSET or k in given)
+    ]
+    return {
+        "a": {"ok": ra.accepted, "error": ra.error_json(), "overrides": ra.overrides},
+        "b": {"ok": rb.accepted, "error": rb.error_json(), "overrides": rb.overrides},
+        "verdict_changed": ra.accepted != rb.accepted,
+        "changed": changed,
+    }
