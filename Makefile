@@ -32,10 +32,12 @@ sglang-env: setup
 test: setup system-deps sglang-env lint typecheck
 	$(BIN)/python -m pytest -q
 
-# ruff's pyflakes, pycodestyle, import-order, bugbear and complexity checks on ddtctl/ (config: pyproject.toml).
+# ruff (pyflakes, pycodestyle, import order, bugbear, complexity; config: pyproject.toml), ruff format, and
+# the size limits (modules <= 600 lines, functions <= 80) over ddtctl/.
 lint: setup
 	$(BIN)/ruff check ddtctl
 	$(BIN)/ruff format --check ddtctl
+	$(BIN)/python tools/size_limits.py
 
 # mypy over ddtctl/ (config and the modules still waived: pyproject.toml [tool.mypy]).
 typecheck: setup
