@@ -1067,6 +1067,25 @@ def write_out(w: World, ok: bool) -> None:
     print("\n" + head + "\n" + table, flush=True)
 
 
+def free_port_pair() -> int:
+    """A port p with p and p + 1 free on 127.0.0.1 right now (the deployed server and its DFLASH neighbour)."""
+    import socket
+
+    for _ in range(200):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu-rehearsal", action="store_true",
@@ -1093,6 +1112,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.batches = [int(x) for x in str(args.batches).split(",") if x]
     gpu = not args.cpu_rehearsal
+    if not gpu:  # rehearsals may run side by side on one machine (CI clones); the device call owns its ports
+        global PLAIN_PORT, DEPLOY_PORT
+        PLAIN_PORT, DEPLOY_PORT = free_port_pair(), free_port_pair()
     if args.work:
         work = Path(args.work)
     elif gpu:
