@@ -193,6 +193,17 @@ complete -o bashdefault -o default -F _ddtctl ddtctl
 """
 
 
+def _choice_cases(tree: dict) -> list[tuple[str, list[str]]]:
+    """(shell case pattern "'cmd path|--opt'|...", its choices) for every option with a fixed set of values:
+    the `_ddtctl_values` cases of the bash and zsh scripts."""
+    cases = []
+    for path, node in _nodes(tree):
+        for names, takes_value, choices, _ in node["options"]:
+            if takes_value and choices:
+                cases.append(("|".join(_sq(f"{path}|{n}") for n in names), list(choices)))
+    return cases
+
+
 def render_bash(tree: dict) -> str:
     lines = [
         _header("bash")
@@ -215,13 +226,8 @@ def render_bash(tree: dict) -> str:
         "_ddtctl_values() {  # the value of option $2 of command $1",
         '    case "$1|$2" in',
     ]
-    for path, node in _nodes(tree):
-        for names, takes_value, choices, _ in node["options"]:
-            if takes_value and choices:
-                pattern = "|".join(_sq(f"{path}|{n}") for n in names)
-                lines.append(
-                    f'        {pattern}) COMPREPLY=($(compgen -W {_sq(" ".join(choices))} -- "$cur")) ;;'
-                )
+    for pattern, choices in _choice_cases(tree):
+        lines.append(f'        {pattern}) COMPREPLY=($(compgen -W {_sq(" ".join(choices))} -- "$cur")) ;;')
     lines += [
         "    esac",
         "}",
@@ -315,11 +321,8 @@ def render_zsh(tree: dict) -> str:
         "_ddtctl_values() {  # the value of option $2 of command $1",
         '    case "$1|$2" in',
     ]
-    for path, node in _nodes(tree):
-        for names, takes_value, choices, _ in node["options"]:
-            if takes_value and choices:
-                pattern = "|".join(_sq(f"{path}|{n}") for n in names)
-                lines.append(f"        {pattern}) compadd -- {' '.join(choices)} ;;")
+    for pattern, choices in _choice_cases(tree):
+        lines.append(f"        {pattern}) compadd -- {' '.join(choices)} ;;")
     lines += [
         "        *) _files ;;",
         "    esac",

@@ -86,6 +86,19 @@ class InstallResult:
     recovered: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_installer(cls, out: dict[str, Any], target: Target, state: Path) -> "InstallResult":
+        """The installer's JSON reply for `target`, with the state dir it used."""
+        return cls(
+            out.get("action", "?"),
+            target.sglang_root,
+            state,
+            target.python,
+            out.get("payload_id"),
+            out.get("recovered"),
+            out,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "action": self.action,
@@ -135,15 +148,7 @@ def install(
     finally:
         if tmp is not None:
             tmp.cleanup()
-    return InstallResult(
-        out.get("action", "?"),
-        target.sglang_root,
-        state,
-        target.python,
-        out.get("payload_id"),
-        out.get("recovered"),
-        out,
-    )
+    return InstallResult.from_installer(out, target, state)
 
 
 def uninstall(
@@ -156,15 +161,7 @@ def uninstall(
     target = resolve_target(sglang, sglang_root, python)
     state = Path(state_dir) if state_dir else default_state_dir(target.sglang_root)
     out = run_installer("uninstall", target, state_dir=state)
-    return InstallResult(
-        out.get("action", "?"),
-        target.sglang_root,
-        state,
-        target.python,
-        out.get("payload_id"),
-        out.get("recovered"),
-        out,
-    )
+    return InstallResult.from_installer(out, target, state)
 
 
 def status(
