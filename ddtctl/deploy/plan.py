@@ -66,9 +66,6 @@ class Plan:
     def unchanged(self) -> bool:
         return all(h.unchanged for h in self.hosts)
 
-    def for_host(self, name: str) -> HostPlan:
-        return next(h for h in self.hosts if h.host == name)
-
     def to_json(self) -> dict:
         return {"unchanged": self.unchanged, "hosts": [h.to_json() for h in self.hosts]}
 
