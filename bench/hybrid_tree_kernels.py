@@ -20,7 +20,10 @@ What runs (float32, SGLang's kernels only, no server):
            memory_pool uses when topk <= 1 (`_allocate_deduplicated_conv_window`): must NOT match either;
   commit   a random accepted path per request, committed by SGLang's scatter_mamba_states_after_mtp_verify (what
            update_mamba_state_after_mtp_verify runs, last_correct_step_indices = last accepted node): the main
-           conv/SSM slot must equal the path chain's state at that node, other slots untouched.
+           conv/SSM slot must equal the path chain's state at that node, other slots untouched;
+  compact  the payload's compact tree verify (ddtctl/kernels/gdn_tree.py via hybrid.CompactTreeVerify) on the tree
+           conv's output and retrieve_parent_token, then SGLang's commit entry wrapped by hybrid.commit_tree_states
+           with the accepted paths: outputs and committed conv/SSM slots must equal the path chains' too.
 Trees: DDTREE's best-first build (ddtctl/kernels/reference.py `build`) from random log-probs, depth 15, different
 per request; left-child/right-sibling arrays from the payload's tree_prep.retrive_arrays.
 
@@ -50,6 +53,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 TREE_PREP_DIR = REPO / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files"
@@ -610,16 +614,74 @@ def check_case(K: Kernels, c: Case, seed: int, device: str, neg_b: bool = True) 
     if not e_commit["other_slots_untouched"]:
         failures.append("commit touched other slots")
 
+    # the compact tree verify (ddtctl/kernels/gdn_tree.py) and its commit through hybrid.py's hook, on the same tree
+    comp = compact_verify_and_commit(K, c, inp, tree, paths, acc, device)
+    lap("compact")
+    e_comp = {"out": rel_err(comp["out"].reshape(bs * n, c.hv, c.dv), ref64["out"]),
+              "conv": rel_err(comp["conv_pool"][0, slots], ref64["win"][flat_acc]),
+              "ssm": rel_err(comp["ssm_pool"][0, slots], ref64["ssm"][flat_acc])}
+    e_comp["other_slots_untouched"] = bool(torch.equal(comp["conv_pool"][0, others_d], inp.conv0[0, others_d])
+                                           and torch.equal(comp["ssm_pool"][0, others_d], inp.ssm0[0, others_d]))
+    res["compact"] = e_comp
+    if not all(e_comp[k] <= TOL for k in ("out", "conv", "ssm")):
+        failures.append(f"compact: {e_comp}")
+    if not e_comp["other_slots_untouched"]:
+        failures.append("compact commit touched other slots")
+
     res["failures"] = failures
     res["ok"] = not failures
     res["seconds"] = round(time.perf_counter() - t0, 3)
     return res
 
 
+def compact_verify_and_commit(K: Kernels, c: Case, inp: Inputs, tree: dict, paths, acc, device: str) -> dict:
+    """What a DDTREE server runs with the compact tree kernel: SGLang's tree conv (the tree run's conv output and
+    the retrieve_parent_token it filled), then hybrid.CompactTreeVerify's kernel, then SGLang's commit entry
+    (scatter_mamba_states_after_mtp_verify) wrapped by hybrid.commit_tree_states with the accepted paths."""
+    import torch
+
+    payload = str(Path(__file__).resolve().parents[1] / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files")
+    if payload not in sys.path:
+        sys.path.insert(0, payload)
+    from ddtree_sglang import hybrid
+
+    bs, n = c.bs, c.n
+    mq = tree["conv_out"].reshape(bs * n, -1)
+    q, k, v = torch.split(mq, [c.h * c.dk, c.h * c.dk, c.hv * c.dv], dim=-1)
+    q, k = q.contiguous().view(1, bs * n, c.h, c.dk), k.contiguous().view(1, bs * n, c.h, c.dk)
+    v = v.contiguous().view(1, bs * n, c.hv, c.dv)
+    ssm_pool, conv_pool = inp.ssm0.clone(), tree["conv_pool"].clone()  # the conv slot as the verify's conv left it
+    issm = torch.zeros_like(tree["issm"])
+    out = hybrid.CompactTreeVerify(depth_bound=15).target_verify(
+        A_log=inp.A_log, dt_bias=inp.dt_bias, q=q, k=k, v=v, a=inp.a, b=inp.b, ssm_states=ssm_pool[0],
+        cache_indices=inp.cache_indices, query_start_loc=torch.arange(0, bs * n + 1, n, dtype=torch.int32,
+                                                                      device=q.device),
+        intermediate_states_buffer=issm[0], intermediate_state_indices=inp.scratch_rows,
+        retrieve_parent_token=tree["parent"], cache_steps=n)
+    width = max(len(p) for ps in paths for p in ps)
+    accept = torch.tensor([[b * n + x for x in paths[b][int(acc[b])]] + [-1] * (width - len(paths[b][int(acc[b])]))
+                           for b in range(bs)], device=q.device)
+    lens = torch.tensor([len(paths[b][int(acc[b])]) for b in range(bs)], dtype=torch.int32, device=q.device)
+    wrap = _cuda_looking if device == "cpu" else (lambda t: t)
+    caches = SimpleNamespace(temporal=ssm_pool, intermediate_ssm=issm, conv=[wrap(conv_pool)],
+                             intermediate_conv_window=[wrap(tree["icw"])])
+    saved = hybrid.tree_mode, dict(hybrid.STATE)
+    hybrid.tree_mode = lambda: True
+    hybrid.STATE["compact_backends"] = 1
+    try:
+        hybrid.pending_path(accept, lens, n)
+        hybrid.commit_tree_states(K.commit, caches, wrap(inp.cache_indices), wrap(acc.to(q.device)), None, None)
+    finally:
+        hybrid.tree_mode = saved[0]
+        hybrid.STATE.clear()
+        hybrid.STATE.update(saved[1])
+    return dict(out=out, conv_pool=conv_pool, ssm_pool=ssm_pool)
+
+
 # -------------------------------------------------------------------------------------------------------- main
 def fmt_table(results: list[dict]) -> str:
     head = (f"{'case':<15}{'B':>4}{'bs':>4}{'depth':>6} {'tree vs path (chain kern / torch64)':<37}"
-            f"{'neg a':>10}{'neg b':>10}{'commit':>10}  {'s':>6}  verdict")
+            f"{'neg a':>10}{'neg b':>10}{'commit':>10}{'compact':>10}  {'s':>6}  verdict")
     lines = [head, "-" * len(head)]
     for r in results:
         if "error" in r:
@@ -633,9 +695,10 @@ def fmt_table(results: list[dict]) -> str:
         else:
             na = nb = "n/a"
         cm = max(r["commit"]["conv"], r["commit"]["ssm"])
+        cp = max(r["compact"][k] for k in ("out", "conv", "ssm"))
         pair = f"{ec:.2e} / {er:.2e}"
         lines.append(f"{r['case']:<15}{r['budget']:>4}{r['bs']:>4}{r['max_depth']:>6} {pair:<37}"
-                     f"{na:>10}{nb:>10}{cm:>10.2e}  {r['seconds']:>6.1f}  {'PASS' if r['ok'] else 'FAIL'}")
+                     f"{na:>10}{nb:>10}{cm:>10.2e}{cp:>10.2e}  {r['seconds']:>6.1f}  {'PASS' if r['ok'] else 'FAIL'}")
     return "\n".join(lines)
 
 

@@ -607,6 +607,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
             "verify_cts": s.verify_cts, "accept_lengths": s.accept_lengths,
             "extras_ok": x_ok, "extras": x_notes, "logprobs": s.logprobs, "sampled_outputs": s.sampled_outputs,
             "logprob_outputs": s.logprob_outputs, "top2_gaps": s.top2_gaps,
+            "extra_env": dict(getattr(s, "extra_env", None) or {}),
         })
     ties = [f"{r['server']}: {r['match']}" for r in rows if r["match"].startswith("tie")]
     if ties:
@@ -685,11 +686,19 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         want_sync = "--disable-overlap-schedule" in (r.get("argv") or [])
         sync = (r.get("served") or {}).get("disable_overlap_schedule")
         ok = ok and sync is not None and bool(sync) == want_sync
+        # hybrid targets: the GDN tree kernel the server reports is the one asked for (compact unless
+        # DDTREE_GDN_TREE=sglang)
+        kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
+        want_kernel = None
+        if TARGET[0] == "hybrid":
+            want_kernel = "sglang" if (r.get("extra_env") or {}).get("DDTREE_GDN_TREE") == "sglang" else "compact"
+            ok = ok and kernel == want_kernel
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
-                    "dflash_mean_accept_len": base, "disable_overlap_schedule": sync,
+                    "dflash_mean_accept_len": base, "disable_overlap_schedule": sync, "gdn_tree_kernel": kernel,
                     "what": f"branch nodes {branch}, mean acc len {acc if acc is None else round(acc, 2)} vs "
                             f"DFLASH {base if base is None else round(base, 2)}, "
-                            f"{'synchronous' if sync else 'overlap'} scheduler"})
+                            f"{'synchronous' if sync else 'overlap'} scheduler"
+                            + (f", GDN tree kernel {kernel} (want {want_kernel})" if want_kernel else "")})
     return out
 
 
@@ -734,6 +743,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         sync = mk("ddtree-b15-g1-sync", "DDTREE", True, 15, oracle=True)
         sync.extra_args = ["--disable-overlap-schedule"]
         wave2.append(sync)
+        stock = mk("ddtree-b15-g1-sglangkernel", "DDTREE", True, 15, oracle=True)
+        stock.extra_env = {"DDTREE_GDN_TREE": "sglang"}  # SGLang's own GDN tree kernel, for contrast
+        wave2.append(stock)
         extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),

@@ -109,6 +109,9 @@ class Bench:
     results: dict = field(default_factory=dict)  # batch -> measurement
     profile: list | None = None
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
+    extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=sglang
+    variant: str = ""  # "" | "sync" | "sglanggdn": a DDTREE configuration other than the default
+    gdn_tree_kernel: str | None = None  # hybrid DDTREE: what the server's log says it verifies trees with
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
     @property
@@ -144,6 +147,7 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
     e["SGLANG_TORCH_PROFILER_DIR"] = str(WORK / "profiles" / b.name)
     if b.algo == "DDTREE":
         e["DDTREE_LOG_INTERVAL"] = "200"
+    e.update(b.extra_env)
     if b.drafter == "calibrated":
         e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
         e["DDTREE_TEST_ORACLE"] = str(oracle)
@@ -213,14 +217,31 @@ def measure(b: Bench, reqs_all: list[list[int]], batches: list[int], new_tokens:
         log(f"{b.name} bs={bs}: {tokens / wall:.1f} tok/s, {b.results[bs]['ms_per_step']:.2f} ms/step")
 
 
+def gdn_kernel_of(b: Bench) -> str | None:
+    """The worker's log line at its first hybrid decode: "DDTREE hybrid tree verify: <compact|sglang> GDN tree
+    kernel"."""
+    import re
+
+    try:
+        found = re.search(r"DDTREE hybrid tree verify: (\w+) GDN tree kernel", b.log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
 def profile(b: Bench, req: list[int], steps: int) -> None:
-    """A few decode steps under SGLang's own torch profiler (/start_profile), summarised by self CUDA time."""
+    """A few decode steps under SGLang's own torch profiler (/start_profile), summarised by self CUDA time; the
+    profiler starts while a long request decodes, so no prefill lands in the window."""
     base = f"http://127.0.0.1:{b.port}"
     trace_dir = WORK / "profiles" / b.name
     try:
+        # decode steps only: the request is past its prefill when the profiler starts
+        load = threading.Thread(target=generate, args=(b, [req], 600), daemon=True)
+        load.start()
+        time.sleep(1.5)
         e2e.http("POST", base + "/start_profile", {"output_dir": str(trace_dir), "num_steps": steps,
                                                   "activities": ["CPU", "GPU"]}, timeout=60)
-        generate(b, [req], 48)
+        load.join(timeout=120)
         time.sleep(2)
         b.profile = summarise_traces(trace_dir)
     except Exception as exc:  # noqa: BLE001
@@ -254,10 +275,10 @@ def summarise_traces(trace_dir: Path, top: int = 40) -> list[dict]:
 
 def ratios(benches: list[Bench]) -> list[dict]:
     """One row per (server, batch): tokens/s and ms/step, with ratios to the DFLASH server of the same drafter."""
-    dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" and not b.extra_args
+    dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" and not b.variant
               for bs, r in b.results.items()}
-    # step cost of each configuration with the random drafter (no test hook in the loop), by (algo, budget, sync)
-    step = {(b.algo, b.budget, bool(b.extra_args), bs): r["ms_per_step"] for b in benches if b.drafter == "random"
+    # step cost of each configuration with the random drafter (no test hook in the loop), by (algo, budget, variant)
+    step = {(b.algo, b.budget, b.variant, bs): r["ms_per_step"] for b in benches if b.drafter == "random"
             for bs, r in b.results.items()}
     rows = []
     for b in benches:
@@ -273,8 +294,8 @@ def ratios(benches: list[Bench]) -> list[dict]:
             # against DFLASH's. The test-only oracle hook runs per request on the host inside each step, which the
             # measured ratio pays and a real drafter does not.
             if b.drafter == "calibrated" and ref and r["mean_accept_len"] and ref["mean_accept_len"]:
-                mine = step.get((b.algo, b.budget, bool(b.extra_args), bs))
-                base = step.get(("DFLASH", None, False, bs))
+                mine = step.get((b.algo, b.budget, b.variant, bs))
+                base = step.get(("DFLASH", None, "", bs))
                 if mine and base:
                     row["projected_vs_dflash"] = (r["mean_accept_len"] / mine) / (ref["mean_accept_len"] / base)
             rows.append(row)
@@ -311,6 +332,12 @@ def plan(args) -> list[Bench]:
     for budget in (int(x) for x in args.sync_budgets.split(",") if x):  # the synchronous scheduler, for contrast
         mk(f"ddtree-b{budget}-random-sync", "DDTREE", budget, "random")
         out[-1].extra_args = ["--disable-overlap-schedule"]
+        out[-1].variant = "sync"
+    for drafter in args.drafter.split(","):  # hybrid targets: SGLang's own GDN tree kernel, for contrast
+        for budget in (int(x) for x in args.sglang_gdn_budgets.split(",") if x):
+            mk(f"ddtree-b{budget}-{drafter}-sglanggdn", "DDTREE", budget, drafter)
+            out[-1].extra_env = {"DDTREE_GDN_TREE": "sglang"}
+            out[-1].variant = "sglanggdn"
     if args.servers:
         keep = set(args.servers.split(","))
         out = [b for b in out if b.name in keep or b.algo == "plain"]
@@ -337,6 +364,9 @@ def main() -> int:
     ap.add_argument("--server-s", type=float, default=110, help="do not start a server with less time than this left")
     ap.add_argument("--skip-plain", action="store_true", help="no plain server (random drafters only)")
     ap.add_argument("--sync-budgets", default="", help="DDTREE budgets also run with --disable-overlap-schedule")
+    ap.add_argument("--sglang-gdn-budgets", default="",
+                    help="hybrid targets: DDTREE budgets also run with SGLang's own GDN tree kernel "
+                    "(DDTREE_GDN_TREE=sglang) instead of the compact one")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
@@ -398,6 +428,7 @@ def main() -> int:
                         b.status, b.error = "skipped", "the plain server's oracle never came"
                         continue
                     measure(b, reqs, args.batches, args.new_tokens)
+                    b.gdn_tree_kernel = gdn_kernel_of(b)
                     if args.profile and b.name in (f"dflash-{args.drafter.split(',')[0]}",
                                                    f"ddtree-b{args.budgets.split(',')[0]}-{args.drafter.split(',')[0]}"):
                         profile(b, reqs[0], 5)
@@ -425,6 +456,7 @@ def main() -> int:
     (OUT / "spec_throughput.json").write_text(json.dumps(
         {"meta": meta, "rows": rows, "servers": [{"name": b.name, "status": b.status, "error": b.error,
                                                   "startup_s": b.startup_s, "argv": b.argv, "profile": b.profile,
+                                                  "gdn_tree_kernel": b.gdn_tree_kernel,
                                                   "results": b.results} for b in benches]}, default=str))
     (OUT / "spec_throughput_table.txt").write_text(text + "\n")
     logs = OUT / "server_logs"
@@ -438,6 +470,9 @@ def main() -> int:
             for p in b.profile[:30]:
                 print(f"  {p.get('total_us', 0):>12.0f} {p.get('count', 0):>6} {p.get('cat', '')[:12]:<12} "
                       f"{p.get('name', p.get('error', ''))}", flush=True)
+    kernels = {b.name: b.gdn_tree_kernel for b in benches if b.gdn_tree_kernel}
+    if kernels:
+        print("GDN tree kernel: " + ", ".join(f"{k}={v}" for k, v in kernels.items()), flush=True)
     bad = [b.name for b in benches if b.status != "done"]
     print(f"\nSERVERS: {len(benches) - len(bad)}/{len(benches)} measured" + (f" (not: {', '.join(bad)})" if bad
                                                                           else ""), flush=True)

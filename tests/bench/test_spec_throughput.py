@@ -18,7 +18,8 @@ def st():
 
 
 def _args(**kw):
-    base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="")
+    base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
+                sglang_gdn_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -36,6 +37,33 @@ def test_plan_has_plain_then_dflash_and_ddtree_per_drafter_on_distinct_ports(st)
     argv = st.server_argv(sync[-1], st.Path("/t"), st.Path("/d"), False, 8, False)
     assert argv[-1] == "--disable-overlap-schedule" and "--disable-overlap-schedule" not in st.server_argv(
         sync[-2], st.Path("/t"), st.Path("/d"), False, 8, False)
+
+
+def test_sglang_gdn_servers_run_ddtree_with_sglangs_kernel_and_project_from_their_own_step(st):
+    """--sglang-gdn-budgets: the same DDTREE budget with DDTREE_GDN_TREE=sglang, its own variant (its calibrated
+    projection uses its own random-drafter step, not the compact kernel's)."""
+    benches = st.plan(_args(budgets="16", sglang_gdn_budgets="16"))
+    by = {b.name: b for b in benches}
+    stock = by["ddtree-b16-calibrated-sglanggdn"]
+    assert stock.extra_env == {"DDTREE_GDN_TREE": "sglang"} and stock.variant == "sglanggdn"
+    assert by["ddtree-b16-random-sglanggdn"].extra_env and not by["ddtree-b16-random"].extra_env
+    r = lambda ms, acc: {1: {"tokens_per_s": 1.0, "ms_per_step": ms, "mean_accept_len": acc}}  # noqa: E731
+    by["dflash-random"].results, by["dflash-calibrated"].results = r(10.0, 1.0), r(14.0, 7.0)
+    by["ddtree-b16-random"].results, by["ddtree-b16-calibrated"].results = r(11.0, 1.0), r(15.0, 9.0)
+    by["ddtree-b16-random-sglanggdn"].results, stock.results = r(20.0, 1.0), r(25.0, 9.0)
+    rows = {x["server"]: x for x in st.ratios(benches)}
+    assert rows["ddtree-b16-calibrated-sglanggdn"]["projected_vs_dflash"] == pytest.approx((9.0 / 20.0) / 0.7)
+    assert rows["ddtree-b16-calibrated"]["projected_vs_dflash"] == pytest.approx((9.0 / 11.0) / 0.7)
+
+
+def test_gdn_kernel_is_read_from_the_servers_log(st, tmp_path, monkeypatch):
+    monkeypatch.setattr(st, "WORK", tmp_path)
+    b = st.plan(_args(drafter="random", budgets="16"))[-1]
+    b.log_path.parent.mkdir(parents=True, exist_ok=True)
+    b.log_path.write_text("x\n[2026] DDTREE hybrid tree verify: compact GDN tree kernel\n")
+    assert st.gdn_kernel_of(b) == "compact"
+    b.log_path.write_text("no such line\n")
+    assert st.gdn_kernel_of(b) is None
 
 
 def test_projected_ratio_uses_calibrated_lengths_over_random_step_times(st):

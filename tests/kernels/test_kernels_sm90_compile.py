@@ -53,3 +53,45 @@ def test_all_kernels_compile_for_sm90():
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.count("compiled") == 7
+
+
+GDN_TREE_SCRIPT = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from ddtctl.kernels import gdn_tree as G
+
+    assert type(G._tree_gdn_verify_kernel).__name__ != "InterpretedFunction"
+    tgt = GPUTarget("cuda", 90, 32)
+    SMEM = 227 * 1024  # an H200 block's shared memory
+
+    def comp(fn, sig, cex, nw):
+        sig = dict(sig, **{k: "constexpr" for k in cex})
+        c = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cex), target=tgt,
+                           options={"num_warps": nw})
+        assert c.asm["cubin"] and c.metadata.shared <= SMEM, (fn, c.metadata.shared)
+        print("compiled", fn.__name__, cex, c.metadata.shared)
+
+    verify = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32",
+              "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32", "rec_idx": "*i32",
+              "parent": "*i64", "cu": "*i32", "scale": "fp32", "T": "i32", "sq_t": "i32", "sk_t": "i32",
+              "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64", "s_par": "i32"}
+    for tp, heads in ((32, (16, 48)), (64, (16, 48)), (64, (8, 24))):  # Qwen3.6-27B's GDN at tp 1 and tp 2
+        comp(G._tree_gdn_verify_kernel, verify, {"TP": tp, "H": heads[0], "HV": heads[1], "K": 128, "V": 128,
+                                                 "BV": 32, "S": 4, "PREC": "tf32x3", "THRESHOLD": 20.0},
+             4 if tp <= 32 else 8)
+    commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
+              "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "s_state_layer": "i64",
+              "s_state_slot": "i64", "s_rec_layer": "i64", "s_rec_slot": "i64", "s_acc": "i32"}
+    for track in (False, True):
+        comp(G._tree_gdn_commit_kernel, commit, {"AP": 16, "H": 16, "HV": 48, "K": 128, "V": 128, "BV": 32,
+                                                 "HAS_TRACK": track, "PREC": "tf32x3"}, 4)
+""")
+
+
+def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
+    """The compact GDN tree verify at the widths the hook lets it take (<= 64 nodes) fits an H200 block."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    run = subprocess.run([sys.executable, "-c", GDN_TREE_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.count("compiled") == 5

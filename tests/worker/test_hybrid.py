@@ -1,7 +1,9 @@
 """Hybrid (GDN) trees and the vocab-parallel draft top-K: the worker's CPU-testable pieces.
 
-* hybrid.py's three hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows and budget the
-  verify width -- for DDTREE in tree mode only; their targets exist in the pinned SGLang (managed env).
+* hybrid.py's hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows, budget the verify
+  width, and put the compact tree verify + commit in place -- for DDTREE in tree mode only; their targets exist in
+  the pinned SGLang (managed env). (The compact kernels' exactness: tests/kernels/test_gdn_tree.py and
+  tests/bench/test_hybrid_tree_kernels.py.)
 * the commit index mapping: SGLang's flat accept index of an accepted tree path, and SGLang 0.5.23's own
   `_verify_commit_step_indices` (run on it, CPU path) gives the last accepted NODE and the track step at the node of
   the accepted path where the interval is crossed -- not a chain position.
@@ -85,6 +87,53 @@ def test_mamba_budget_sees_the_verify_width(monkeypatch):
     assert seen == [65, 16]
 
 
+def _runner(dtype=torch.float32, draft=False, scratch=True):
+    cache = SimpleNamespace(temporal=torch.zeros(1, 1, dtype=dtype),
+                            intermediate_ssm=torch.zeros(1, dtype=dtype) if scratch else None)
+    pool = SimpleNamespace(mamba_pool=SimpleNamespace(mamba_cache=cache))
+    return SimpleNamespace(is_draft_worker=draft, req_to_token_pool=pool)
+
+
+@pytest.mark.parametrize("spec, env, runner, installed", [
+    (_spec(speculative_ddtree_verify_width=33), None, _runner(), True),  # DDTREE tree mode, fp32 states
+    (_spec(speculative_ddtree_verify_width=33), "sglang", _runner(), False),  # asked for SGLang's kernel
+    (_spec(speculative_ddtree_verify_width=65), None, _runner(), False),  # wider than the compact kernel's tiles
+    (_spec(speculative_ddtree_verify_width=33), None, _runner(torch.bfloat16), False),  # bf16 states
+    (_spec(speculative_ddtree_verify_width=33), None, _runner(draft=True), False),  # the drafter
+    (_spec(speculative_ddtree_verify_width=33, speculative_algorithm="DFLASH"), None, _runner(), False),
+    (_spec(speculative_ddtree_verify_width=33, speculative_ddtree_allow_hybrid_unsafe=True), None, _runner(), False),
+])
+def test_compact_tree_kernel_replaces_sglangs_only_where_it_is_exact(monkeypatch, spec, env, runner, installed):
+    monkeypatch.setattr(hybrid, "_spec", lambda: spec)
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 0)
+    if env is None:
+        monkeypatch.delenv("DDTREE_GDN_TREE", raising=False)
+    else:
+        monkeypatch.setenv("DDTREE_GDN_TREE", env)
+    stock = object()
+    backend = SimpleNamespace(kernel_dispatcher=SimpleNamespace(tree_verify_kernel=stock))
+    hybrid.compact_tree_kernel(None, backend, runner)
+    kernel = backend.kernel_dispatcher.tree_verify_kernel
+    assert isinstance(kernel, hybrid.CompactTreeVerify) is installed
+    assert (kernel is stock) is not installed
+    assert hybrid.STATE["compact_backends"] == int(installed)
+    if installed:
+        assert kernel.depth_bound == 15 and kernel.supports_strided_target_verify_qkv is False
+
+
+def test_commit_hook_passes_through_without_the_compact_kernel_and_refuses_without_a_path(monkeypatch):
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    calls = []
+    original = lambda *a, **k: calls.append(a)  # noqa: E731
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 0)
+    hybrid.commit_tree_states(original, "caches", "idx", "steps", None, None)
+    assert calls == [("caches", "idx", "steps", None, None, None)]  # SGLang's scatter, unchanged
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 1)
+    hybrid.PENDING.clear()
+    with pytest.raises(RuntimeError, match="accepted path"):
+        hybrid.commit_tree_states(original, "caches", "idx", "steps", None, None)
+
+
 def test_hook_targets_exist_in_the_pinned_sglang(managed_python):
     """A renamed SGLang symbol would make HookRegistry fail at start: find every hooked target in the pinned wheel's
     source (statically: some of those modules import server-only packages the CPU env lacks)."""
@@ -117,7 +166,7 @@ print(json.dumps({{"targets": targets, "missing": missing}}))
     p = subprocess.run([str(managed_python), "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(out["targets"]) == 5 and out["missing"] == []
+    assert len(out["targets"]) == 7 and out["missing"] == []
 
 
 def test_commit_step_indices_follow_the_accepted_tree_path(tmp_path):

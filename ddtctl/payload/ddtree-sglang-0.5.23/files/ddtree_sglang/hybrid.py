@@ -20,18 +20,30 @@ tree mode (not `--speculative-ddtree-allow-hybrid-unsafe`):
 The commit after acceptance is SGLang's own `commit_mamba_states_after_verify` with the accepted node indices
 (worker.py): the last accepted node's state becomes the request's state, and the mamba-track (extra_buffer) snapshot
 is taken at the node on the accepted path where the track interval is crossed.
+
+Compact tree verify (the default, `DDTREE_GDN_TREE=compact`; `sglang` keeps SGLang's kernel): AFTER
+`GDNAttnBackend.__init__` the dispatcher's tree verify kernel becomes `CompactTreeVerify` (kernels/gdn_tree.py),
+which computes the outputs in closed form over the tree and writes small per-node records instead of every node's
+full SSM state. AROUND `scatter_mamba_states_after_mtp_verify` the SSM part of the commit then materialises the
+accepted path's state from those records (the worker hands it the path: `pending_path`); the conv windows keep
+SGLang's scatter. Needs fp32 SSM states; otherwise SGLang's kernel stays.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+
+import torch
 
 from ddtree_sglang import ALGORITHM
 
 logger = logging.getLogger(__name__)
 
-STATE = {"tree_backends": 0}
+STATE = {"tree_backends": 0, "compact_backends": 0}
 TREE_TOPK = 2
+COMPACT_MAX_WIDTH = 64  # 128-row tiles need more shared memory than an H200 block has
+PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
 def _spec():
@@ -80,6 +92,102 @@ def tree_backend(result, backend, model_runner, *args, **kwargs):
     return None
 
 
+def compact_wanted() -> bool:
+    return tree_mode() and os.environ.get("DDTREE_GDN_TREE", "compact") != "sglang"
+
+
+def _gdn_tree():
+    try:
+        from ddtree_sglang.kernels import gdn_tree  # shipped in the payload
+    except ImportError:  # the ddtctl checkout (tests)
+        from ddtctl.kernels import gdn_tree
+    return gdn_tree
+
+
+class CompactTreeVerify:
+    """The GDN dispatcher's tree verify kernel, replaced: outputs in closed form, per-node records (gdn_tree.py)."""
+
+    supports_strided_target_verify_qkv = False
+
+    def __init__(self, depth_bound: int):
+        self.depth_bound = depth_bound
+        self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32x3")
+
+    def target_verify(self, *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc,
+                      intermediate_states_buffer, intermediate_state_indices, retrieve_parent_token, **_):
+        STATE["key_heads"] = int(k.shape[2])  # the commit's records are laid out by key heads
+        return _gdn_tree().tree_gdn_verify(
+            A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=ssm_states,
+            cache_indices=cache_indices, query_start_loc=query_start_loc,
+            intermediate_states_buffer=intermediate_states_buffer,
+            intermediate_state_indices=intermediate_state_indices, retrieve_parent_token=retrieve_parent_token,
+            depth_bound=self.depth_bound, precision=self.precision)
+
+
+def compact_tree_kernel(result, backend, model_runner, *args, **kwargs):
+    """AFTER hook on GDNAttnBackend.__init__: the compact tree verify for the target (fp32 SSM states only)."""
+    if not compact_wanted() or getattr(model_runner, "is_draft_worker", False):
+        return None
+    cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
+    if cache.temporal.dtype != torch.float32 or getattr(cache, "intermediate_ssm", None) is None:
+        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one needs fp32 SSM states)")
+        return None
+    if verify_width() > COMPACT_MAX_WIDTH:
+        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one verifies at most %d nodes, not %d)",
+                       COMPACT_MAX_WIDTH, verify_width())
+        return None
+    backend.kernel_dispatcher.tree_verify_kernel = CompactTreeVerify(depth_bound=_depth_bound())
+    STATE["compact_backends"] += 1
+    return None
+
+
+def _depth_bound() -> int:
+    return max(1, int(getattr(_spec(), "speculative_num_draft_tokens", 16) or 16) - 1)
+
+
+def pending_path(accept_index, accept_lens, width: int) -> None:
+    """worker.py, right before SGLang's commit: the accepted path the compact commit replays."""
+    PENDING.update(accept_index=accept_index, accept_lens=accept_lens, width=width)
+
+
+def commit_tree_states(original, mamba_caches, state_indices, last_steps, track_indices, track_steps,
+                       src_indices_raw=None, *args, **kwargs):
+    """AROUND hook on scatter_mamba_states_after_mtp_verify: with the compact verify, the scratch rows hold records,
+    not states, so the SSM commit replays the accepted path; the conv windows go through SGLang's scatter."""
+    if not STATE["compact_backends"] or not tree_mode():
+        return original(mamba_caches, state_indices, last_steps, track_indices, track_steps, src_indices_raw,
+                        *args, **kwargs)
+    if not PENDING:
+        raise RuntimeError("DDTREE compact tree commit without the accepted path (pending_path was not called)")
+    path = dict(PENDING)
+    PENDING.clear()
+    n_req = state_indices.shape[0]
+    rows = src_indices_raw if src_indices_raw is not None else torch.arange(
+        n_req, dtype=torch.int32, device=state_indices.device)
+    n_heads = STATE.get("key_heads")
+    if not n_heads:
+        raise RuntimeError("DDTREE compact tree commit before any compact verify")
+    _gdn_tree().tree_gdn_commit(
+        temporal=mamba_caches.temporal, intermediate_ssm=mamba_caches.intermediate_ssm,
+        state_indices=state_indices, scratch_rows=rows, accept_index=path["accept_index"][:n_req],
+        accept_lens=path["accept_lens"][:n_req], width=path["width"], n_heads=n_heads,
+        track_indices=track_indices, track_nodes=track_steps, precision=os.environ.get(
+            "DDTREE_GDN_TREE_PRECISION", "tf32x3"))
+    conv_only = _ConvOnly(mamba_caches)
+    return original(conv_only, state_indices, last_steps, track_indices, track_steps, src_indices_raw,
+                    *args, **kwargs)
+
+
+class _ConvOnly:
+    """The speculative caches with an empty SSM state: SGLang's scatter then moves the conv windows only."""
+
+    def __init__(self, caches):
+        self.temporal = caches.temporal.new_empty(0)
+        self.intermediate_ssm = caches.intermediate_ssm
+        self.conv = caches.conv
+        self.intermediate_conv_window = caches.intermediate_conv_window
+
+
 def dense_conv_windows(original, *args, **kwargs):
     """AROUND hook on memory_pool.conv_window_dedup_enabled: dense per-token conv windows for trees."""
     if tree_mode():
@@ -108,6 +216,10 @@ def register_hooks(HookRegistry, HookType) -> None:
         HookType.AFTER)
     HookRegistry.register("sglang.srt.mem_cache.memory_pool.conv_window_dedup_enabled", dense_conv_windows,
                           HookType.AROUND)
+    HookRegistry.register("sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.__init__",
+                          compact_tree_kernel, HookType.AFTER)
+    HookRegistry.register("sglang.kernels.ops.mamba.mamba_state_scatter_triton.scatter_mamba_states_after_mtp_verify",
+                          commit_tree_states, HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
         honest_mamba_budget, HookType.AROUND)

@@ -20,6 +20,7 @@ class DdtreeMetrics:
         self.graph_steps = 0
         self.branch_nodes = 0
         self.head_graph_steps = 0  # steps whose draft top-K came from the draft CUDA graph's tail
+        self.gdn_tree_kernel: str | None = None  # hybrid targets: "compact" (gdn_tree.py) or "sglang"
         self.hist: dict[int, int] = {}
 
         # Device-side accumulators (record_device): read back only by summary(), so a decode step never waits for
@@ -88,6 +89,7 @@ class DdtreeMetrics:
             "verify_graph_steps": self.graph_steps,
             "accepted_branch_nodes": self.branch_nodes,
             "draft_head_graph_steps": self.head_graph_steps,
+            "gdn_tree_kernel": self.gdn_tree_kernel,
         }
 
     def line(self) -> str:
@@ -99,6 +101,7 @@ class DdtreeMetrics:
             f"branch_nodes={s['accepted_branch_nodes']} head_graph_steps={s['draft_head_graph_steps']} "
             f"prep={s['prep_mode']} "
             f"accept={s['accept_mode']}"
+            + (f" gdn_tree={s['gdn_tree_kernel']}" if s["gdn_tree_kernel"] else "")
         )
 
 

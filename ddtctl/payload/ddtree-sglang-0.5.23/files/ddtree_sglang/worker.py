@@ -424,6 +424,9 @@ class DDTreeWorker(DFlashWorkerV2):
                 f"(parent-indexed state); this target's linear-attention backend is "
                 f"{type(linear).__name__ if linear is not None else 'missing'} without tree mode.")
         self._tree_backend_checked = True
+        kernel = getattr(getattr(linear, "kernel_dispatcher", None), "tree_verify_kernel", None)
+        self.metrics.gdn_tree_kernel = "compact" if isinstance(kernel, hybrid.CompactTreeVerify) else "sglang"
+        logger.info("DDTREE hybrid tree verify: %s GDN tree kernel", self.metrics.gdn_tree_kernel)
 
     def _ddtree_decode(self, batch, on_publish):
         if self.hybrid_mode == "tree" and not self._tree_backend_checked:
@@ -543,6 +546,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self.hybrid_mode == "tree":
             # SGLang's own tree commit: the state of the last accepted NODE (its index in the verify window), and the
             # mamba-track snapshot at the accepted node where the track interval is crossed.
+            hybrid.pending_path(accept_index, commit_lens, n)  # the compact tree commit replays this path
             commit_mamba_states_after_verify(self.target_worker, batch, commit_lens, accept_index, n)
         elif self._need_mamba_verify_commit:
             # unsafe mode (the user accepted that siblings share state): DFLASH's chain-position commit

@@ -1,0 +1,138 @@
+"""The compact GDN tree verify and commit (ddtctl/kernels/gdn_tree.py) in Triton's interpreter: outputs and committed
+states equal SGLang's node-by-node tree recurrence (tree_gdn_reference, float64) on DDTREE-shaped trees, with GQA
+heads, padding requests, chains as deep as the bound, and the mamba-track snapshot."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ddtctl.kernels import gdn_tree
+from ddtctl.kernels.reference import build
+
+SEED = 4242
+
+
+def _tree(rng: random.Random, width: int, depth: int) -> list[int]:
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    lp = torch.log_softmax(torch.randn(depth, 16, generator=gen) * 2.5, -1)
+    top = lp.topk(min(width - 1, 16), -1)
+    return [int(p) for p in build(top.values.numpy(), top.indices.numpy().astype("int64"), width - 1).parents]
+
+
+def _path(parents: list[int], node: int) -> list[int]:
+    path = [node]
+    while node != 0:
+        node = parents[node]
+        path.append(node)
+    return path[::-1]
+
+
+def _inputs(rng: random.Random, bs: int, width: int, heads: int, vheads: int, dim: int, trees):
+    total = bs * width
+    q, k = torch.randn(1, total, heads, dim), torch.randn(1, total, heads, dim)
+    v = torch.randn(1, total, vheads, dim)
+    a, b = torch.randn(total, vheads), torch.randn(total, vheads)
+    A_log, dt_bias = torch.rand(vheads) * 2 - 1, torch.randn(vheads) * 0.5
+    par = torch.tensor([[rng.randrange(width)] + t[1:] for t in trees], dtype=torch.int64)  # root entry: ignored
+    return q, k, v, a, b, A_log, dt_bias, par
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
+    seed = SEED + case
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    heads, vheads, dim = rng.choice([(1, 1, 16), (2, 4, 16), (2, 6, 32)])
+    bs, width, depth = rng.randint(1, 3), rng.choice([5, 9, 17]), rng.choice([3, 6, 15])
+    trees = [_tree(rng, width, depth) for _ in range(bs)]
+    q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, heads, vheads, dim, trees)
+    slots = bs + 2
+    states = torch.randn(1, slots, vheads, dim, dim) * 0.3
+    cache_idx = torch.tensor(rng.sample(range(slots), bs), dtype=torch.int32)
+    padding = bs > 1 and case % 2 == 1  # the last request is a CUDA-graph padding row: no state, no scratch row
+    if padding:
+        cache_idx[-1] = -1
+    rows = torch.arange(bs, dtype=torch.int32)
+    scratch = torch.zeros(1, bs + 1, width, vheads, dim, dim)
+    cu = torch.arange(0, bs * width + 1, width, dtype=torch.int32)
+    out = gdn_tree.tree_gdn_verify(
+        A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0], cache_indices=cache_idx,
+        query_start_loc=cu, intermediate_states_buffer=scratch[0], intermediate_state_indices=rows,
+        retrieve_parent_token=par, depth_bound=depth)
+    accept, lens, expect = [], [], []
+    for r in range(bs):
+        sl = slice(r * width, (r + 1) * width)
+        h0 = states[0, int(cache_idx[r])] if cache_idx[r] >= 0 else torch.zeros(vheads, dim, dim)
+        ref_out, ref_states = gdn_tree.tree_gdn_reference(q[0, sl], k[0, sl], v[0, sl], a[sl], b[sl], A_log, dt_bias,
+                                                          h0, trees[r])
+        assert (out[0, sl].double() - ref_out).abs().max() < 1e-4
+        path = _path(trees[r], rng.randrange(width))
+        accept.append([r * width + n for n in path] + [-1] * (depth + 1 - len(path)))
+        lens.append(len(path))
+        expect.append((path, ref_states))
+    track_slot = torch.full((bs,), -1, dtype=torch.int32)
+    track_node = torch.full((bs,), -1, dtype=torch.int64)
+    free = [s for s in range(slots) if s not in cache_idx.tolist()]
+    if lens[0] > 1:  # request 0 crosses the track interval at a node inside its accepted path
+        track_slot[0], track_node[0] = free[0], expect[0][0][rng.randrange(lens[0] - 1)]
+    before = states.clone()
+    gdn_tree.tree_gdn_commit(
+        temporal=states, intermediate_ssm=scratch, state_indices=cache_idx, scratch_rows=rows,
+        accept_index=torch.tensor(accept), accept_lens=torch.tensor(lens, dtype=torch.int32), width=width,
+        n_heads=heads, track_indices=track_slot, track_nodes=track_node)
+    touched = set()
+    for r, (path, ref_states) in enumerate(expect):
+        if cache_idx[r] < 0:
+            continue
+        touched.add(int(cache_idx[r]))
+        assert (states[0, int(cache_idx[r])].double() - ref_states[path[-1]]).abs().max() < 1e-4
+    if track_slot[0] >= 0:
+        touched.add(int(track_slot[0]))
+        assert (states[0, int(track_slot[0])].double() - expect[0][1][int(track_node[0])]).abs().max() < 1e-4
+    for s in set(range(slots)) - touched:
+        assert torch.equal(states[0, s], before[0, s])
+
+
+def test_a_chain_as_deep_as_the_bound_is_exact_and_one_level_short_is_not():
+    """The nilpotent series needs 2^S > depth: a 16-node chain (depth 15) with the bound 15 matches; with the bound
+    7 (S = 3, series up to power 7) it must not, which shows the bound is what makes it exact."""
+    rng = random.Random(SEED)
+    torch.manual_seed(SEED)
+    width = 16
+    chain = [-1] + list(range(width - 1))
+    q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, 1, width, 1, 2, 16, [chain])
+    a = a - 3.0  # slow decay: deep terms stay large enough to matter
+    states = torch.randn(2, 2, 16, 16) * 0.3
+    ref_out, _ = gdn_tree.tree_gdn_reference(q[0], k[0], v[0], a, b, A_log, dt_bias, states[0], chain)
+
+    def run(bound: int) -> float:
+        out = gdn_tree.tree_gdn_verify(
+            A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states,
+            cache_indices=torch.tensor([0], dtype=torch.int32), query_start_loc=torch.tensor([0, width],
+                                                                                            dtype=torch.int32),
+            intermediate_states_buffer=torch.zeros(2, width, 2, 16, 16),
+            intermediate_state_indices=torch.tensor([0], dtype=torch.int32), retrieve_parent_token=par,
+            depth_bound=bound)
+        return float((out[0].double() - ref_out).abs().max())
+
+    assert run(15) < 1e-4
+    assert run(7) > 1e-3
+
+
+def test_refuses_bf16_states_and_strided_heads():
+    q = torch.randn(1, 4, 1, 16)
+    common = dict(A_log=torch.zeros(1), dt_bias=torch.zeros(1), k=q, v=q, a=torch.zeros(4, 1), b=torch.zeros(4, 1),
+                  cache_indices=torch.tensor([0], dtype=torch.int32), query_start_loc=torch.tensor([0, 4]),
+                  intermediate_state_indices=torch.tensor([0], dtype=torch.int32),
+                  retrieve_parent_token=torch.zeros(1, 4, dtype=torch.int64), depth_bound=3)
+    with pytest.raises(ValueError, match="fp32"):
+        gdn_tree.tree_gdn_verify(q=q, ssm_states=torch.zeros(1, 1, 16, 16, dtype=torch.bfloat16),
+                                 intermediate_states_buffer=torch.zeros(1, 4, 1, 16, 16), **common)
+    wide = torch.randn(1, 4, 2, 16)[:, :, :1]
+    with pytest.raises(ValueError, match="contiguous heads"):
+        gdn_tree.tree_gdn_verify(q=wide.transpose(2, 3).contiguous().transpose(2, 3), ssm_states=torch.zeros(
+            1, 1, 16, 16), intermediate_states_buffer=torch.zeros(1, 4, 1, 16, 16), **common)
