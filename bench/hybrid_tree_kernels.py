@@ -615,6 +615,12 @@ def check_case(K: Kernels, c: Case, seed: int, device: str, neg_b: bool = True) 
         failures.append("commit touched other slots")
 
     # the compact tree verify (ddtctl/kernels/gdn_tree.py) and its commit through hybrid.py's hook, on the same tree
+    if n > 64:  # wider than the compact kernel takes: the server keeps SGLang's kernel (hybrid.COMPACT_MAX_WIDTH)
+        res["compact"] = None
+        res["failures"] = failures
+        res["ok"] = not failures
+        res["seconds"] = round(time.perf_counter() - t0, 3)
+        return res
     comp = compact_verify_and_commit(K, c, inp, tree, paths, acc, device)
     lap("compact")
     e_comp = {"out": rel_err(comp["out"].reshape(bs * n, c.hv, c.dv), ref64["out"]),
@@ -695,7 +701,7 @@ def fmt_table(results: list[dict]) -> str:
         else:
             na = nb = "n/a"
         cm = max(r["commit"]["conv"], r["commit"]["ssm"])
-        cp = max(r["compact"][k] for k in ("out", "conv", "ssm"))
+        cp = max(r["compact"][k] for k in ("out", "conv", "ssm")) if r.get("compact") else float("nan")
         pair = f"{ec:.2e} / {er:.2e}"
         lines.append(f"{r['case']:<15}{r['budget']:>4}{r['bs']:>4}{r['max_depth']:>6} {pair:<37}"
                      f"{na:>10}{nb:>10}{cm:>10.2e}{cp:>10.2e}  {r['seconds']:>6.1f}  {'PASS' if r['ok'] else 'FAIL'}")

@@ -37,6 +37,9 @@ import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is impo
 import triton.language as tl  # noqa: E402
 
 SOFTPLUS_THRESHOLD = 20.0  # SGLang's verify call: softplus_beta 1.0, threshold 20.0
+# Tiles of 128 nodes need more shared memory than an H200 block has (K = 128), and fault at K = 16 (Triton 3.6,
+# tf32x3; bench/gdn_tree_probe.py): wider trees keep SGLang's kernel (hybrid.py).
+MAX_WIDTH = 64
 
 
 @triton.jit
@@ -49,7 +52,7 @@ def _tree_gdn_verify_kernel(
     S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr,
 ):  # fmt: skip
     i_v = tl.program_id(0)
-    i_n = tl.program_id(1)
+    i_n = tl.program_id(1).to(tl.int64)
     i_hv = tl.program_id(2)
     i_h = i_hv // (HV // H)
     bos = tl.load(cu + i_n).to(tl.int64)
@@ -120,8 +123,8 @@ def _tree_gdn_commit_kernel(
     HAS_TRACK: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     i_v = tl.program_id(0)
-    i_n = tl.program_id(1)
-    layer = tl.program_id(2) // HV
+    i_n = tl.program_id(1).to(tl.int64)
+    layer = (tl.program_id(2) // HV).to(tl.int64)  # int64: a layer's pitch times 47 passes 2^31 elements
     i_hv = tl.program_id(2) % HV
     i_h = i_hv // (HV // H)
     sidx = tl.load(state_idx + i_n).to(tl.int64)
@@ -189,6 +192,8 @@ def tree_gdn_verify(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 or t.stride(-2) != t.shape[-1]:
             raise ValueError(f"{name} must have contiguous heads")
+    if width > MAX_WIDTH:
+        raise ValueError(f"the compact tree verify takes at most {MAX_WIDTH} nodes per request, not {width}")
     out = q.new_empty(1, total, n_vheads, dim_v)
     block_v = min(block_v, dim_v)
     tp = _pow2(width)

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 STATE = {"tree_backends": 0, "compact_backends": 0}
 TREE_TOPK = 2
-COMPACT_MAX_WIDTH = 64  # 128-row tiles need more shared memory than an H200 block has
+COMPACT_MAX_WIDTH = 64  # gdn_tree.MAX_WIDTH: wider trees keep SGLang's kernel
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
