@@ -196,6 +196,8 @@ def tree_gdn_verify(
         raise ValueError(f"the compact tree verify takes at most {MAX_WIDTH} nodes per request, not {width}")
     out = q.new_empty(1, total, n_vheads, dim_v)
     block_v = min(block_v, dim_v)
+    if dim_k < 64:  # tf32x3 dots over K < 64 gave wrong values on the H200 (Triton 3.6): exact fp32 there
+        precision = "ieee"
     tp = _pow2(width)
     grid = (triton.cdiv(dim_v, block_v), n_req, n_vheads)
     _tree_gdn_verify_kernel[grid](
