@@ -37,8 +37,8 @@ import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is impo
 import triton.language as tl  # noqa: E402
 
 SOFTPLUS_THRESHOLD = 20.0  # SGLang's verify call: softplus_beta 1.0, threshold 20.0
-# Tiles of 128 nodes need more shared memory than an H200 block has (K = 128), and fault at K = 16 (Triton 3.6,
-# tf32x3; bench/gdn_tree_probe.py): wider trees keep SGLang's kernel (hybrid.py).
+# Tiles of 128 nodes need more shared memory than an H200 block has (K = 128) and faulted at K = 16 (Triton
+# 3.6, tf32x3; bench/gdn_tree_probe.py): wider trees keep SGLang's kernel (hybrid.py).
 MAX_WIDTH = 64
 
 
