@@ -45,11 +45,11 @@ MAX_WIDTH = 64
 @triton.jit
 def _tree_gdn_verify_kernel(
     q, k, v, a, b, A_log, dt_bias, o,
-    h0, h0_idx, rec, rec_idx, parent, cu,
+    h0, h0_idx, rec, rec_idx, parent, cu, anc_in,
     scale, T,
-    sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_par,
+    sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_par, s_anc,
     TP: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-    S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr,
+    S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
 ):  # fmt: skip
     i_v = tl.program_id(0)
     i_n = tl.program_id(1).to(tl.int64)
@@ -73,15 +73,18 @@ def _tree_gdn_verify_kernel(
     qt = qt * (1.0 / tl.sqrt(tl.sum(qt * qt, 1) + 1e-6))[:, None] * scale
     kt = kt * (1.0 / tl.sqrt(tl.sum(kt * kt, 1) + 1e-6))[:, None]
 
-    # ancestors-or-self from the parents (node 0 is the root; padding rows have none)
-    par = tl.load(parent + i_n * s_par + t, mask=live & (t > 0), other=-1)
-    eye = (t[:, None] == t[None, :]).to(tl.float16)
-    hop = ((par[:, None] == t[None, :]) & (t[:, None] > 0)).to(tl.float16)
-    anc = eye + hop
-    for _ in tl.static_range(S - 1):
-        hop = tl.dot(hop, hop).to(tl.float16)
-        anc = tl.dot(anc, eye + hop).to(tl.float16)
-    is_anc = anc > 0.5
+    if ANC_GIVEN:  # the step's ancestor matrix, built once for all layers (bool [bs, T, T])
+        pair = live[:, None] & live[None, :]
+        is_anc = tl.load(anc_in + i_n * s_anc + t[:, None] * T + t[None, :], mask=pair, other=0) != 0
+    else:  # ancestors-or-self from the parents (node 0 is the root; padding rows have none)
+        par = tl.load(parent + i_n * s_par + t, mask=live & (t > 0), other=-1)
+        eye = (t[:, None] == t[None, :]).to(tl.float16)
+        hop = ((par[:, None] == t[None, :]) & (t[:, None] > 0)).to(tl.float16)
+        anc = eye + hop
+        for _ in tl.static_range(S - 1):
+            hop = tl.dot(hop, hop).to(tl.float16)
+            anc = tl.dot(anc, eye + hop).to(tl.float16)
+        is_anc = anc > 0.5
     strict = is_anc & (t[:, None] != t[None, :])
 
     gc = tl.sum(tl.where(is_anc, g[None, :], 0.0), 1)
@@ -176,11 +179,12 @@ def record_width(h: int, hv: int, k: int, v: int) -> int:
 def tree_gdn_verify(
     *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc, intermediate_states_buffer,
     intermediate_state_indices, retrieve_parent_token, depth_bound: int, precision: str = "tf32x3",
-    block_v: int = 32,
+    block_v: int = 32, ancestors: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Outputs [1, tokens, HV, V] of the verify window (every request has the same node count T), and each
     node's records in its `intermediate_states_buffer` row. q, k [1, tokens, H, K]; v [1, tokens, HV, V];
-    a, b [tokens, HV]; states [slots, HV, V, K] fp32."""
+    a, b [tokens, HV]; states [slots, HV, V, K] fp32. `ancestors` (bool [bs, T, T], row i = the ancestors of i
+    and i, contiguous rows) replaces the in-kernel derivation from the parents."""
     _, total, n_heads, dim_k = k.shape
     n_vheads, dim_v = v.shape[2], v.shape[3]
     n_req = query_start_loc.shape[0] - 1
@@ -204,12 +208,13 @@ def tree_gdn_verify(
         q, k, v, a, b, A_log, dt_bias, out,
         ssm_states, cache_indices, intermediate_states_buffer, intermediate_state_indices,
         retrieve_parent_token,
-        query_start_loc, dim_k**-0.5, width,
+        query_start_loc, retrieve_parent_token if ancestors is None else ancestors, dim_k**-0.5, width,
         q.stride(1), k.stride(1), v.stride(1), a.stride(-2), b.stride(-2), ssm_states.stride(0),
         intermediate_states_buffer.stride(0), retrieve_parent_token.stride(0),
+        0 if ancestors is None else ancestors.stride(0),
         TP=tp, H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v, S=_squarings(depth_bound),
-        PREC=precision,
-        THRESHOLD=SOFTPLUS_THRESHOLD, num_warps=4 if tp <= 32 else (8 if tp <= 64 else 16),
+        PREC=precision, THRESHOLD=SOFTPLUS_THRESHOLD, ANC_GIVEN=ancestors is not None,
+        num_warps=4 if tp <= 32 else (8 if tp <= 64 else 16),
     )  # fmt: skip
     return out
 

@@ -136,3 +136,28 @@ def test_refuses_bf16_states_and_strided_heads():
     with pytest.raises(ValueError, match="contiguous heads"):
         gdn_tree.tree_gdn_verify(q=wide.transpose(2, 3).contiguous().transpose(2, 3), ssm_states=torch.zeros(
             1, 1, 16, 16), intermediate_states_buffer=torch.zeros(1, 4, 1, 16, 16), **common)
+
+
+def test_a_given_ancestor_matrix_gives_the_same_outputs_as_the_parents():
+    rng = random.Random(SEED + 7)
+    torch.manual_seed(SEED + 7)
+    bs, width = 2, 9
+    trees = [_tree(rng, width, 6) for _ in range(bs)]
+    q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, 2, 4, 16, trees)
+    anc = torch.zeros(bs, width, width, dtype=torch.bool)
+    for r, tree in enumerate(trees):
+        for i in range(width):
+            for j in _path(tree, i):
+                anc[r, i, j] = True
+    common = dict(A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=torch.randn(3, 4, 16, 16),
+                  cache_indices=torch.tensor([2, 0], dtype=torch.int32), query_start_loc=torch.tensor([0, 9, 18]),
+                  intermediate_state_indices=torch.arange(bs, dtype=torch.int32), retrieve_parent_token=par,
+                  depth_bound=6)
+    derived = gdn_tree.tree_gdn_verify(intermediate_states_buffer=torch.zeros(3, width, 4, 16, 16), **common)
+    given = gdn_tree.tree_gdn_verify(intermediate_states_buffer=torch.zeros(3, width, 4, 16, 16), ancestors=anc,
+                                     **common)
+    assert torch.allclose(derived, given, atol=1e-6)
+    wrong = anc.clone()
+    wrong[0, width - 1, 0] = False  # a node cut from the root: its output must change
+    assert not torch.allclose(derived, gdn_tree.tree_gdn_verify(
+        intermediate_states_buffer=torch.zeros(3, width, 4, 16, 16), ancestors=wrong, **common), atol=1e-4)
