@@ -178,12 +178,14 @@ def record_width(h: int, hv: int, k: int, v: int) -> int:
 
 def tree_gdn_verify(
     *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc, intermediate_states_buffer,
-    intermediate_state_indices, retrieve_parent_token, depth_bound: int, precision: str = "tf32x3",
+    intermediate_state_indices, retrieve_parent_token, depth_bound: int, precision: str = "tf32",
     block_v: int = 32, ancestors: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Outputs [1, tokens, HV, V] of the verify window (every request has the same node count T), and each
     node's records in its `intermediate_states_buffer` row. q, k [1, tokens, H, K]; v [1, tokens, HV, V];
-    a, b [tokens, HV]; states [slots, HV, V, K] fp32. `ancestors` (bool [bs, T, T], row i = the ancestors of i
+    a, b [tokens, HV]; states [slots, HV, V, K] fp32. TF32 dots by default, as SGLang's own ReplaySSM verify
+    reconstructs outputs on fp32 checkpoints (3-5x faster than tf32x3 on the H200: bench/gdn_tree_gpu.py);
+    `precision="tf32x3"` for fp32-level results. `ancestors` (bool [bs, T, T], row i = the ancestors of i
     and i, contiguous rows) replaces the in-kernel derivation from the parents."""
     _, total, n_heads, dim_k = k.shape
     n_vheads, dim_v = v.shape[2], v.shape[3]

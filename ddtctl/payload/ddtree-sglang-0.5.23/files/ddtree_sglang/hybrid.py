@@ -111,7 +111,7 @@ class CompactTreeVerify:
 
     def __init__(self, depth_bound: int):
         self.depth_bound = depth_bound
-        self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32x3")
+        self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32")
 
     def target_verify(self, *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc,
                       intermediate_states_buffer, intermediate_state_indices, retrieve_parent_token, **_):
