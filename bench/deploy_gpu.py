@@ -1366,7 +1366,8 @@ def add_tune_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--tune-prompts", choices=("oracle", "random"), default="oracle", help="oracle (default): the plain "
                    "server's prompts as text, whose greedy continuation the oracle drafter knows (random ids when "
                    "the plain phase did not run); random: SGLang's random token ids")
-    g.add_argument("--tune-health-timeout", type=int, default=None, help="seconds per point (default 150 GPU, 20 CPU)")
+    g.add_argument("--tune-health-timeout", type=int, default=None, help="seconds per point to get healthy (default 120 "
+                   "GPU: ~50 s expected without prefill CUDA graphs; 20 CPU)")
     g.add_argument("--tune-skip-dry-run", action="store_true", help="no SGLang resolver on the host before each point "
                    "(~10-18 s a point on the H200; the deploy phase runs it)")
     g.add_argument("--tune-skip-tokenizer-init", action="store_true", help="tune's servers keep --skip-tokenizer-init "
@@ -1418,7 +1419,7 @@ def main(argv=None) -> int:
 
         work = Path(tempfile.mkdtemp(prefix="ddtctl-deploy-rehearsal-"))
     args.health_timeout = args.health_timeout or (300 if gpu else 20)
-    args.tune_health_timeout = args.tune_health_timeout or (150 if gpu else 20)
+    args.tune_health_timeout = args.tune_health_timeout or (120 if gpu else 20)
     budget = args.budget_s or (570.0 if gpu else 240.0)
     lim = (lambda g, c: g if gpu else c)
     w = World(args=args, gpu=gpu, work=work, out=Path(os.environ.get("OUT") or "/tmp/deploy-gpu-out"),
