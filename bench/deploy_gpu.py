@@ -37,9 +37,31 @@ the phase table and the stage-timings table are printed and written to $OUT what
              off switch; CPU: the stand-in's STANDIN_EXIT); deploy must fail health and roll back (exit 5) to the
              first release, which must be current, running and healthy again.
   requests2  the prompts again: still the plain server's outputs.
+  tune       (only with --tune; issue #15) `ddtctl tune h200` on the deployed host: a profile like the deployed one
+             but with a tokenizer (the tiny model gets a generated word-level one: id N <-> word tN) and without
+             prefill CUDA graphs; the baseline (DFLASH) and --tune-budgets (8,16) at --tune-concurrency (1,4), 8
+             prompts of 32 new tokens, SGLang's own benchmark on the host (offline: the plain server's prompts as a
+             --prompts file, so the oracle drafter knows their continuation, else SGLang's random-ids; a `datasets`
+             stand-in when the host lacks Hugging Face datasets, which the benchmark imports). Then the same command
+             --format json reads every point back from the results file. Checked: every point measured at every
+             level or its reason recorded, a winner, and the host back on the deploy phase's release, serving it.
   ops        `ddtctl status`, `logs`, `releases`, `stop`, then `status` again (exit 5: not running).
 Output ($OUT): transcript.txt, timings.txt (both tables), deploy_gpu.json (everything), logs.tar.gz (server, warm-up,
-sshd and plain-server logs).
+sshd and plain-server logs); with --tune also tune.txt (the table as printed, and the terminal plot when plotext is
+there), tune.json (the JSON envelope), tune.jsonl (the results file), tune.png when matplotlib is there (else, on
+this machine: `python bench/deploy_gpu.py --replot tune.json --plot tune.png`).
+
+The tune call (issue #15; one `nvidia-h200` device call, carry [".carry/deploy", ".carry/flashinfer_include.tar.gz"]):
+
+    timeout 575 python3 bench/deploy_gpu.py --budget-s 560 --tune --tune-skip-dry-run \
+        --skip redeploy,broken,requests2,ops
+
+Expected on the H200 (from the 2026-12-01 deploy run, prefill CUDA graphs off): setup ~7 s, payload ~1 s, plain
+~76 s in the background, sshd <1 s, facts ~3 s, deploy ~90 s, requests ~1 s, tune ~320 s (3 points of ~85 s: stop,
+launch, ~50 s to healthy, 2 benchmark runs of ~12 s each, mostly importing SGLang; then the restore of the first
+release ~60 s; the JSON re-read ~5 s); ~430 s in all. Without --tune-skip-dry-run each point also runs SGLang's
+resolver on the host (~10-18 s): ~470 s. CPU rehearsal of the same: add --cpu-rehearsal (tests/bench/
+test_deploy_rehearsal.py::test_cpu_rehearsal_of_the_tune_call).
 
 `--flagship-tp N` (issue #18, bench/flagship_tp8.sh) deploys the flagship instead of the tiny model: a
 Qwen3.6-27B-shaped GDN hybrid (bench/spec_throughput_gpu.py's qwen36-27b config, bf16, SGLang's dummy weights) with the
@@ -86,7 +108,8 @@ STANDIN_SELFTEST = REMOTE_TESTS / "standins" / "standin_kernel_selftest.py"
 CTL_FROM_SGLANG_SET = ("pydantic-", "pydantic_core-", "annotated_types-", "typing_inspection-", "typing_extensions-",
                        "cffi-", "pycparser-")
 # the machine's environment that sshd hands to sessions (a real host's login environment has its own)
-PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CUDA_HOME", "CUDA_PATH")
+PASS_ENV = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CUDA_HOME", "CUDA_PATH", "HF_HUB_OFFLINE",
+            "TRANSFORMERS_OFFLINE")
 PASS_PREFIX = ("CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_")
 SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL)", re.I)
 EVENT = re.compile(r"^\s*(\d+\.\d+)s (\S) ([a-z-]+)\s")
@@ -454,6 +477,36 @@ sys.meta_path.append(_LazyStandins())
 '''
 
 
+CPU_TORCHVISION_HOOK = '''\
+"""Test-only (bench/deploy_gpu.py --cpu-rehearsal): PyPI's torchvision is a CUDA build that cannot register its ops
+beside the managed env's CPU torch, and `import sglang` imports it (through transformers); declaring the two op
+schemas first lets it load, as ddtctl's resolver does for itself. Runs only when torchvision is imported."""
+import importlib.abc
+import sys
+
+
+class _DeclareTorchvisionOps(importlib.abc.MetaPathFinder):
+    done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torchvision" or self.done:
+            return None
+        self.done = True
+        import torch
+
+        for qualname, schema in (("torchvision::nms", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"),
+                                 ("torchvision::qnms", "(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")):
+            try:
+                torch.library.define(qualname, schema)
+            except Exception:
+                pass
+        return None
+
+
+sys.meta_path.insert(0, _DeclareTorchvisionOps())
+'''
+
+
 def make_host_python(source_python: str, pristine: Path, root: Path, hook: str | None) -> dict:
     """A venv-like interpreter for the host: bin/python -> the source interpreter's base, a site-packages whose .pth
     puts (1) host-site: hard links of the pristine sglang, where the deploy installs the payload, (2) the pristine
@@ -487,7 +540,7 @@ def make_host_python(source_python: str, pristine: Path, root: Path, hook: str |
                quiet=True, timeout=120).stdout.split()  # (as the agent's facts look: without importing sglang)
     if check[0] != SGLANG or not check[1].startswith(str(host_site)):
         raise RuntimeError(f"host python sees sglang {check}, expected {SGLANG} in {host_site}")
-    return {"python": str(py), "host_site": str(host_site), "base": base, "sites": sites}
+    return {"python": str(py), "host_site": str(host_site), "base": base, "sites": sites, "site_packages": str(sp)}
 
 
 def setup(w: World, until: float) -> str:
@@ -536,13 +589,16 @@ def setup(w: World, until: float) -> str:
                                "host's SGLang")
         source_python = str(env.python)
         w.pristine = Path(describe_python(source_python)["sites"][0])
-        hook = None
+        hook = CPU_TORCHVISION_HOOK
         smi = w.work / "host" / "nvidia-smi"
         smi.parent.mkdir(parents=True, exist_ok=True)
         smi.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN_SMI} --gpus {w.flagship or 1} --name 'NVIDIA H200' "
                        f"\"$@\"\n")
         smi.chmod(0o755)
         w.nvidia_smi = str(smi)
+    if w.args.tune:  # the tune's tokenizer and benchmark read local files only: never wait on the Hub (no network)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # ddtctl itself must import in the controller's environment
     p = sh([w.ctl_python, "-c", "import paramiko, cryptography, ddtctl.cli, ddtctl.deploy; print(paramiko.__version__, "
                                "cryptography.__version__)"], env=w.ctl_env, quiet=True)
@@ -557,7 +613,7 @@ def setup(w: World, until: float) -> str:
         w.openssh = None
         notes.append("system openssh (no .carry/deploy/debs)")
     h = make_host_python(source_python, w.pristine, w.work / "host" / "py", hook)
-    w.host_python, w.host_site = h["python"], h["host_site"]
+    w.host_python, w.host_site, w.host_site_packages = h["python"], h["host_site"], h["site_packages"]
     w.meta["host_python"] = h
     if w.flagship:  # issue #18: the Qwen3.6-27B-shaped GDN hybrid, bf16, dummy weights, at tp N
         w.e2e.TARGET[0], w.e2e.TP[0], w.e2e.DTYPE[0] = "hybrid", w.flagship, "bfloat16"
@@ -724,7 +780,11 @@ def profile_doc(w: World, name: str, env: dict) -> dict:
             "mem-fraction-static": 0.15, "random-seed": 0, "log-level": "info", "cuda-graph-max-bs-decode": 4,
             "dtype": "float32", "enable-fp32-lm-head": True, "speculative-algorithm": "DDTREE",
             "speculative-draft-model-path": str(w.draft), "speculative-ddtree-budget": w.budget,
-            "max-running-requests": 8, "skip-tokenizer-init": True},
+            "max-running-requests": 8,
+            # with --tune, every server of the call starts without SGLang's prefill CUDA graphs: capturing them
+            # took 26.5 s of the 78.7 s health wait on the H200, paid again by each tune point and the restore
+            **({"disable-prefill-cuda-graph": True} if w.args.tune else {}),
+            "skip-tokenizer-init": True},
         "env": env,
         "launch": {"health_timeout_s": w.args.health_timeout},
     }
@@ -981,8 +1041,12 @@ def ops(w: World, until: float) -> str:
     rel = ddtctl(w, "releases --format json", ["releases", HOST, "-i", w.inventory, "--format", "json"], until).json()
     statuses = {x["id"]: x["status"] for x in rel["releases"]}
     broken_ran = w.runner.ok("broken")  # its failed release is listed (not when --skip broken)
+    # the tune's points are releases too; one that failed to start is listed as failed
+    tune_failed = {p.get("release") for p in [(w.tune or {}).get("baseline") or {}, *(w.tune or {}).get("points", [])]
+                   if p.get("status") == "failed"}
+    failed = {k for k, v in statuses.items() if v == "failed"}
     if (rel["current"] != w.release1 or statuses.get(w.release1) != "ok"
-            or ("failed" in statuses.values()) != broken_ran):
+            or bool(failed - tune_failed) != broken_ran):
         raise RuntimeError(f"releases: current {rel['current']}, {statuses}")
     notes.append("releases: " + ", ".join(f"{k} {v}" for k, v in statuses.items()))
     c = ddtctl(w, "stop", ["stop", HOST, "-i", w.inventory], until)
@@ -993,6 +1057,204 @@ def ops(w: World, until: float) -> str:
         raise RuntimeError(f"status after stop exited {c.rc} (expected 5, not running)")
     notes.append("stopped; status then exits 5 (not running)")
     return "; ".join(notes)
+
+
+# ------------------------------------------------------------------------------------------------------- tune
+# Runs on the host's python: a word-level tokenizer for the tiny model (token id N <-> the word tN, the model's whole
+# vocabulary), so that the tune's servers can start with a tokenizer and SGLang's benchmark can load one; then
+# loads it back as the benchmark does (AutoTokenizer) and checks the round trip.
+TOKENIZER_SCRIPT = """\
+import json, os, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+d, vocab, special = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+tok = Tokenizer(models.WordLevel({"t%d" % i: i for i in range(vocab)}, unk_token="t%d" % special["unk_token"]))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.save(os.path.join(d, "tokenizer.json"))
+names = {k: "t%d" % v for k, v in special.items()}
+cfg = dict(names, tokenizer_class="PreTrainedTokenizerFast", model_max_length=4096, clean_up_tokenization_spaces=False)
+with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+    json.dump(cfg, f)
+with open(os.path.join(d, "special_tokens_map.json"), "w") as f:
+    json.dump(names, f)
+from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+ids = [5, vocab - 1, special["eos_token"]]
+back = t.encode(" ".join("t%d" % i for i in ids))
+assert t.vocab_size == vocab and back == ids, (t.vocab_size, back)
+print(json.dumps({"class": type(t).__name__, "vocab_size": t.vocab_size, "round_trip": back}))
+"""
+
+# SGLang's benchmark imports Hugging Face `datasets` at import time (for its mmmu dataset, never used here); a host
+# without it gets this stand-in (no dist-info, so transformers still sees `datasets` as absent).
+DATASETS_STANDIN = (
+    '"""Test-only (bench/deploy_gpu.py --tune): this host has no Hugging Face `datasets`. SGLang\'s benchmark\n'
+    'imports load_dataset at import time for datasets that `ddtctl tune` does not use."""\n\n\n'
+    "def load_dataset(*args, **kwargs):\n"
+    '    raise RuntimeError("Hugging Face datasets is not installed on this host (bench/deploy_gpu.py\'s stand-in)")\n'
+)
+
+
+def _host_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def prepare_tune_host(w: World, until: float) -> list[str]:
+    """The tiny target gets a tokenizer; the host's python gets the `datasets` stand-in when it lacks the package."""
+    notes = []
+    cfg = json.loads((w.target / "config.json").read_text())
+    special = {"bos_token": cfg["bos_token_id"], "eos_token": cfg["eos_token_id"], "unk_token": 0,
+               "pad_token": cfg["bos_token_id"]}
+    p = sh([w.host_python, "-c", TOKENIZER_SCRIPT, w.target, cfg["vocab_size"], json.dumps(special)],
+           env=_host_env(), timeout=left(until), quiet=True)
+    tok = json.loads(p.stdout.strip().splitlines()[-1])
+    notes.append(f"tokenizer {tok['class']} ({tok['vocab_size']} words t0..t{tok['vocab_size'] - 1})")
+    probe = "import importlib.util as u; print(u.find_spec('datasets') is not None)"
+    if sh([w.host_python, "-c", probe], env=_host_env(), quiet=True, timeout=left(until)).stdout.strip() != "True":
+        pkg = Path(w.host_site_packages) / "datasets"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").write_text(DATASETS_STANDIN)
+        notes.append("no Hugging Face datasets on the host: stand-in module")
+    return notes
+
+
+def tune_files(w: World) -> tuple[Path, Path, Path | None]:
+    """The tune's profile (the deployed one with a tokenizer), its search space and its prompt file (the plain
+    server's prompts, as words of the tokenizer, when they are there: the oracle drafter knows their continuation,
+    so the DDTREE budget matters on the GPU; else SGLang's random token ids)."""
+    import yaml
+
+    a = w.args
+    env = {"DDTREE_LOG_INTERVAL": "20", **({} if w.gpu else {"STANDIN_STEP_MS": "20"})}
+    doc = profile_doc(w, "tiny-qwen3-tune", env)
+    if not a.tune_skip_tokenizer_init:
+        doc["server"].pop("skip-tokenizer-init")
+    d = w.work / "profiles"
+    profile = d / "tiny-qwen3-tune.yaml"
+    profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+    space = d / "tune-space.yaml"
+    space.write_text(yaml.safe_dump({"speculative-ddtree-budget": a.tune_budgets}))
+    TRANSCRIPT.append(f"{profile.name}:\n" + "\n".join("    " + ln for ln in profile.read_text().splitlines()))
+    TRANSCRIPT.append(f"{space.name}: {space.read_text().strip()}")
+    prompts = None
+    plain_outputs = getattr(getattr(w, "plain", None), "outputs", None)
+    if a.tune_prompts == "oracle" and not a.tune_skip_tokenizer_init and plain_outputs:
+        keep = [ids for ids, new in w.reqs if new >= a.tune_output_len] or [ids for ids, _ in w.reqs]
+        lines = [json.dumps({"prompt": " ".join(f"t{t}" for t in ids)}) for ids in keep]
+        prompts = d / "tune-prompts.jsonl"
+        prompts.write_text("\n".join((lines * a.tune_num_prompts)[:a.tune_num_prompts]) + "\n")
+    return profile, space, prompts
+
+
+def _importable(w: World, module: str) -> bool:
+    return sh([w.ctl_python, "-c", f"import {module}"], env=w.ctl_env, quiet=True, check=False).returncode == 0
+
+
+def tune_argv(w: World, profile: Path, space: Path, prompts: Path | None, results: Path) -> list:
+    a = w.args
+    argv = ["tune", HOST, "--profile", profile, "--space", space, "--concurrency",
+            ",".join(map(str, a.tune_concurrency)), "--num-prompts", a.tune_num_prompts, "--input-len",
+            a.tune_input_len, "--output-len", a.tune_output_len, "--results", results, "--payload", w.payload_dir,
+            "--health-timeout", a.tune_health_timeout, "-i", w.inventory]
+    if prompts:
+        argv += ["--prompts", prompts]
+    if a.tune_skip_dry_run:
+        argv.append("--skip-remote-dry-run")
+    return argv
+
+
+def tune(w: World, until: float) -> str:
+    """`ddtctl tune` on the deployed host: the baseline (DFLASH) and --tune-budgets at --tune-concurrency, the table
+    and plots as a user sees them; then the same command again, --format json, every point read back from the
+    results file (nothing redeployed). The host must be back on the first release, serving it."""
+    if w.runner.background.get("plain"):
+        w.runner.join("plain", until)  # its outputs make the prompt file
+    notes = prepare_tune_host(w, until)
+    profile, space, prompts = tune_files(w)
+    w.out.mkdir(parents=True, exist_ok=True)
+    results = w.out / "tune.jsonl"
+    results.unlink(missing_ok=True)  # a fresh sweep (a warm machine's $OUT, the rehearsal's default out dir)
+    argv = tune_argv(w, profile, space, prompts, results)
+    plots: list = []
+    if _importable(w, "matplotlib"):
+        plots += ["--plot", w.out / "tune.png"]
+    if _importable(w, "plotext"):
+        plots.append("--plot-terminal")
+    notes.append(("prompts: the plain server's" if prompts else "prompts: SGLang's random ids") + "; plots: "
+                 + (", ".join(["png"] * ("--plot" in plots) + ["terminal"] * ("--plot-terminal" in plots)) or "none")
+                 + ("" if "--plot" in plots else " (no matplotlib here: bench/deploy_gpu.py --replot tune.json)"))
+    c = ddtctl(w, "tune", argv + plots, until - 40)
+    (w.out / "tune.txt").write_text(c.stdout)
+    n_points = 1 + len(w.args.tune_budgets)
+    done = len(results.read_text().splitlines()) if results.exists() else 0
+    if c.rc not in (0, 1) or done != n_points:
+        raise RuntimeError(f"ddtctl tune exited {c.rc}, {done}/{n_points} points in {results.name}; "
+                           + "; ".join(notes))
+    j = ddtctl(w, "tune --format json", argv + ["--format", "json"], until)
+    (w.out / "tune.json").write_text(j.stdout)
+    w.tune = json.loads(j.stdout).get("results") or {}
+    return check_tune(w, c.rc, j.rc, until, notes)
+
+
+def _tune_problems(w: World, rc: int | None, rc_json: int | None) -> list[str]:
+    r = w.tune
+    problems = []
+    if rc != 0 or rc_json != 0 or not r.get("winner"):
+        problems.append(f"exit {rc} then {rc_json}: no winner")
+    for p in ([r["baseline"]] if r.get("baseline") else []) + list(r.get("points") or []):
+        measured = p["status"] == "ok" and len(p["runs"]) == len(w.args.tune_concurrency) and all(
+            x.get("ok") for x in p["runs"])
+        if not measured and not (p["status"] != "ok" and (p.get("error") or p.get("rules"))):
+            problems.append(f"{p['label']}: status {p['status']} without figures or a reason")
+    if not all(p.get("resumed") for p in r.get("points") or []):
+        problems.append("the --format json run redeployed points instead of reading them back")
+    if not (r.get("restored") and r.get("restore_error") is None
+            and r.get("start_release") == r.get("end_release") == w.release1):
+        problems.append(f"restore: start {r.get('start_release')} end {r.get('end_release')}, restored "
+                        f"{r.get('restored')}, {r.get('restore_error')}")
+    return problems
+
+
+def check_tune(w: World, rc: int | None, rc_json: int | None, until: float, notes: list[str]) -> str:
+    """Every point measured or with its reason, a winner, the host back on the first release and serving it."""
+    problems = _tune_problems(w, rc, rc_json)
+    st = _status(w, until)
+    srv = st.get("server") or {}
+    served = int((st.get("server_info") or {}).get("speculative_ddtree_budget") or 0)
+    if st.get("current") != w.release1 or srv.get("release") != w.release1 or not srv.get("running") \
+            or st.get("health") != 200 or served != w.budget:
+        problems.append(f"after the tune: current {st.get('current')}, server {srv.get('release')} running "
+                        f"{srv.get('running')}, /health {st.get('health')}, serving budget {served}")
+    if problems:
+        raise RuntimeError("; ".join(problems + notes))
+    r = w.tune
+    c = r["concurrency"]
+
+    def fig(p: dict) -> str:
+        run = next((x for x in p["runs"] if x["concurrency"] == c and x.get("ok")), None)
+        return f"{p['label']} {run['output_tps']:.1f}" if run else f"{p['label']} {p['status']}"
+
+    ratio = f" ({r['winner_ratio']:.2f}x the baseline)" if r.get("winner_ratio") else ""
+    pts = ([r["baseline"]] if r.get("baseline") else []) + list(r.get("points") or [])
+    return (f"tok/s at concurrency {c}: " + ", ".join(fig(p) for p in pts) + f"; winner {r['winner']['label']}{ratio}; "
+            f"back on {w.release1}, serving budget {served}; " + "; ".join(notes))
+
+
+def replot(envelope: str, png: str) -> int:
+    """`--replot tune.json [--plot tune.png]`: the PNG of a tune run's JSON envelope, drawn here (the GPU image may
+    lack matplotlib)."""
+    sys.path.insert(0, str(REPO))
+    from ddtctl.tune import PointResult, TuneResult
+    from ddtctl.tune_plot import plot_png
+
+    r = json.loads(Path(envelope).read_text())
+    r = r.get("results", r)
+    points = [PointResult.from_json(p) for p in r["points"]]
+    winner = next((p for p in points if r.get("winner") and p.key == r["winner"]["key"]), None)
+    result = TuneResult(r["host"], r["profile"], r["algorithm"], r["concurrency"], r["concurrencies"],
+                        PointResult.from_json(r["baseline"]) if r.get("baseline") else None, points, winner,
+                        r["results_path"], r["start_release"])
+    print(plot_png(result, png))
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -1054,6 +1316,7 @@ def write_out(w: World, ok: bool) -> None:
     result = {"ok": ok, "meta": w.meta, "phases": [p.__dict__ for p in w.runner.phases],
               "commands": [c.to_json() for c in w.commands], "facts": getattr(w, "facts", None),
               "deploys": w.deploys, "compare": w.compare, "throughput": getattr(w, "throughput", None),
+              "tune": w.tune,
               "plain": {"outputs": getattr(getattr(w, "plain", None), "outputs", None)}}
     (out / "deploy_gpu.json").write_text(json.dumps(result, indent=1, default=str))
     try:
@@ -1086,6 +1349,33 @@ def free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in str(text).split(",") if x]
+
+
+def add_tune_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("tune (issue #15): `ddtctl tune` on the deployed host, before ops")
+    g.add_argument("--tune", action="store_true", help="add the tune phase: the baseline (DFLASH) and --tune-budgets, "
+                   "SGLang's benchmark on the host at --tune-concurrency; the host must end on the first release")
+    g.add_argument("--tune-budgets", type=_ints, default=[8, 16], help="DDTREE budgets to sweep (default 8,16)")
+    g.add_argument("--tune-concurrency", type=_ints, default=[1, 4], help="benchmark concurrency levels (default 1,4; "
+                   "the profile's CUDA graphs cover batch 4)")
+    g.add_argument("--tune-num-prompts", type=int, default=8, help="prompts per benchmark run (default 8)")
+    g.add_argument("--tune-input-len", type=int, default=64, help="random prompts' length (default 64)")
+    g.add_argument("--tune-output-len", type=int, default=32, help="tokens per request (default 32)")
+    g.add_argument("--tune-prompts", choices=("oracle", "random"), default="oracle", help="oracle (default): the plain "
+                   "server's prompts as text, whose greedy continuation the oracle drafter knows (random ids when "
+                   "the plain phase did not run); random: SGLang's random token ids")
+    g.add_argument("--tune-health-timeout", type=int, default=None, help="seconds per point to get healthy (default 120 "
+                   "GPU: ~50 s expected without prefill CUDA graphs; 20 CPU)")
+    g.add_argument("--tune-skip-dry-run", action="store_true", help="no SGLang resolver on the host before each point "
+                   "(~10-18 s a point on the H200; the deploy phase runs it)")
+    g.add_argument("--tune-skip-tokenizer-init", action="store_true", help="tune's servers keep --skip-tokenizer-init "
+                   "(then the benchmark sees no text: TTFT and ITL read 0, tokens/s stays right)")
+    g.add_argument("--replot", default=None, metavar="TUNE_JSON", help="only draw the PNG of a tune.json (--plot PNG)")
+    g.add_argument("--plot", default=None, help="with --replot: the PNG to write (default: next to TUNE_JSON)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu-rehearsal", action="store_true",
@@ -1109,7 +1399,12 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", default="", help="phases not to run, comma-separated (e.g. redeploy,broken,requests2 "
                     "when another call proved them and the budget is short); the result counts them as skipped")
     ap.add_argument("--nvidia-smi", default=None, help="(debugging) the host's nvidia-smi (default: the one on PATH)")
+    add_tune_args(ap)
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot, args.plot or str(Path(args.replot).with_suffix(".png")))
+    if args.tune and args.flagship_tp:
+        ap.error("--tune runs on the tiny model: leave out --flagship-tp")
     args.batches = [int(x) for x in str(args.batches).split(",") if x]
     gpu = not args.cpu_rehearsal
     if not gpu:  # rehearsals may run side by side on one machine (CI clones); the device call owns its ports
@@ -1124,11 +1419,12 @@ def main(argv=None) -> int:
 
         work = Path(tempfile.mkdtemp(prefix="ddtctl-deploy-rehearsal-"))
     args.health_timeout = args.health_timeout or (300 if gpu else 20)
+    args.tune_health_timeout = args.tune_health_timeout or (120 if gpu else 20)
     budget = args.budget_s or (570.0 if gpu else 240.0)
     lim = (lambda g, c: g if gpu else c)
     w = World(args=args, gpu=gpu, work=work, out=Path(os.environ.get("OUT") or "/tmp/deploy-gpu-out"),
               runner=Runner(budget, args.stop_after, frozenset(filter(None, args.skip.split(",")))), commands=[], deploys={}, compare={}, oracle=work / "oracle.json",
-              ctl_python=sys.executable, openssh=None, sshd=None, release1=None,
+              ctl_python=sys.executable, openssh=None, sshd=None, release1=None, tune=None,
               flagship=args.flagship_tp, budget=64 if args.flagship_tp else BUDGET,
               ctl_env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(work / "xdg"),
                        "COLUMNS": "240", "PYTHONUNBUFFERED": "1", "PYTHONWARNINGS": "ignore"},
@@ -1162,6 +1458,9 @@ def main(argv=None) -> int:
               lambda u: broken(w, u), needs=("deploy",))
         r.run("requests2", lim(90, 30), "after the rollback: still the plain server's outputs",
               lambda u: _compare(w, "requests2", u), needs=("broken",))
+        if args.tune:
+            r.run("tune", lim(440, 200), "ddtctl tune: the baseline and the DDTREE budgets, back to the first release",
+                  lambda u: tune(w, u), needs=("deploy",))
         r.run("ops", lim(120, 60), "ddtctl status, logs, releases, stop", lambda u: ops(w, u), needs=("deploy",))
         if w.flagship:
             r.run("dflash", lim(240, 60), "tokens/s of a DFLASH server of the same model and tp, alone (after stop)",
@@ -1172,11 +1471,12 @@ def main(argv=None) -> int:
         if "plain" in r.background:
             r.join("plain", time.monotonic() + 1)
         cleanup(w)
-    phases = 13 if w.flagship else 11
+    phases = (13 if w.flagship else 11) + bool(args.tune)
     ok = all(p.status == "ok" or p.detail == "--skip" for p in r.phases) and len(r.phases) == phases
     write_out(w, ok)
     print(f"\nRESULT: {'PASS' if ok else 'FAIL'} ({sum(p.status == 'ok' for p in r.phases)}/{phases} phases ok; "
-          f"{w.out}/transcript.txt, timings.txt, deploy_gpu.json, logs.tar.gz)", flush=True)
+          f"{w.out}/transcript.txt, timings.txt, deploy_gpu.json, logs.tar.gz"
+          f"{', tune.txt, tune.json, tune.jsonl' if args.tune else ''})", flush=True)
     return 0 if ok else 1
 
 

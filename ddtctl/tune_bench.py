@@ -1,5 +1,5 @@
 """The load side of `ddtctl tune`: SGLang's own benchmark (`python -m sglang.benchmark.serving`) run on the
-host against the served point, with the random dataset or the user's prompt file, and the figures read back.
+host against the served point, with random token ids or the user's prompt file, and the figures read back.
 
 What the benchmark needs besides its argv travels on the SSH channel's stdin, never on a command line (which
 `ps` on the host shows and logs keep): the prompt file, written into the run's private temporary directory and
@@ -172,7 +172,12 @@ def bench_argv(
     prompts: Prompts | None = None,
 ) -> list[str]:
     """The benchmark's argv (`opts`: ddtctl.tune.TuneOptions); with `prompts`, SGLang's custom dataset with
-    the output length fixed, so every point generates as much (the wrapper adds --dataset-path)."""
+    the output length fixed, so every point generates as much (the wrapper adds --dataset-path).
+
+    Without, random prompts from SGLang's `random-ids` dataset, sent as token ids (--tokenize-prompt): it
+    needs only the tokenizer's vocabulary size, where `random` downloads ShareGPT from Hugging Face (a GPU
+    host without the internet fails every point) and sends text that a server launched with
+    --skip-tokenizer-init cannot read; token ids also keep the input length exact."""
     argv = [str(a).replace("{python}", python) for a in cmd]
     argv += ["--backend", "sglang", "--host", host, "--port", str(port)]
     if prompts is not None:
@@ -180,7 +185,8 @@ def bench_argv(
     else:
         argv += [
             "--dataset-name",
-            "random",
+            "random-ids",
+            "--tokenize-prompt",
             "--random-input-len",
             str(opts.input_len),
             "--random-output-len",

@@ -75,7 +75,10 @@ def test_bench_argv_uses_the_custom_dataset_with_a_fixed_output_length(tmp_path)
     assert "--random-input-len" not in argv
     assert "--dataset-path" not in argv  # the wrapper on the host adds it
     random = bench_argv(["b"], "/py", host="h", port=1, tokenizer=None, concurrency=2, opts=opts)
-    assert random[random.index("--dataset-name") + 1] == "random" and "--sharegpt-output-len" not in random
+    assert "--sharegpt-output-len" not in random
+    # random token ids, sent as ids: no ShareGPT download (GPU hosts are often offline), no server-side tokenizer
+    assert random[random.index("--dataset-name") + 1] == "random-ids" and "--tokenize-prompt" in random
+    assert "--tokenize-prompt" not in argv  # (SGLang's custom dataset refuses it)
 
 
 def test_api_key_of_the_launch():

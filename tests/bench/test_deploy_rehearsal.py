@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -84,7 +85,7 @@ def test_unpack_deb_writes_files_and_relative_links_inside_the_destination(dg, t
     assert sorted(written) == ["usr/bin/slogin", "usr/sbin/sshd"]
 
 
-def _rehearse(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _rehearse(tmp_path: Path, *extra: str, budget_s: int = 150) -> tuple[subprocess.CompletedProcess, Path]:
     """bench/deploy_gpu.py --cpu-rehearsal in tmp_path (skipped without the managed env or sshd); (process, OUT)."""
     from ddtctl import envs
 
@@ -98,8 +99,8 @@ def _rehearse(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
         pytest.skip("sshd not installed (make system-deps)")
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--cpu-rehearsal", *extra, "--work",
-                        str(tmp_path / "work"), "--budget-s", "150"], env={**os.environ, "OUT": str(out)},
-                       capture_output=True, text=True, timeout=240, cwd=REPO)
+                        str(tmp_path / "work"), "--budget-s", str(budget_s)], env={**os.environ, "OUT": str(out)},
+                       capture_output=True, text=True, timeout=budget_s + 90, cwd=REPO)
     return p, out
 
 
@@ -165,3 +166,39 @@ def test_phases_named_by_skip_are_skipped_and_the_rest_still_decides(tmp_path):
     assert status["dflash"][0] == "ok" and res["ok"]
     assert {(r["algo"], r["batch"]) for r in res["throughput"]} == {
         ("DFLASH", 1), ("DFLASH", 8), ("DDTREE", 1), ("DDTREE", 8)}
+
+
+@pytest.mark.ssh
+@pytest.mark.sglang
+def test_cpu_rehearsal_of_the_tune_call(tmp_path):
+    """Issue #15's device call on the CPU, the same command line less the GPU: deploy, then `ddtctl tune` on that host
+    with SGLang's own benchmark (the managed env's, for real: offline random-ids or the prompt file, the tiny model's
+    generated tokenizer) against the stand-in server, paced per DDTREE budget. The table has every point at both
+    concurrencies, budget 16 beats budget 8, and the host ends on the deployed release, serving budget 15."""
+    p, out = _rehearse(tmp_path, "--tune", "--tune-skip-dry-run", "--skip", "redeploy,broken,requests2,ops",
+                       budget_s=300)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    res = json.loads((out / "deploy_gpu.json").read_text())
+    status = {ph["name"]: ph["status"] for ph in res["phases"]}
+    assert status["tune"] == "ok" and res["ok"] and len(res["phases"]) == 12, status
+    tune = res["tune"]
+    rows = [tune["baseline"], *tune["points"]]
+    assert [r["label"] for r in rows] == ["baseline DFLASH", "budget=8", "budget=16"]
+    for r in rows:  # SGLang's benchmark measured every point at both levels, all 8 prompts
+        assert r["status"] == "ok" and [(x["concurrency"], x["ok"], x["completed"]) for x in r["runs"]] == [
+            (1, True, 8), (4, True, 8)]
+        assert all(x["output_tps"] > 0 and x["itl_p50_ms"] > 0 and x["ttft_ms"] > 0 for x in r["runs"])
+    assert tune["winner"]["label"] == "budget=16" and tune["concurrencies"] == [1, 4]
+    assert tune["points"][1]["runs"][0]["accept_length"] == pytest.approx(1 + 3 * (1 - math.exp(-1)), abs=1e-3)
+    release1 = res["deploys"]["deploy"]["release"]["h200"]
+    assert tune["restored"] and tune["start_release"] == tune["end_release"] == release1
+    text = (out / "tune.txt").read_text()
+    assert "baseline DFLASH" in text and "budget=16 *" in text and f"back on release {release1}" in text
+    assert (out / "tune.png").read_bytes()[:4] == b"\x89PNG" and len((out / "tune.jsonl").read_text().splitlines()) == 3
+    detail = next(ph["detail"] for ph in res["phases"] if ph["name"] == "tune")
+    assert "prompts: the plain server's" in detail and "serving budget 15" in detail
+    # a GPU image without matplotlib: the PNG is drawn here from the JSON envelope
+    png = tmp_path / "again.png"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--replot", str(out / "tune.json"),
+                        "--plot", str(png)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", r.stderr[-2000:]

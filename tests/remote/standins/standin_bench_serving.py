@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """STAND-IN for `python -m sglang.benchmark.serving` (no GPU and no real SGLang server here).
 
-Takes the flags `ddtctl tune` passes (--backend sglang --host H --port P --dataset-name random
+Takes the flags `ddtctl tune` passes (--backend sglang --host H --port P --dataset-name random-ids --tokenize-prompt
 --random-input-len N --random-output-len N --num-prompts N --max-concurrency C --seed S --output-file F ...,
 or --dataset-name custom --dataset-path F --sharegpt-output-len N for a prompt file), and, like the real one:
 reads the custom dataset as sglang/benchmark/datasets/custom.py does (JSON lines, `conversations` of

@@ -19,10 +19,18 @@ function of the prompt, the same whatever the algorithm (as greedy decoding must
 rehearsal can compare a deployed server's outputs with a plain one's. STANDIN_GENERATE_SALT=x changes that function.
 Launched with --api-key, POST /generate and GET /get_server_info answer 401 without `Authorization: Bearer KEY`,
 as SGLang's middleware does (its NORMAL auth level; /health stays open).
+For SGLang's own benchmark (`python -m sglang.benchmark.serving --backend sglang`, which bench/deploy_gpu.py's CPU
+rehearsal of `ddtctl tune` runs for real): GET /v1/models and /model_info; POST /generate also takes `text` (words
+`t<id>` are token ids, as the rehearsal's tokenizer writes them; other text: its UTF-8 bytes) and, with
+`"stream": true`, answers server-sent events as SGLang does (cumulative `text`, `output_ids`, `meta_info` with
+`completion_tokens`, then `data: [DONE]`). STANDIN_STEP_MS=20 paces that stream like a speculative decoder: each step
+emits the accepted length's worth of tokens and takes 20 ms times the step cost of
+tests/remote/standins/standin_bench_serving.py (1 + budget / 64 for DDTREE, 1 + block / 128 for other algorithms).
 Non-zero --node-rank processes serve no HTTP (as in SGLang multi-node) and just run until stopped.
 """
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -84,6 +92,65 @@ def accept_length(args):
     return None
 
 
+def prompt_ids(body):
+    """The request's token ids: `input_ids`, or `text` read back as the rehearsal's tokenizer writes ids."""
+    if body.get("input_ids") is not None:
+        return list(body["input_ids"])
+    text = str(body.get("text") or "")
+    words = text.split()
+    if words and all(re.fullmatch(r"t\d+", w) for w in words):
+        return [int(w[1:]) for w in words]
+    return list(text.encode())
+
+
+def step_cost(args):
+    """A decode step's cost relative to a plain one (standin_bench_serving.py's formula, at concurrency 1)."""
+    algo = str(args.get("speculative_algorithm") or "").upper()
+    if algo == "DDTREE":
+        return 1.0 + float(args.get("speculative_ddtree_budget") or 15) / 64.0
+    if algo:
+        return 1.0 + float(args.get("speculative_dflash_block_size") or 16) / 128.0
+    return 1.0
+
+
+def stream_events(args, ids, out):
+    """SGLang's /generate stream for `out` (cumulative text; paced by STANDIN_STEP_MS): (delay_s, event bytes)."""
+    accept = accept_length(args) or 1.0
+    step_s = float(os.environ.get("STANDIN_STEP_MS") or 0) / 1000.0 * step_cost(args)
+    sent, credit = 0, 0.0
+    while sent < len(out):
+        credit += accept
+        take = max(1, min(len(out) - sent, int(credit)))
+        credit -= take
+        sent += take
+        meta = {"completion_tokens": sent, "prompt_tokens": len(ids)}
+        if args.get("speculative_algorithm"):
+            meta["spec_accept_length"] = accept
+        event = {"text": " ".join(f"t{t}" for t in out[:sent]), "output_ids": out[:sent], "meta_info": meta}
+        yield step_s, b"data: " + json.dumps(event).encode() + b"\n\n"
+    yield 0.0, b"data: [DONE]\n\n"
+
+
+def send_stream(handler, args, ids, out):
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    for delay, event in stream_events(args, ids, out):
+        time.sleep(delay)
+        handler.wfile.write(event)
+        handler.wfile.flush()
+
+
+def model_info(args, path):
+    """GET /v1/models (the served model, as the benchmark reads its name) or /model_info."""
+    model = str(args.get("served_model_name") or args.get("model_path") or "standin")
+    if path == "/v1/models":
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "sglang", "root": model,
+                                            "max_model_len": 4096}]}
+    tokenizer = args.get("tokenizer_path") or args.get("model_path")
+    return {"model_path": args.get("model_path"), "tokenizer_path": tokenizer, "is_generation": True}
+
+
 def main():
     argv = sys.argv[1:]
     args = parse(argv)
@@ -130,6 +197,10 @@ def main():
             healthy = not fail and time.time() - started >= ready_after
             if self.path == "/health":
                 self._send(200 if healthy else 503)
+            elif self.path in ("/v1/models", "/model_info"):
+                if not healthy:
+                    return self._send(503)
+                self._send(200, json.dumps(model_info(args, self.path)).encode())
             elif self.path in ("/get_server_info", "/server_info"):
                 if not healthy:
                     return self._send(503)
@@ -156,7 +227,10 @@ def main():
                 return self._send(401, b'{"error": "Unauthorized"}')
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             n = int((body.get("sampling_params") or {}).get("max_new_tokens", 16))
-            out = continuation(body.get("input_ids") or [], n, os.environ.get("STANDIN_GENERATE_SALT", ""))
+            ids = prompt_ids(body)
+            out = continuation(ids, n, os.environ.get("STANDIN_GENERATE_SALT", ""))
+            if body.get("stream"):
+                return send_stream(self, args, ids, out)
             meta = {"completion_tokens": len(out)}
             if args.get("speculative_algorithm"):
                 meta.update(spec_accept_length=1.0, spec_verify_ct=len(out))
