@@ -658,7 +658,9 @@ def compact_verify_and_commit(K: Kernels, c: Case, inp: Inputs, tree: dict, path
     v = v.contiguous().view(1, bs * n, c.hv, c.dv)
     ssm_pool, conv_pool = inp.ssm0.clone(), tree["conv_pool"].clone()  # the conv slot as the verify's conv left it
     issm = torch.zeros_like(tree["issm"])
-    out = hybrid.CompactTreeVerify(depth_bound=15).target_verify(
+    kernel = hybrid.CompactTreeVerify(depth_bound=15)
+    kernel.precision = "tf32x3"  # the algorithm and its plumbing at fp32 level (TF32's error: gdn_tree_gpu.py)
+    out = kernel.target_verify(
         A_log=inp.A_log, dt_bias=inp.dt_bias, q=q, k=k, v=v, a=inp.a, b=inp.b, ssm_states=ssm_pool[0],
         cache_indices=inp.cache_indices, query_start_loc=torch.arange(0, bs * n + 1, n, dtype=torch.int32,
                                                                       device=q.device),

@@ -686,12 +686,12 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         want_sync = "--disable-overlap-schedule" in (r.get("argv") or [])
         sync = (r.get("served") or {}).get("disable_overlap_schedule")
         ok = ok and sync is not None and bool(sync) == want_sync
-        # hybrid targets: the GDN tree kernel the server reports is the one asked for (compact unless
-        # DDTREE_GDN_TREE=sglang)
+        # hybrid targets: the GDN tree kernel the server reports is the one asked for (SGLang's unless
+        # DDTREE_GDN_TREE=compact)
         kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
         want_kernel = None
         if TARGET[0] == "hybrid":
-            want_kernel = "sglang" if (r.get("extra_env") or {}).get("DDTREE_GDN_TREE") == "sglang" else "compact"
+            want_kernel = "compact" if (r.get("extra_env") or {}).get("DDTREE_GDN_TREE") == "compact" else "sglang"
             ok = ok and kernel == want_kernel
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
                     "dflash_mean_accept_len": base, "disable_overlap_schedule": sync, "gdn_tree_kernel": kernel,
@@ -743,9 +743,10 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         sync = mk("ddtree-b15-g1-sync", "DDTREE", True, 15, oracle=True)
         sync.extra_args = ["--disable-overlap-schedule"]
         wave2.append(sync)
-        stock = mk("ddtree-b15-g1-sglangkernel", "DDTREE", True, 15, oracle=True)
-        stock.extra_env = {"DDTREE_GDN_TREE": "sglang"}  # SGLang's own GDN tree kernel, for contrast
-        wave2.append(stock)
+        for b in (15, 32):  # the compact GDN tree kernel (opt-in) must agree too
+            compact = mk(f"ddtree-b{b}-g1-compact", "DDTREE", True, b, oracle=True)
+            compact.extra_env = {"DDTREE_GDN_TREE": "compact"}
+            wave2.append(compact)
         extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),

@@ -95,13 +95,15 @@ def _runner(dtype=torch.float32, draft=False, scratch=True):
 
 
 @pytest.mark.parametrize("spec, env, runner, installed", [
-    (_spec(speculative_ddtree_verify_width=33), None, _runner(), True),  # DDTREE tree mode, fp32 states
+    (_spec(speculative_ddtree_verify_width=33), "compact", _runner(), True),  # DDTREE tree mode, fp32 states
+    (_spec(speculative_ddtree_verify_width=33), None, _runner(), False),  # opt-in: SGLang's kernel by default
     (_spec(speculative_ddtree_verify_width=33), "sglang", _runner(), False),  # asked for SGLang's kernel
-    (_spec(speculative_ddtree_verify_width=65), None, _runner(), False),  # wider than the compact kernel's tiles
-    (_spec(speculative_ddtree_verify_width=33), None, _runner(torch.bfloat16), False),  # bf16 states
-    (_spec(speculative_ddtree_verify_width=33), None, _runner(draft=True), False),  # the drafter
-    (_spec(speculative_ddtree_verify_width=33, speculative_algorithm="DFLASH"), None, _runner(), False),
-    (_spec(speculative_ddtree_verify_width=33, speculative_ddtree_allow_hybrid_unsafe=True), None, _runner(), False),
+    (_spec(speculative_ddtree_verify_width=65), "compact", _runner(), False),  # wider than the compact tiles
+    (_spec(speculative_ddtree_verify_width=33), "compact", _runner(torch.bfloat16), False),  # bf16 states
+    (_spec(speculative_ddtree_verify_width=33), "compact", _runner(draft=True), False),  # the drafter
+    (_spec(speculative_ddtree_verify_width=33, speculative_algorithm="DFLASH"), "compact", _runner(), False),
+    (_spec(speculative_ddtree_verify_width=33, speculative_ddtree_allow_hybrid_unsafe=True), "compact", _runner(),
+     False),
 ])
 def test_compact_tree_kernel_replaces_sglangs_only_where_it_is_exact(monkeypatch, spec, env, runner, installed):
     monkeypatch.setattr(hybrid, "_spec", lambda: spec)

@@ -21,7 +21,9 @@ The commit after acceptance is SGLang's own `commit_mamba_states_after_verify` w
 (worker.py): the last accepted node's state becomes the request's state, and the mamba-track (extra_buffer) snapshot
 is taken at the node on the accepted path where the track interval is crossed.
 
-Compact tree verify (the default, `DDTREE_GDN_TREE=compact`; `sglang` keeps SGLang's kernel): AFTER
+Compact tree verify (opt-in, `DDTREE_GDN_TREE=compact`, until a server-level exactness run has passed with it;
+measured 1.16 / 1.45 x a DFLASH step at batch 1 / 8 against SGLang's kernel's 1.20 / 1.56, B=32 on the
+Qwen3.6-27B-shaped target, notes/step-cost-h200.md): AFTER
 `GDNAttnBackend.__init__` the dispatcher's tree verify kernel becomes `CompactTreeVerify` (kernels/gdn_tree.py),
 which computes the outputs in closed form over the tree and writes small per-node records instead of every node's
 full SSM state. AROUND `scatter_mamba_states_after_mtp_verify` the SSM part of the commit then materialises the
@@ -93,7 +95,7 @@ def tree_backend(result, backend, model_runner, *args, **kwargs):
 
 
 def compact_wanted() -> bool:
-    return tree_mode() and os.environ.get("DDTREE_GDN_TREE", "compact") != "sglang"
+    return tree_mode() and os.environ.get("DDTREE_GDN_TREE", "sglang") == "compact"
 
 
 def _gdn_tree():
