@@ -179,6 +179,9 @@ class DeviceOracle:
     def top4(self, reqs, prefix_lens: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens [bs, depth, 4], valid [bs, depth]): the oracle's top rows at positions prefix + 1 .. + depth."""
         rows = self.rows(reqs)
+        if self.length.numel() == 0:  # no request seen so far is in the oracle (a warm-up or health request)
+            none = torch.zeros((rows.shape[0], depth), dtype=torch.bool, device=self.device)
+            return torch.zeros((rows.shape[0], depth, 4), dtype=torch.long, device=self.device), none
         pos = prefix_lens.to(self.device, torch.long).view(-1, 1) + torch.arange(1, depth + 1, device=self.device)
         safe_rows = rows.clamp(min=0).view(-1, 1)
         valid = (rows.view(-1, 1) >= 0) & (pos < self.length[safe_rows.view(-1)].view(-1, 1))

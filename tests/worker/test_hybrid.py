@@ -311,3 +311,17 @@ def test_the_device_oracle_tables_are_built_once_per_request(monkeypatch, tmp_pa
         od.rank_of("1,2", p) < 4 for p in range(2, 6)]
     oracle.top4(reqs[::-1], torch.tensor([2, 1]), 4)
     assert oracle.full.shape[0] == 2  # the same requests in another batch: no new rows
+
+
+def test_the_device_oracle_leaves_a_batch_outside_the_oracle_alone(monkeypatch, tmp_path):
+    """A server's first decodes (warm-up, health) come before any oracle request: the tables are still empty, and
+    the drafter's rows must pass through (this crashed the deploy on the H200 on 2026-12-01)."""
+    from types import SimpleNamespace
+
+    od = _oracle_module(monkeypatch, tmp_path, {"1,2": [1, 2, 3, 4]}, True)
+    ids = torch.arange(2 * 3 * 5).view(2, 3, 5)
+    lp = torch.randn(2, 3, 5)
+    reqs = [SimpleNamespace(origin_input_ids=[9]), SimpleNamespace(origin_input_ids=[8, 7])]
+    new_lp, new_ids = od.override(reqs=reqs, prefix_lens=torch.tensor([0, 1]), root_tokens=None, lp=lp, ids=ids,
+                                  vocab=100)
+    assert torch.equal(new_ids, ids) and torch.equal(new_lp, lp)
