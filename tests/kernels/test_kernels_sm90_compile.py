@@ -73,12 +73,15 @@ GDN_TREE_SCRIPT = textwrap.dedent("""
 
     verify = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32",
               "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32", "rec_idx": "*i32",
-              "parent": "*i64", "cu": "*i32", "scale": "fp32", "T": "i32", "sq_t": "i32", "sk_t": "i32",
-              "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64", "s_par": "i32"}
-    for tp, heads in ((32, (16, 48)), (64, (16, 48)), (64, (8, 24))):  # Qwen3.6-27B's GDN at tp 1 and tp 2
+              "parent": "*i64", "cu": "*i32", "anc_in": "*i1", "scale": "fp32", "T": "i32", "sq_t": "i32",
+              "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64",
+              "s_par": "i32", "s_anc": "i32"}
+    # Qwen3.6-27B's GDN at tp 1 and tp 2; TF32 (the default) and tf32x3; the ancestor matrix derived and given
+    for tp, heads, prec, anc in ((32, (16, 48), "tf32", False), (64, (16, 48), "tf32", False),
+                                 (64, (8, 24), "tf32", True), (64, (16, 48), "tf32x3", False)):
         comp(G._tree_gdn_verify_kernel, verify, {"TP": tp, "H": heads[0], "HV": heads[1], "K": 128, "V": 128,
-                                                 "BV": 32, "S": 4, "PREC": "tf32x3", "THRESHOLD": 20.0},
-             4 if tp <= 32 else 8)
+                                                 "BV": 32, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
+                                                 "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
     commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
               "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "s_state_layer": "i64",
               "s_state_slot": "i64", "s_rec_layer": "i64", "s_rec_slot": "i64", "s_acc": "i32"}
@@ -94,4 +97,4 @@ def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
     run = subprocess.run([sys.executable, "-c", GDN_TREE_SCRIPT], capture_output=True, text=True, env=env,
                          timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.count("compiled") == 5
+    assert run.stdout.count("compiled") == 6
