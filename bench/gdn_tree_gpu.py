@@ -74,7 +74,7 @@ def timed(fn, iters: int = 20) -> float:
     return times[len(times) // 2]
 
 
-def case(H: int, HV: int, bs: int, width: int, seed: int, block: int = 16, variants: bool = True) -> dict:
+def case(H: int, HV: int, bs: int, width: int, seed: int, block: int = 16, variants: tuple = ()) -> dict:
     from sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent import (
         fused_sigmoid_gating_delta_rule_update,
     )
@@ -177,9 +177,11 @@ def case(H: int, HV: int, bs: int, width: int, seed: int, block: int = 16, varia
                     break
                 node = parents[r][node]
     anc = anc.to(dev)
-    tried = (("anc", {"ancestors": anc}), ("anc_bv64", {"ancestors": anc, "block_v": 64}),
-                ("bv64", {"block_v": 64}), ("bv128", {"block_v": 128}), ("tf32x3", {"precision": "tf32x3"}))
-    for key, kw in tried if variants else ():
+    known = {"anc": {"ancestors": anc}, "bv64": {"block_v": 64}, "bv128": {"block_v": 128},
+             "tf32x3": {"precision": "tf32x3"}, "anc_bv64": {"ancestors": anc, "block_v": 64},
+             "anc_tf32x3_bv64": {"ancestors": anc, "block_v": 64, "precision": "tf32x3"}}
+    tried = [(key, known[key]) for key in (variants or ())]
+    for key, kw in tried:
         try:
             out[f"us_compact_{key}"] = timed(lambda: gdn_tree.tree_gdn_verify(
                 A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0],
@@ -207,7 +209,9 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--heads", default="16x48,8x24", help="key x value heads per GPU (tp 1, tp 2)")
     ap.add_argument("--seed", type=int, default=1201)
-    ap.add_argument("--no-variants", action="store_true", help="time the default compact launch only")
+    ap.add_argument("--variants", default="anc,anc_bv64,bv64,bv128,tf32x3",
+                    help="other compact launches to time (anc, bv64, bv128, tf32x3, anc_bv64, anc_tf32x3_bv64; "
+                    "empty: the default launch only)")
     args = ap.parse_args()
     print(f"seed {args.seed}; {torch.cuda.get_device_name()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
     rows, bad = [], 0
@@ -215,7 +219,7 @@ def main() -> int:
         H, HV = (int(x) for x in hk.split("x"))
         for bs in (int(x) for x in args.batches.split(",")):
             for width in (int(x) for x in args.widths.split(",")):
-                r = case(H, HV, bs, width, args.seed + len(rows), variants=not args.no_variants)
+                r = case(H, HV, bs, width, args.seed + len(rows), variants=tuple(v for v in args.variants.split(",") if v))
                 ok = (r["out_err_vs_sglang"] <= TOL_OUT and r["state_err_vs_sglang"] <= TOL_STATE
                       and r["out_err_vs_f64"] <= TOL_OUT)
                 r["ok"] = ok
