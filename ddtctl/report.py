@@ -15,6 +15,7 @@ Light on purpose (json and dataclasses only): the start-up fast path of `ddtctl 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -191,26 +192,38 @@ def emit_error(command: str, error: ErrorInfo) -> bool:
     return True
 
 
-def json_command(args: list[str]) -> str | None:
-    """The command name ("validate", "overlay build") when `args` ask for `--format json`, else None. Read
-    before parsing so that an error raised anywhere (option parsing included) still goes into the envelope."""
+def _format_and_command(args: list[str]) -> tuple[str | None, str]:
+    """(the `--format` value, the command name such as "validate" or "overlay build"), read before parsing."""
     words: list[str] = []
-    wants_json = False
+    fmt = None
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
             break
         if arg == "--format" and i + 1 < len(args):
-            wants_json = args[i + 1] == "json"
+            fmt = args[i + 1]
             i += 2
             continue
         if arg.startswith("--format="):
-            wants_json = arg == "--format=json"
+            fmt = arg.split("=", 1)[1]
         elif not arg.startswith("-") and len(words) < 2 and (not words or words[0] in COMMAND_GROUPS):
             words.append(arg)
         i += 1
-    return (" ".join(words) or "ddtctl") if wants_json else None
+    return fmt, " ".join(words) or "ddtctl"
+
+
+def json_command(args: list[str]) -> str | None:
+    """The command name ("validate", "overlay build") when `args` ask for `--format json`, else None. Read
+    before parsing so that an error raised anywhere (option parsing included) still goes into the envelope."""
+    fmt, command = _format_and_command(args)
+    return command if fmt == "json" else None
+
+
+def github_command(args: list[str]) -> str | None:
+    """The command name when `args` ask for `--format github` (whole-command errors are annotations too)."""
+    fmt, command = _format_and_command(args)
+    return command if fmt == "github" else None
 
 
 # -- GitHub Actions workflow commands ------------------------------------------------------------------------
@@ -233,3 +246,20 @@ def github_annotation(record: FindingRecord) -> str:
     message = record.message + (f"\nfix: {record.fix}" if record.fix else "")
     level = _GITHUB_LEVEL.get(record.severity, "error")
     return f"::{level}{' ' + head if head else ''}::{_escape_data(message)}"
+
+
+def github_error(command: str, error: ErrorInfo) -> str:
+    """A whole-command error (not a finding) as one workflow command (`::error title=ddtctl validate::...`),
+    with `file=` when the error is about a profile file and the fix on a second line."""
+    where = error.where or ""
+    is_file = where.endswith((".yaml", ".yml")) or os.path.isfile(where)
+    message = error.message if is_file or not where else f"{where}: {error.message}"
+    return github_annotation(
+        FindingRecord(
+            id=f"ddtctl {command}",
+            severity="error",
+            message=message,
+            file=where if is_file else None,
+            fix=error.fix,
+        )
+    )

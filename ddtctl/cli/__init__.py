@@ -30,12 +30,13 @@ def load_app():
 
 def main(argv: list[str] | None = None) -> None:
     from ddtctl.errors import DdtctlError, ExitCode
-    from ddtctl.report import ErrorInfo, json_command, start_run
+    from ddtctl.report import ErrorInfo, github_command, json_command, start_run
 
     start_run()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DDTCTL_DEBUG") == "1"
     in_json = json_command(args)  # with --format json every error goes into the envelope on stdout
+    _GITHUB[0] = github_command(args)  # with --format github it is also an annotation on stdout
     try:
         if not debug and os.environ.get("DDTCTL_NO_FASTPATH") != "1":
             from ddtctl.cli.fastpath import try_basics, try_validate
@@ -87,10 +88,17 @@ def _run_for_json(app, args: list[str], command: str) -> int:
     return code if isinstance(code, int) else ExitCode.OK
 
 
+_GITHUB: list[str | None] = [None]  # the command under --format github, read by _fail
+
+
 def _fail(in_json: str | None, error: ErrorInfo, line: str) -> NoReturn:
-    """Exit with the error's code: the error in the JSON envelope (--format json), else `line` on stderr."""
-    from ddtctl.report import emit_error
+    """Exit with the error's code: the error in the JSON envelope (--format json), else `line` on stderr (and,
+    under --format github, as an annotation on stdout, where GitHub reads workflow commands)."""
+    from ddtctl.report import emit_error, github_error
 
     if not (in_json and emit_error(in_json, error)):
+        if _GITHUB[0]:
+            sys.stdout.write(github_error(_GITHUB[0], error) + "\n")
+            sys.stdout.flush()
         sys.stderr.write(line + "\n")
     sys.exit(error.exit_code)

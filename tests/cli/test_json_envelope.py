@@ -248,3 +248,23 @@ def test_the_envelope_is_documented_in_the_readme():
     example = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
     check_envelope(example)
     assert envelope(json.dumps(example), example["command"]) == example
+
+
+def test_github_whole_command_errors_are_annotations_too(tmp_path):
+    """--format github: an error that stops the command (not a finding) is a workflow command on stdout, with the
+    same exit code and the one-line error on stderr; it names the file when the error is about one."""
+    missing = tmp_path / "missing.yaml"
+    run = ddtctl("dry-run", str(missing), "--format", "github", fast=False)
+    assert run.returncode == ExitCode.USAGE
+    assert run.stdout.splitlines() == [f"::error file={missing},title=ddtctl dry-run::no such file"]
+    assert run.stderr.strip() == f"ddtctl: error: {missing}: no such file"
+    plain = ddtctl("dry-run", str(missing), fast=False)
+    assert plain.stdout == "" and plain.returncode == ExitCode.USAGE  # text mode: stderr only
+
+
+def test_github_error_names_a_non_file_place_in_the_message():
+    from ddtctl.report import ErrorInfo, github_error
+
+    err = ErrorInfo("not in known_hosts", 6, where="h200", fix="ssh-keyscan h200 >> ~/.ssh/known_hosts")
+    assert github_error("deploy", err) == ("::error title=ddtctl deploy::h200: not in known_hosts%0Afix: "
+                                           "ssh-keyscan h200 >> ~/.ssh/known_hosts")
