@@ -138,16 +138,30 @@ class FindingRecord:
         return asdict(self)
 
 
-def finding_record(finding: Any, *, file: str | None, columns: dict[int, int] | None = None) -> FindingRecord:
-    """A rule-engine Finding (ddtctl.rules.engine) as a record; `columns`: line -> column of the key there."""
+def finding_record(
+    finding: Any,
+    *,
+    file: str | None,
+    columns: dict[int, int] | None = None,
+    key_columns: dict[str, tuple[int, int]] | None = None,
+) -> FindingRecord:
+    """A rule-engine Finding (ddtctl.rules.engine) as a record. The column is the finding's own key's
+    (`key_columns`: "server.tp-size" -> (line, column)) when that key is on the finding's line, else the
+    line's first key's (`columns`: line -> column): two keys of a one-line flow map each get their own."""
     line = finding.line
+    column = (columns or {}).get(line) if line else None
+    for path in (f"server.{finding.key}", str(finding.key)) if finding.key and line else ():
+        at = (key_columns or {}).get(path)
+        if at and at[0] == line:
+            column = at[1]
+            break
     return FindingRecord(
         id=finding.rule,
         severity=finding.severity,
         message=finding.message,
         file=file,
         line=line,
-        column=(columns or {}).get(line) if line else None,
+        column=column,
         key=finding.key,
         fix=finding.fix,
         fixable=bool(finding.fixable),

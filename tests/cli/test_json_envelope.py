@@ -268,3 +268,22 @@ def test_github_error_names_a_non_file_place_in_the_message():
     err = ErrorInfo("not in known_hosts", 6, where="h200", fix="ssh-keyscan h200 >> ~/.ssh/known_hosts")
     assert github_error("deploy", err) == ("::error title=ddtctl deploy::h200: not in known_hosts%0Afix: "
                                            "ssh-keyscan h200 >> ~/.ssh/known_hosts")
+
+
+def test_each_key_of_a_one_line_flow_map_gets_its_own_column():
+    """A finding about the second key of `server: {port: 30000, tp-size: 2}` points at that key, not at the line's
+    first key; a finding about a key that is absent keeps the line's first key's column."""
+    from ddtctl.profile import parse_profile_text
+    from ddtctl.report import finding_record
+    from ddtctl.rules.engine import Finding
+
+    doc = parse_profile_text("name: n\nserver: {port: 30000, tp-size: 2}\n", "p.yaml")
+    text = "name: n\nserver: {port: 30000, tp-size: 2}\n"
+    about_tp = Finding(rule="DDT999", severity="error", message="m", line=2, key="tp-size")
+    about_absent = Finding(rule="DDT998", severity="error", message="m", line=2, key="dp-size")
+    rec = finding_record(about_tp, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns)
+    assert rec.column == text.splitlines()[1].index("tp-size") + 1
+    absent = finding_record(about_absent, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns)
+    assert absent.column == 1  # `server` starts the line
+    elsewhere = Finding(rule="DDT997", severity="error", message="m", line=1, key="tp-size")  # not on its line
+    assert finding_record(elsewhere, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns).column == 1
