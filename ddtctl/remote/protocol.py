@@ -18,7 +18,7 @@ from typing import Any
 
 from ddtctl.errors import RemoteError
 from ddtctl.remote.wire import Batch as Batch  # an operation too, made of the others
-from ddtctl.remote.wire import Op, Request, _dict, _field
+from ddtctl.remote.wire import Op, Request, _checked, _dict, _field, _malformed, _typed
 
 
 # ----------------------------------------------------------------------------------------------- replies
@@ -34,6 +34,84 @@ class HelloReply:
             _field(data, "work_dir", Op.HELLO),
             _field(data, "python", Op.HELLO),
             _field(data, "pid", Op.HELLO),
+        )
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    memory_total_mib: int | None
+    memory_free_mib: int | None
+    compute_capability: tuple[int | None, int | None]
+
+    @property
+    def sm(self) -> int | None:
+        major, minor = self.compute_capability
+        return None if major is None else major * 10 + (minor or 0)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "Gpu":
+        op, at = Op.FACTS, where + "."
+        d = _checked(data, dict, op, where)
+        cap = _typed(d, "compute_capability", op, list, at=at)
+        if len(cap) != 2:
+            raise _malformed(op, f"has '{at}compute_capability' = {str(cap)[:40]}, not [major, minor]")
+        major, minor = (
+            _checked(c, int, op, f"{at}compute_capability[{i}]", nullable=True) for i, c in enumerate(cap)
+        )
+        return cls(
+            _typed(d, "index", op, int, at=at),
+            _typed(d, "name", op, str, at=at),
+            _typed(d, "memory_total_mib", op, int, at=at, nullable=True),
+            _typed(d, "memory_free_mib", op, int, at=at, nullable=True),
+            (major, minor),
+        )
+
+
+@dataclass
+class FactsReply:
+    """What the agent found on the host (ddtctl.remote.facts.HostFacts adds the host's inventory name)."""
+
+    hostname: str
+    work_dir: str
+    python: str
+    python_version: str
+    sglang_version: str | None
+    sglang_root: str | None
+    gpus: list[Gpu]
+    cuda: str | None
+    driver: str | None
+    gpu_error: str | None
+    disk_free_bytes: int
+    ports_in_use: list[int]
+    server: dict | None  # our server's pid file (with running: bool), or None
+    current_release: str | None
+    models: dict[str, dict]  # path -> {"config": {...}} | {"error": "..."}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "FactsReply":
+        op = Op.FACTS
+        d = _dict(data, op)
+        py, sg = _typed(d, "python", op, dict), _typed(d, "sglang", op, dict)
+        ports = _typed(d, "ports_in_use", op, list)
+        models = _typed(d, "models", op, dict, required=False) or {}
+        return cls(
+            hostname=_typed(d, "hostname", op, str),
+            work_dir=_typed(d, "work_dir", op, str),
+            python=_typed(py, "executable", op, str, at="python."),
+            python_version=_typed(py, "version", op, str, at="python."),
+            sglang_version=_typed(sg, "version", op, str, at="sglang.", required=False),
+            sglang_root=_typed(sg, "root", op, str, at="sglang.", required=False),
+            gpus=[Gpu.from_json(g, f"gpus[{i}]") for i, g in enumerate(_typed(d, "gpus", op, list))],
+            cuda=_typed(d, "cuda", op, str, required=False),
+            driver=_typed(d, "driver", op, str, required=False),
+            gpu_error=_typed(d, "gpu_error", op, str, required=False),
+            disk_free_bytes=_typed(d, "disk_free_bytes", op, int),
+            ports_in_use=[_checked(port, int, op, f"ports_in_use[{i}]") for i, port in enumerate(ports)],
+            server=_typed(d, "server", op, dict, required=False),
+            current_release=_typed(d, "current_release", op, str, required=False),
+            models={path: _checked(info, dict, op, f"models[{path}]") for path, info in models.items()},
         )
 
 
@@ -336,16 +414,14 @@ class Hello(Request[HelloReply]):
 
 
 @dataclass(frozen=True)
-class Facts(Request[dict]):
-    """GPUs, python, SGLang, disk, ports, server, model configs: ddtctl.remote.facts.HostFacts is its typed
-    parse (it also caches the model configs locally)."""
+class Facts(Request[FactsReply]):
+    """GPUs, python, SGLang, disk, ports, server, model configs (remote.facts.gather_facts caches these)."""
 
     OP = Op.FACTS
     nvidia_smi: str | None = None
     model_paths: tuple[str, ...] = ()
 
-    def parse(self, result: Any) -> dict:
-        return _dict(result, Op.FACTS)
+    REPLY = FactsReply
 
 
 @dataclass(frozen=True)

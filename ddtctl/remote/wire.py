@@ -39,12 +39,27 @@ class Op(StrEnum):
     COMMIT_STREAM = "commit_stream"
 
 
+_JSON_KINDS = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def _malformed(op: str, what: str) -> RemoteError:
+    return RemoteError(
+        f"the agent's `{op}` reply {what}",
+        fix="the host runs another agent version: re-run, ddtctl sends its own agent",
+    )
+
+
 def _field(data: Any, key: str, op: str) -> Any:
     if not isinstance(data, dict) or key not in data:
-        raise RemoteError(
-            f"the agent's `{op}` reply lacks {key!r}",
-            fix="the host runs another agent version: re-run, ddtctl sends its own agent",
-        )
+        raise _malformed(op, f"lacks {key!r}")
     return data[key]
 
 
@@ -52,6 +67,25 @@ def _dict(data: Any, op: str) -> dict:
     if not isinstance(data, dict):
         raise RemoteError(f"the agent's `{op}` reply is not an object: {str(data)[:80]!r}")
     return data
+
+
+def _checked(value: Any, kind: type, op: str, where: str, *, nullable: bool = False) -> Any:
+    """`value` when it is a `kind` (or None, when `nullable`); `where` names it in the reply
+    (`gpus[0].name`)."""
+    if isinstance(value, kind) or (nullable and value is None):
+        return value
+    got = _JSON_KINDS.get(type(value), type(value).__name__)
+    raise _malformed(op, f"has {where!r} as {got}, not {_JSON_KINDS[kind]}")
+
+
+def _typed(
+    data: dict, key: str, op: str, kind: type, *, at: str = "", required: bool = True, nullable: bool = False
+) -> Any:
+    """data[key], checked to be a `kind`. A key that is not `required` may be missing or None (None then);
+    `at` is where `data` sits in the reply (`gpus[0].`)."""
+    if required and key not in data:
+        raise _malformed(op, f"lacks {at + key!r}")
+    return _checked(data.get(key), kind, op, at + key, nullable=nullable or not required)
 
 
 ReplyT = TypeVar("ReplyT")
