@@ -7,42 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddtctl.remote.protocol import Facts
+from ddtctl.remote.protocol import Facts, FactsReply
+from ddtctl.remote.protocol import Gpu as Gpu  # HostFacts.gpus' type: importable from here too
 from ddtctl.remote.transport import Connection
 
 
 @dataclass
-class Gpu:
-    index: int
-    name: str
-    memory_total_mib: int | None
-    memory_free_mib: int | None
-    compute_capability: tuple[int | None, int | None]
+class HostFacts(FactsReply):
+    """The agent's facts (protocol.FactsReply) as the controller keeps them: under the host's inventory name,
+    with the inventory's sglang_root in place of the one found where the inventory sets one, and where the
+    model configs were cached locally."""
 
-    @property
-    def sm(self) -> int | None:
-        major, minor = self.compute_capability
-        return None if major is None else major * 10 + (minor or 0)
-
-
-@dataclass
-class HostFacts:
     host: str
-    hostname: str
-    work_dir: str
-    python: str
-    python_version: str
-    sglang_version: str | None
-    sglang_root: str | None
-    gpus: list[Gpu]
-    cuda: str | None
-    driver: str | None
-    gpu_error: str | None
-    disk_free_bytes: int
-    ports_in_use: list[int]
-    server: dict | None  # our server's pid file (with running: bool), or None
-    current_release: str | None
-    models: dict[str, dict] = field(default_factory=dict)  # path -> {"config": {...}} | {"error": "..."}
     cached_configs: dict[str, str] = field(default_factory=dict)  # path -> local cache dir
 
     @property
@@ -54,7 +30,7 @@ class HostFacts:
         return bool(self.server and self.server.get("running"))
 
     def to_json(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
+        d = {"host": self.host, **self.__dict__}  # the host first, where `ddtctl facts --format json` has it
         d["gpus"] = [
             dict(g.__dict__, compute_capability=list(g.compute_capability), sm=g.sm) for g in self.gpus
         ]
@@ -66,34 +42,11 @@ class HostFacts:
 
 
 def gather_facts(conn: Connection, *, model_paths: Sequence[str] = (), cache: bool = True) -> HostFacts:
-    raw = conn.call(Facts(conn.host.nvidia_smi, tuple(model_paths)), retry=True)
-    facts = HostFacts(
-        host=conn.host.name,
-        hostname=raw["hostname"],
-        work_dir=raw["work_dir"],
-        python=raw["python"]["executable"],
-        python_version=raw["python"]["version"],
-        sglang_version=raw["sglang"].get("version"),
-        sglang_root=conn.host.sglang_root or raw["sglang"].get("root"),
-        gpus=[
-            Gpu(
-                g["index"],
-                g["name"],
-                g["memory_total_mib"],
-                g["memory_free_mib"],
-                tuple(g["compute_capability"]),
-            )
-            for g in raw["gpus"]
-        ],
-        cuda=raw.get("cuda"),
-        driver=raw.get("driver"),
-        gpu_error=raw.get("gpu_error"),
-        disk_free_bytes=raw["disk_free_bytes"],
-        ports_in_use=raw["ports_in_use"],
-        server=raw.get("server"),
-        current_release=raw.get("current_release"),
-        models=raw.get("models") or {},
-    )
+    """The host's facts (a malformed reply is the protocol's RemoteError); with `cache`, the model configs
+    written where validate and dry-run read them."""
+    reply = conn.call(Facts(conn.host.nvidia_smi, tuple(model_paths)), retry=True)
+    facts = HostFacts(**vars(reply), host=conn.host.name)
+    facts.sglang_root = conn.host.sglang_root or reply.sglang_root
     if cache:
         facts.cached_configs = cache_model_configs(conn.host.name, facts.models)
     return facts

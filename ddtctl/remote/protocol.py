@@ -4,7 +4,8 @@ The agent (standard library only, run by the host's python) takes `OP BASE64_JSO
 `{"ok": true, "result": ...}`. Here each operation is a request dataclass (its parameters, the wire name `OP`)
 and a reply dataclass parsed from the agent's `result` in one place: controller code reads `reply.log_offset`,
 never `result["log_offset"]`. A reply that lacks a field the controller needs is a RemoteError naming the
-operation and the field (an agent and a controller of different versions), not a KeyError.
+operation and the field (an agent and a controller of different versions), not a KeyError. The operation
+names, the request base, Batch and those checks are in ddtctl/remote/wire.py.
 
 Open-ended records (a release as the deploy wrote it, the server's pid file) keep their JSON as `raw` next to
 the fields the controller reads, for the reports that show them as they are.
@@ -12,72 +13,12 @@ the fields the controller reads, for the reports that show them as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from enum import StrEnum
-from typing import Any, ClassVar, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from ddtctl.errors import RemoteError
-
-
-class Op(StrEnum):
-    """The agent's operation names (agent.py `op_<name>`)."""
-
-    HELLO = "hello"
-    FACTS = "facts"
-    STATE = "state"
-    PROBE = "probe"
-    LOGS = "logs"
-    MISSING = "missing"
-    COMMIT = "commit"
-    MATERIALIZE = "materialize"
-    SET_STATUS = "set_status"
-    INSTALL = "install"
-    UNINSTALL = "uninstall"
-    WARMUP = "warmup"
-    START = "start"
-    STOP = "stop"
-    GC = "gc"
-    BATCH = "batch"
-    LOCK = "lock"
-    COMMIT_STREAM = "commit_stream"
-
-
-def _field(data: Any, key: str, op: str) -> Any:
-    if not isinstance(data, dict) or key not in data:
-        raise RemoteError(
-            f"the agent's `{op}` reply lacks {key!r}",
-            fix="the host runs another agent version: re-run, ddtctl sends its own agent",
-        )
-    return data[key]
-
-
-def _dict(data: Any, op: str) -> dict:
-    if not isinstance(data, dict):
-        raise RemoteError(f"the agent's `{op}` reply is not an object: {str(data)[:80]!r}")
-    return data
-
-
-ReplyT = TypeVar("ReplyT")
-
-
-@dataclass(frozen=True)
-class Request(Generic[ReplyT]):
-    """One agent operation. `params()` is what goes on the wire (None-valued fields are left out: the agent
-    applies its own default); `parse()` turns the agent's result into the reply type."""
-
-    OP: ClassVar[Op]
-    REPLY: ClassVar[Any]  # the reply dataclass: its from_json parses the agent's result
-
-    def params(self) -> dict[str, Any]:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
-
-    def parse(self, result: Any) -> ReplyT:
-        return self.REPLY.from_json(result)
+from ddtctl.remote.wire import Batch as Batch  # an operation too, made of the others
+from ddtctl.remote.wire import Op, Request, _checked, _dict, _field, _malformed, _typed
 
 
 # ----------------------------------------------------------------------------------------------- replies
@@ -93,6 +34,84 @@ class HelloReply:
             _field(data, "work_dir", Op.HELLO),
             _field(data, "python", Op.HELLO),
             _field(data, "pid", Op.HELLO),
+        )
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    memory_total_mib: int | None
+    memory_free_mib: int | None
+    compute_capability: tuple[int | None, int | None]
+
+    @property
+    def sm(self) -> int | None:
+        major, minor = self.compute_capability
+        return None if major is None else major * 10 + (minor or 0)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "Gpu":
+        op, at = Op.FACTS, where + "."
+        d = _checked(data, dict, op, where)
+        cap = _typed(d, "compute_capability", op, list, at=at)
+        if len(cap) != 2:
+            raise _malformed(op, f"has '{at}compute_capability' = {str(cap)[:40]}, not [major, minor]")
+        major, minor = (
+            _checked(c, int, op, f"{at}compute_capability[{i}]", nullable=True) for i, c in enumerate(cap)
+        )
+        return cls(
+            _typed(d, "index", op, int, at=at),
+            _typed(d, "name", op, str, at=at),
+            _typed(d, "memory_total_mib", op, int, at=at, nullable=True),
+            _typed(d, "memory_free_mib", op, int, at=at, nullable=True),
+            (major, minor),
+        )
+
+
+@dataclass
+class FactsReply:
+    """What the agent found on the host (ddtctl.remote.facts.HostFacts adds the host's inventory name)."""
+
+    hostname: str
+    work_dir: str
+    python: str
+    python_version: str
+    sglang_version: str | None
+    sglang_root: str | None
+    gpus: list[Gpu]
+    cuda: str | None
+    driver: str | None
+    gpu_error: str | None
+    disk_free_bytes: int
+    ports_in_use: list[int]
+    server: dict | None  # our server's pid file (with running: bool), or None
+    current_release: str | None
+    models: dict[str, dict]  # path -> {"config": {...}} | {"error": "..."}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "FactsReply":
+        op = Op.FACTS
+        d = _dict(data, op)
+        py, sg = _typed(d, "python", op, dict), _typed(d, "sglang", op, dict)
+        ports = _typed(d, "ports_in_use", op, list)
+        models = _typed(d, "models", op, dict, required=False) or {}
+        return cls(
+            hostname=_typed(d, "hostname", op, str),
+            work_dir=_typed(d, "work_dir", op, str),
+            python=_typed(py, "executable", op, str, at="python."),
+            python_version=_typed(py, "version", op, str, at="python."),
+            sglang_version=_typed(sg, "version", op, str, at="sglang.", required=False),
+            sglang_root=_typed(sg, "root", op, str, at="sglang.", required=False),
+            gpus=[Gpu.from_json(g, f"gpus[{i}]") for i, g in enumerate(_typed(d, "gpus", op, list))],
+            cuda=_typed(d, "cuda", op, str, required=False),
+            driver=_typed(d, "driver", op, str, required=False),
+            gpu_error=_typed(d, "gpu_error", op, str, required=False),
+            disk_free_bytes=_typed(d, "disk_free_bytes", op, int),
+            ports_in_use=[_checked(port, int, op, f"ports_in_use[{i}]") for i, port in enumerate(ports)],
+            server=_typed(d, "server", op, dict, required=False),
+            current_release=_typed(d, "current_release", op, str, required=False),
+            models={path: _checked(info, dict, op, f"models[{path}]") for path, info in models.items()},
         )
 
 
@@ -395,16 +414,14 @@ class Hello(Request[HelloReply]):
 
 
 @dataclass(frozen=True)
-class Facts(Request[dict]):
-    """GPUs, python, SGLang, disk, ports, server, model configs: ddtctl.remote.facts.HostFacts is its typed
-    parse (it also caches the model configs locally)."""
+class Facts(Request[FactsReply]):
+    """GPUs, python, SGLang, disk, ports, server, model configs (remote.facts.gather_facts caches these)."""
 
     OP = Op.FACTS
     nvidia_smi: str | None = None
     model_paths: tuple[str, ...] = ()
 
-    def parse(self, result: Any) -> dict:
-        return _dict(result, Op.FACTS)
+    REPLY = FactsReply
 
 
 @dataclass(frozen=True)
@@ -537,26 +554,6 @@ class Gc(Request[GcReply]):
     keep: int
 
     REPLY = GcReply
-
-
-@dataclass(frozen=True)
-class Batch(Request[list]):
-    """Several operations in one round trip; the agent stops at the first failure. The reply is each
-    operation's reply, parsed by its own request."""
-
-    OP = Op.BATCH
-    ops: tuple[Request, ...]
-
-    def params(self) -> dict[str, Any]:
-        return {"ops": [[r.OP.value, r.params()] for r in self.ops]}
-
-    def parse(self, result: Any) -> list:
-        if not isinstance(result, list) or len(result) != len(self.ops):
-            raise RemoteError(
-                f"the agent's `batch` reply has {len(result) if isinstance(result, list) else 'no'} "
-                f"results for {len(self.ops)} operations"
-            )
-        return [r.parse(x) for r, x in zip(self.ops, result, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,13 @@ def test_facts_cache_model_configs_for_validation(lab):
     f = host_facts(lab.host(), model_paths=[str(lab.models / "target"), "/no/such/model"])
     assert [g.name for g in f.gpus] == ["NVIDIA H200"] and f.gpus[0].sm == 90 and f.cuda == "13.0"
     assert "error" in f.models["/no/such/model"]
+    assert f.host == "lo" and f.sglang_root == str(lab.sglang_root)  # the inventory's root
+    out = f.to_json()  # what `ddtctl facts --format json` prints: its keys in this order
+    assert list(out) == ["host", "hostname", "work_dir", "python", "python_version", "sglang_version",
+                         "sglang_root", "gpus", "cuda", "driver", "gpu_error", "disk_free_bytes",
+                         "ports_in_use", "server", "current_release", "models", "cached_configs"]
+    assert out["gpus"][0]["compute_capability"] == [9, 0] and out["gpus"][0]["sm"] == 90
+    assert out["models"][str(lab.models / "target")] == {"architectures": ["Qwen3ForCausalLM"]}
     cached = model_config_cache_dir("lo", str(lab.models / "target")) / "config.json"
     assert json.loads(cached.read_text())["architectures"] == ["Qwen3ForCausalLM"]
 

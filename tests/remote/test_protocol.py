@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ddtctl.errors import RemoteError
+from ddtctl.errors import ExitCode, RemoteError
 from ddtctl.remote import protocol as p
 
 AGENT = Path(__file__).resolve().parents[2] / "ddtctl" / "remote" / "agent.py"
+STANDIN_SMI = Path(__file__).resolve().parent / "standins" / "standin_nvidia_smi.py"
 
 
 @pytest.fixture
@@ -128,3 +132,83 @@ def test_a_reply_lacking_a_field_names_the_operation_and_the_field():
         {"ok": False, "error": "locked", "held_by": {"holder": "ci", "since": 5}}
     )
     assert lock.error == "locked" and lock.held_by == p.LockHolder("ci", 5.0) and not lock.locked
+
+
+def _agent_facts(agent, tmp_path: Path) -> dict:
+    """The agent's own `facts` result (through JSON, as it travels): two stand-in GPUs, one model config."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN_SMI} --gpus 2 "$@"\n')
+    smi.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+    params = json.loads(json.dumps(p.Facts(str(smi), (str(tmp_path / "model"), "/no/such/model")).params()))
+    return json.loads(json.dumps(agent.OPS["facts"](params)))
+
+
+def test_facts_parse_from_the_agents_own_reply(agent, tmp_path):
+    raw = _agent_facts(agent, tmp_path)
+    facts = p.Facts().parse(raw)
+    assert isinstance(facts, p.FactsReply) and facts.hostname == raw["hostname"] and facts.work_dir == agent.W
+    assert (facts.python, facts.python_version) == (raw["python"]["executable"], raw["python"]["version"])
+    assert [(g.index, g.name, g.memory_total_mib, g.compute_capability, g.sm) for g in facts.gpus] == [
+        (0, "NVIDIA H200", 143771, (9, 0), 90),
+        (1, "NVIDIA H200", 143771, (9, 0), 90),
+    ]
+    assert (facts.cuda, facts.driver, facts.gpu_error) == ("13.0", "580.65.06", None)
+    assert facts.server is None and facts.current_release is None
+    assert facts.ports_in_use == raw["ports_in_use"]
+    assert facts.models[str(tmp_path / "model")] == {"config": {"architectures": ["Qwen3ForCausalLM"]}}
+    assert "no config.json" in facts.models["/no/such/model"]["error"]
+
+
+_DROP = object()
+
+
+def _edited(result: dict, path: str, value: Any) -> dict:
+    """`result` with the value at the dotted `path` (keys, list indexes) set to `value` (dropped: _DROP)."""
+    *parents, last = path.split(".")
+    node: Any = result
+    for key in parents:
+        node = node[int(key) if isinstance(node, list) else key]
+    where = int(last) if isinstance(node, list) else last
+    if value is _DROP:
+        del node[where]
+    else:
+        node[where] = value
+    return result
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("hostname", _DROP, "the agent's `facts` reply lacks 'hostname'"),
+        ("gpus", "GPU 0: H200", "the agent's `facts` reply has 'gpus' as a string, not a list"),
+        ("gpus.1", "H200", "has 'gpus[1]' as a string, not an object"),
+        ("gpus.0.name", _DROP, "the agent's `facts` reply lacks 'gpus[0].name'"),
+        ("gpus.1.index", "1", "has 'gpus[1].index' as a string, not an integer"),
+        ("gpus.0.memory_free_mib", "lots", "has 'gpus[0].memory_free_mib' as a string, not an integer"),
+        ("gpus.0.compute_capability", [9], "has 'gpus[0].compute_capability' = [9], not [major, minor]"),
+        ("gpus.0.compute_capability", ["9", "0"], "has 'gpus[0].compute_capability[0]' as a string"),
+        ("python.version", _DROP, "lacks 'python.version'"),
+        ("sglang", None, "has 'sglang' as null, not an object"),
+        ("sglang.version", 523, "has 'sglang.version' as an integer, not a string"),
+        ("disk_free_bytes", "57 GiB", "has 'disk_free_bytes' as a string, not an integer"),
+        ("ports_in_use", [22, "ssh"], "has 'ports_in_use[1]' as a string, not an integer"),
+        ("server", ["pid", 7], "has 'server' as a list, not an object"),
+        ("current_release", 7, "has 'current_release' as an integer, not a string"),
+        ("models./m", "config.json", "has 'models[/m]' as a string, not an object"),
+    ],
+)
+def test_a_malformed_facts_reply_is_the_protocols_one_line_error(agent, tmp_path, path, value, message):
+    with pytest.raises(RemoteError, match=re.escape(message)) as caught:
+        p.Facts().parse(_edited(_agent_facts(agent, tmp_path), path, value))
+    assert caught.value.exit_code == ExitCode.REMOTE and "\n" not in caught.value.one_line()
+    assert caught.value.fix == "the host runs another agent version: re-run, ddtctl sends its own agent"
+
+
+def test_a_facts_result_that_is_not_an_object_is_the_error_of_any_other_reply():
+    with pytest.raises(RemoteError, match="the agent's `facts` reply is not an object: 'gpus'") as caught:
+        p.Facts().parse("gpus")
+    with pytest.raises(RemoteError, match="the agent's `stop` reply is not an object: 'gpus'") as other:
+        p.Stop(5).parse("gpus")
+    assert caught.value.exit_code == other.value.exit_code == ExitCode.REMOTE
