@@ -47,7 +47,7 @@ def _tree_gdn_verify_kernel(
     q, k, v, a, b, A_log, dt_bias, o,
     h0, h0_idx, rec, rec_idx, parent, cu, anc_in,
     scale, T,
-    sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_par, s_anc,
+    sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_rec_step, s_par, s_anc,
     TP: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
 ):  # fmt: skip
@@ -110,7 +110,7 @@ def _tree_gdn_verify_kernel(
 
     ridx = tl.load(rec_idx + i_n).to(tl.int64)
     if ridx >= 0:  # the records in the node's scratch row: u [HV, V] | k [H, K] | gc [HV]
-        node = rec + ridx * s_rec + t * (HV * V * K)
+        node = rec + ridx * s_rec + t * s_rec_step
         tl.store(node[:, None] + i_hv * V + ov[None, :], u, mask=live[:, None])
         if i_v == 0:
             tl.store(node + HV * V + H * K + i_hv, gc, mask=live)
@@ -121,7 +121,7 @@ def _tree_gdn_verify_kernel(
 @triton.jit
 def _tree_gdn_commit_kernel(
     state, rec, state_idx, rec_idx, acc_idx, acc_len, track_idx, track_node,
-    T, s_state_layer, s_state_slot, s_rec_layer, s_rec_slot, s_acc,
+    T, s_state_layer, s_state_slot, s_rec_layer, s_rec_slot, s_rec_step, s_acc,
     AP: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     HAS_TRACK: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
@@ -139,7 +139,7 @@ def _tree_gdn_commit_kernel(
         n_acc = tl.load(acc_len + i_n)
         on = p < n_acc
         node = tl.load(acc_idx + i_n * s_acc + p, mask=on, other=0).to(tl.int64) - i_n * T
-        recs = rec + layer * s_rec_layer + ridx * s_rec_slot + node * (HV * V * K)
+        recs = rec + layer * s_rec_layer + ridx * s_rec_slot + node * s_rec_step
         u = tl.load(recs[:, None] + i_hv * V + ov[None, :], mask=on[:, None], other=0.0)
         kn = tl.load(recs[:, None] + HV * V + i_h * K + ok[None, :], mask=on[:, None], other=0.0)
         gc = tl.load(recs + HV * V + H * K + i_hv, mask=on, other=0.0)
@@ -171,6 +171,20 @@ def _squarings(depth_bound: int) -> int:
     return max(1, int(depth_bound).bit_length())
 
 
+def _row_floats(scratch: torch.Tensor, first: int) -> int:
+    """Elements of one node's scratch row: the product of the dims after (slot, node)."""
+    n = 1
+    for d in scratch.shape[first:]:
+        n *= int(d)
+    return n
+
+
+def compact_scratch_shape(layers: int, slots: int, width: int, hv: int, v: int, k: int) -> tuple[int, ...]:
+    """The scratch a compact verify needs, [layers, slots, width, 1, 1, records], instead of SGLang's
+    [layers, slots, width, HV, V, K]; key heads (unknown where the pool is sized) are bounded by HV."""
+    return (layers, slots, width, 1, 1, record_width(hv, hv, k, v))
+
+
 def record_width(h: int, hv: int, k: int, v: int) -> int:
     """Floats of one node's records (u, normalized key, cumulative log decay) in its HV*V*K scratch row."""
     return hv * v + h * k + hv
@@ -193,7 +207,7 @@ def tree_gdn_verify(
     width = total // max(n_req, 1)
     if ssm_states.dtype != torch.float32 or intermediate_states_buffer.dtype != torch.float32:
         raise ValueError("the compact tree verify needs fp32 SSM states (--mamba-ssm-dtype float32)")
-    if record_width(n_heads, n_vheads, dim_k, dim_v) > n_vheads * dim_v * dim_k:
+    if record_width(n_heads, n_vheads, dim_k, dim_v) > _row_floats(intermediate_states_buffer, 2):
         raise ValueError("a node's records do not fit its scratch row")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 or t.stride(-2) != t.shape[-1]:
@@ -212,8 +226,8 @@ def tree_gdn_verify(
         retrieve_parent_token,
         query_start_loc, retrieve_parent_token if ancestors is None else ancestors, dim_k**-0.5, width,
         q.stride(1), k.stride(1), v.stride(1), a.stride(-2), b.stride(-2), ssm_states.stride(0),
-        intermediate_states_buffer.stride(0), retrieve_parent_token.stride(0),
-        0 if ancestors is None else ancestors.stride(0),
+        intermediate_states_buffer.stride(0), intermediate_states_buffer.stride(1),
+        retrieve_parent_token.stride(0), 0 if ancestors is None else ancestors.stride(0),
         TP=tp, H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v, S=_squarings(depth_bound),
         PREC=precision, THRESHOLD=SOFTPLUS_THRESHOLD, ANC_GIVEN=ancestors is not None,
         num_warps=4 if tp <= 32 else (8 if tp <= 64 else 16),
@@ -241,7 +255,7 @@ def tree_gdn_commit(
         temporal, intermediate_ssm, state_indices, scratch_rows, accept_index, accept_lens,
         track_indices if has_track else state_indices, track_nodes if has_track else state_indices,
         width, temporal.stride(0), temporal.stride(1), intermediate_ssm.stride(0), intermediate_ssm.stride(1),
-        accept_index.stride(0),
+        intermediate_ssm.stride(2), accept_index.stride(0),
         AP=_pow2(accept_index.shape[1]), H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v,
         HAS_TRACK=has_track, PREC=precision, num_warps=4,
     )  # fmt: skip

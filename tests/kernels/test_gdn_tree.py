@@ -57,7 +57,10 @@ def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
     if padding:
         cache_idx[-1] = -1
     rows = torch.arange(bs, dtype=torch.int32)
-    scratch = torch.zeros(1, bs + 1, width, vheads, dim, dim)
+    # even cases: the compact scratch a compact pool allocates (records only), odd ones SGLang's full rows
+    full = (1, bs + 1, width, vheads, dim, dim)
+    scratch = torch.zeros(gdn_tree.compact_scratch_shape(1, bs + 1, width, vheads, dim, dim) if case % 2 == 0
+                          else full)
     cu = torch.arange(0, bs * width + 1, width, dtype=torch.int32)
     out = gdn_tree.tree_gdn_verify(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0], cache_indices=cache_idx,

@@ -75,7 +75,7 @@ GDN_TREE_SCRIPT = textwrap.dedent("""
               "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32", "rec_idx": "*i32",
               "parent": "*i64", "cu": "*i32", "anc_in": "*i1", "scale": "fp32", "T": "i32", "sq_t": "i32",
               "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64",
-              "s_par": "i32", "s_anc": "i32"}
+              "s_rec_step": "i32", "s_par": "i32", "s_anc": "i32"}
     # Qwen3.6-27B's GDN at tp 1 and tp 2; TF32 (the default) and tf32x3; the ancestor matrix derived and given
     for tp, heads, prec, anc in ((32, (16, 48), "tf32", False), (64, (16, 48), "tf32", False),
                                  (64, (8, 24), "tf32", True), (64, (16, 48), "tf32x3", False)):
@@ -84,7 +84,8 @@ GDN_TREE_SCRIPT = textwrap.dedent("""
                                                  "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
     commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
               "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "s_state_layer": "i64",
-              "s_state_slot": "i64", "s_rec_layer": "i64", "s_rec_slot": "i64", "s_acc": "i32"}
+              "s_state_slot": "i64", "s_rec_layer": "i64", "s_rec_slot": "i64", "s_rec_step": "i32",
+              "s_acc": "i32"}
     for track in (False, True):
         comp(G._tree_gdn_commit_kernel, commit, {"AP": 16, "H": 16, "HV": 48, "K": 128, "V": 128, "BV": 32,
                                                  "HAS_TRACK": track, "PREC": "tf32x3"}, 4)

@@ -17,7 +17,8 @@ def test_targets_the_pinned_release_and_patches_little():
     assert (M.name, M.sglang) == ("ddtree-sglang", "0.5.23")
     assert {p.path for p in M.patched} == {"sglang/srt/arg_groups/fields/spec.py",
                                            "sglang/srt/arg_groups/speculative_hook.py",
-                                           "sglang/srt/speculative/spec_utils.py"}
+                                           "sglang/srt/speculative/spec_utils.py",
+                                           "sglang/srt/mem_cache/memory_pool.py"}  # a hook point, no behaviour
     for p in M.patched:
         assert (M.root / p.patch).is_file() and len(p.base_sha256) == len(p.result_sha256) == 64
 

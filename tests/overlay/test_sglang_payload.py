@@ -50,11 +50,12 @@ def test_bundled_manifest_is_current(managed_python):
 
 
 def test_patches_are_few_and_minimal(built):
-    """Extension points first: only the flag declarations and two 'DFLASH' string comparisons are patched."""
+    """Extension points first: only the flag declarations, two 'DFLASH' string comparisons and one allocation
+    hook point are patched."""
     built_manifest = json.loads((built.payload_dir / installer.MANIFEST_NAME).read_text())
     patched = {e["path"]: e for e in built_manifest["files"] if e["kind"] == "patched"}
     assert set(patched) == {"sglang/srt/arg_groups/fields/spec.py", "sglang/srt/arg_groups/speculative_hook.py",
-                            "sglang/srt/speculative/spec_utils.py"}
+                            "sglang/srt/speculative/spec_utils.py", "sglang/srt/mem_cache/memory_pool.py"}
     for rel, e in patched.items():
         text = (default_payload_dir() / e["patch"]).read_text()
         removed = [ln[1:] for ln in text.splitlines() if ln.startswith("-") and not ln.startswith("---")]
@@ -62,6 +63,9 @@ def test_patches_are_few_and_minimal(built):
         if rel.endswith("fields/spec.py"):  # new argparse flags: declarations only, nothing removed
             assert removed == [] and len(added) <= 30
             assert sum("speculative_ddtree_" in ln for ln in added) == 5
+        elif rel.endswith("memory_pool.py"):  # the scratch allocation moves into a hookable function, same call
+            assert len(removed) == 4 and len(added) <= 15
+            assert "    return torch.zeros(size=size, dtype=dtype, device=device)" in added
         else:  # one 'DFLASH' string comparison learns DDTREE
             assert len(removed) == 1 and len(added) == 1
             assert added[0].replace(', "DDTREE"', "") == removed[0] and "DFLASH" in removed[0]

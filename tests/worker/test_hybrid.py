@@ -87,6 +87,75 @@ def test_mamba_budget_sees_the_verify_width(monkeypatch):
     assert seen == [65, 16]
 
 
+def _qwen36_params(temporal=torch.float32):
+    """Qwen3.6-27B's GDN cache shapes at tp 1 (conv [10240, 3] bf16, state [48, 128, 128])."""
+    return SimpleNamespace(shape=SimpleNamespace(conv=[(10240, 3)], temporal=(48, 128, 128)),
+                           dtype=SimpleNamespace(conv=torch.bfloat16, temporal=temporal))
+
+
+def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(monkeypatch):
+    """With DDTREE_GDN_TREE=compact the budget's draft-token count covers conv windows + records per verify token,
+    not conv windows + a 3 MB state: 33 tokens budget like ceil(33 x (61440 + 49344) / (61440 + 3145728)) = 2."""
+    import types
+
+    fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
+    fake_kvc.get_spec = lambda: _spec(speculative_ddtree_verify_width=33)
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
+    sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
+    monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
+    configurator = SimpleNamespace(mambaish_config=SimpleNamespace(mamba2_cache_params=_qwen36_params()))
+    seen = []
+
+    def budget(self):
+        seen.append(fake_kvc.get_spec().speculative_num_draft_tokens)
+
+    monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
+    hybrid.honest_mamba_budget(budget, configurator)
+    monkeypatch.setattr(hybrid, "_unified_memory", lambda: True)  # the unified pool allocates full states
+    hybrid.honest_mamba_budget(budget, configurator)
+    monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
+    bf16 = SimpleNamespace(mambaish_config=SimpleNamespace(mamba2_cache_params=_qwen36_params(torch.bfloat16)))
+    hybrid.honest_mamba_budget(budget, bf16)  # bf16 states: SGLang's kernel, full scratch
+    monkeypatch.delenv("DDTREE_GDN_TREE")
+    hybrid.honest_mamba_budget(budget, configurator)
+    assert seen == [2, 33, 33, 33]
+    assert hybrid.compact_budget_width(_qwen36_params(), 65) == 3
+
+
+def test_the_pool_allocates_records_only_for_the_compact_kernel(monkeypatch):
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
+    monkeypatch.setitem(hybrid.STATE, "compact_scratch", False)
+    full = (2, 5, 33, 4, 16, 16)
+    calls = []
+
+    def original(size, dtype, device):
+        calls.append(size)
+        return torch.zeros(size, dtype=dtype)
+
+    monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
+    compact = hybrid.compact_scratch(original, full, torch.float32, "cpu")
+    assert compact.shape == (2, 5, 33, 1, 1, 4 * 16 + 4 * 16 + 4) and calls == [] and hybrid.STATE["compact_scratch"]
+    hybrid.STATE["compact_scratch"] = False
+    assert hybrid.compact_scratch(original, full, torch.bfloat16, "cpu").shape == full  # bf16: SGLang's scratch
+    monkeypatch.delenv("DDTREE_GDN_TREE")
+    assert hybrid.compact_scratch(original, full, torch.float32, "cpu").shape == full
+    assert calls == [full, full] and not hybrid.STATE["compact_scratch"]
+
+
+def test_a_compact_pool_without_the_compact_kernel_is_refused(monkeypatch):
+    """Records where SGLang's kernel would write full states would overrun the scratch: refuse at start-up."""
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
+    monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
+    monkeypatch.setitem(hybrid.STATE, "compact_scratch", True)
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 0)
+    backend = SimpleNamespace(kernel_dispatcher=SimpleNamespace(tree_verify_kernel=object()))
+    with pytest.raises(RuntimeError, match="compact verify records"):
+        hybrid.compact_tree_kernel(None, backend, _runner(torch.bfloat16))
+
+
 def _runner(dtype=torch.float32, draft=False, scratch=True):
     cache = SimpleNamespace(temporal=torch.zeros(1, 1, dtype=dtype),
                             intermediate_ssm=torch.zeros(1, dtype=dtype) if scratch else None)
@@ -138,11 +207,17 @@ def test_commit_hook_passes_through_without_the_compact_kernel_and_refuses_witho
 
 def test_hook_targets_exist_in_the_pinned_sglang(managed_python):
     """A renamed SGLang symbol would make HookRegistry fail at start: find every hooked target in the pinned wheel's
-    source (statically: some of those modules import server-only packages the CPU env lacks)."""
+    source as the payload installs it (its patches applied; statically: some of those modules import server-only
+    packages the CPU env lacks)."""
     script = f"""
 import ast, importlib.util, json, os, sys
 from types import SimpleNamespace as NS
+sys.path.insert(0, {str(REPO)!r})
 sys.path.insert(0, {str(PAYLOAD_FILES)!r})
+from ddtctl.overlay.udiff import apply_patch
+manifest = json.load(open({str(PAYLOAD_FILES.parent / "manifest.json")!r}))
+patches = {{p["path"]: open(os.path.join({str(PAYLOAD_FILES.parent)!r}, p["patch"])).read()
+           for p in manifest["patched"]}}
 from ddtree_sglang import graphs, hybrid
 targets = []
 R = NS(register=lambda target, hook, kind: targets.append(target))
@@ -156,7 +231,11 @@ for t in targets:
         origin = os.path.join(root, *parts[:i]) + ".py"
         if os.path.isfile(origin):
             break
-    scope = ast.parse(open(origin).read()).body
+    text = open(origin).read()
+    rel = os.path.relpath(origin, root)
+    if rel in patches:
+        text = apply_patch(text, patches[rel])
+    scope = ast.parse(text).body
     for name in parts[i:]:
         found = [n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name]
         if not found:
@@ -168,7 +247,7 @@ print(json.dumps({{"targets": targets, "missing": missing}}))
     p = subprocess.run([str(managed_python), "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(out["targets"]) == 7 and out["missing"] == []
+    assert len(out["targets"]) == 8 and out["missing"] == []
 
 
 def test_commit_step_indices_follow_the_accepted_tree_path(tmp_path):

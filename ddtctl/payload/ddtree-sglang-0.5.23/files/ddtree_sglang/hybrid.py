@@ -28,7 +28,10 @@ Qwen3.6-27B-shaped target, notes/step-cost-h200.md): AFTER
 which computes the outputs in closed form over the tree and writes small per-node records instead of every node's
 full SSM state. AROUND `scatter_mamba_states_after_mtp_verify` the SSM part of the commit then materialises the
 accepted path's state from those records (the worker hands it the path: `pending_path`); the conv windows keep
-SGLang's scatter. Needs fp32 SSM states; otherwise SGLang's kernel stays.
+SGLang's scatter. AROUND `memory_pool.alloc_intermediate_ssm` (a payload patch: the allocation moved into a
+function) the scratch holds those records only, and `honest_mamba_budget` budgets that size, so the memory of
+the per-node states goes to the KV cache. Needs fp32 SSM states and at most 64 verify nodes; otherwise SGLang's
+kernel and scratch stay.
 """
 
 from __future__ import annotations
@@ -126,21 +129,58 @@ class CompactTreeVerify:
             depth_bound=self.depth_bound, precision=self.precision)
 
 
+def compact_planned(ssm_dtype) -> bool:
+    """The compact tree verify applies: asked for, fp32 SSM states, a verify width its tiles take. One answer for
+    the memory budget, the scratch allocation and the kernel."""
+    if not compact_wanted():
+        return False
+    if ssm_dtype != torch.float32:
+        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one needs fp32 SSM states)")
+        return False
+    if verify_width() > COMPACT_MAX_WIDTH:
+        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one verifies at most %d nodes, not %d)",
+                       COMPACT_MAX_WIDTH, verify_width())
+        return False
+    return True
+
+
 def compact_tree_kernel(result, backend, model_runner, *args, **kwargs):
     """AFTER hook on GDNAttnBackend.__init__: the compact tree verify for the target (fp32 SSM states only)."""
     if not compact_wanted() or getattr(model_runner, "is_draft_worker", False):
         return None
     cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
-    if cache.temporal.dtype != torch.float32 or getattr(cache, "intermediate_ssm", None) is None:
-        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one needs fp32 SSM states)")
-        return None
-    if verify_width() > COMPACT_MAX_WIDTH:
-        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one verifies at most %d nodes, not %d)",
-                       COMPACT_MAX_WIDTH, verify_width())
+    if getattr(cache, "intermediate_ssm", None) is None or not compact_planned(cache.temporal.dtype):
+        if STATE.get("compact_scratch"):
+            raise RuntimeError("DDTREE: the mamba pool holds compact verify records, but the compact GDN tree "
+                               "kernel cannot run here; unset DDTREE_GDN_TREE")
         return None
     backend.kernel_dispatcher.tree_verify_kernel = CompactTreeVerify(depth_bound=_depth_bound())
     STATE["compact_backends"] += 1
     return None
+
+
+def compact_scratch(original, size, dtype, device, *args, **kwargs):
+    """AROUND hook on memory_pool.alloc_intermediate_ssm (a payload patch): with the compact verify, a node's
+    scratch row holds its records (gdn_tree.record_width floats) instead of a full [HV, V, K] state -- ~60 x less
+    memory for Qwen3.6-27B's GDN layers, which the memory budget (honest_mamba_budget) gives to the KV cache."""
+    if not compact_planned(dtype):
+        return original(size, dtype, device, *args, **kwargs)
+    layers, slots, width, hv, v, k = (int(x) for x in size)
+    STATE["compact_scratch"] = True
+    return torch.zeros(_gdn_tree().compact_scratch_shape(layers, slots, width, hv, v, k), dtype=dtype,
+                       device=device)
+
+
+def compact_budget_width(params, width: int) -> int:
+    """The draft-token count that makes SGLang's budget (mamba state per request x tokens) reserve what a compact
+    pool allocates per verify token: the conv windows plus the records, not the conv windows plus a state."""
+    import math
+
+    conv_bytes = sum(math.prod(shape) for shape in params.shape.conv) * params.dtype.conv.itemsize
+    hv, v, k = params.shape.temporal
+    state_bytes = hv * v * k * params.dtype.temporal.itemsize
+    record_bytes = _gdn_tree().record_width(hv, hv, k, v) * params.dtype.temporal.itemsize
+    return max(1, math.ceil(width * (conv_bytes + record_bytes) / (conv_bytes + state_bytes)))
 
 
 def _depth_bound() -> int:
@@ -204,12 +244,25 @@ def honest_mamba_budget(original, configurator, *args, **kwargs):
     import sglang.srt.mem_cache.kv_cache_configurator as kvc
 
     width = verify_width()
+    params = getattr(getattr(configurator, "mambaish_config", None), "mamba2_cache_params", None)
+    if params is not None and not _unified_memory() and compact_planned(params.dtype.temporal):
+        width = compact_budget_width(params, width)
     real = kvc.get_spec
     kvc.get_spec = lambda: WidthView(real(), width)
     try:
         return original(configurator, *args, **kwargs)
     finally:
         kvc.get_spec = real
+
+
+def _unified_memory() -> bool:
+    """The unified memory pool allocates its own scratch (full states): the budget must count those."""
+    try:
+        from sglang.srt.runtime_context import get_memory
+
+        return bool(getattr(get_memory(), "enable_unified_memory", False))
+    except Exception:
+        return False
 
 
 def register_hooks(HookRegistry, HookType) -> None:
@@ -222,6 +275,8 @@ def register_hooks(HookRegistry, HookType) -> None:
                           compact_tree_kernel, HookType.AFTER)
     HookRegistry.register("sglang.kernels.ops.mamba.mamba_state_scatter_triton.scatter_mamba_states_after_mtp_verify",
                           commit_tree_states, HookType.AROUND)
+    HookRegistry.register("sglang.srt.mem_cache.memory_pool.alloc_intermediate_ssm", compact_scratch,
+                          HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
         honest_mamba_budget, HookType.AROUND)
