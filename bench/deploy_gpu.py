@@ -821,6 +821,7 @@ def write_inventory(w: World) -> None:
         env = {}
         extra = {"launcher": [sys.executable, str(STANDIN_SERVER)],  # no GPU here: the stand-in server
                  "warmup": ["python", str(STANDIN_SELFTEST)]}  # (`python` = the host's python below)
+    env.update(dict(getattr(w.args, "server_env", None) or []))
     host = {
         "address": "127.0.0.1", "port": w.sshd.port, "user": w.sshd.user, "key": str(w.sshd.client_key),
         "known_hosts": str(w.known_hosts), "python": w.host_python, "work_dir": str(w.work / "host-work"),
@@ -1353,6 +1354,14 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in str(text).split(",") if x]
 
 
+def _env_pair(text: str) -> tuple[str, str]:
+    """KEY=VALUE for --server-env."""
+    key, sep, value = str(text).partition("=")
+    if not sep or not key or not key.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. DDTREE_GDN_TREE=compact")
+    return key, value
+
+
 def add_tune_args(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("tune (issue #15): `ddtctl tune` on the deployed host, before ops")
     g.add_argument("--tune", action="store_true", help="add the tune phase: the baseline (DFLASH) and --tune-budgets, "
@@ -1399,6 +1408,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", default="", help="phases not to run, comma-separated (e.g. redeploy,broken,requests2 "
                     "when another call proved them and the budget is short); the result counts them as skipped")
     ap.add_argument("--nvidia-smi", default=None, help="(debugging) the host's nvidia-smi (default: the one on PATH)")
+    ap.add_argument("--server-env", type=_env_pair, action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable of every deployed server (the inventory's env), e.g. "
+                    "DDTREE_GDN_TREE=compact; repeatable")
     add_tune_args(ap)
     args = ap.parse_args(argv)
     if args.replot:

@@ -8,10 +8,11 @@
 # (tools/fetch_deploy_carry.sh):  TP=8 bash bench/flagship_tp8.sh
 # At TP=2 the 27B-shaped servers start in ~120-175 s each: SKIP=redeploy,broken,requests2 leaves room for DFLASH
 # (those phases are proven by bench/deploy_gpu.py on the tiny model, notes/deploy-h200.md).
+# SERVER_ENV=DDTREE_GDN_TREE=compact deploys with the compact GDN tree verify and scratch (opt-in).
 # CPU rehearsal of the same phases (stand-in server, 8 stand-in GPUs): tests/bench/test_deploy_rehearsal.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 OUT=${OUT:-/tmp/flagship-tp8-out}
 exec timeout "${CALL_S:-590}" python3 bench/deploy_gpu.py --flagship-tp "${TP:-8}" --drafter "${DRAFTER:-oracle}" \
   --batches "${BATCHES:-1,8}" --budget-s "${BUDGET_S:-570}" \
-  --skip "${SKIP:-}"
+  --skip "${SKIP:-}" ${SERVER_ENV:+--server-env "$SERVER_ENV"}

@@ -202,3 +202,25 @@ def test_cpu_rehearsal_of_the_tune_call(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "bench" / "deploy_gpu.py"), "--replot", str(out / "tune.json"),
                         "--plot", str(png)], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", r.stderr[-2000:]
+
+
+def test_server_env_reaches_the_inventory_and_bad_pairs_are_refused(dg, tmp_path):
+    """--server-env KEY=VALUE (bench/flagship_tp8.sh's SERVER_ENV) lands in the deployed host's env."""
+    import argparse
+
+    from types import SimpleNamespace
+
+    import yaml
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text("name: p\n")
+    w = SimpleNamespace(gpu=False, work=tmp_path, profile=profile, known_hosts=tmp_path / "kh", host_python="python3",
+                        nvidia_smi="nvidia-smi", sshd=SimpleNamespace(port=2222, user="u", client_key=tmp_path / "k"),
+                        args=SimpleNamespace(server_env=[("DDTREE_GDN_TREE", "compact")]))
+    dg.write_inventory(w)
+    assert yaml.safe_load(w.inventory.read_text())["hosts"][dg.HOST]["env"] == {"DDTREE_GDN_TREE": "compact"}
+    assert dg._env_pair("DDTREE_GDN_TREE=compact") == ("DDTREE_GDN_TREE", "compact")
+    assert dg._env_pair("A=") == ("A", "")
+    for bad in ("novalue", "=x", "A B=1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            dg._env_pair(bad)
