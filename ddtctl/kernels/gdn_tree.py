@@ -26,6 +26,7 @@ way from the parent one-hot P: sum_{m < 2^S} P^m = prod_{s < S} (I + P^(2^s)).""
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -173,10 +174,7 @@ def _squarings(depth_bound: int) -> int:
 
 def _row_floats(scratch: torch.Tensor, first: int) -> int:
     """Elements of one node's scratch row: the product of the dims after (slot, node)."""
-    n = 1
-    for d in scratch.shape[first:]:
-        n *= int(d)
-    return n
+    return math.prod(int(d) for d in scratch.shape[first:])
 
 
 def compact_scratch_shape(layers: int, slots: int, width: int, hv: int, v: int, k: int) -> tuple[int, ...]:

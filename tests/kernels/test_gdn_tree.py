@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from ddtctl.kernels import gdn_tree
-from ddtctl.kernels.reference import build
+from ddtctl.kernels.reference import build, visibility_from_parents
 
 SEED = 4242
 
@@ -147,11 +148,7 @@ def test_a_given_ancestor_matrix_gives_the_same_outputs_as_the_parents():
     bs, width = 2, 9
     trees = [_tree(rng, width, 6) for _ in range(bs)]
     q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, 2, 4, 16, trees)
-    anc = torch.zeros(bs, width, width, dtype=torch.bool)
-    for r, tree in enumerate(trees):
-        for i in range(width):
-            for j in _path(tree, i):
-                anc[r, i, j] = True
+    anc = torch.from_numpy(np.stack([visibility_from_parents(np.asarray(t)) for t in trees]))
     common = dict(A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=torch.randn(3, 4, 16, 16),
                   cache_indices=torch.tensor([2, 0], dtype=torch.int32), query_start_loc=torch.tensor([0, 9, 18]),
                   intermediate_state_indices=torch.arange(bs, dtype=torch.int32), retrieve_parent_token=par,
