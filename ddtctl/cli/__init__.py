@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DDTCTL_DEBUG") == "1"
     in_json = json_command(args)  # with --format json every error goes into the envelope on stdout
-    _GITHUB[0] = github_command(args)  # with --format github it is also an annotation on stdout
+    in_github = github_command(args)  # with --format github it is also an annotation on stdout
     try:
         if not debug and os.environ.get("DDTCTL_NO_FASTPATH") != "1":
             from ddtctl.cli.fastpath import try_basics, try_validate
@@ -56,15 +56,16 @@ def main(argv: list[str] | None = None) -> None:
     except DdtctlError as err:
         if debug:
             raise
-        _fail(in_json, ErrorInfo.from_exception(err), f"ddtctl: error: {err.one_line()}")
+        _fail(in_json, in_github, ErrorInfo.from_exception(err), f"ddtctl: error: {err.one_line()}")
     except KeyboardInterrupt:
-        _fail(in_json, ErrorInfo("interrupted", ExitCode.INTERRUPTED), "ddtctl: interrupted")
+        _fail(in_json, in_github, ErrorInfo("interrupted", ExitCode.INTERRUPTED), "ddtctl: interrupted")
     except Exception as err:  # a bug: say so in one line, keep the traceback for --debug
         if debug:
             raise
         what = f"internal error: {type(err).__name__}: {err}"
         _fail(
             in_json,
+            in_github,
             ErrorInfo(what, ExitCode.INTERNAL, fix="re-run with --debug for the traceback"),
             f"ddtctl: {what} (re-run with --debug for the traceback)",
         )
@@ -88,17 +89,14 @@ def _run_for_json(app, args: list[str], command: str) -> int:
     return code if isinstance(code, int) else ExitCode.OK
 
 
-_GITHUB: list[str | None] = [None]  # the command under --format github, read by _fail
-
-
-def _fail(in_json: str | None, error: ErrorInfo, line: str) -> NoReturn:
+def _fail(in_json: str | None, in_github: str | None, error: ErrorInfo, line: str) -> NoReturn:
     """Exit with the error's code: the error in the JSON envelope (--format json), else `line` on stderr (and,
     under --format github, as an annotation on stdout, where GitHub reads workflow commands)."""
     from ddtctl.report import emit_error, github_error
 
     if not (in_json and emit_error(in_json, error)):
-        if _GITHUB[0]:
-            sys.stdout.write(github_error(_GITHUB[0], error) + "\n")
+        if in_github:
+            sys.stdout.write(github_error(in_github, error) + "\n")
             sys.stdout.flush()
         sys.stderr.write(line + "\n")
     sys.exit(error.exit_code)
