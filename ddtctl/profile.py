@@ -140,8 +140,7 @@ class ProfileDocument:
     raw: bytes | None = (
         None  # the file's bytes as read (what `--fix` / `migrate --write` must still find there)
     )
-    columns: dict[int, int] = field(default_factory=dict)  # line -> 1-based column of the first key on it
-    # key path ("server.tp-size") -> (line, 1-based column) of that key
+    # key path ("server.tp-size") -> (line, 1-based column) of that key (findings point at their key's column)
     key_columns: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -175,7 +174,6 @@ def _build(
     lines: dict[str, int],
     source: str,
     depth: int = 0,
-    columns: dict[int, int] | None = None,
     key_columns: dict[str, tuple[int, int]] | None = None,
 ) -> Any:
     if depth > MAX_NESTING:
@@ -207,15 +205,13 @@ def _build(
                     fix="keep one of them",
                 )
             lines[child] = key_node.start_mark.line + 1
-            if columns is not None:
-                columns.setdefault(lines[child], key_node.start_mark.column + 1)
             if key_columns is not None:
                 key_columns[child] = (lines[child], key_node.start_mark.column + 1)
-            out[norm] = _build(value_node, child, loader, lines, source, depth + 1, columns, key_columns)
+            out[norm] = _build(value_node, child, loader, lines, source, depth + 1, key_columns)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [
-            _build(item, f"{path}[{i}]", loader, lines, source, depth + 1, columns, key_columns)
+            _build(item, f"{path}[{i}]", loader, lines, source, depth + 1, key_columns)
             for i, item in enumerate(node.value)
         ]
     return _construct(loader, node, source)
@@ -268,9 +264,8 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
                 where=f"{source}:{node.start_mark.line + 1}",
             )
         lines: dict[str, int] = {}
-        columns: dict[int, int] = {}
         key_columns: dict[str, tuple[int, int]] = {}
-        data = _build(node, "", loader, lines, source, columns=columns, key_columns=key_columns)
+        data = _build(node, "", loader, lines, source, key_columns=key_columns)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -279,9 +274,7 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
         raise ProfileError(f"invalid YAML: {err}", where=source) from None
     finally:
         loader.dispose()
-    return ProfileDocument(
-        source=source, data=data, lines=lines, text=text, columns=columns, key_columns=key_columns
-    )
+    return ProfileDocument(source=source, data=data, lines=lines, text=text, key_columns=key_columns)
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:

@@ -142,18 +142,18 @@ def finding_record(
     finding: Any,
     *,
     file: str | None,
-    columns: dict[int, int] | None = None,
     key_columns: dict[str, tuple[int, int]] | None = None,
 ) -> FindingRecord:
-    """A rule-engine Finding (ddtctl.rules.engine) as a record. The column is the finding's own key's
-    (`key_columns`: "server.tp-size" -> (line, column)) when that key is on the finding's line, else the
-    line's first key's (`columns`: line -> column): two keys of a one-line flow map each get their own."""
+    """A rule-engine Finding (ddtctl.rules.engine) as a record. `key_columns` ("server.tp-size" -> (line,
+    column)) places its column: the finding's own key's when that key is on the finding's line (two keys of a
+    one-line flow map each get their own), else the line's first key's."""
     line = finding.line
-    column = (columns or {}).get(line) if line else None
+    known = key_columns or {}
+    on_line = [col for at, col in known.values() if at == line] if line else []
+    column = min(on_line) if on_line else None
     for path in (f"server.{finding.key}", str(finding.key)) if finding.key and line else ():
-        at = (key_columns or {}).get(path)
-        if at and at[0] == line:
-            column = at[1]
+        if path in known and known[path][0] == line:
+            column = known[path][1]
             break
     return FindingRecord(
         id=finding.rule,

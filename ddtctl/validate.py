@@ -37,7 +37,6 @@ class ValidationResult:
     diff: str | None = None  # --fix --diff: the edit the file would get (unified diff; "" = none)
     unapplied: list[str] = field(default_factory=list)  # --fix: rules whose unsafe fixes were left out
     path: str | None = None  # the profile file (None: a raw argv)
-    columns: dict[int, int] = field(default_factory=dict)  # line -> column of the key there (for findings)
     key_columns: dict[str, tuple[int, int]] = field(default_factory=dict)  # key path -> (line, column)
     failure: DdtctlError | None = None  # why `error` (where, fix, exit code)
     fixed: list[str] = field(default_factory=list)  # --fix: the rules whose fixes were written to the file
@@ -47,9 +46,7 @@ class ValidationResult:
         from ddtctl.report import finding_record
 
         def record(f: Finding) -> dict[str, Any]:
-            return finding_record(
-                f, file=self.path, columns=self.columns, key_columns=self.key_columns
-            ).to_json()
+            return finding_record(f, file=self.path, key_columns=self.key_columns).to_json()
 
         return {
             "source": self.source,
@@ -251,7 +248,7 @@ def validate_document(
 ) -> ValidationResult:
     """`ignore`: rule id -> reason (from --ignore), added to the profile's own `ignore:` entries."""
     result = _validate_document(doc, gpu=gpu)
-    result.path, result.columns, result.key_columns = doc.source, doc.columns, doc.key_columns
+    result.path, result.key_columns = doc.source, doc.key_columns
     if result.profile is None:
         return apply_ignores(result, dict(ignore or {}))
     own, bad = _profile_ignores(result.profile, doc.lines)

@@ -108,8 +108,7 @@ def _print_annotations(results) -> None:
                 )
             )
         lines += [
-            github_annotation(finding_record(f, file=r.path, columns=r.columns, key_columns=r.key_columns))
-            for f in r.findings
+            github_annotation(finding_record(f, file=r.path, key_columns=r.key_columns)) for f in r.findings
         ]
     sys.stdout.write("".join(line + "\n" for line in lines))
 

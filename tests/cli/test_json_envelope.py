@@ -281,9 +281,9 @@ def test_each_key_of_a_one_line_flow_map_gets_its_own_column():
     text = "name: n\nserver: {port: 30000, tp-size: 2}\n"
     about_tp = Finding(rule="DDT999", severity="error", message="m", line=2, key="tp-size")
     about_absent = Finding(rule="DDT998", severity="error", message="m", line=2, key="dp-size")
-    rec = finding_record(about_tp, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns)
+    rec = finding_record(about_tp, file="p.yaml", key_columns=doc.key_columns)
     assert rec.column == text.splitlines()[1].index("tp-size") + 1
-    absent = finding_record(about_absent, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns)
+    absent = finding_record(about_absent, file="p.yaml", key_columns=doc.key_columns)
     assert absent.column == 1  # `server` starts the line
     elsewhere = Finding(rule="DDT997", severity="error", message="m", line=1, key="tp-size")  # not on its line
-    assert finding_record(elsewhere, file="p.yaml", columns=doc.columns, key_columns=doc.key_columns).column == 1
+    assert finding_record(elsewhere, file="p.yaml", key_columns=doc.key_columns).column == 1
