@@ -174,17 +174,6 @@ def _backends(ctx: Context) -> tuple[str | None, str | None]:
     return backends(ctx)
 
 
-# Architectures whose attention is MLA: on SM100 SGLang auto-selects trtllm_mla with page size 64.
-MLA_ARCHITECTURES = (
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "DeepseekV2ForCausalLM",
-    "KimiK2ForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-)
-
-
 def effective_attention(ctx: Context) -> tuple[str | None, int]:
     """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
     (ddtctl/rules/hooks/resolution.py resolved_attention / resolved_page)."""
