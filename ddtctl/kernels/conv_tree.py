@@ -65,7 +65,7 @@ def _tree_conv_verify_kernel(
     T, dim, s_x_seq, s_x_dim, s_x_tok, s_w_dim, s_w_win, s_st_slot, s_st_dim, s_st_win,
     s_o_seq, s_o_dim, s_o_tok, s_rec_slot, s_rec_step, s_rec_dim, s_rec_win, s_nt, s_ns, s_par,
     TP: tl.constexpr, LOG_TP: tl.constexpr, W: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SILU: tl.constexpr,
+    SILU: tl.constexpr, SAME_DTYPE: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0).to(tl.int64)
     i_d = tl.program_id(1)
@@ -94,7 +94,10 @@ def _tree_conv_verify_kernel(
         xv = tl.load(x_cols + tl.maximum(anc, 0)[:, None] * s_x_tok, mask=tile & in_tree[:, None], other=0.0)
         st_col = W - 1 + tl.minimum(anc, -1)
         sv = tl.load(st_cols + st_col[:, None] * s_st_win, mask=tile & ~in_tree[:, None], other=0.0)
-        acc += tl.where(in_tree[:, None], xv * wj, sv * wj)
+        if SAME_DTYPE:  # SGLang's `acc += x * w`, the same multiply-add the compiler may fuse
+            acc += tl.where(in_tree[:, None], xv, sv) * wj
+        else:  # its product in each operand's own dtype
+            acc += tl.where(in_tree[:, None], xv * wj, sv * wj)
         if j == 0:  # the node's record: its own input, in the last column of its window slot
             ridx = tl.load(rec_idx + i_n).to(tl.int64)
             node_rec = rec + ridx * s_rec_slot + t[:, None] * s_rec_step + feats[None, :] * s_rec_dim
@@ -195,7 +198,8 @@ def tree_conv_verify(
         *intermediate_conv_window.stride(), retrieve_next_token.stride(0), retrieve_next_sibling.stride(0),
         retrieve_parent_token.stride(0),
         TP=tp, LOG_TP=(tp - 1).bit_length(), W=kernel_w, BN=block_n, HAS_BIAS=bias is not None,
-        SILU=activation is not None, num_warps=4 if tp <= 32 else 8,
+        SILU=activation is not None, SAME_DTYPE=x.dtype == conv_state.dtype,
+        num_warps=4 if tp <= 32 else 8,
     )  # fmt: skip
     return out
 

@@ -95,9 +95,12 @@ def _case(case: int, dtype=torch.float32):
 
 @pytest.mark.parametrize("case", range(8))
 def test_verify_is_bit_equal_to_sglangs_tree_conv_and_matches_the_reference(case, sglang_conv):
-    """fp16 in two cases: products rounded to the inputs' dtype before the fp32 sum, as in SGLang's kernel."""
+    """fp16 in two cases: products rounded to the operands' dtype before the fp32 sum, as SGLang's kernel
+    rounds them."""
     half = case % 4 == 3
     rng, trees, x, weight, bias, act, state, idx = _case(case, torch.float16 if half else torch.float32)
+    if case == 7:
+        state = state.float()  # an fp32 conv state under fp16 inputs: each product in its operands' dtype
     bs, dim, width = x.shape
     kw = weight.shape[1]
     print(f"seed {SEED + case}: bs {bs} width {width} W {kw} bias {bias is not None} act {act} "

@@ -99,3 +99,49 @@ def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
                          timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.count("compiled") == 6
+
+
+CONV_TREE_SCRIPT = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from ddtctl.kernels import conv_tree as C
+
+    assert type(C._tree_conv_verify_kernel).__name__ != "InterpretedFunction"
+    tgt = GPUTarget("cuda", 90, 32)
+    SMEM = 227 * 1024  # an H200 block's shared memory
+
+    def comp(fn, sig, cex, nw):
+        sig = dict(sig, **{k: "constexpr" for k in cex})
+        c = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cex), target=tgt,
+                           options={"num_warps": nw})
+        assert c.asm["cubin"] and c.metadata.shared <= SMEM, (fn, c.metadata.shared)
+        print("compiled", fn.__name__, cex, c.metadata.shared)
+
+    ints = ("T", "dim", "s_x_seq", "s_x_dim", "s_x_tok", "s_w_dim", "s_w_win", "s_st_slot", "s_st_dim",
+            "s_st_win", "s_o_seq", "s_o_dim", "s_o_tok", "s_rec_slot", "s_rec_step", "s_rec_dim", "s_rec_win",
+            "s_nt", "s_ns", "s_par")
+    verify = {"x": "*bf16", "w": "*bf16", "bias": "*bf16", "state": "*bf16", "state_idx": "*i32",
+              "out": "*bf16", "rec": "*bf16", "rec_idx": "*i32", "next_tok": "*i32", "next_sib": "*i32",
+              "parent": "*i32", **{k: "i32" for k in ints}}
+    # Qwen3.6-27B's conv (W = 4, bf16) at the verify widths the budget allows (17 / 33 / 65 nodes)
+    for tp, bn, bias in ((32, 64, True), (64, 64, False), (128, 32, False)):
+        comp(C._tree_conv_verify_kernel, verify, {"TP": tp, "LOG_TP": (tp - 1).bit_length(), "W": 4, "BN": bn,
+                                                  "HAS_BIAS": bias, "SILU": True, "SAME_DTYPE": True},
+             4 if tp <= 32 else 8)
+    commit = {"state": "*bf16", "rec": "*bf16", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
+              "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "dim": "i32",
+              "s_st_layer": "i64", "s_st_slot": "i32", "s_st_dim": "i32", "s_st_win": "i32",
+              "s_rec_layer": "i64", "s_rec_slot": "i32", "s_rec_step": "i32", "s_rec_dim": "i32",
+              "s_rec_win": "i32", "s_acc": "i32"}
+    for track in (False, True):
+        comp(C._tree_conv_commit_kernel, commit, {"AP": 16, "W": 4, "WP": 4, "BN": 256, "HAS_TRACK": track},
+             4)
+""")
+
+
+def test_conv_tree_kernels_compile_for_sm90():
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    run = subprocess.run([sys.executable, "-c", CONV_TREE_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.count("compiled") == 5
