@@ -1,8 +1,8 @@
 """Hybrid (GDN) trees and the vocab-parallel draft top-K: the worker's CPU-testable pieces.
 
 * hybrid.py's hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows, budget the verify
-  width, and put the compact tree verify + commit in place -- for DDTREE in tree mode only; their targets exist in
-  the pinned SGLang (managed env). (The compact kernels' exactness: tests/kernels/test_gdn_tree.py and
+  width, and put the compact tree verify, tree conv and commit in place -- for DDTREE in tree mode only; their
+  targets exist in the pinned SGLang (managed env). (The compact kernels' exactness: tests/kernels/test_gdn_tree.py and
   tests/bench/test_hybrid_tree_kernels.py.)
 * the commit index mapping: SGLang's flat accept index of an accepted tree path, and SGLang 0.5.23's own
   `_verify_commit_step_indices` (run on it, CPU path) gives the last accepted NODE and the track step at the node of
@@ -67,6 +67,134 @@ def test_conv_windows_stay_dense_for_trees_only(monkeypatch):
     assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_algorithm="DFLASH"))
     assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
+
+
+def test_the_compact_tree_conv_keeps_sglangs_deduplicated_windows(monkeypatch):
+    """One input column per node fits the layout SGLang picks for chains (tests/kernels/test_conv_tree.py)."""
+    original = lambda *a, **k: True  # noqa: E731
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    monkeypatch.setenv("DDTREE_CONV_TREE", "compact")
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
+    monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is False
+
+
+def _conv_call(bs=2, width=5, dim=8, kw=4):
+    from ddtree_sglang.tree_prep import retrive_arrays
+
+    g = torch.Generator().manual_seed(3)
+    parents = torch.tensor([[-1, 0, 0, 1, 2], [-1, 0, 1, 2, 3]])[:bs, :width]
+    _, nt, ns = retrive_arrays(parents)
+    args = (torch.randn(bs, width, dim, generator=g).transpose(1, 2),
+            torch.randn(bs + 1, dim, kw - 1, generator=g), torch.randn(dim, kw, generator=g), None, "silu")
+    kwargs = dict(conv_state_indices=torch.tensor([2, 0], dtype=torch.int32)[:bs],
+                  intermediate_conv_window=torch.zeros(bs + 1, width, dim, kw - 1),
+                  intermediate_state_indices=torch.arange(bs, dtype=torch.int32), retrieve_next_token=nt,
+                  retrieve_next_sibling=ns, retrieve_parent_token=torch.empty_like(nt))
+    return parents, args, kwargs
+
+
+def test_the_conv_hook_runs_the_compact_tree_conv_for_ddtree_tree_calls_only(monkeypatch):
+    from ddtctl.kernels import conv_tree
+
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
+    calls = []
+    original = lambda *a, **k: calls.append((a, k)) or "sglang"  # noqa: E731
+    parents, args, kwargs = _conv_call()
+    monkeypatch.delenv("DDTREE_CONV_TREE", raising=False)
+    assert hybrid.compact_tree_conv(original, *args, **kwargs) == "sglang"  # opt-in
+    monkeypatch.setenv("DDTREE_CONV_TREE", "compact")
+    chain = dict(kwargs, retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None)
+    assert hybrid.compact_tree_conv(original, *args, **chain) == "sglang"  # chain verify / decode: SGLang's
+    assert len(calls) == 2 and hybrid.STATE["conv_tree_calls"] == 0
+    out = hybrid.compact_tree_conv(original, *args, **kwargs)
+    assert len(calls) == 2 and hybrid.STATE["conv_tree_calls"] == 1
+    for r in range(2):
+        state = args[1][int(kwargs["conv_state_indices"][r])]
+        ref, _ = conv_tree.tree_conv_reference(args[0][r].T, args[2], None, state, parents[r].tolist())
+        assert (out[r].T.double() - ref).abs().max() < 1e-5
+        assert kwargs["retrieve_parent_token"][r].tolist() == [0] + parents[r, 1:].tolist()
+    with pytest.raises(RuntimeError, match="unexpected tree conv call"):
+        hybrid.compact_tree_conv(original, *args, **kwargs, num_accept_tokens=torch.ones(2, dtype=torch.int32))
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_allow_hybrid_unsafe=True))
+    assert hybrid.compact_tree_conv(original, *args, **kwargs) == "sglang"  # not tree mode
+
+
+def test_the_commit_hook_commits_compact_conv_windows_and_leaves_the_rest_to_sglang(monkeypatch):
+    """DDTREE_CONV_TREE=compact alone: the conv state becomes the accepted node's window (from the records and
+    the pre-step state), SGLang's scatter gets the SSM part with the conv states emptied; with the compact GDN
+    kernel too, SGLang's scatter is not called; a compact commit with no compact tree conv before it is
+    refused."""
+    from ddtctl.kernels import conv_tree
+
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
+    monkeypatch.setenv("DDTREE_CONV_TREE", "compact")
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 0)
+    monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
+    parents, args, kwargs = _conv_call()
+    x, conv_state = args[0], args[1]
+    hybrid.compact_tree_conv(lambda *a, **k: None, *args, **kwargs)
+    pre = conv_state.clone()
+    caches = SimpleNamespace(temporal=torch.zeros(1, 3, 2), intermediate_ssm=torch.zeros(1, 3, 5, 2),
+                             conv=[conv_state[None]],
+                             intermediate_conv_window=[kwargs["intermediate_conv_window"][None]])
+    seen = []
+    original = lambda c, *a: seen.append((c.temporal.numel(), [t.numel() for t in c.conv], a))  # noqa: E731
+    idx = kwargs["conv_state_indices"]
+    accept = torch.tensor([[0, 2, 4], [5, 6, -1]])  # request 0: 0 -> 2 -> 4; request 1: 0 -> 1
+    hybrid.pending_path(accept, torch.tensor([3, 2], dtype=torch.int32), 5)
+    hybrid.commit_tree_states(original, caches, idx, torch.tensor([4, 1]), None, None)
+    for r, node in ((0, 4), (1, 1)):
+        _, win = conv_tree.tree_conv_reference(x[r].T, args[2], None, pre[int(idx[r])], parents[r].tolist())
+        assert torch.equal(conv_state[int(idx[r])].double(), win[node])
+    (ssm_numel, conv_numels, rest), = seen  # SGLang's scatter: the SSM state kept, the conv states emptied
+    assert ssm_numel == 6 and conv_numels == [0] and rest[0] is idx and rest[2:] == (None, None, None)
+    monkeypatch.setitem(hybrid.STATE, "compact_backends", 1)
+    monkeypatch.setitem(hybrid.STATE, "key_heads", 1)
+    gdn = SimpleNamespace(tree_gdn_commit=lambda **kw: seen.append("gdn"))
+    monkeypatch.setattr(hybrid, "_gdn_tree", lambda: gdn)
+    hybrid.pending_path(accept, torch.tensor([3, 2], dtype=torch.int32), 5)
+    hybrid.commit_tree_states(original, caches, idx, torch.tensor([4, 1]), None, None)
+    assert len(seen) == 2 and seen[1] == "gdn"  # both parts compact: no SGLang scatter
+    monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
+    hybrid.pending_path(accept, torch.tensor([3, 2], dtype=torch.int32), 5)
+    with pytest.raises(RuntimeError, match="without a compact tree conv"):
+        hybrid.commit_tree_states(original, caches, idx, torch.tensor([4, 1]), None, None)
+
+
+def test_the_budget_reserves_the_deduplicated_conv_inputs_with_the_compact_tree_conv(monkeypatch):
+    """Per slot: the conv inputs in SGLang's deduplicated layout (width + 2 columns) instead of a 3-column
+    window per token. Qwen3.6-27B at tp 1, compact GDN records too: 33 tokens budget like
+    ceil((10240 x 35 x 2 + 33 x 49344) / (61440 + 3145728)) = 1 (2 without), 65 like 2 (3 without)."""
+    params = _qwen36_params()
+    assert hybrid.compact_budget_width(params, 33, ssm=True, conv=True) == 1
+    assert hybrid.compact_budget_width(params, 65, ssm=True, conv=True) == 2
+    assert hybrid.compact_budget_width(params, 65, ssm=True, conv=False) == 3
+    assert hybrid.compact_budget_width(params, 65, ssm=False, conv=False) == 65
+    assert hybrid.compact_budget_width(params, 65, ssm=False, conv=True) == 65  # ceil(64.18): states dominate
+    import types
+
+    fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
+    fake_kvc.get_spec = lambda: _spec(speculative_ddtree_verify_width=33)
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
+    sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
+    monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
+    seen = []
+
+    def budget(self):
+        seen.append(fake_kvc.get_spec().speculative_num_draft_tokens)
+
+    monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
+    monkeypatch.setenv("DDTREE_CONV_TREE", "compact")
+    configurator = SimpleNamespace(mambaish_config=SimpleNamespace(mamba2_cache_params=params))
+    hybrid.honest_mamba_budget(budget, configurator)
+    params.shape.disable_conv_window_dedup = True  # the pool keeps dense windows then
+    hybrid.honest_mamba_budget(budget, configurator)
+    assert seen == [1, 2]
 
 
 def test_mamba_budget_sees_the_verify_width(monkeypatch):
@@ -247,7 +375,7 @@ print(json.dumps({{"targets": targets, "missing": missing}}))
     p = subprocess.run([str(managed_python), "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(out["targets"]) == 8 and out["missing"] == []
+    assert len(out["targets"]) == 9 and out["missing"] == []
 
 
 def test_commit_step_indices_follow_the_accepted_tree_path(tmp_path):

@@ -32,6 +32,19 @@ SGLang's scatter. AROUND `memory_pool.alloc_intermediate_ssm` (a payload patch: 
 function) the scratch holds those records only, and `honest_mamba_budget` budgets that size, so the memory of
 the per-node states goes to the KV cache. Needs fp32 SSM states and at most 64 verify nodes; otherwise SGLang's
 kernel and scratch stay.
+
+Compact tree conv (opt-in, `DDTREE_CONV_TREE=compact`, its own switch so that either kernel can be compared or
+turned off alone; until a server-level exactness run has passed with it): AROUND `causal_conv1d_update` (the
+module SGLang's GDN backend imports it from) the tree verify calls -- the ones with retrieve_next_token -- run
+kernels/conv_tree.py instead of SGLang's tree conv, which walks the nodes one by one and writes each node's
+whole conv window (1.80 ms per step for 48 layers at B=32, against DFLASH's 0.70 ms chain conv, H200). It
+computes the nodes as tiles, fills retrieve_parent_token the same way, leaves the conv state as it was before
+the step and writes each node's input only, into the last column of its window slot. SGLang's deduplicated
+window layout (one [dim, width + W - 2] buffer per slot, meant for chains) holds those columns, so
+`dense_conv_windows` keeps it and the scratch of conv windows shrinks by (W - 1) x. The commit
+(`commit_tree_states`) then builds the window of the last accepted node and of the mamba-track node from the
+pre-step state and the accepted path's inputs; `honest_mamba_budget` budgets the smaller scratch. The outputs
+are bit-equal to SGLang's tree conv (tests/kernels/test_conv_tree.py; bench/conv_tree_gpu.py on the GPU).
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from ddtree_sglang import ALGORITHM
 
 logger = logging.getLogger(__name__)
 
-STATE = {"tree_backends": 0, "compact_backends": 0}
+STATE = {"tree_backends": 0, "compact_backends": 0, "conv_tree_calls": 0}
 TREE_TOPK = 2
 COMPACT_MAX_WIDTH = 64  # gdn_tree.MAX_WIDTH: wider trees keep SGLang's kernel
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
@@ -171,16 +184,63 @@ def compact_scratch(original, size, dtype, device, *args, **kwargs):
                        device=device)
 
 
-def compact_budget_width(params, width: int) -> int:
-    """The draft-token count that makes SGLang's budget (mamba state per request x tokens) reserve what a compact
-    pool allocates per verify token: the conv windows plus the records, not the conv windows plus a state."""
+def compact_budget_width(params, width: int, ssm: bool = True, conv: bool = False) -> int:
+    """The draft-token count that makes SGLang's budget (mamba state per request x tokens) reserve what a
+    compact pool allocates per slot: per verify token the SSM records (ssm) instead of a state, and the conv
+    inputs in the deduplicated layout (conv: width + W - 2 columns per slot) instead of a window per token."""
     import math
 
-    conv_bytes = sum(math.prod(shape) for shape in params.shape.conv) * params.dtype.conv.itemsize
+    itemsize = params.dtype.conv.itemsize
+    conv_bytes = sum(math.prod(shape) for shape in params.shape.conv) * itemsize
     hv, v, k = params.shape.temporal
     state_bytes = hv * v * k * params.dtype.temporal.itemsize
-    record_bytes = _gdn_tree().record_width(hv, hv, k, v) * params.dtype.temporal.itemsize
-    return max(1, math.ceil(width * (conv_bytes + record_bytes) / (conv_bytes + state_bytes)))
+    ssm_row = _gdn_tree().record_width(hv, hv, k, v) * params.dtype.temporal.itemsize if ssm else state_bytes
+    if conv:
+        columns = [math.prod(shape[:-1]) * (width + shape[-1] - 1) for shape in params.shape.conv]
+        conv_scratch = sum(columns) * itemsize
+    else:
+        conv_scratch = width * conv_bytes
+    return max(1, math.ceil((conv_scratch + width * ssm_row) / (conv_bytes + state_bytes)))
+
+
+def conv_compact_wanted() -> bool:
+    return tree_mode() and os.environ.get("DDTREE_CONV_TREE", "sglang") == "compact"
+
+
+def _conv_tree():
+    try:
+        from ddtree_sglang.kernels import conv_tree  # shipped in the payload
+    except ImportError:  # the ddtctl checkout (tests)
+        from ddtctl.kernels import conv_tree
+    return conv_tree
+
+
+_CONV_ARGS = ("x", "conv_state", "weight", "bias", "activation")
+
+
+def compact_tree_conv(original, *args, **kwargs):
+    """AROUND hook on causal_conv1d_update: with DDTREE_CONV_TREE=compact a tree verify call
+    (retrieve_next_token given) runs kernels/conv_tree.py, which writes one input per node into the window
+    scratch. Never SGLang's tree conv then: its whole windows would overwrite each other in the deduplicated
+    layout."""
+    if kwargs.get("retrieve_next_token") is None or not conv_compact_wanted():
+        return original(*args, **kwargs)
+    call = dict(zip(_CONV_ARGS, args), **kwargs)
+    unsupported = [name for name in ("cache_seqlens", "num_accept_tokens") if call.get(name) is not None]
+    if len(args) > len(_CONV_ARGS) or unsupported or call.get("intermediate_conv_window") is None \
+            or call.get("pad_slot_id", -1) != -1 or call["x"].dim() != 3:
+        raise RuntimeError(f"DDTREE compact tree conv: an unexpected tree conv call ({len(args)} positional, "
+                           f"{sorted(call)}); unset DDTREE_CONV_TREE")
+    if not STATE["conv_tree_calls"]:
+        logger.info("DDTREE hybrid tree verify: compact tree conv (kernels/conv_tree.py)")
+    STATE["conv_tree_calls"] += 1
+    return _conv_tree().tree_conv_verify(
+        call["x"], call["conv_state"], call["weight"], call.get("bias"), call.get("activation"),
+        conv_state_indices=call["conv_state_indices"],
+        intermediate_conv_window=call["intermediate_conv_window"],
+        intermediate_state_indices=call["intermediate_state_indices"],
+        retrieve_next_token=call["retrieve_next_token"], retrieve_next_sibling=call["retrieve_next_sibling"],
+        retrieve_parent_token=call["retrieve_parent_token"])
 
 
 def _depth_bound() -> int:
@@ -194,9 +254,12 @@ def pending_path(accept_index, accept_lens, width: int) -> None:
 
 def commit_tree_states(original, mamba_caches, state_indices, last_steps, track_indices, track_steps,
                        src_indices_raw=None, *args, **kwargs):
-    """AROUND hook on scatter_mamba_states_after_mtp_verify: with the compact verify, the scratch rows hold records,
-    not states, so the SSM commit replays the accepted path; the conv windows go through SGLang's scatter."""
-    if not STATE["compact_backends"] or not tree_mode():
+    """AROUND hook on scatter_mamba_states_after_mtp_verify: the scratch parts a compact kernel wrote hold
+    records, not states or windows, so their commit replays the accepted path; SGLang's scatter moves the other
+    parts."""
+    ssm = bool(STATE["compact_backends"]) and tree_mode()
+    conv = conv_compact_wanted()
+    if not ssm and not conv:
         return original(mamba_caches, state_indices, last_steps, track_indices, track_steps, src_indices_raw,
                         *args, **kwargs)
     if not PENDING:
@@ -206,33 +269,47 @@ def commit_tree_states(original, mamba_caches, state_indices, last_steps, track_
     n_req = state_indices.shape[0]
     rows = src_indices_raw if src_indices_raw is not None else torch.arange(
         n_req, dtype=torch.int32, device=state_indices.device)
-    n_heads = STATE.get("key_heads")
-    if not n_heads:
-        raise RuntimeError("DDTREE compact tree commit before any compact verify")
-    _gdn_tree().tree_gdn_commit(
-        temporal=mamba_caches.temporal, intermediate_ssm=mamba_caches.intermediate_ssm,
-        state_indices=state_indices, scratch_rows=rows, accept_index=path["accept_index"][:n_req],
-        accept_lens=path["accept_lens"][:n_req], width=path["width"], n_heads=n_heads,
-        track_indices=track_indices, track_nodes=track_steps, precision=os.environ.get(
-            "DDTREE_GDN_TREE_PRECISION", "tf32x3"))
-    conv_only = _ConvOnly(mamba_caches)
-    return original(conv_only, state_indices, last_steps, track_indices, track_steps, src_indices_raw,
-                    *args, **kwargs)
+    accept_index, accept_lens = path["accept_index"][:n_req], path["accept_lens"][:n_req]
+    if ssm:
+        n_heads = STATE.get("key_heads")
+        if not n_heads:
+            raise RuntimeError("DDTREE compact tree commit before any compact verify")
+        _gdn_tree().tree_gdn_commit(
+            temporal=mamba_caches.temporal, intermediate_ssm=mamba_caches.intermediate_ssm,
+            state_indices=state_indices, scratch_rows=rows, accept_index=accept_index,
+            accept_lens=accept_lens, width=path["width"], n_heads=n_heads, track_indices=track_indices,
+            track_nodes=track_steps, precision=os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32x3"))
+    if conv:
+        if not STATE["conv_tree_calls"] or len(mamba_caches.conv) != 1:
+            raise RuntimeError("DDTREE compact conv commit without a compact tree conv before it (or with "
+                               f"{len(mamba_caches.conv)} conv caches); unset DDTREE_CONV_TREE")
+        _conv_tree().tree_conv_commit(
+            conv=mamba_caches.conv[0], intermediate_conv_window=mamba_caches.intermediate_conv_window[0],
+            state_indices=state_indices, scratch_rows=rows, accept_index=accept_index,
+            accept_lens=accept_lens, width=path["width"], track_indices=track_indices,
+            track_nodes=track_steps)
+    if ssm and conv:
+        return None
+    return original(_Remaining(mamba_caches, ssm=not ssm, conv=not conv), state_indices, last_steps,
+                    track_indices, track_steps, src_indices_raw, *args, **kwargs)
 
 
-class _ConvOnly:
-    """The speculative caches with an empty SSM state: SGLang's scatter then moves the conv windows only."""
+class _Remaining:
+    """The speculative caches with the parts a compact commit wrote emptied: SGLang's scatter skips empty SSM
+    and conv states and moves the rest."""
 
-    def __init__(self, caches):
-        self.temporal = caches.temporal.new_empty(0)
+    def __init__(self, caches, ssm: bool, conv: bool):
+        self.temporal = caches.temporal if ssm else caches.temporal.new_empty(0)
         self.intermediate_ssm = caches.intermediate_ssm
-        self.conv = caches.conv
+        self.conv = caches.conv if conv else [c.new_empty(0) for c in caches.conv]
         self.intermediate_conv_window = caches.intermediate_conv_window
 
 
 def dense_conv_windows(original, *args, **kwargs):
-    """AROUND hook on memory_pool.conv_window_dedup_enabled: dense per-token conv windows for trees."""
-    if tree_mode():
+    """AROUND hook on memory_pool.conv_window_dedup_enabled: dense per-token conv windows for SGLang's tree
+    conv. The compact tree conv writes one input column per node, which SGLang's own (deduplicated) layout
+    holds."""
+    if tree_mode() and not conv_compact_wanted():
         return False
     return original(*args, **kwargs)
 
@@ -245,8 +322,11 @@ def honest_mamba_budget(original, configurator, *args, **kwargs):
 
     width = verify_width()
     params = getattr(getattr(configurator, "mambaish_config", None), "mamba2_cache_params", None)
-    if params is not None and not _unified_memory() and compact_planned(params.dtype.temporal):
-        width = compact_budget_width(params, width)
+    if params is not None and not _unified_memory():
+        ssm = compact_planned(params.dtype.temporal)
+        conv = conv_compact_wanted() and not getattr(params.shape, "disable_conv_window_dedup", False)
+        if ssm or conv:
+            width = compact_budget_width(params, width, ssm=ssm, conv=conv)
     real = kvc.get_spec
     kvc.get_spec = lambda: WidthView(real(), width)
     try:
@@ -277,6 +357,8 @@ def register_hooks(HookRegistry, HookType) -> None:
                           commit_tree_states, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.memory_pool.alloc_intermediate_ssm", compact_scratch,
                           HookType.AROUND)
+    HookRegistry.register("sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_update",
+                          compact_tree_conv, HookType.AROUND)
     HookRegistry.register(
         "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
         honest_mamba_budget, HookType.AROUND)
