@@ -21,9 +21,12 @@ What runs (float32, SGLang's kernels only, no server):
   commit   a random accepted path per request, committed by SGLang's scatter_mamba_states_after_mtp_verify (what
            update_mamba_state_after_mtp_verify runs, last_correct_step_indices = last accepted node): the main
            conv/SSM slot must equal the path chain's state at that node, other slots untouched;
-  compact  the payload's compact tree verify (ddtctl/kernels/gdn_tree.py via hybrid.CompactTreeVerify) on the tree
-           conv's output and retrieve_parent_token, then SGLang's commit entry wrapped by hybrid.commit_tree_states
-           with the accepted paths: outputs and committed conv/SSM slots must equal the path chains' too.
+  compact  the payload's compact kernels as DDTREE_GDN_TREE=compact DDTREE_CONV_TREE=compact run them:
+           the tree conv through hybrid.compact_tree_conv (ddtctl/kernels/conv_tree.py, into SGLang's
+           deduplicated window layout; its output must equal SGLang's tree conv's), the GDN verify through
+           hybrid.CompactTreeVerify (ddtctl/kernels/gdn_tree.py) on that output and its
+           retrieve_parent_token, then SGLang's commit entry wrapped by hybrid.commit_tree_states with the
+           accepted paths: outputs and committed conv/SSM slots must equal the path chains' too.
 Trees: DDTREE's best-first build (ddtctl/kernels/reference.py `build`) from random log-probs, depth 15, different
 per request; left-child/right-sibling arrays from the payload's tree_prep.retrive_arrays.
 
@@ -379,6 +382,7 @@ def sglang_verify(K: Kernels, c: Case, inp: Inputs, n: int, retrieve=None, layou
     return dict(
         out=out.reshape(bs, n, c.hv, c.dv), win=icw[0][rows].clone(), ssm=issm[0][rows].clone(), parent=rpt,
         conv_pool=conv_pool, ssm_pool=ssm_pool, icw=icw, issm=issm, conv_out=mq.view(bs, n, -1),
+        retrieve=retrieve,
     )
 
 
@@ -628,8 +632,12 @@ def check_case(K: Kernels, c: Case, seed: int, device: str, neg_b: bool = True) 
               "ssm": rel_err(comp["ssm_pool"][0, slots], ref64["ssm"][flat_acc])}
     e_comp["other_slots_untouched"] = bool(torch.equal(comp["conv_pool"][0, others_d], inp.conv0[0, others_d])
                                            and torch.equal(comp["ssm_pool"][0, others_d], inp.ssm0[0, others_d]))
+    e_comp["conv_out_vs_sglang"] = rel_err(comp["conv_out"], tree["conv_out"])
+    e_comp["parent_equal"] = bool(torch.equal(comp["parent"], tree["parent"]))
     res["compact"] = e_comp
-    if not all(e_comp[k] <= TOL for k in ("out", "conv", "ssm")):
+    if not e_comp["parent_equal"]:
+        failures.append("compact tree conv: retrieve_parent_token differs from SGLang's")
+    if not all(e_comp[k] <= TOL for k in ("out", "conv", "ssm", "conv_out_vs_sglang")):
         failures.append(f"compact: {e_comp}")
     if not e_comp["other_slots_untouched"]:
         failures.append("compact commit touched other slots")
@@ -641,9 +649,11 @@ def check_case(K: Kernels, c: Case, seed: int, device: str, neg_b: bool = True) 
 
 
 def compact_verify_and_commit(K: Kernels, c: Case, inp: Inputs, tree: dict, paths, acc, device: str) -> dict:
-    """What a DDTREE server runs with the compact tree kernel: SGLang's tree conv (the tree run's conv output and
-    the retrieve_parent_token it filled), then hybrid.CompactTreeVerify's kernel, then SGLang's commit entry
-    (scatter_mamba_states_after_mtp_verify) wrapped by hybrid.commit_tree_states with the accepted paths."""
+    """What a DDTREE server runs with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: the conv call of
+    gdn_backend.forward_extend through hybrid.compact_tree_conv (into the deduplicated window layout the pool
+    then allocates), hybrid.CompactTreeVerify's kernel on its output and retrieve_parent_token, then SGLang's
+    commit entry (scatter_mamba_states_after_mtp_verify) wrapped by hybrid.commit_tree_states with the
+    accepted paths."""
     import torch
 
     payload = str(Path(__file__).resolve().parents[1] / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files")
@@ -652,38 +662,54 @@ def compact_verify_and_commit(K: Kernels, c: Case, inp: Inputs, tree: dict, path
     from ddtree_sglang import hybrid
 
     bs, n = c.bs, c.n
-    mq = tree["conv_out"].reshape(bs * n, -1)
-    q, k, v = torch.split(mq, [c.h * c.dk, c.h * c.dk, c.hv * c.dv], dim=-1)
-    q, k = q.contiguous().view(1, bs * n, c.h, c.dk), k.contiguous().view(1, bs * n, c.h, c.dk)
-    v = v.contiguous().view(1, bs * n, c.hv, c.dv)
-    ssm_pool, conv_pool = inp.ssm0.clone(), tree["conv_pool"].clone()  # the conv slot as the verify's conv left it
+    dev = inp.mixed_qkv.device
+    ssm_pool, conv_pool = inp.ssm0.clone(), inp.conv0.clone()
     issm = torch.zeros_like(tree["issm"])
-    kernel = hybrid.CompactTreeVerify(depth_bound=15)
-    kernel.precision = "tf32x3"  # the algorithm and its plumbing at fp32 level (TF32's error: gdn_tree_gpu.py)
-    out = kernel.target_verify(
-        A_log=inp.A_log, dt_bias=inp.dt_bias, q=q, k=k, v=v, a=inp.a, b=inp.b, ssm_states=ssm_pool[0],
-        cache_indices=inp.cache_indices, query_start_loc=torch.arange(0, bs * n + 1, n, dtype=torch.int32,
-                                                                      device=q.device),
-        intermediate_states_buffer=issm[0], intermediate_state_indices=inp.scratch_rows,
-        retrieve_parent_token=tree["parent"], cache_steps=n)
-    width = max(len(p) for ps in paths for p in ps)
-    accept = torch.tensor([[b * n + x for x in paths[b][int(acc[b])]] + [-1] * (width - len(paths[b][int(acc[b])]))
-                           for b in range(bs)], device=q.device)
-    lens = torch.tensor([len(paths[b][int(acc[b])]) for b in range(bs)], dtype=torch.int32, device=q.device)
-    wrap = _cuda_looking if device == "cpu" else (lambda t: t)
-    caches = SimpleNamespace(temporal=ssm_pool, intermediate_ssm=issm, conv=[wrap(conv_pool)],
-                             intermediate_conv_window=[wrap(tree["icw"])])
-    saved = hybrid.tree_mode, dict(hybrid.STATE)
+    _, icw = K.alloc_dedup(conv_shape=tuple(conv_pool.shape[2:]), num_layers=1, slots=conv_pool.shape[1] - 1,
+                           n=n, dtype=conv_pool.dtype)
+    rnt, rns = tree["retrieve"]
+    parent = torch.empty_like(rnt)
+    saved = hybrid.tree_mode, dict(hybrid.STATE), os.environ.get("DDTREE_CONV_TREE")
     hybrid.tree_mode = lambda: True
-    hybrid.STATE["compact_backends"] = 1
+    os.environ["DDTREE_CONV_TREE"] = "compact"
     try:
+        conv_out = hybrid.compact_tree_conv(
+            K.conv_update, inp.mixed_qkv.view(bs, n, -1).transpose(1, 2), conv_pool[0], inp.weight, inp.bias,
+            "silu", conv_state_indices=inp.cache_indices, intermediate_conv_window=icw[0],
+            intermediate_state_indices=inp.scratch_rows, retrieve_next_token=rnt, retrieve_next_sibling=rns,
+            retrieve_parent_token=parent)
+        mq = conv_out.transpose(1, 2).reshape(bs * n, -1)
+        q, k, v = torch.split(mq, [c.h * c.dk, c.h * c.dk, c.hv * c.dv], dim=-1)
+        q, k = q.contiguous().view(1, bs * n, c.h, c.dk), k.contiguous().view(1, bs * n, c.h, c.dk)
+        v = v.contiguous().view(1, bs * n, c.hv, c.dv)
+        kernel = hybrid.CompactTreeVerify(depth_bound=15)
+        kernel.precision = "tf32x3"  # the algorithm and its plumbing at fp32 level (TF32: gdn_tree_gpu.py)
+        out = kernel.target_verify(
+            A_log=inp.A_log, dt_bias=inp.dt_bias, q=q, k=k, v=v, a=inp.a, b=inp.b, ssm_states=ssm_pool[0],
+            cache_indices=inp.cache_indices, query_start_loc=torch.arange(0, bs * n + 1, n, dtype=torch.int32,
+                                                                          device=dev),
+            intermediate_states_buffer=issm[0], intermediate_state_indices=inp.scratch_rows,
+            retrieve_parent_token=parent, cache_steps=n)
+        width = max(len(p) for ps in paths for p in ps)
+        chosen = [paths[b][int(acc[b])] for b in range(bs)]
+        accept = torch.tensor([[b * n + x for x in p] + [-1] * (width - len(p))
+                               for b, p in enumerate(chosen)], device=dev)
+        lens = torch.tensor([len(p) for p in chosen], dtype=torch.int32, device=dev)
+        caches = SimpleNamespace(temporal=ssm_pool, intermediate_ssm=issm, conv=[conv_pool],
+                                 intermediate_conv_window=[icw])
+        hybrid.STATE["compact_backends"] = 1
         hybrid.pending_path(accept, lens, n)
-        hybrid.commit_tree_states(K.commit, caches, wrap(inp.cache_indices), wrap(acc.to(q.device)), None, None)
+        # both parts compact: SGLang's scatter (which needs CUDA tensors) is not reached
+        hybrid.commit_tree_states(K.commit, caches, inp.cache_indices, acc.to(dev), None, None)
     finally:
         hybrid.tree_mode = saved[0]
         hybrid.STATE.clear()
         hybrid.STATE.update(saved[1])
-    return dict(out=out, conv_pool=conv_pool, ssm_pool=ssm_pool)
+        if saved[2] is None:
+            os.environ.pop("DDTREE_CONV_TREE", None)
+        else:
+            os.environ["DDTREE_CONV_TREE"] = saved[2]
+    return dict(out=out, conv_pool=conv_pool, ssm_pool=ssm_pool, conv_out=mq.view(bs, n, -1), parent=parent)
 
 
 # -------------------------------------------------------------------------------------------------------- main
@@ -703,7 +729,8 @@ def fmt_table(results: list[dict]) -> str:
         else:
             na = nb = "n/a"
         cm = max(r["commit"]["conv"], r["commit"]["ssm"])
-        cp = max(r["compact"][k] for k in ("out", "conv", "ssm")) if r.get("compact") else float("nan")
+        keys = ("out", "conv", "ssm", "conv_out_vs_sglang")
+        cp = max(r["compact"][k] for k in keys) if r.get("compact") else float("nan")
         pair = f"{ec:.2e} / {er:.2e}"
         lines.append(f"{r['case']:<15}{r['budget']:>4}{r['bs']:>4}{r['max_depth']:>6} {pair:<37}"
                      f"{na:>10}{nb:>10}{cm:>10.2e}{cp:>10.2e}  {r['seconds']:>6.1f}  {'PASS' if r['ok'] else 'FAIL'}")

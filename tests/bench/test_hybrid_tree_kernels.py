@@ -176,9 +176,11 @@ def test_sglang_tree_kernels_give_every_node_its_path_state(managed_python, tmp_
         for key in ("err_tree_vs_chain_kernels", "err_tree_vs_torch64"):
             assert max(c[key].values()) <= doc["tol"], (c["case"], key, c[key])
         assert max(c["commit"]["conv"], c["commit"]["ssm"]) <= doc["tol"] and c["commit"]["other_slots_untouched"]
-        # the compact tree verify + its commit hook give the same outputs and committed conv / SSM slots
+        # the compact tree conv + verify + their commit hook give the same outputs and committed conv / SSM slots;
+        # the compact conv's output and parents are SGLang's tree conv's
         comp = c["compact"]
         assert max(comp["out"], comp["conv"], comp["ssm"]) <= doc["tol"] and comp["other_slots_untouched"], comp
+        assert comp["conv_out_vs_sglang"] == 0.0 and comp["parent_equal"], comp
     # budget 1 is a chain: no control can tell the modes apart there
     assert by["b1"]["chains"] == [True, True] and not by["b1"]["neg_applicable"]
     # both negative controls must mismatch wherever a tree branches
