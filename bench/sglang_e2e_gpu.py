@@ -689,16 +689,21 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         # hybrid targets: the GDN tree kernel the server reports is the one asked for (SGLang's unless
         # DDTREE_GDN_TREE=compact)
         kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
-        want_kernel = None
+        conv = m.get("conv_tree_kernel")
+        want_kernel = want_conv = None
         if TARGET[0] == "hybrid":
-            want_kernel = "compact" if (r.get("extra_env") or {}).get("DDTREE_GDN_TREE") == "compact" else "sglang"
-            ok = ok and kernel == want_kernel
+            env = r.get("extra_env") or {}
+            want_kernel = "compact" if env.get("DDTREE_GDN_TREE") == "compact" else "sglang"
+            want_conv = "compact" if env.get("DDTREE_CONV_TREE") == "compact" else "sglang"
+            ok = ok and kernel == want_kernel and conv == want_conv
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
                     "dflash_mean_accept_len": base, "disable_overlap_schedule": sync, "gdn_tree_kernel": kernel,
+                    "conv_tree_kernel": conv,
                     "what": f"branch nodes {branch}, mean acc len {acc if acc is None else round(acc, 2)} vs "
                             f"DFLASH {base if base is None else round(base, 2)}, "
                             f"{'synchronous' if sync else 'overlap'} scheduler"
-                            + (f", GDN tree kernel {kernel} (want {want_kernel})" if want_kernel else "")})
+                            + (f", GDN tree kernel {kernel} (want {want_kernel}), tree conv {conv} "
+                               f"(want {want_conv})" if want_kernel else "")})
     return out
 
 
@@ -747,6 +752,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
             compact = mk(f"ddtree-b{b}-g1-compact", "DDTREE", True, b, oracle=True)
             compact.extra_env = {"DDTREE_GDN_TREE": "compact"}
             wave2.append(compact)
+        conv = mk("ddtree-b32-g1-compactconv", "DDTREE", True, 32, oracle=True)  # and the compact tree conv
+        conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+        wave2.append(conv)
         extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),

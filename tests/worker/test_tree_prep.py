@@ -240,6 +240,18 @@ def test_metrics_summary_and_log_line():
     assert dmetrics.live_metrics()[-1]["steps"] == 2
 
 
+def test_metrics_report_the_tree_conv_of_hybrid_tree_targets(monkeypatch):
+    from ddtree_sglang import hybrid
+
+    m = dmetrics.DdtreeMetrics(budget=15, verify_width=16, prep_mode="triton", accept_mode="sglang", interval=50)
+    assert m.summary()["conv_tree_kernel"] is None and "conv_tree=" not in m.line()  # not a hybrid tree target
+    m.gdn_tree_kernel = "sglang"
+    monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
+    assert m.summary()["conv_tree_kernel"] == "sglang"
+    monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 48)  # hybrid.compact_tree_conv ran
+    assert m.summary()["conv_tree_kernel"] == "compact" and m.line().endswith("gdn_tree=sglang conv_tree=compact")
+
+
 def test_server_info_hook_publishes_ddtree_metrics_only_for_ddtree():
     from types import SimpleNamespace
 

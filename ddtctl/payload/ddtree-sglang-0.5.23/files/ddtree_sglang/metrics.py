@@ -90,7 +90,16 @@ class DdtreeMetrics:
             "accepted_branch_nodes": self.branch_nodes,
             "draft_head_graph_steps": self.head_graph_steps,
             "gdn_tree_kernel": self.gdn_tree_kernel,
+            "conv_tree_kernel": self._conv_tree_kernel(),
         }
+
+    def _conv_tree_kernel(self) -> str | None:
+        """Hybrid tree targets: "compact" once hybrid.py's hook has run the compact tree conv, else "sglang"."""
+        if self.gdn_tree_kernel is None:
+            return None
+        from ddtree_sglang import hybrid
+
+        return "compact" if hybrid.STATE.get("conv_tree_calls") else "sglang"
 
     def line(self) -> str:
         s = self.summary()
@@ -102,6 +111,7 @@ class DdtreeMetrics:
             f"prep={s['prep_mode']} "
             f"accept={s['accept_mode']}"
             + (f" gdn_tree={s['gdn_tree_kernel']}" if s["gdn_tree_kernel"] else "")
+            + (f" conv_tree={s['conv_tree_kernel']}" if s["conv_tree_kernel"] else "")
         )
 
 
