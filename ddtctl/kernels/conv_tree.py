@@ -80,11 +80,9 @@ def _tree_conv_verify_kernel(
     feats = i_d * BN + tl.arange(0, BN)
     fm = feats < dim
     tile = live[:, None] & fm[None, :]
+    acc = tl.zeros([TP, BN], dtype=tl.float32)
     if HAS_BIAS:
-        acc = tl.zeros([TP, BN], dtype=tl.float32)
         acc += tl.load(bias + feats, mask=fm, other=0.0).to(tl.float32)[None, :]
-    else:
-        acc = tl.zeros([TP, BN], dtype=tl.float32)
     x_cols = x + i_n * s_x_seq + feats[None, :] * s_x_dim
     st_cols = state + slot * s_st_slot + feats[None, :] * s_st_dim
     anc = t  # the node itself, then its ancestors; a < 0: column W - 1 + a of the conv state, above the root
