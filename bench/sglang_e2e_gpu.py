@@ -225,7 +225,27 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 30.0)
             return r.status, raw.decode(errors="replace")
 
 
+def free_port(preferred: int, tries: int = 200) -> int:
+    """The first port from `preferred` up that nothing listens on or holds right now. A fixed plan of ports
+    is not enough: ports from 32768 up lie in Linux's ephemeral range, where one server's outgoing connections can take the
+    port the next server was planned on (call 2 of 2026-12-01: 'address already in use', then 120 s lost)."""
+    import socket
+
+    for port in range(preferred, preferred + tries):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {preferred}..{preferred + tries - 1}")
+
+
+BIND_FAILURE = "error while attempting to bind on address"
+
+
 def start(s: Server, target: Path, draft: Path, env: dict, oracle_path: Path) -> None:
+    s.port = free_port(s.port)
     s.argv = server_argv(s, target, draft)
     e = dict(env)
     if s.algo == "DDTREE":
@@ -248,6 +268,10 @@ def wait_healthy(s: Server, deadline: float) -> bool:
     while time.monotonic() < deadline:
         if s.proc.poll() is not None:
             s.status, s.error = "died", f"exit {s.proc.returncode}: " + tail(s.log_path, 6)
+            return False
+        if BIND_FAILURE in tail(s.log_path, 40):  # uvicorn gave up, the engine would wait out its warm-up
+            stop(s)
+            s.status, s.error = "died", f"port {s.port} taken: " + tail(s.log_path, 3)
             return False
         try:
             code, _ = http("GET", base + "/health", timeout=3)

@@ -140,6 +140,7 @@ def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, 
 
 
 def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, spec: dict) -> None:
+    b.port = e2e.free_port(b.port)
     b.argv = server_argv(b, target, draft, spec["hybrid"], max(args.batches), spec["side_by_side"])
     e = dict(env)
     if b.gpu is not None:
@@ -357,7 +358,7 @@ def main() -> int:
                     help="the calibrated drafter's implementation: device (gathers, no host sync) or host (the "
                     "Python oracle of the 2026-11-30 rows, ~3-6 ms a step)")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--port-base", type=int, default=35000)
+    ap.add_argument("--port-base", type=int, default=30000)
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--gpus", default="", help="comma-separated GPU ids: one server at a time per GPU, run in "
                     "parallel lanes (each server alone on its GPU while measured)")

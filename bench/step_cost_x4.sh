@@ -22,12 +22,12 @@ e2e() {  # target dtype suite port-base budgets
 pids=()
 if [ "${SKIP_E2E:-0}" != 1 ]; then
   e2e dense float32 worker 31000 "${E2E_BUDGETS:-15}" & pids+=($!)
-  e2e hybrid bfloat16 hybrid 33000 "${E2E_BUDGETS:-15}" & pids+=($!)
+  e2e hybrid bfloat16 hybrid 32000 "${E2E_BUDGETS:-15}" & pids+=($!)
 fi
 OUT=$OUT/throughput DDTREE_E2E_WORK=/tmp/spec-throughput timeout $((CALL_S - 5)) python3 bench/spec_throughput_gpu.py \
   --target "${TARGET:-qwen3-8b}" --gpus "${LANES:-1,2,3}" --drafter "${DRAFTERS:-random,calibrated}" \
   --budgets "${BUDGETS:-16,32,64}" --sync-budgets "${SYNC_BUDGETS-16}" --batches "${BATCHES:-1,8,32}" \
-  --profile --port-base 35000 --budget-s $((CALL_S - 25)) ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
+  --profile --port-base 30000 --budget-s $((CALL_S - 25)) ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 wait $tp || rc=1

@@ -187,3 +187,35 @@ def test_bf16_tie_threshold_learns_from_where_dflash_parted_from_plain(e2e, monk
     assert threshold == pytest.approx(0.375) and "parted" in basis
     monkeypatch.setattr(e2e, "DTYPE", ["float32"])  # float32: DFLASH parting is never taken as rounding
     assert e2e.tie_threshold([plain, dflash], ref)[0] == e2e.TIE_FLOOR_NATS
+
+
+def test_a_port_something_listens_on_is_skipped(e2e):
+    """Call 2 of 2026-12-01 lost a server (and 120 s) to a planned port another process held."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        assert e2e.free_port(taken) > taken
+    with socket.socket() as probe:  # released: the planned port is used as planned
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert e2e.free_port(port) == port
+
+
+def test_a_server_that_could_not_bind_fails_at_once(e2e, tmp_path, monkeypatch):
+    """uvicorn gives up on a taken port but the engine lives on until its warm-up times out: the health wait
+    reads the log instead of waiting that out."""
+    import time
+
+    monkeypatch.setattr(e2e, "LOGS", tmp_path)
+    s = e2e.Server("ddtree-x", "DDTREE", False, 16, port=1)
+    s.log_path.write_text("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): "
+                          "address already in use\n")
+    s.proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    s._t_start = time.monotonic()
+    t0 = time.monotonic()
+    assert e2e.wait_healthy(s, time.monotonic() + 20) is False
+    assert time.monotonic() - t0 < 10 and s.status == "died" and "port 1 taken" in s.error
+    assert s.proc.poll() is not None
