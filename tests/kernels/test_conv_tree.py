@@ -214,17 +214,13 @@ def test_records_fit_sglangs_deduplicated_layout_where_its_own_tree_windows_do_n
     assert torch.equal(ours[0, :, :, 2], x[0].T)
 
 
-def test_refuses_a_window_that_does_not_fit_the_kernel():
+@pytest.mark.parametrize(("state_columns", "activation", "why"), [(2, "silu", "width-4 kernel"),
+                                                                  (3, "gelu", "activation")])
+def test_refuses_a_window_or_activation_the_kernel_does_not_take(state_columns, activation, why):
     x = torch.randn(1, 8, 4)
     nt = torch.full((1, 4), -1, dtype=torch.int32)
-    with pytest.raises(ValueError, match="width-4 kernel"):
-        conv_tree.tree_conv_verify(x, torch.zeros(1, 8, 2), torch.zeros(8, 4), None, "silu",
-                                   conv_state_indices=torch.zeros(1, dtype=torch.int32),
-                                   intermediate_conv_window=torch.zeros(1, 4, 8, 3),
-                                   intermediate_state_indices=torch.zeros(1, dtype=torch.int32),
-                                   retrieve_next_token=nt, retrieve_next_sibling=nt, retrieve_parent_token=nt)
-    with pytest.raises(ValueError, match="activation"):
-        conv_tree.tree_conv_verify(x, torch.zeros(1, 8, 3), torch.zeros(8, 4), None, "gelu",
+    with pytest.raises(ValueError, match=why):
+        conv_tree.tree_conv_verify(x, torch.zeros(1, 8, state_columns), torch.zeros(8, 4), None, activation,
                                    conv_state_indices=torch.zeros(1, dtype=torch.int32),
                                    intermediate_conv_window=torch.zeros(1, 4, 8, 3),
                                    intermediate_state_indices=torch.zeros(1, dtype=torch.int32),

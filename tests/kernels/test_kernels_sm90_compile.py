@@ -55,12 +55,10 @@ def test_all_kernels_compile_for_sm90():
     assert run.stdout.count("compiled") == 7
 
 
-GDN_TREE_SCRIPT = textwrap.dedent("""
+COMPILE_FOR_SM90 = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
-    from ddtctl.kernels import gdn_tree as G
 
-    assert type(G._tree_gdn_verify_kernel).__name__ != "InterpretedFunction"
     tgt = GPUTarget("cuda", 90, 32)
     SMEM = 227 * 1024  # an H200 block's shared memory
 
@@ -70,6 +68,12 @@ GDN_TREE_SCRIPT = textwrap.dedent("""
                            options={"num_warps": nw})
         assert c.asm["cubin"] and c.metadata.shared <= SMEM, (fn, c.metadata.shared)
         print("compiled", fn.__name__, cex, c.metadata.shared)
+""")
+
+GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
+    from ddtctl.kernels import gdn_tree as G
+
+    assert type(G._tree_gdn_verify_kernel).__name__ != "InterpretedFunction"
 
     verify = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32",
               "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32", "rec_idx": "*i32",
@@ -101,21 +105,10 @@ def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
     assert run.stdout.count("compiled") == 6
 
 
-CONV_TREE_SCRIPT = textwrap.dedent("""
-    import triton
-    from triton.backends.compiler import GPUTarget
+CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
     from ddtctl.kernels import conv_tree as C
 
     assert type(C._tree_conv_verify_kernel).__name__ != "InterpretedFunction"
-    tgt = GPUTarget("cuda", 90, 32)
-    SMEM = 227 * 1024  # an H200 block's shared memory
-
-    def comp(fn, sig, cex, nw):
-        sig = dict(sig, **{k: "constexpr" for k in cex})
-        c = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cex), target=tgt,
-                           options={"num_warps": nw})
-        assert c.asm["cubin"] and c.metadata.shared <= SMEM, (fn, c.metadata.shared)
-        print("compiled", fn.__name__, cex, c.metadata.shared)
 
     ints = ("T", "dim", "s_x_seq", "s_x_dim", "s_x_tok", "s_w_dim", "s_w_win", "s_st_slot", "s_st_dim",
             "s_st_win", "s_o_seq", "s_o_dim", "s_o_tok", "s_rec_slot", "s_rec_step", "s_rec_dim", "s_rec_win",

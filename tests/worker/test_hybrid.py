@@ -173,14 +173,7 @@ def test_the_budget_reserves_the_deduplicated_conv_inputs_with_the_compact_tree_
     assert hybrid.compact_budget_width(params, 65, ssm=True, conv=False) == 3
     assert hybrid.compact_budget_width(params, 65, ssm=False, conv=False) == 65
     assert hybrid.compact_budget_width(params, 65, ssm=False, conv=True) == 65  # ceil(64.18): states dominate
-    import types
-
-    fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
-    fake_kvc.get_spec = lambda: _spec(speculative_ddtree_verify_width=33)
-    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
-    sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    fake_kvc = _fake_kv_cache_configurator(monkeypatch, lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
     seen = []
@@ -197,15 +190,21 @@ def test_the_budget_reserves_the_deduplicated_conv_inputs_with_the_compact_tree_
     assert seen == [1, 2]
 
 
-def test_mamba_budget_sees_the_verify_width(monkeypatch):
+def _fake_kv_cache_configurator(monkeypatch, get_spec):
+    """sglang.srt.mem_cache.kv_cache_configurator with only `get_spec`, the module honest_mamba_budget reads."""
     import types
 
     fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
-    fake_kvc.get_spec = lambda: _spec()
+    fake_kvc.get_spec = get_spec
     for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
     sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    return fake_kvc
+
+
+def test_mamba_budget_sees_the_verify_width(monkeypatch):
+    fake_kvc = _fake_kv_cache_configurator(monkeypatch, lambda: _spec())
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
     seen = []
     hybrid.honest_mamba_budget(lambda self: seen.append(fake_kvc.get_spec().speculative_num_draft_tokens), object())
@@ -224,14 +223,7 @@ def _qwen36_params(temporal=torch.float32):
 def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(monkeypatch):
     """With DDTREE_GDN_TREE=compact the budget's draft-token count covers conv windows + records per verify token,
     not conv windows + a 3 MB state: 33 tokens budget like ceil(33 x (61440 + 49344) / (61440 + 3145728)) = 2."""
-    import types
-
-    fake_kvc = types.ModuleType("sglang.srt.mem_cache.kv_cache_configurator")
-    fake_kvc.get_spec = lambda: _spec(speculative_ddtree_verify_width=33)
-    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.kv_cache_configurator", fake_kvc)
-    sys.modules["sglang.srt.mem_cache"].kv_cache_configurator = fake_kvc
+    fake_kvc = _fake_kv_cache_configurator(monkeypatch, lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
     configurator = SimpleNamespace(mambaish_config=SimpleNamespace(mamba2_cache_params=_qwen36_params()))

@@ -114,12 +114,18 @@ def compact_wanted() -> bool:
     return tree_mode() and os.environ.get("DDTREE_GDN_TREE", "sglang") == "compact"
 
 
-def _gdn_tree():
+def _shipped_kernel(name: str):
+    """ddtree_sglang.kernels.<name> as shipped in the payload; ddtctl.kernels.<name> in the ddtctl checkout (tests)."""
+    import importlib
+
     try:
-        from ddtree_sglang.kernels import gdn_tree  # shipped in the payload
-    except ImportError:  # the ddtctl checkout (tests)
-        from ddtctl.kernels import gdn_tree
-    return gdn_tree
+        return importlib.import_module(f"ddtree_sglang.kernels.{name}")
+    except ImportError:
+        return importlib.import_module(f"ddtctl.kernels.{name}")
+
+
+def _gdn_tree():
+    return _shipped_kernel("gdn_tree")
 
 
 class CompactTreeVerify:
@@ -208,11 +214,7 @@ def conv_compact_wanted() -> bool:
 
 
 def _conv_tree():
-    try:
-        from ddtree_sglang.kernels import conv_tree  # shipped in the payload
-    except ImportError:  # the ddtctl checkout (tests)
-        from ddtctl.kernels import conv_tree
-    return conv_tree
+    return _shipped_kernel("conv_tree")
 
 
 _CONV_ARGS = ("x", "conv_state", "weight", "bias", "activation")
