@@ -457,10 +457,9 @@ def verify_scratch_fits(ctx: Context):
     DDT116): with `DDTREE_GDN_TREE=compact` (float32 SSM states, verify width <= 64) a node's SSM row holds
     its records, HV x V + HV x K + HV floats instead of HV x V x K (~64 x less); with
     `DDTREE_CONV_TREE=compact` the conv windows keep SGLang's deduplicated layout, [conv_dim, n + k - 2] per
-    request. Under
-    --enable-unified-memory the unified pool allocates the full scratch whatever the switches. The message
-    names the kernels it assumed and SGLang's own size. `SGLANG_MAMBA_SSM_DTYPE` / `SGLANG_MAMBA_CONV_DTYPE`
-    there set the dtypes as in SGLang (--mamba-ssm-dtype wins)."""
+    request. Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
+    The message names the kernels it assumed and SGLang's own size. `SGLANG_MAMBA_SSM_DTYPE` /
+    `SGLANG_MAMBA_CONV_DTYPE` there set the dtypes as in SGLang (--mamba-ssm-dtype wins)."""
     scratch = _scratch_for(ctx)
     if scratch is None:
         return

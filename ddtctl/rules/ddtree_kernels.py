@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
@@ -152,8 +153,6 @@ def _not_applicable(ctx: Context) -> str | None:
 
 
 def _verify_width(ctx: Context) -> int:
-    from ddtctl.rules import ddtree_core
-
     resolved = ddtree_core.resolve_ddtree(
         ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft else None}
     )

@@ -76,6 +76,20 @@ def test_an_error_can_be_ignored_as_ddtctl_is_stricter_than_sglang():
     assert r.valid and not _of(r, "DDT116") and [f.rule for f, _ in r.ignored] == ["DDT116"]
 
 
+def test_fix_leaves_the_env_switches_to_the_user(tmp_path):
+    """DDT116 offers no edit (the kernels are a choice): `validate --fix --unsafe-fixes` writes nothing for it."""
+    import os
+    import subprocess
+
+    path = tmp_path / "p.yaml"
+    path.write_text(_profile({"DDTREE_GDN_TREE": "fast"}))
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "ddtctl", "validate", "--fix", "--unsafe-fixes", str(path)],
+                          capture_output=True, text=True, env=dict(os.environ, NO_COLOR="1"), timeout=60)
+    assert proc.returncode != 0 and "DDT116" in proc.stdout and "DDTREE_GDN_TREE='fast'" in proc.stdout
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("env, server, reason", [
     ({"DDTREE_GDN_TREE": "compact"}, {"speculative_ddtree_budget": 64},
      "takes at most 64 verify nodes, this tree has 65"),
