@@ -165,7 +165,7 @@ def _uses_switches(ctx: Context) -> bool:
 
 @rule(
     "DDT116",
-    "DDTREE's hybrid-kernel switches name a kernel that will run",
+    "DDTREE's hybrid-kernel env switches are known and take effect",
     severity=ERROR,
     reads=(
         "speculative_algorithm",

@@ -79,8 +79,8 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
 
 
 # -- DDT114 -----------------------------------------------------------------------------------------------------------
-COMPACT_AT_63 = ("set speculative-ddtree-budget: 63 and env DDTREE_GDN_TREE: compact (opt-in kernels, not yet "
-                 "validated end-to-end on a server; see README)")
+COMPACT_AT_63 = ("set speculative-ddtree-budget: 63 and env DDTREE_GDN_TREE: compact (opt-in kernels, "
+                 "not yet validated end-to-end on a server; see README)")
 QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
                   conv_kernel=4)
 
@@ -221,4 +221,5 @@ def test_flagship_profile_is_clean_with_the_hosts_configs_cached(tmp_path, monke
     tp1 = tmp_path / "tp1.yaml"
     tp1.write_text(PROFILE.read_text().replace("  tp-size: 8", "  tp-size: 1"))
     f = next(x for x in validate_path(tp1).findings if x.rule == "DDT114")
-    assert f.severity == "error" and f.fix == "set max-running-requests: 6 or set tp-size: 8 or " + COMPACT_AT_63
+    assert f.severity == "error"
+    assert f.fix == "set max-running-requests: 6 or set tp-size: 8 or " + COMPACT_AT_63

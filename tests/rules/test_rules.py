@@ -304,7 +304,8 @@ CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
 PROFILE_ONLY = {"DDT601": 1}
-# Rules that read the profile's `env:` (a raw argv has none): rule id -> (the bad case's env, the good case's env)
+# Rules that read the profile's `env:` (a raw argv has none): rule id -> (the bad case's env, the good
+# case's env)
 ENV_OF: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "DDT116": ({"DDTREE_GDN_TREE": "fast"}, {"DDTREE_GDN_TREE": "compact"}),
 }
@@ -335,13 +336,15 @@ def test_every_rule_has_cases():
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_trips_on_bad_case(rule_id):
     bad, _, gpu = CASES[rule_id]
-    assert rule_id in _rules_of(bad, gpu, count=PROFILE_ONLY.get(rule_id), env=ENV_OF.get(rule_id, ({}, {}))[0])
+    env = ENV_OF.get(rule_id, ({}, {}))[0]
+    assert rule_id in _rules_of(bad, gpu, count=PROFILE_ONLY.get(rule_id), env=env)
 
 
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_quiet_on_good_case(rule_id):
     _, good, gpu = CASES[rule_id]
-    assert rule_id not in _rules_of(good, gpu, count=PROFILE_ONLY.get(rule_id), env=ENV_OF.get(rule_id, ({}, {}))[1])
+    env = ENV_OF.get(rule_id, ({}, {}))[1]
+    assert rule_id not in _rules_of(good, gpu, count=PROFILE_ONLY.get(rule_id), env=env)
 
 
 def test_seed_hybrid_ddtree_without_mamba_flags_is_one_finding_naming_both():
