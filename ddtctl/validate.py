@@ -121,18 +121,24 @@ def check_flags(
     catalog,
     extra: list[Finding] | None = None,
     anchor_line: int | None = None,
+    env: dict[str, str] | None = None,
+    env_lines: dict[str, int] | None = None,
     **kw: Any,
 ) -> ValidationResult:
+    """`env`: the server process's environment (a profile's `env:`), `env_lines` its keys' lines
+    ("env.NAME")."""
+    env_keys = {f"env.{name}": f"env.{name}" for name in env or {}}
     ctx = Context(
         given=flags.given,
         defaults={s.dest: s.default for s in catalog.flags},
-        lines=flags.lines,
-        keys=flags.keys,
+        lines={**flags.lines, **{key: (env_lines or {}).get(key) for key in env_keys}},
+        keys={**flags.keys, **env_keys},
         model=model,
         draft=draft,
         gpu=gpu,
         gpu_count=gpu_count,
         anchor_line=flags.lines.get("speculative_algorithm") or anchor_line,
+        env=dict(env or {}),
     )
     findings = list(extra or []) + list(flags.findings)
     rule_findings, skipped = run_rules(ctx)
@@ -307,6 +313,8 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
         extra=extra,
         profile=profile,
         anchor_line=doc.lines.get("server"),
+        env=dict(profile.env),
+        env_lines={key: line for key, line in doc.lines.items() if key.startswith("env.")},
     )
 
 

@@ -9,6 +9,6 @@ def load_rules() -> None:
     global _loaded
     if _loaded:
         return
-    from ddtctl.rules import ddtree, eagle, hooks, mamba, parallel, speculative  # noqa: F401
+    from ddtctl.rules import ddtree, ddtree_kernels, eagle, hooks, mamba, parallel, speculative  # noqa: F401
 
     _loaded = True

@@ -2,7 +2,8 @@
 SGLang payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check
 here gives a rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix
 included. DDT120 (the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own,
-stricter than SGLang.
+stricter than SGLang; so is DDT116 (the payload's opt-in hybrid kernels as the profile's `env:` switches
+them), in ddtree_kernels.py, whose decisions DDT114 sizes the scratch with.
 """
 
 from __future__ import annotations
@@ -11,6 +12,15 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ddtctl.rules import ddtree_core
+from ddtctl.rules.ddtree_kernels import (
+    COMPACT_MAX_WIDTH,
+    CONV_TREE,
+    GDN_TREE,
+    conv_dtype_bytes,
+    kernel_plan,
+    record_floats,
+    ssm_dtype,
+)
 from ddtctl.rules.engine import (
     ERROR,
     FACT_MODEL,
@@ -255,7 +265,7 @@ def worker_capability(ctx: Context):
 
 
 # -- DDT114: the recurrent layers' per-verify-token scratch --------------------------------------------------
-MIB = 1 << 20
+MIB, GIB = 1 << 20, 1 << 30
 DEFAULT_MAX_RUNNING_REQUESTS = (
     48  # the DFLASH family's default (speculative_hook.py _handle_dflash), DDTREE's too
 )
@@ -275,13 +285,15 @@ class VerifyScratch:
     MambaPool, SpeculativeState): `intermediate_ssm` [layers, reqs + 1, n, HV, V, K] in the SSM dtype and
     `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the
     verify width. Tree verify keeps the conv windows dense (one per token); the chain kernels share one
-    [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled)."""
+    [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled). The payload's
+    opt-in kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed ("" for SGLang's own)."""
 
     linear_layers: int
     width: int  # n = max(block size, budget + 1)
     ssm_bytes_per_token: int  # per request, all linear layers
     conv_bytes_per_request: int  # all linear layers, all n tokens
     linear_tp: int
+    kernels: str = ""  # e.g. "DDTREE_GDN_TREE=compact": the payload's compact kernels this scratch assumes
 
     @property
     def per_request(self) -> int:
@@ -309,12 +321,20 @@ def verify_scratch(
     ssm_dtype_bytes: int = 4,
     conv_dtype_bytes: int = CONV_DTYPE_BYTES,
     dense_conv: bool = True,
+    compact_ssm: bool = False,
+    kernels: str = "",
 ) -> VerifyScratch:
     """One GPU's scratch (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x
-    key dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them."""
+    key dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them.
+    `compact_ssm`: a node's row holds the compact GDN verify's records instead of its [HV, V, K] state
+    (hybrid.py:175 compact_scratch, shape from kernels/gdn_tree.py compact_scratch_shape); `dense_conv` False:
+    SGLang's deduplicated [conv_dim, n + kernel - 2] window per request (chain kernels, or the compact tree
+    conv, hybrid.py:308)."""
     hv = _shard(num_value_heads, linear_tp)
     conv_dim = _shard(2 * num_key_heads * key_head_dim + num_value_heads * value_head_dim, linear_tp)
-    ssm = linear_layers * hv * value_head_dim * key_head_dim * ssm_dtype_bytes
+    state = hv * value_head_dim * key_head_dim
+    row = record_floats(hv, value_head_dim, key_head_dim) if compact_ssm else state
+    ssm = linear_layers * row * ssm_dtype_bytes
     columns = width * (conv_kernel - 1) if dense_conv else width + conv_kernel - 2
     conv = linear_layers * conv_dim * columns * conv_dtype_bytes
     return VerifyScratch(
@@ -323,10 +343,15 @@ def verify_scratch(
         ssm_bytes_per_token=ssm,
         conv_bytes_per_request=conv,
         linear_tp=linear_tp,
+        kernels=kernels,
     )
 
 
-def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = None) -> VerifyScratch | None:
+def _scratch_for(
+    ctx: Context, *, budget: int | None = None, tp: int | None = None, env: dict[str, str] | None = None
+) -> VerifyScratch | None:
+    """The scratch SGLang allocates for this launch (with `budget` / `tp` / the server environment `env` in
+    place of the profile's), the payload's kernels decided as hybrid.py decides them (ddtree_kernels.py)."""
     m = ctx.known_model
     shape = (
         m.num_linear_layers,
@@ -350,7 +375,7 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
         return None
     tp = tp or ctx.get("tp_size", 1) or 1
     linear_tp = max(1, tp // (ctx.get("dp_size", 1) or 1)) if ctx.dp_attention else tp
-    dtype = ctx.given.get("mamba_ssm_dtype") or m.mamba_ssm_dtype or "float32"
+    plan = kernel_plan(ctx, width, env)
     layers, kh, vh, kd, vd, kernel = sizes
     return verify_scratch(
         linear_layers=layers,
@@ -361,8 +386,14 @@ def _scratch_for(ctx: Context, *, budget: int | None = None, tp: int | None = No
         conv_kernel=kernel,
         width=width,
         linear_tp=linear_tp,
-        ssm_dtype_bytes=_DTYPE_BYTES.get(str(dtype), 4),
-        dense_conv=not resolved["allow_hybrid_unsafe"],
+        ssm_dtype_bytes=_DTYPE_BYTES.get(ssm_dtype(ctx)[0], 4),
+        conv_dtype_bytes=conv_dtype_bytes(ctx.env if env is None else env),
+        dense_conv=plan.dense_conv,
+        compact_ssm=plan.compact_ssm_scratch,
+        kernels=" and ".join(
+            [f"{GDN_TREE}=compact"] * plan.compact_ssm_scratch
+            + [f"{CONV_TREE}=compact"] * (plan.conv_compact and not plan.dense_conv)
+        ),
     )
 
 
@@ -418,18 +449,23 @@ def verify_scratch_fits(ctx: Context):
     weights per GPU when the checkpoint is local (its *.safetensors). SGLang itself would shrink the mamba
     cache and cap max-running-requests far below the requested value, or fail at start-up when not even one
     request fits; ddtctl is stricter by design. The fix names the largest max-running-requests that fits, else
-    a budget, else a tp-size. Without a known GPU the rule cannot decide: it reports the scratch as an info
-    finding instead. Other hybrid families (Mamba2, KDA) are not sized."""
+    a budget, else a tp-size, and -- where they would make it fit -- the payload's opt-in compact kernels
+    (below). Without a known GPU the rule cannot decide: it reports the scratch as an info finding instead.
+    Other hybrid families (Mamba2, KDA) are not sized.
+
+    The profile's `env:` is read as the server's environment, as the payload reads it (ddtree_kernels.py,
+    DDT116): with `DDTREE_GDN_TREE=compact` (float32 SSM states, verify width <= 64) a node's SSM row holds
+    its records, HV x V + HV x K + HV floats instead of HV x V x K (~64 x less); with
+    `DDTREE_CONV_TREE=compact` the conv windows keep SGLang's deduplicated layout, [conv_dim, n + k - 2] per
+    request. Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
+    The message names the kernels it assumed and SGLang's own size. `SGLANG_MAMBA_SSM_DTYPE` /
+    `SGLANG_MAMBA_CONV_DTYPE` there set the dtypes as in SGLang (--mamba-ssm-dtype wins)."""
     scratch = _scratch_for(ctx)
     if scratch is None:
         return
     reqs = _requests(ctx)
     total = scratch.total(reqs)
-    figure = (
-        f"DDTREE's recurrent verify scratch: {scratch.per_request / MIB:,.0f} MiB per request "
-        f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
-        f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU"
-    )
+    figure = _figure(ctx, scratch, reqs)
     tp = ctx.get("tp_size", 1) or 1
     room = _room(ctx, tp)
     if room is None:
@@ -452,6 +488,9 @@ def verify_scratch_fits(ctx: Context):
     bigger = _smallest_tp(ctx, tp, reqs)
     if bigger is not None:
         fixes.append(f"set tp-size: {bigger}")
+    compact = _compact_option(ctx, scratch, space, reqs)
+    if compact is not None:
+        fixes.append(compact)
     yield Hit(
         f"{figure}: more than one {ctx.known_gpu.name} holds ({space / MIB:,.0f} MiB = {how})",
         fix=" or ".join(fixes) if fixes else "use GPUs with more memory, or serve with DFLASH (chain verify)",
@@ -459,10 +498,59 @@ def verify_scratch_fits(ctx: Context):
     )
 
 
-def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
-    current = ddtree_core.resolve_ddtree(
+def _figure(ctx: Context, scratch: VerifyScratch, reqs: int) -> str:
+    """The scratch in words: per request, in all, the kernels it assumes and, then, SGLang's own size."""
+    total = scratch.total(reqs)
+    figure = (
+        f"DDTREE's recurrent verify scratch{' with ' + scratch.kernels if scratch.kernels else ''}: "
+        f"{scratch.per_request / MIB:,.0f} MiB per request "
+        f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
+        f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU"
+    )
+    stock = _scratch_for(ctx, env=_without_switches(ctx.env)) if scratch.kernels else None
+    if stock is not None:
+        figure += (
+            f" ({total / GIB:,.1f} GiB instead of {stock.total(reqs) / GIB:,.1f} GiB with SGLang's kernels)"
+        )
+    return figure
+
+
+def _without_switches(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name not in (GDN_TREE, CONV_TREE)}
+
+
+def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: int) -> str | None:
+    """The payload's compact kernels not yet switched on that would make the scratch fit (at a budget of at
+    most 63 for the compact GDN verify when the tree is wider), as fix text; None when none would."""
+    current = _current_budget(ctx)
+    budgets: list[int | None] = [None]
+    if current is not None and current >= COMPACT_MAX_WIDTH:
+        narrower = _scratch_for(ctx, budget=COMPACT_MAX_WIDTH - 1)
+        if narrower is not None and narrower.total(reqs) > space:  # else that budget alone is the fix
+            budgets.append(COMPACT_MAX_WIDTH - 1)  # the compact GDN verify takes at most 64 nodes
+    for switches in ((GDN_TREE,), (CONV_TREE,), (GDN_TREE, CONV_TREE)):
+        if all(ctx.env.get(name) == "compact" for name in switches):
+            continue  # already asked for: the budget above is the fix then
+        env = {**ctx.env, **{name: "compact" for name in switches}}
+        for budget in budgets:
+            s = _scratch_for(ctx, budget=budget, env=env)
+            if s is None or s.kernels == scratch.kernels or s.total(reqs) > space:
+                continue
+            how = " and ".join(f"env {name}: compact" for name in switches)
+            if budget is not None:
+                how = f"speculative-ddtree-budget: {budget} and {how}"
+            return f"set {how} (opt-in kernels, not yet validated end-to-end on a server; see README)"
+    return None
+
+
+def _current_budget(ctx: Context) -> int | None:
+    return ddtree_core.resolve_ddtree(
         ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft else None}
     )["budget"]
+
+
+def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
+    current = _current_budget(ctx)
     lo, hi, best = 1, (current or 1) - 1, None
     while lo <= hi:  # the scratch grows with the budget: bisect
         mid = (lo + hi) // 2

@@ -90,6 +90,8 @@ class Context:
     gpu: GpuSpec | None = None
     gpu_count: int | None = None
     anchor_line: int | None = None  # where findings about absent flags point (the algorithm / `server:` line)
+    # the profile's `env:` (the server process's environment); a hit about "env.NAME" points at its line
+    env: dict[str, str] = field(default_factory=dict)
     # verdicts derived from this context that several rules share, computed once (e.g. the DDTREE core's)
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -248,12 +250,21 @@ def run_rules(ctx: Context, rules: Iterable[Rule] | None = None) -> tuple[list[F
                     message=hit.message,
                     line=(ctx.lines.get(about) if about else None) or ctx.anchor_line,
                     fix=hit.fix,
-                    key=ctx.keys.get(about, about.replace("_", "-") if about else None) if about else None,
+                    key=_finding_key(ctx, about),
                     edits={d.replace("_", "-"): v for d, v in hit.edits.items()},
                     unsafe=hit.unsafe,
                 )
             )
     return findings, skipped
+
+
+def _finding_key(ctx: Context, about: str | None) -> str | None:
+    """The profile key a hit is about: its flag's key as written, a dashed dest, or "env.NAME" as is."""
+    if about is None:
+        return None
+    if about.startswith("env."):
+        return ctx.keys.get(about, about)
+    return ctx.keys.get(about, about.replace("_", "-"))
 
 
 def all_rules() -> list[Rule]:

@@ -156,6 +156,8 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT114": (HDDTREE + HYBRID_OK + ["--tp-size", "1", "--speculative-ddtree-budget", "64"],
                HDDTREE + HYBRID_OK + ["--tp-size", "8", "--speculative-ddtree-budget", "64"], "RTX_PRO_6000_BLACKWELL"),
     "DDT115": (DDTREE, DDTREE + ["--attention-backend", "triton"], None),
+    # the same launch; its env (ENV_OF) names an unknown GDN tree kernel, then the compact one
+    "DDT116": (HDDTREE + HYBRID_OK, HDDTREE + HYBRID_OK, None),
     "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
                          "--enable-dp-lm-head"],
                DDTREE + ["--attention-backend", "triton", "--tp-size", "8"], None),
@@ -302,19 +304,25 @@ CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
 PROFILE_ONLY = {"DDT601": 1}
+# Rules that read the profile's `env:` (a raw argv has none): rule id -> (the bad case's env, the good
+# case's env)
+ENV_OF: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "DDT116": ({"DDTREE_GDN_TREE": "fast"}, {"DDTREE_GDN_TREE": "compact"}),
+}
 
 
-def _rules_of(argv, gpu, *, count=None):
-    if count is not None:
+def _rules_of(argv, gpu, *, count=None, env=None):
+    if count is not None or env:
         from ddtctl.rules.engine import Context, run_rules
-        from ddtctl.flags import flags_from_argv
         from ddtctl.schema.extensions import extended_catalog
+        from ddtctl.schema.gpus import resolve_gpu
 
         result = validate_argv(argv, gpu=gpu)
         flags = result.flags
         catalog = extended_catalog("0.5.23")
         ctx = Context(given=flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines={}, keys={},
-                      model=result.model, draft=result.draft, gpu=None, gpu_count=count)
+                      model=result.model, draft=result.draft, gpu=resolve_gpu(gpu) if gpu and env else None,
+                      gpu_count=count, env=dict(env or {}))
         findings, _ = run_rules(ctx)
         return {f.rule for f in findings} | {f.rule for f in result.findings}
     return {f.rule for f in validate_argv(argv, gpu=gpu).findings}
@@ -328,13 +336,15 @@ def test_every_rule_has_cases():
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_trips_on_bad_case(rule_id):
     bad, _, gpu = CASES[rule_id]
-    assert rule_id in _rules_of(bad, gpu, count=PROFILE_ONLY.get(rule_id))
+    env = ENV_OF.get(rule_id, ({}, {}))[0]
+    assert rule_id in _rules_of(bad, gpu, count=PROFILE_ONLY.get(rule_id), env=env)
 
 
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_rule_quiet_on_good_case(rule_id):
     _, good, gpu = CASES[rule_id]
-    assert rule_id not in _rules_of(good, gpu, count=PROFILE_ONLY.get(rule_id))
+    env = ENV_OF.get(rule_id, ({}, {}))[1]
+    assert rule_id not in _rules_of(good, gpu, count=PROFILE_ONLY.get(rule_id), env=env)
 
 
 def test_seed_hybrid_ddtree_without_mamba_flags_is_one_finding_naming_both():

@@ -1,0 +1,245 @@
+"""The DDTREE payload's opt-in hybrid kernels as the server's environment switches them: DDT116 checks the
+switches, `kernel_plan` tells DDT114 which verify scratch SGLang then allocates.
+
+The payload (ddtctl/payload/ddtree-sglang-0.5.23/files/ddtree_sglang/hybrid.py, cited below as hybrid.py:LINE)
+reads three variables of the server process, in DDTREE's tree mode only (`tree_mode`, hybrid.py:80: DDTREE
+without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNet backend only:
+
+  DDTREE_GDN_TREE=compact    (default "sglang"; hybrid.py:113 compact_wanted) the compact GDN tree verify, and
+                             an `intermediate_ssm` of per-node records instead of per-node states -- when the
+                             SSM states are float32 and the verify width is at most 64 (hybrid.py:145
+                             compact_planned, COMPACT_MAX_WIDTH hybrid.py:63 = kernels/gdn_tree.py MAX_WIDTH);
+                             otherwise SGLang's kernel and its full-state scratch stay.
+  DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py:132 verify, default tf32;
+                             hybrid.py:281 commit, default tf32x3); read only with the compact GDN verify.
+  DDTREE_CONV_TREE=compact   (default "sglang"; hybrid.py:206 conv_compact_wanted) the compact tree conv,
+                             which keeps SGLang's deduplicated conv-window layout (hybrid.py:308
+                             dense_conv_windows).
+
+Any other value of the two switches is SGLang's kernel, silently (hybrid.py compares with "compact" only).
+Under --enable-unified-memory the unified pool allocates its own scratch, full states and dense windows
+(sglang 0.5.23 mem_cache/unified_memory_pool.py, not through the payload's alloc_intermediate_ssm hook): the
+compact kernels still run there, but save no memory (hybrid.py:338 _unified_memory, honest_mamba_budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ddtctl.rules import ddtree_core
+from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
+
+GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
+KERNEL_CHOICES = ("sglang", "compact")  # hybrid.py:113 / :206: the default, and the one value that switches
+# The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
+# tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
+PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
+COMPACT_MAX_WIDTH = 64  # hybrid.py:63 COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
+REFERENCE = "ddtctl payload ddtree_sglang/hybrid.py (compact_wanted, compact_planned, conv_compact_wanted)"
+_SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
+
+
+def env_key(name: str) -> str:
+    """The Context key (line, finding key) of an environment variable of the profile's `env:`."""
+    return f"env.{name}"
+
+
+def tree_mode(ctx: Context) -> bool:
+    """hybrid.py:80: DDTREE verifying exact trees (not the unsafe sibling-sharing mode)."""
+    return ctx.algorithm == "DDTREE" and not ctx.get("speculative_ddtree_allow_hybrid_unsafe")
+
+
+def ssm_dtype(ctx: Context) -> tuple[str, str]:
+    """The SSM state dtype SGLang uses, and where it comes from: --mamba-ssm-dtype (which SGLang copies into
+    SGLANG_MAMBA_SSM_DTYPE, serving_hook.py handle_environment_variables) over that variable over the config's
+    mamba_ssm_dtype over float32; an unknown name is skipped (configs/mamba_utils.py mamba2_state_dtype)."""
+    flag = ctx.given.get("mamba_ssm_dtype")
+    if flag:
+        return str(flag), "--mamba-ssm-dtype"
+    env = ctx.env.get("SGLANG_MAMBA_SSM_DTYPE")
+    if env in _SSM_DTYPES:
+        return str(env), "SGLANG_MAMBA_SSM_DTYPE"
+    config = ctx.model.mamba_ssm_dtype if ctx.model else None
+    if config in _SSM_DTYPES:
+        return str(config), "the model config's mamba_ssm_dtype"
+    return "float32", "SGLang's default"
+
+
+def conv_dtype_bytes(env: dict[str, str]) -> int:
+    """SGLANG_MAMBA_CONV_DTYPE: bfloat16 unless it names another known dtype (mamba_utils.py
+    mamba2_state_dtype)."""
+    return 4 if env.get("SGLANG_MAMBA_CONV_DTYPE") == "float32" else 2
+
+
+def record_floats(value_heads: int, value_dim: int, key_dim: int) -> int:
+    """Floats of one node's records in the compact scratch (per layer, one TP shard):
+    ddtctl/kernels/gdn_tree.py compact_scratch_shape -> record_width(hv, hv, k, v) = u [HV, V] + normalized
+    keys [H <= HV, K] + decay [HV]."""
+    return value_heads * value_dim + value_heads * key_dim + value_heads
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What a DDTREE server on a Gated-DeltaNet target runs and allocates, given its environment."""
+
+    gdn_compact: bool  # the compact GDN tree verify runs (hybrid.py:160 compact_tree_kernel)
+    conv_compact: bool  # the compact tree conv runs (hybrid.py:221 compact_tree_conv)
+    compact_ssm_scratch: bool  # intermediate_ssm holds records (hybrid.py:175 compact_scratch)
+    dense_conv: bool  # one conv window per verify token (hybrid.py:308), else SGLang's deduplicated layout
+    gdn_kept: str | None  # why SGLang's GDN kernel runs although DDTREE_GDN_TREE=compact, if it does
+
+    def describe(self) -> str:
+        """The kernels assumed, for DDT114's message ("" for SGLang's own)."""
+        parts = [f"{GDN_TREE}=compact"] if self.gdn_compact else []
+        parts += [f"{CONV_TREE}=compact"] if self.conv_compact else []
+        return " and ".join(parts)
+
+
+def kernel_plan(ctx: Context, width: int, env: dict[str, str] | None = None) -> KernelPlan:
+    """hybrid.py's decisions for this launch at verify width `width` (max(block, budget + 1), hybrid.py:85),
+    with `env` (default: the profile's) as the server's environment."""
+    env = ctx.env if env is None else env
+    tree = tree_mode(ctx)
+    unified = bool(ctx.get("enable_unified_memory"))
+    gdn_wanted = tree and env.get(GDN_TREE, "sglang") == "compact"  # hybrid.py:113
+    dtype, source = ssm_dtype(ctx)
+    kept = None
+    if gdn_wanted and dtype != "float32":  # hybrid.py:150
+        kept = f"the compact GDN tree verify needs float32 SSM states, {source} gives {dtype}"
+    elif gdn_wanted and width > COMPACT_MAX_WIDTH:  # hybrid.py:153
+        kept = (
+            f"the compact GDN tree verify takes at most {COMPACT_MAX_WIDTH} verify nodes, this tree has "
+            f"{width} (speculative-ddtree-budget + 1)"
+        )
+    gdn = gdn_wanted and kept is None
+    conv = tree and env.get(CONV_TREE, "sglang") == "compact"  # hybrid.py:206
+    return KernelPlan(
+        gdn_compact=gdn,
+        conv_compact=conv,
+        compact_ssm_scratch=gdn and not unified,  # the unified pool allocates full states itself
+        dense_conv=unified or (tree and not conv),  # hybrid.py:312; the unified pool keeps dense windows
+        gdn_kept=kept,
+    )
+
+
+def _is_gdn(ctx: Context) -> bool | None:
+    """A Gated-DeltaNet target (the linear-attention shape in its config.json); None when the config is
+    unknown."""
+    m = ctx.model
+    if m is None or not m.known:
+        return None
+    if m.is_hybrid is False:
+        return False
+    if m.source == "profile":
+        return None  # the architecture alone: no layer shapes
+    return bool(m.linear_num_value_heads and m.linear_value_head_dim and m.linear_key_head_dim)
+
+
+def _not_applicable(ctx: Context) -> str | None:
+    """Why neither compact kernel can run on this launch, whatever the switches say."""
+    if ctx.algorithm != "DDTREE":
+        algo = ctx.given.get("speculative_algorithm")
+        return f"the payload's hybrid kernels serve DDTREE only, speculative-algorithm is {algo or 'unset'}"
+    if ctx.get("speculative_ddtree_allow_hybrid_unsafe"):
+        return "speculative-ddtree-allow-hybrid-unsafe verifies the tree with SGLang's chain kernels"
+    gdn = _is_gdn(ctx)
+    name = (ctx.model.architecture if ctx.model else None) or "the model"
+    if gdn is False and ctx.is_hybrid is False:
+        return f"{name} has no recurrent (linear-attention) layers"
+    if gdn is False:
+        return f"{name} has no Gated-DeltaNet layers (the kernels serve GDN targets only)"
+    return None
+
+
+def _verify_width(ctx: Context) -> int:
+    resolved = ddtree_core.resolve_ddtree(
+        ctx.given, {"draft_block_size": ctx.draft.block_size if ctx.draft else None}
+    )
+    return max(resolved["block_size"] or 0, resolved["verify_width"] or 0)
+
+
+def _uses_switches(ctx: Context) -> bool:
+    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION))
+
+
+@rule(
+    "DDT116",
+    "DDTREE's hybrid-kernel env switches are known and take effect",
+    severity=ERROR,
+    reads=(
+        "speculative_algorithm",
+        "speculative_ddtree_budget",
+        "mamba_ssm_dtype",
+        "speculative_ddtree_allow_hybrid_unsafe",
+        "enable_unified_memory",
+    ),
+    applies=_uses_switches,
+    reference=REFERENCE,
+    sglang_enforces=False,
+)
+def kernel_switches(ctx: Context) -> Iterator[Hit]:
+    """The profile's `env:` may switch the DDTREE payload's opt-in kernels for hybrid Gated-DeltaNet targets:
+    `DDTREE_GDN_TREE=compact` (the compact GDN tree verify: per-node records instead of per-node SSM states
+    in the verify scratch, ~60 x smaller on Qwen3.6-27B), `DDTREE_GDN_TREE_PRECISION` (its Triton dot
+    precision: tf32, tf32x3 or ieee) and `DDTREE_CONV_TREE=compact` (the compact tree conv: one input per node
+    in SGLang's deduplicated conv-window layout). Both kernels are opt-in and not yet validated end-to-end on
+    a server (README).
+
+    An unknown value is an error: the payload compares with "compact" only, so a typo silently runs SGLang's
+    kernel (and a precision other than these reaches Triton's dots untried). A switch that cannot take
+    effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe chain mode,
+    a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 64 (compact GDN
+    verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch keeps full
+    size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not a host's
+    inventory env)."""
+    switches = ((GDN_TREE, KERNEL_CHOICES), (CONV_TREE, KERNEL_CHOICES), (PRECISION, PRECISION_CHOICES))
+    for name, choices in switches:
+        value = ctx.env.get(name)
+        if value is not None and value not in choices:
+            yield Hit(
+                f"{name}={value!r} is not a value the DDTREE payload knows (allowed: {', '.join(choices)})",
+                fix=f"set env {name} to one of {', '.join(choices)}, or remove it",
+                about=env_key(name),
+            )
+    wanted = [name for name in (GDN_TREE, CONV_TREE) if ctx.env.get(name) == "compact"]
+    reason = _not_applicable(ctx)
+    # a precision without the compact GDN verify is unused; with it but kept, DDTREE_GDN_TREE's warning says
+    # why
+    if ctx.env.get(PRECISION) in PRECISION_CHOICES and GDN_TREE not in wanted:
+        yield _unused_precision(reason or f"{GDN_TREE} is not compact")
+    if reason is not None:
+        for name in wanted:
+            yield _kept(name, reason)
+        return
+    plan = kernel_plan(ctx, _verify_width(ctx))
+    if plan.gdn_kept is not None:
+        yield _kept(GDN_TREE, plan.gdn_kept)
+    if ctx.get("enable_unified_memory") and (plan.gdn_compact or plan.conv_compact):
+        yield Hit(
+            f"{plan.describe()} under enable-unified-memory: the kernels run, but the unified pool allocates "
+            "the full verify scratch (full SSM states, dense conv windows); no memory is saved",
+            fix="nothing to do; without enable-unified-memory the scratch shrinks (DDT114 sizes it)",
+            about=env_key(GDN_TREE if plan.gdn_compact else CONV_TREE),
+            severity=INFO,
+        )
+
+
+def _kept(name: str, reason: str) -> Hit:
+    kernel = "GDN tree verify" if name == GDN_TREE else "tree conv"
+    return Hit(
+        f"{name}=compact has no effect: {reason}; SGLang's {kernel} runs instead",
+        fix=f"remove {name} from env (or change the launch so the compact kernel applies)",
+        about=env_key(name),
+        severity=WARNING,
+    )
+
+
+def _unused_precision(reason: str) -> Hit:
+    return Hit(
+        f"{PRECISION} has no effect: it sets the compact GDN tree verify's precision, which does not run "
+        f"({reason})",
+        fix=f"remove {PRECISION} from env",
+        about=env_key(PRECISION),
+        severity=WARNING,
+    )
