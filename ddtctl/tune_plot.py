@@ -1,6 +1,7 @@
 """`ddtctl tune --plot FILE.png` and `--plot-terminal`: output tokens/s against the swept budget (or the
-point), one line per concurrency, the baseline as a dashed line. The PNG is drawn with matplotlib (Agg
-backend, no display needed), the terminal plot with plotext; both come with the `plot` extra and are
+point), one line per concurrency, the baseline as a dashed line; the PNG adds min..max error bars (and a band
+for the baseline) where a figure is the median of several runs (--repeats). The PNG is drawn with matplotlib
+(Agg backend, no display needed), the terminal plot with plotext; both come with the `plot` extra and are
 imported only here."""
 
 from __future__ import annotations
@@ -92,6 +93,20 @@ def plot_terminal(result: TuneResult, width: int = 100, height: int = 24, *, col
     return text.rstrip() + "\n" + "   ".join(legend) + "\n"
 
 
+def _error_bars(ax: Any, xs: list[float], pts: list, concurrency: int, color: str) -> None:
+    """min..max bars around the medians of the points measured more than once (--repeats)."""
+    spreads = [(x, s) for x, p in zip(xs, pts, strict=True) if (s := p.spread(concurrency)) and s.n > 1]
+    if spreads:
+        ax.errorbar(
+            [x for x, _ in spreads],
+            [s.median for _, s in spreads],
+            yerr=[[s.median - s.low for _, s in spreads], [s.high - s.median for _, s in spreads]],
+            fmt="none",
+            ecolor=color,
+            capsize=3,
+        )
+
+
 def plot_png(result: TuneResult, path: str | Path) -> Path:
     _check_measured(result)
     matplotlib = _require("matplotlib", "--plot")
@@ -112,9 +127,13 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
             color=color,
             label=f"concurrency {c}",
         )
-        base = result.baseline.tps(c) if result.baseline else None
+        _error_bars(ax, xs, pts, c, color)
+        base = result.baseline.spread(c) if result.baseline else None
         if base is not None:
-            ax.axhline(base, color=color, linestyle="--", linewidth=1, label=_baseline_label(result, c))
+            label = _baseline_label(result, c)
+            ax.axhline(base.median, color=color, linestyle="--", linewidth=1, label=label)
+            if base.n > 1:  # the baseline's min..max range, as a band
+                ax.axhspan(base.low, base.high, color=color, alpha=0.12, linewidth=0)
     ax.set_xticks(xs, labels, rotation=30 if xlabel == "point" else 0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("output tokens/s")
