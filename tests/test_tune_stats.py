@@ -149,10 +149,13 @@ def test_write_refused_in_json_keeps_the_results(capsys, tmp_path):
     prof.write_text(PROFILE)
     res = sweep(repeats=3, noise=0.10)
     code = _report(res, str(prof), write=True, plot=None, plot_terminal=False, fmt=OutputFormat.json)
-    doc = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.INCONCLUSIVE and not doc["ok"] and doc["error"]["exit_code"] == ExitCode.INCONCLUSIVE
+    doc = json_envelope.envelope(capsys.readouterr().out, "tune")
+    assert code == ExitCode.INCONCLUSIVE and not doc["ok"] and doc["error"] is None
     out = doc["results"]
-    assert out["written"] is None and out["verdict"]["baseline_overlaps"] and not out["verdict"]["clear"]
+    refused = out["write_refused"]
+    assert refused["exit_code"] == ExitCode.INCONCLUSIVE and refused["fix"].endswith("or pass --write-anyway")
+    assert refused["message"].startswith("--write refused: the winner budget=32 is within the run-to-run spread")
+    assert out["written"] is None and prof.read_text() == PROFILE and out["verdict"]["baseline_overlaps"] and not out["verdict"]["clear"]
     stats = out["winner"]["stats"]["1"]
     assert stats["n"] == 3 and stats["min"] <= stats["median"] <= stats["max"]
     assert len(out["winner"]["runs"]) == 6 and [r["repeat"] for r in out["winner"]["runs"][:3]] == [0, 1, 2]
@@ -162,7 +165,7 @@ def test_write_refused_in_json_keeps_the_results(capsys, tmp_path):
 def test_json_with_one_run_keeps_its_shape(capsys):
     code = _report(sweep(1, 0.1), "p.yaml", write=False, plot=None, plot_terminal=False, fmt=OutputFormat.json)
     out = json_envelope.results(capsys.readouterr().out, "tune")
-    assert code == ExitCode.OK and out["verdict"]["spread_known"] is False
+    assert code == ExitCode.OK and out["verdict"]["spread_known"] is False and out["write_refused"] is None
     assert out["winner"]["runs"][0]["output_tps"] == out["winner"]["stats"]["1"]["median"]
 
 

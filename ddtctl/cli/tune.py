@@ -82,7 +82,7 @@ def tune(
         None,
         "--plot",
         help="Write a PNG: tokens/s against the budget (or point), one line per "
-        "concurrency, the baseline dashed",
+        "concurrency, the baseline dashed; min..max error bars with --repeats",
     ),
     plot_terminal: bool = typer.Option(
         False,
@@ -119,10 +119,11 @@ def tune(
 
     A baseline point first (DFLASH, or no speculative decoding), then every point of the search space:
     validate, deploy (preflight, remote dry-run, launch, health), SGLang's benchmark on the host at each
-    concurrency, the server's /get_server_info. Invalid points are skipped with their rule ids; a point that
-    fails to start is recorded and the sweep goes on. At the end the host is back on its starting release
-    unless --keep-best. Exit 0 with a winner, 1 without one, 5 when the host could not be restored, 6 when
-    --write was refused (the winner within the run-to-run spread of the baseline).
+    concurrency (--repeats times: the figures are medians), the server's /get_server_info. Invalid points are
+    skipped with their rule ids; a point that fails to start is recorded and the sweep goes on. At the end the
+    host is back on its starting release unless --keep-best. Exit 0 with a winner, 1 without one, 5 when the
+    host could not be restored, 6 when --write was refused (the winner within the run-to-run spread of the
+    baseline).
     """
     import shlex
 
@@ -256,7 +257,8 @@ def _report(
     if result.restore_error:
         code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.report import ErrorInfo, emit
+        from ddtctl.cli._app import emit_json
+        from ddtctl.report import ErrorInfo
 
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
@@ -265,7 +267,10 @@ def _report(
             {"path": written.path, "changed": written.changed, "edits": written.edits} if written else None
         )
         out["plot"] = plotted
-        emit("tune", out, exit_code=code, error=ErrorInfo.from_exception(refused) if refused else None)
+        # the sweep's results stand; the refusal is one of them (as validate's fix_refused), the envelope's
+        # `error` stays for commands that produced nothing
+        out["write_refused"] = ErrorInfo.from_exception(refused).to_json() if refused else None
+        emit_json("tune", out, code)
     else:
         _print_text(result, written)
         if drawn:
