@@ -81,9 +81,10 @@ class Verdict:
 
     @property
     def clear(self) -> bool:
-        """Ahead of the runner-up and of the baseline (those there are) beyond the run-to-run spread."""
+        """Ahead of the runner-up and of the baseline (those there are, one at least) beyond the spread."""
         return (
             self.spread_known
+            and (self.runner_up is not None or self.beats_baseline is True)
             and not self.runner_up_overlaps
             and not self.baseline_overlaps
             and self.beats_baseline is not False
@@ -103,8 +104,10 @@ class Verdict:
         if self.beats_baseline is False:
             return f"{head}: slower than the baseline beyond the run-to-run spread ({self.runs} runs each)"
         rivals = [r for r in (self.runner_up, "the baseline" if self.beats_baseline else None) if r]
-        ahead = f"ahead of {' and of '.join(rivals)}" if rivals else "alone"
-        return f"{head}: {ahead} beyond the run-to-run spread ({self.runs} runs each)"
+        if not rivals:
+            return f"{head}: the only point measured, and no baseline to compare it with"
+        rivals_text = " and of ".join(rivals)
+        return f"{head}: ahead of {rivals_text} beyond the run-to-run spread ({self.runs} runs each)"
 
     def to_json(self) -> dict:
         return dict(self.__dict__, spread_known=self.spread_known, clear=self.clear, message=self.message())

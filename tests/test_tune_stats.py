@@ -194,3 +194,26 @@ def test_a_results_file_from_before_repeats_loads_and_is_remeasured_only_when_mo
     # and written back, a point keeps every run and its repeat index
     again = PointResult.from_json(json.loads(json.dumps(noisy_point("budget=16", 3, 0.1, 1).to_json())))
     assert [(r.concurrency, r.repeat) for r in again.runs] == [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2)]
+
+
+def test_a_winner_slower_than_the_baseline_beyond_the_spread_is_not_written(capsys, tmp_path):
+    res = sweep(repeats=3, noise=0.005)
+    for run in res.baseline.runs:  # a baseline 30 % up: faster than every point, well beyond the ±0.5 % noise
+        run.output_tps *= 1.3
+    v = verdict(res)
+    assert v.beats_baseline is False and v.baseline_overlaps is False and not v.clear
+    assert v.message() == (f"winner budget=32 {res.winner_ratio:.2f}x the baseline: slower than the baseline beyond "
+                           "the run-to-run spread (3 runs each)")
+    prof = tmp_path / "p.yaml"
+    prof.write_text(PROFILE)
+    code, _, err = text_report(capsys, res, profile=str(prof), write=True)
+    assert code == ExitCode.INCONCLUSIVE and prof.read_text() == PROFILE
+    assert "the winner budget=32 is slower than the baseline beyond the run-to-run spread" in err
+
+
+def test_a_single_point_without_a_baseline_claims_nothing():
+    res = sweep(repeats=3, noise=0.005)
+    res.baseline, res.points = None, res.points[1:]
+    v = verdict(res)
+    assert v.message() == "winner budget=32: the only point measured, and no baseline to compare it with"
+    assert not v.clear and write_refusal(v) is None  # nothing says it is worse: --write goes on
