@@ -164,3 +164,22 @@ def test_png_without_repeats_has_no_error_bars(tmp_path, monkeypatch):
     ax = seen["fig"].axes[0]
     assert not ax.collections and not ax.patches
     real_close(seen["fig"])
+
+
+def test_terminal_plot_draws_each_repeated_points_min_max_as_a_bar():
+    pytest.importorskip("plotext")
+    from ddtctl.tune_plot import plot_terminal
+
+    pts = [_repeated("budget=16", {BUDGET: 16}, [200.0, 150.0, 250.0]),  # 150..250: a tall bar
+           _repeated("budget=64", {BUDGET: 64}, [240.0])]  # once: no bar
+    res = _result(pts)
+    res.concurrencies = [1]
+    text = plot_terminal(res, width=60, height=20)
+    lines = text.splitlines()
+    assert lines[-1] == "o concurrency 1   | min..max of the runs"
+    canvas = [re.split("[┤│]", ln, maxsplit=1)[1].rstrip("│") for ln in lines[2:-4]]
+    bar_rows = [row for row in canvas if row.startswith("|")]  # budget 16 is the leftmost column
+    assert len(bar_rows) >= len(canvas) - 2  # from the bottom (150) to the top (250) of the plot
+    assert not any("|" in row[1:] for row in canvas)  # no bar at budget 64
+    plain = plot_terminal(_sweep(), width=60, height=20)
+    assert "min..max" not in plain and "|" not in "".join(plain.splitlines()[2:-4]).replace("│", "")
