@@ -217,3 +217,13 @@ def test_a_single_point_without_a_baseline_claims_nothing():
     v = verdict(res)
     assert v.message() == "winner budget=32: the only point measured, and no baseline to compare it with"
     assert not v.clear and write_refusal(v) is None  # nothing says it is worse: --write goes on
+
+
+def test_repeats_below_one_is_a_usage_error_before_anything_runs():
+    from ddtctl.errors import UsageError
+    from ddtctl.tune import TuneOptions, _bench_settings
+
+    with pytest.raises(UsageError) as err:
+        _bench_settings(TuneOptions(repeats=0))
+    assert err.value.one_line() == "--repeats 0: give at least 1 (fix: e.g. --repeats 3)"
+    assert _bench_settings(TuneOptions(repeats=2))[:2] == ([1, 8], 1)
