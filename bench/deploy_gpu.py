@@ -43,8 +43,11 @@ the phase table and the stage-timings table are printed and written to $OUT what
              prompts of 32 new tokens, SGLang's own benchmark on the host (offline: the plain server's prompts as a
              --prompts file, so the oracle drafter knows their continuation, else SGLang's random-ids; a `datasets`
              stand-in when the host lacks Hugging Face datasets, which the benchmark imports). Then the same command
-             --format json reads every point back from the results file. Checked: every point measured at every
-             level or its reason recorded, a winner, and the host back on the deploy phase's release, serving it.
+             --format json reads every point back from the results file. --tune-repeats N (default 1) runs the
+             benchmark N times per point and level (`ddtctl tune --repeats`): the table then shows each median
+             with its spread and says whether the winner is ahead beyond it. Checked: every point measured at
+             every level (N times) or its reason recorded, a winner, and the host back on the deploy phase's
+             release, serving it.
   ops        `ddtctl status`, `logs`, `releases`, `stop`, then `status` again (exit 5: not running).
 Output ($OUT): transcript.txt, timings.txt (both tables), deploy_gpu.json (everything), logs.tar.gz (server, warm-up,
 sshd and plain-server logs); with --tune also tune.txt (the table as printed, and the terminal plot when plotext is
@@ -1155,7 +1158,7 @@ def tune_argv(w: World, profile: Path, space: Path, prompts: Path | None, result
     argv = ["tune", HOST, "--profile", profile, "--space", space, "--concurrency",
             ",".join(map(str, a.tune_concurrency)), "--num-prompts", a.tune_num_prompts, "--input-len",
             a.tune_input_len, "--output-len", a.tune_output_len, "--results", results, "--payload", w.payload_dir,
-            "--health-timeout", a.tune_health_timeout, "-i", w.inventory]
+            "--health-timeout", a.tune_health_timeout, "-i", w.inventory, "--repeats", a.tune_repeats]
     if prompts:
         argv += ["--prompts", prompts]
     if a.tune_skip_dry_run:
@@ -1201,9 +1204,9 @@ def _tune_problems(w: World, rc: int | None, rc_json: int | None) -> list[str]:
     problems = []
     if rc != 0 or rc_json != 0 or not r.get("winner"):
         problems.append(f"exit {rc} then {rc_json}: no winner")
+    runs = len(w.args.tune_concurrency) * w.args.tune_repeats
     for p in ([r["baseline"]] if r.get("baseline") else []) + list(r.get("points") or []):
-        measured = p["status"] == "ok" and len(p["runs"]) == len(w.args.tune_concurrency) and all(
-            x.get("ok") for x in p["runs"])
+        measured = p["status"] == "ok" and len(p["runs"]) == runs and all(x.get("ok") for x in p["runs"])
         if not measured and not (p["status"] != "ok" and (p.get("error") or p.get("rules"))):
             problems.append(f"{p['label']}: status {p['status']} without figures or a reason")
     if not all(p.get("resumed") for p in r.get("points") or []):
@@ -1230,14 +1233,18 @@ def check_tune(w: World, rc: int | None, rc_json: int | None, until: float, note
     r = w.tune
     c = r["concurrency"]
 
-    def fig(p: dict) -> str:
-        run = next((x for x in p["runs"] if x["concurrency"] == c and x.get("ok")), None)
-        return f"{p['label']} {run['output_tps']:.1f}" if run else f"{p['label']} {p['status']}"
+    def fig(p: dict) -> str:  # the median of the --tune-repeats runs, and ± half their min..max range
+        s = (p.get("stats") or {}).get(str(c))
+        if not s:
+            return f"{p['label']} {p['status']}"
+        return f"{p['label']} {s['median']:.1f}" + (f" ±{100 * s['half_range']:.1f}%" if s["n"] > 1 else "")
 
     ratio = f" ({r['winner_ratio']:.2f}x the baseline)" if r.get("winner_ratio") else ""
     pts = ([r["baseline"]] if r.get("baseline") else []) + list(r.get("points") or [])
+    verdict = (r.get("verdict") or {}).get("message")
     return (f"tok/s at concurrency {c}: " + ", ".join(fig(p) for p in pts) + f"; winner {r['winner']['label']}{ratio}; "
-            f"back on {w.release1}, serving budget {served}; " + "; ".join(notes))
+            + (f"{verdict}; " if verdict else "") + f"back on {w.release1}, serving budget {served}; "
+            + "; ".join(notes))
 
 
 def replot(envelope: str, png: str) -> int:
@@ -1370,6 +1377,8 @@ def add_tune_args(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--tune-concurrency", type=_ints, default=[1, 4], help="benchmark concurrency levels (default 1,4; "
                    "the profile's CUDA graphs cover batch 4)")
     g.add_argument("--tune-num-prompts", type=int, default=8, help="prompts per benchmark run (default 8)")
+    g.add_argument("--tune-repeats", type=int, default=1, help="benchmark runs per point and level, passed as `ddtctl "
+                   "tune --repeats` (default 1: the call's time stays; each repeat adds ~12 s a level a point)")
     g.add_argument("--tune-input-len", type=int, default=64, help="random prompts' length (default 64)")
     g.add_argument("--tune-output-len", type=int, default=32, help="tokens per request (default 32)")
     g.add_argument("--tune-prompts", choices=("oracle", "random"), default="oracle", help="oracle (default): the plain "
@@ -1417,6 +1426,8 @@ def main(argv=None) -> int:
         return replot(args.replot, args.plot or str(Path(args.replot).with_suffix(".png")))
     if args.tune and args.flagship_tp:
         ap.error("--tune runs on the tiny model: leave out --flagship-tp")
+    if args.tune_repeats < 1:
+        ap.error(f"--tune-repeats {args.tune_repeats}: give at least 1")
     args.batches = [int(x) for x in str(args.batches).split(",") if x]
     gpu = not args.cpu_rehearsal
     if not gpu:  # rehearsals may run side by side on one machine (CI clones); the device call owns its ports

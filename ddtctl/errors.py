@@ -22,6 +22,7 @@ class ExitCode:
     REMOTE = 3  # SSH / remote host failure
     OVERLAY = 4  # payload build / verify / install failure
     DEPLOY = 5  # deploy failed (and was rolled back)
+    INCONCLUSIVE = 6  # a measurement cannot back the action asked (tune --write: winner within the noise)
     INTERNAL = 70  # a ddtctl bug (EX_SOFTWARE): an exception nothing maps to a user error
     INTERRUPTED = 130
 
@@ -80,3 +81,10 @@ class OverlayError(DdtctlError):
 
 class DeployError(DdtctlError):
     exit_code = ExitCode.DEPLOY
+
+
+class Inconclusive(DdtctlError):
+    """The figures measured do not show what the action needs (e.g. a tune winner within the run-to-run spread
+    of the baseline)."""
+
+    exit_code = ExitCode.INCONCLUSIVE

@@ -5,10 +5,12 @@ tokens; or any flags from a `--space` YAML), after a baseline point (the same pr
 speculative decoding): render the profile variant, validate it statically (invalid points are skipped with
 their rule ids), deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
 that fails is recorded and the sweep goes on), run SGLang's own benchmark
-(`python -m sglang.benchmark.serving`) on the host against the server at each concurrency, and read the
-server's /get_server_info (DDTREE's own metrics). Each point is appended to a local JSON-lines results file
-as soon as it is done; a re-run skips the points already there. At the end the host is put back on the
-release it started from (ddtctl.deploy.rollback), unless `keep_best`.
+(`python -m sglang.benchmark.serving`) on the host against the server at each concurrency (`repeats` times
+in the same server life; the figures are their medians, their spread says whether the winner is real:
+ddtctl.tune_stats), and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a
+local JSON-lines results file as soon as it is done; a re-run skips the points already there (unless measured
+with fewer runs than `repeats` asks). At the end the host is put back on the release it started from
+(ddtctl.deploy.rollback), unless `keep_best`.
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -37,6 +39,12 @@ from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part
     run_bench,
     server_metrics,
 )
+from ddtctl.tune_results import (  # noqa: F401  (part of this module's API)
+    PointResult,
+    TuneResult,
+    append_result,
+    read_results,
+)
 from ddtctl.tune_write import WriteResult, write_point  # noqa: F401  (part of this module's API)
 
 DEFAULT_CONCURRENCY = (1, 8)
@@ -57,110 +65,6 @@ DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
 SPECULATIVE = re.compile(r"^speculative-")
 
 
-# ----------------------------------------------------------------------------------------------- results
-@dataclass
-class PointResult:
-    key: str
-    label: str
-    kind: str  # baseline | point
-    flags: dict[str, Any]  # the flags this point sets (None = unset)
-    status: str  # ok | invalid | failed
-    rules: list[str] = field(default_factory=list)  # invalid: the rule ids that rejected it
-    error: str | None = None
-    release: str | None = None
-    runs: list[BenchRun] = field(default_factory=list)
-    server_metrics: dict | None = (
-        None  # /get_server_info internal state (avg_spec_accept_length, ddtree: [...])
-    )
-    argv: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-    resumed: bool = False  # read back from the results file, not run now
-
-    def run_at(self, concurrency: int) -> BenchRun | None:
-        return next((r for r in self.runs if r.concurrency == concurrency and r.ok), None)
-
-    def tps(self, concurrency: int) -> float | None:
-        r = self.run_at(concurrency)
-        return r.output_tps if r else None
-
-    def to_json(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("runs", "resumed")}
-        d["runs"] = [r.to_json() for r in self.runs]
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "PointResult":
-        kw: dict[str, Any] = {
-            k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d
-        }
-        return cls(**kw, runs=[BenchRun.from_json(r) for r in d.get("runs") or []], resumed=True)
-
-
-@dataclass
-class TuneResult:
-    host: str
-    profile: str
-    algorithm: str | None
-    concurrency: int  # the concurrency the winner is chosen at
-    concurrencies: list[int]
-    baseline: PointResult | None
-    points: list[PointResult]
-    winner: PointResult | None
-    results_path: str
-    start_release: str | None
-    end_release: str | None = None
-    restored: bool = False  # the host is back on start_release (or stopped, when it had none)
-    kept_best: bool = False
-    restore_error: str | None = None
-    elapsed_s: float = 0.0
-
-    def ratio(self, point: PointResult, concurrency: int | None = None) -> float | None:
-        c = self.concurrency if concurrency is None else concurrency
-        base = self.baseline.tps(c) if self.baseline else None
-        tps = point.tps(c)
-        return tps / base if tps is not None and base else None
-
-    def best_at(self, concurrency: int) -> PointResult | None:
-        """The measured point (baseline excluded) with the highest output tokens/s at that concurrency."""
-        ranked = [p for p in self.points if p.tps(concurrency) is not None]
-        return max(ranked, key=lambda p: p.tps(concurrency) or 0.0) if ranked else None
-
-    @property
-    def winner_ratio(self) -> float | None:
-        return self.ratio(self.winner) if self.winner else None
-
-    @property
-    def ok(self) -> bool:
-        return self.winner is not None and self.restore_error is None
-
-    def to_json(self) -> dict:
-        return {
-            "host": self.host,
-            "profile": self.profile,
-            "algorithm": self.algorithm,
-            "concurrency": self.concurrency,
-            "concurrencies": self.concurrencies,
-            "baseline": self.baseline.to_json() if self.baseline else None,
-            "points": [
-                dict(
-                    p.to_json(),
-                    resumed=p.resumed,
-                    ratio={str(c): self.ratio(p, c) for c in self.concurrencies},
-                )
-                for p in self.points
-            ],
-            "winner": self.winner.to_json() if self.winner else None,
-            "winner_ratio": self.winner_ratio,
-            "results_path": self.results_path,
-            "start_release": self.start_release,
-            "end_release": self.end_release,
-            "restored": self.restored,
-            "kept_best": self.kept_best,
-            "restore_error": self.restore_error,
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
-
-
 # ----------------------------------------------------------------------------------------------- options
 @dataclass
 class TuneOptions:
@@ -171,6 +75,8 @@ class TuneOptions:
     concurrencies: list[int] = field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
     winner_concurrency: int | None = None  # default: the lowest
     num_prompts: int = 64
+    repeats: int = 1  # benchmark runs per (point, concurrency) in one server life; the figure is their median
+    warmup: bool = False  # one more run per concurrency before the repeats, not recorded
     input_len: int = 512
     output_len: int = 256
     seed: int = 1
@@ -323,29 +229,6 @@ def _point_key(host: str, argv: list[str], opts: TuneOptions, prompts: Prompts |
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def read_results(path: str | Path) -> dict[str, PointResult]:
-    """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
-    out: dict[str, PointResult] = {}
-    p = Path(path)
-    if not p.is_file():
-        return out
-    for line in p.read_text().splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(d, dict) and d.get("key"):
-            out[d["key"]] = PointResult.from_json(d)
-    return out
-
-
-def _append(path: str | Path, host: str, profile: str, point: PointResult) -> None:
-    line = json.dumps(dict(point.to_json(), host=host, profile=profile, time=time.time()), default=str)
-    with open(path, "a") as f:
-        f.write(line + "\n")
-        f.flush()
-
-
 # ----------------------------------------------------------------------------------------------- the sweep
 def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
@@ -406,7 +289,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                 secrets = secret_values(argv, {**getattr(host, "env", {}), **(data.get("env") or {})})
                 argv = mask_argv(argv)  # the results file and the report never hold an --api-key
                 key = _point_key(host.name, argv, opts, prompts)
-                if key in done:
+                if key in done and _enough_runs(done[key], concs, opts.repeats):
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
                 else:
@@ -414,7 +297,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                         pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts, prompts
                     )
                     _mask_point(pr, secrets)
-                    _append(results_path, host.name, profile, pr)
+                    append_result(results_path, host.name, profile, pr)
                 if pt.kind == "baseline":
                     result.baseline = pr
                 else:
@@ -433,6 +316,8 @@ def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
     concs = sorted(set(int(c) for c in opts.concurrencies))
     if not concs or min(concs) < 1:
         raise UsageError("concurrency levels must be positive integers", fix="e.g. --concurrency 1,8")
+    if opts.repeats < 1:
+        raise UsageError(f"--repeats {opts.repeats}: give at least 1", fix="e.g. --repeats 3")
     chosen = opts.winner_concurrency if opts.winner_concurrency is not None else concs[0]
     if chosen not in concs:
         raise UsageError(f"the winner's concurrency {chosen} is not one of the levels run ({concs})")
@@ -443,6 +328,12 @@ def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
             fix=f"at least {MIN_OUTPUT_LEN} (SGLang's custom dataset refuses less)",
         )
     return concs, chosen, prompts
+
+
+def _enough_runs(done: PointResult, concs: list[int], repeats: int) -> bool:
+    """A point from the results file is used as is, unless it was measured fine but with fewer runs than
+    --repeats asks now (a file from before --repeats has one): then it is measured again."""
+    return done.status != "ok" or done.repeats(concs) >= repeats
 
 
 def _mask_point(pr: PointResult, secrets: set[str]) -> None:
@@ -517,7 +408,7 @@ def _run_point(
                     opts=opts,
                     prompts=prompts,
                 )
-                pr.runs.append(run_bench(conn, b, c, opts.bench_timeout_s, prompts=prompts, key=server_key))
+                pr.runs += _bench_repeats(conn, b, c, opts, prompts, server_key)
             probe = conn.call(Probe(target.port, target.probe_host, lines=0), retry=True)
             pr.server_metrics = server_metrics(probe.server_info)
         bad = [r for r in pr.runs if not r.ok]
@@ -536,6 +427,23 @@ def _run_point(
         return pr
     finally:
         pr.elapsed_s = round(time.monotonic() - t0, 3)
+
+
+def _bench_repeats(
+    conn, argv: list[str], concurrency: int, opts: TuneOptions, prompts: Prompts | None, key: str | None
+) -> list[BenchRun]:
+    """--repeats runs at one concurrency (after an unrecorded one with --warmup); a failed run ends them (the
+    next would most likely fail the same way, each after up to the benchmark's timeout)."""
+    if opts.warmup:
+        run_bench(conn, argv, concurrency, opts.bench_timeout_s, prompts=prompts, key=key)
+    runs: list[BenchRun] = []
+    for repeat in range(opts.repeats):
+        run = run_bench(conn, argv, concurrency, opts.bench_timeout_s, prompts=prompts, key=key)
+        run.repeat = repeat
+        runs.append(run)
+        if not run.ok:
+            break
+    return runs
 
 
 def _serving(status, release: str | None) -> bool:

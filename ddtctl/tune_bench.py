@@ -64,6 +64,7 @@ class BenchRun:
     accept_length: float | None = None
     completed: int | None = None
     error: str | None = None
+    repeat: int | None = None  # which of the --repeats runs at its concurrency (None: from before --repeats)
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -1,7 +1,8 @@
 """`ddtctl tune --plot FILE.png` and `--plot-terminal`: output tokens/s against the swept budget (or the
-point), one line per concurrency, the baseline as a dashed line. The PNG is drawn with matplotlib (Agg
-backend, no display needed), the terminal plot with plotext; both come with the `plot` extra and are
-imported only here."""
+point), one line per concurrency, the baseline as a dashed line; where a figure is the median of several runs
+(--repeats), min..max error bars (the PNG adds a band for the baseline's range). The PNG is drawn with
+matplotlib (Agg backend, no display needed), the terminal plot with plotext; both come with the `plot`
+extra and are imported only here."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any
 
 from ddtctl.errors import UsageError
 from ddtctl.tune import TuneResult
+from ddtctl.tune_stats import Spread
 
 BUDGET_FLAG = "speculative-ddtree-budget"
 LINE_MARKERS = "ox+*#@"  # the terminal plot: one per concurrency
 BASE_MARKERS = "-=~:"  # and its baseline
+RANGE_MARKER = "|"  # a point's min..max over its runs (--repeats)
 
 
 def _x(result: TuneResult) -> tuple[list[float], list[str], str]:
@@ -73,16 +76,22 @@ def plot_terminal(result: TuneResult, width: int = 100, height: int = 24, *, col
     xs, labels, xlabel = _x(result)
     pts = [p for p in result.points if p.runs]
     legend = []
+    ranged = False
     for i, c in enumerate(result.concurrencies):
         marker, base_marker = LINE_MARKERS[i % len(LINE_MARKERS)], BASE_MARKERS[i % len(BASE_MARKERS)]
         drawn = [(x, y) for x, y in zip(xs, (p.tps(c) for p in pts), strict=True) if y is not None]
         if drawn:
             fig.draw(fig.signal([x for x, _ in drawn], [y for _, y in drawn], marker=marker).lines(True))
             legend.append(f"{marker} concurrency {c}")
+        for x, s in _repeated(xs, pts, c):  # the min..max of its runs
+            fig.draw(fig.segment([x, x], [s.low, s.high], marker=RANGE_MARKER))
+            ranged = True
         base = result.baseline.tps(c) if result.baseline else None
         if base is not None:
             fig.draw(fig.signal([min(xs), max(xs)], [base, base], marker=base_marker).lines(True))
             legend.append(f"{base_marker} {_baseline_label(result, c)}")
+    if ranged:
+        legend.append(f"{RANGE_MARKER} min..max of the runs")
     fig.ruler("x").ticks(xs, labels)
     fig.title(_title(result))
     fig.label(xlabel, axis="x")
@@ -90,6 +99,25 @@ def plot_terminal(result: TuneResult, width: int = 100, height: int = 24, *, col
     text = fig.build().string(colorless=not color)
     fig.clear()
     return text.rstrip() + "\n" + "   ".join(legend) + "\n"
+
+
+def _repeated(xs: list[float], pts: list, concurrency: int) -> list[tuple[float, Spread]]:
+    """(x, spread) of the points measured more than once at that concurrency (--repeats)."""
+    return [(x, s) for x, p in zip(xs, pts, strict=True) if (s := p.spread(concurrency)) and s.n > 1]
+
+
+def _error_bars(ax: Any, xs: list[float], pts: list, concurrency: int, color: str) -> None:
+    """min..max bars around the medians of the points measured more than once (--repeats)."""
+    spreads = _repeated(xs, pts, concurrency)
+    if spreads:
+        ax.errorbar(
+            [x for x, _ in spreads],
+            [s.median for _, s in spreads],
+            yerr=[[s.median - s.low for _, s in spreads], [s.high - s.median for _, s in spreads]],
+            fmt="none",
+            ecolor=color,
+            capsize=3,
+        )
 
 
 def plot_png(result: TuneResult, path: str | Path) -> Path:
@@ -112,9 +140,13 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
             color=color,
             label=f"concurrency {c}",
         )
-        base = result.baseline.tps(c) if result.baseline else None
+        _error_bars(ax, xs, pts, c, color)
+        base = result.baseline.spread(c) if result.baseline else None
         if base is not None:
-            ax.axhline(base, color=color, linestyle="--", linewidth=1, label=_baseline_label(result, c))
+            label = _baseline_label(result, c)
+            ax.axhline(base.median, color=color, linestyle="--", linewidth=1, label=label)
+            if base.n > 1:  # the baseline's min..max range, as a band
+                ax.axhspan(base.low, base.high, color=color, alpha=0.12, linewidth=0)
     ax.set_xticks(xs, labels, rotation=30 if xlabel == "point" else 0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("output tokens/s")

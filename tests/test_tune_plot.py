@@ -109,3 +109,77 @@ def test_a_missing_plot_library_names_the_extra_before_the_sweep(monkeypatch, mo
     assert f"{option} needs {module}, which is not installed" in err.value.one_line()
     assert "pip install 'ddtctl[plot]'" in err.value.one_line()
     check_extras(png=False, terminal=False)  # nothing asked: nothing needed
+
+
+def _repeated(label, flags, runs, kind="point"):
+    """A point measured several times at concurrency 1 (--repeats): tokens/s of each run."""
+    return PointResult(key=label, label=label, kind=kind, flags=flags, status="ok",
+                       runs=[BenchRun(1, True, output_tps=v, repeat=i) for i, v in enumerate(runs)])
+
+
+def test_png_has_min_max_error_bars_and_a_baseline_band_with_repeats(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Polygon, Rectangle
+
+    seen = {}
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig) and None)
+    pts = [_repeated("budget=16", {BUDGET: 16}, [200.0, 190.0, 230.0]),
+           _repeated("budget=64", {BUDGET: 64}, [240.0]),  # measured once: no bar
+           _repeated("budget=32", {BUDGET: 32}, [250.0, 260.0, 245.0])]
+    base = _repeated("DFLASH", {}, [210.0, 205.0, 220.0], kind="baseline")
+    res = _result(pts, base)
+    res.concurrencies = [1]
+    plot_png(res, tmp_path / "t.png")
+    ax = seen["fig"].axes[0]
+    lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+    assert lines["concurrency 1"] == ([16.0, 64.0, 32.0], [200.0, 240.0, 250.0])  # the medians
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert len(bars) == 1
+    segments = sorted((float(s[0][0]), float(s[0][1]), float(s[1][1])) for s in bars[0].get_segments())
+    assert segments == [(16.0, 190.0, 230.0), (32.0, 245.0, 260.0)]  # min..max at each repeated point
+    bands = [p for p in ax.patches if isinstance(p, (Polygon, Rectangle)) and p.get_alpha() == 0.12]
+    assert len(bands) == 1
+    band = bands[0]  # (a Rectangle from matplotlib 3.9, a Polygon before), in data y
+    spans = [band.get_y(), band.get_y() + band.get_height()] if isinstance(band, Rectangle) else band.get_xy()[:, 1]
+    ys = sorted({round(float(y), 6) for y in spans})
+    assert ys == [205.0, 220.0]  # the baseline's min..max
+    real_close(seen["fig"])
+
+
+def test_png_without_repeats_has_no_error_bars(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen = {}
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: seen.setdefault("fig", fig) and None)
+    plot_png(_sweep(), tmp_path / "t.png")
+    ax = seen["fig"].axes[0]
+    assert not ax.collections and not ax.patches
+    real_close(seen["fig"])
+
+
+def test_terminal_plot_draws_each_repeated_points_min_max_as_a_bar():
+    pytest.importorskip("plotext")
+    from ddtctl.tune_plot import plot_terminal
+
+    pts = [_repeated("budget=16", {BUDGET: 16}, [200.0, 150.0, 250.0]),  # 150..250: a tall bar
+           _repeated("budget=64", {BUDGET: 64}, [240.0])]  # once: no bar
+    res = _result(pts)
+    res.concurrencies = [1]
+    text = plot_terminal(res, width=60, height=20)
+    lines = text.splitlines()
+    assert lines[-1] == "o concurrency 1   | min..max of the runs"
+    canvas = [re.split("[┤│]", ln, maxsplit=1)[1].rstrip("│") for ln in lines[2:-4]]
+    bar_rows = [row for row in canvas if row.startswith("|")]  # budget 16 is the leftmost column
+    assert len(bar_rows) >= len(canvas) - 2  # from the bottom (150) to the top (250) of the plot
+    assert not any("|" in row[1:] for row in canvas)  # no bar at budget 64
+    plain = plot_terminal(_sweep(), width=60, height=20)
+    assert "min..max" not in plain and "|" not in "".join(plain.splitlines()[2:-4]).replace("│", "")

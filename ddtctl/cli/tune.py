@@ -39,6 +39,15 @@ def tune(
     ),
     at: int = typer.Option(None, "--at", help="Concurrency the winner is chosen at (default: the lowest)"),
     num_prompts: int = typer.Option(64, "--num-prompts", help="Prompts per benchmark run"),
+    repeats: int = typer.Option(
+        1,
+        "--repeats",
+        help="Benchmark runs per point and concurrency, in one server life: the table shows their median "
+        "and spread, and whether the winner is ahead beyond it (1: the spread is unknown)",
+    ),
+    warmup: bool = typer.Option(
+        False, "--warmup", help="One more benchmark run per point and concurrency first, not recorded"
+    ),
     input_len: int = typer.Option(512, "--input-len", help="Random dataset: input tokens per prompt"),
     output_len: int = typer.Option(256, "--output-len", help="Random dataset: output tokens per prompt"),
     seed: int = typer.Option(1, "--seed", help="Benchmark seed"),
@@ -58,12 +67,22 @@ def tune(
         "--keep-best",
         help="Leave the winner serving (default: the host goes back to the release it started from)",
     ),
-    write: bool = typer.Option(False, "--write", help="Put the winner into the profile (comments kept)"),
+    write: bool = typer.Option(
+        False,
+        "--write",
+        help="Put the winner into the profile (comments kept); refused (exit 6) when, with --repeats 2 or "
+        "more, the winner is not ahead of the baseline beyond the run-to-run spread",
+    ),
+    write_anyway: bool = typer.Option(
+        False,
+        "--write-anyway",
+        help="With --write: write the winner even when it is not ahead of the baseline beyond the spread",
+    ),
     plot: str = typer.Option(
         None,
         "--plot",
         help="Write a PNG: tokens/s against the budget (or point), one line per "
-        "concurrency, the baseline dashed",
+        "concurrency, the baseline dashed; min..max error bars with --repeats",
     ),
     plot_terminal: bool = typer.Option(
         False,
@@ -100,9 +119,11 @@ def tune(
 
     A baseline point first (DFLASH, or no speculative decoding), then every point of the search space:
     validate, deploy (preflight, remote dry-run, launch, health), SGLang's benchmark on the host at each
-    concurrency, the server's /get_server_info. Invalid points are skipped with their rule ids; a point that
-    fails to start is recorded and the sweep goes on. At the end the host is back on its starting release
-    unless --keep-best. Exit 0 with a winner, 1 without one, 5 when the host could not be restored.
+    concurrency (--repeats times: the figures are medians), the server's /get_server_info. Invalid points are
+    skipped with their rule ids; a point that fails to start is recorded and the sweep goes on. At the end the
+    host is back on its starting release unless --keep-best. Exit 0 with a winner, 1 without one, 5 when the
+    host could not be restored, 6 when --write was refused (the winner within the run-to-run spread of the
+    baseline).
     """
     import shlex
 
@@ -129,6 +150,8 @@ def tune(
         concurrencies=_concurrencies(concurrency),
         winner_concurrency=at,
         num_prompts=num_prompts,
+        repeats=repeats,
+        warmup=warmup,
         input_len=input_len,
         output_len=output_len,
         seed=seed,
@@ -143,7 +166,17 @@ def tune(
         trust_new_host=trust_new_host,
     )
     result = _run_with_progress(run_tune, profile, h, opts)
-    raise typer.Exit(_report(result, profile, write=write, plot=plot, plot_terminal=plot_terminal, fmt=fmt))
+    raise typer.Exit(
+        _report(
+            result,
+            profile,
+            write=write,
+            write_anyway=write_anyway,
+            plot=plot,
+            plot_terminal=plot_terminal,
+            fmt=fmt,
+        )
+    )
 
 
 def _run_with_progress(run_tune, profile: str, host, opts):
@@ -191,17 +224,27 @@ def _run_with_progress(run_tune, profile: str, host, opts):
 
 
 def _report(
-    result, profile: str, *, write: bool, plot: str | None, plot_terminal: bool, fmt: OutputFormat
+    result,
+    profile: str,
+    *,
+    write: bool,
+    plot: str | None,
+    plot_terminal: bool,
+    fmt: OutputFormat,
+    write_anyway: bool = False,
 ) -> int:
     """Write the winner / plots as asked, print the result; the exit code."""
     import sys
 
     from ddtctl.errors import ExitCode
     from ddtctl.tune import write_point
+    from ddtctl.tune_stats import verdict, write_refusal
 
-    written = None
+    written, refused = None, None
     if write and result.winner is not None:
-        written = write_point(profile, result.winner)
+        refused = None if write_anyway else write_refusal(verdict(result))
+        if refused is None:
+            written = write_point(profile, result.winner)
     plotted = None
     if plot:
         from ddtctl.tune_plot import plot_png
@@ -209,10 +252,13 @@ def _report(
         plotted = str(plot_png(result, plot))
     drawn = _draw_in_terminal(result) if plot_terminal else None
     code = ExitCode.OK if result.winner is not None else ExitCode.INVALID
+    if refused is not None:
+        code = refused.exit_code
     if result.restore_error:
         code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
+        from ddtctl.report import ErrorInfo
 
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
@@ -221,6 +267,9 @@ def _report(
             {"path": written.path, "changed": written.changed, "edits": written.edits} if written else None
         )
         out["plot"] = plotted
+        # the sweep's results stand; the refusal is one of them (as validate's fix_refused), the envelope's
+        # `error` stays for commands that produced nothing
+        out["write_refused"] = ErrorInfo.from_exception(refused).to_json() if refused else None
         emit_json("tune", out, code)
     else:
         _print_text(result, written)
@@ -228,6 +277,8 @@ def _report(
             sys.stdout.write(drawn)  # as drawn: rich would wrap its lines and escape its colours
         if plotted:
             stdout_console().print(f"plot: {plotted}", markup=False)
+        if refused is not None:
+            sys.stderr.write(f"ddtctl: error: {refused.one_line()}\n")
     return int(code)
 
 
@@ -253,6 +304,25 @@ def _fmt(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _fmt_tps(spread) -> str:
+    """The median tokens/s, and with several runs half their min..max range relative to it (`491.3 ±4%`)."""
+    if spread is None:
+        return "-"
+    if spread.n < 2:
+        return _fmt(spread.median)
+    return f"{spread.median:.1f} ±{100 * spread.half_range:.{0 if spread.half_range >= 0.01 else 1}f}%"
+
+
+def _print_verdict(con, result) -> None:
+    """Whether the winner is ahead of the runner-up and the baseline beyond the run-to-run spread."""
+    from ddtctl.tune_stats import verdict
+
+    v = verdict(result)
+    if v is None:
+        return
+    con.print(v.message(), style="green" if v.clear else "yellow", markup=False)
+
+
 def _print_text(result, written) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -261,8 +331,8 @@ def _print_text(result, written) -> None:
     table = Table(
         box=None,
         pad_edge=False,
-        caption="tok/s: output tokens/s; vs base: ratio to the baseline; "
-        "latencies in ms (TTFT median); * the winner",
+        caption="tok/s: output tokens/s (the median of the runs, ± half their min..max range); "
+        "vs base: ratio to the baseline; latencies in ms (TTFT median); * the winner",
         caption_justify="left",
     )
     for col in ("point", "conc", "status", "tok/s", "vs base", "accept", "ITL p50", "ITL p99", "TTFT"):
@@ -280,13 +350,15 @@ def _print_text(result, written) -> None:
                 escape(p.label + mark) if i == 0 else "",
                 str(c),
                 escape(status) if i == 0 else "",
-                _fmt(r.output_tps if r else None),
+                _fmt_tps(p.spread(c)),
                 _fmt(result.ratio(p, c), ".2f"),
                 _fmt(r.accept_length if r else None, ".2f"),
                 _fmt(r.itl_p50_ms if r else None, ".2f"),
                 _fmt(r.itl_p99_ms if r else None, ".2f"),
                 _fmt(r.ttft_ms if r else None),
             )
+    if not con.is_terminal:  # a pipe, a file: no column cut to rich's default 80 (the spreads widen tok/s)
+        con.width = max(con.width, 160)
     con.print(table)
     w = result.winner
     if w is None:
@@ -299,6 +371,7 @@ def _print_text(result, written) -> None:
             + (f", {ratio:.2f}x the baseline" if ratio else "")
             + "[/green]"
         )
+        _print_verdict(con, result)
     if written is not None:
         con.print(
             f"{written.path}: "

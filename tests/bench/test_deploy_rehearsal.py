@@ -204,6 +204,41 @@ def test_cpu_rehearsal_of_the_tune_call(tmp_path):
     assert r.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", r.stderr[-2000:]
 
 
+def test_tune_repeats_reach_ddtctl_tune_and_the_check_counts_every_run(dg):
+    """--tune-repeats N (default 1, the device call's time unchanged) becomes `ddtctl tune --repeats N`, and the
+    tune check wants N runs per point and level."""
+    import argparse
+
+    from types import SimpleNamespace
+
+    ap = argparse.ArgumentParser()
+    dg.add_tune_args(ap)
+    w = SimpleNamespace(args=ap.parse_args([]), payload_dir="/payload", inventory="/hosts.yaml", release1="r1")
+    argv = dg.tune_argv(w, Path("p.yaml"), Path("space.yaml"), None, Path("tune.jsonl"))
+    assert argv[argv.index("--repeats") + 1] == 1
+    w.args = ap.parse_args(["--tune-repeats", "3", "--tune-concurrency", "1,4"])
+    argv = dg.tune_argv(w, Path("p.yaml"), Path("space.yaml"), None, Path("tune.jsonl"))
+    assert argv[argv.index("--repeats") + 1] == 3
+
+    def point(label, repeats):
+        runs = [{"concurrency": c, "ok": True, "repeat": i} for c in (1, 4) for i in range(repeats)]
+        return {"label": label, "status": "ok", "runs": runs, "resumed": True}
+
+    def tune_result(repeats):
+        return {"winner": {"label": "budget=8"}, "baseline": point("baseline DFLASH", repeats),
+                "points": [point("budget=8", repeats)], "restored": True, "restore_error": None,
+                "start_release": "r1", "end_release": "r1"}
+
+    w.tune = tune_result(3)
+    assert dg._tune_problems(w, 0, 0) == []
+    w.tune = tune_result(1)  # one run per level where three were asked
+    assert dg._tune_problems(w, 0, 0) == ["baseline DFLASH: status ok without figures or a reason",
+                                          "budget=8: status ok without figures or a reason"]
+    with pytest.raises(SystemExit) as exited:
+        dg.main(["--tune-repeats", "0"])
+    assert exited.value.code == 2
+
+
 def test_server_env_reaches_the_inventory_and_bad_pairs_are_refused(dg, tmp_path):
     """--server-env KEY=VALUE (bench/flagship_tp8.sh's SERVER_ENV) lands in the deployed host's env."""
     import argparse

@@ -13,6 +13,7 @@ import json_envelope
 import pytest
 
 from ddtctl.deploy import DeployOptions, deploy, host_status, spec_from_profile
+from ddtctl.errors import ExitCode
 from ddtctl.tune import TuneOptions, read_results, tune
 from labkit import STANDINS
 
@@ -31,8 +32,9 @@ def _deploy(lab, profile):
 
 def _opts(lab, budgets, **kw):
     kw.setdefault("results_path", str(lab.root / "tune.jsonl"))
+    kw.setdefault("bench_cmd", [sys.executable, str(STANDIN_BENCH)])
     return TuneOptions(space={BUDGET: budgets, "speculative-ddtree-topk-cap": [None]}, concurrencies=[1, 8],
-                       num_prompts=8, seed=1, bench_cmd=[sys.executable, str(STANDIN_BENCH)],
+                       num_prompts=8, seed=1,
                        payload_dir=str(lab.payload), remote_dry_run=False, health_interval_s=0.2, stop_grace_s=5,
                        health_timeout_s=10, **kw)
 
@@ -164,6 +166,81 @@ def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
     assert any(r.startswith("budget=32 *") and "239.6" in r and "1.08" in r for r in rows), run.stdout
     assert "winner at concurrency 1: budget=32 topk-cap=-" not in run.stdout  # the --space had no topk-cap
     assert "winner at concurrency 1: budget=32: 239.6 tokens/s, 1.08x the baseline" in run.stdout
+
+
+# -- --repeats: run-to-run noise (the stand-in benchmark's seeded --standin-noise) ----------------------------
+def _launches(into: list):
+    def on_event(ev):
+        if ev.stage == "launch" and ev.message.startswith("started"):
+            into.append(ev.message)
+    return on_event
+
+
+def test_repeats_run_in_one_server_life_are_recorded_and_resumed(lab):
+    counted = lab.root / "bench-runs.txt"  # the stand-in benchmark adds a line (its concurrency) per run
+    noisy = [sys.executable, str(STANDIN_BENCH), "--standin-noise", "0.1", "--standin-runs", str(counted)]
+    prof = lab.profile(server={BUDGET: 40})
+    launched: list = []
+    res = tune(str(prof), lab.host(), _opts(lab, [16, 32], repeats=3, warmup=True, bench_cmd=noisy,
+                                            on_event=_launches(launched)))
+    assert len(launched) == 3  # baseline, 16, 32: the repeats ran against one server each
+    # per point and concurrency: one warm-up run (not recorded), then the 3 repeats
+    assert counted.read_text().split() == (["1"] * 4 + ["8"] * 4) * 3
+    for p in [res.baseline, *res.points]:
+        assert [(r.concurrency, r.repeat, r.ok) for r in p.runs] == [(c, i, True) for c in (1, 8) for i in range(3)]
+        figures = sorted(r.output_tps for r in p.runs_at(1))
+        assert len(set(figures)) == 3 and p.tps(1) == figures[1]  # noisy runs; the point's figure: their median
+        assert p.spread(1).low == figures[0] and p.spread(1).high == figures[2]
+    assert res.winner is res.best_at(1)
+    path = lab.root / "tune.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(lines) == 3 and all([r["repeat"] for r in x["runs"]] == [0, 1, 2, 0, 1, 2] for x in lines)
+
+    # the same sweep again: every point (3 runs each) comes from the results file, nothing is run
+    again = tune(str(prof), lab.host(), _opts(lab, [16, 32], repeats=3, bench_cmd=noisy,
+                                              on_event=_launches(launched)))
+    assert again.baseline.resumed and all(p.resumed for p in again.points) and len(launched) == 3
+    assert [p.tps(1) for p in again.points] == [p.tps(1) for p in res.points]
+    assert len(counted.read_text().split()) == 24 and len(path.read_text().splitlines()) == 3
+    # more repeats than the file holds: that point is measured again (4 runs), and appended
+    more = tune(str(prof), lab.host(), _opts(lab, [32], baseline="off", repeats=4, bench_cmd=noisy))
+    assert not more.winner.resumed and [r.repeat for r in more.winner.runs_at(8)] == [0, 1, 2, 3]
+    assert len(path.read_text().splitlines()) == 4 and len(counted.read_text().split()) == 32
+    assert read_results(path)[more.winner.key].repeats([1, 8]) == 4  # the last line of a key wins
+
+
+def test_cli_write_is_refused_within_the_spread_of_the_baseline_and_written_anyway(lab):
+    from typer.testing import CliRunner
+
+    import ddtctl.cli.tune  # noqa: F401  (registers `tune` on the app)
+    from ddtctl.cli._app import app
+
+    prof = lab.root / "commented.yaml"
+    original = PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port)
+    prof.write_text(original)
+    space = lab.root / "space.yaml"
+    space.write_text(f"{BUDGET}: [16, 32]\n")
+    results = lab.root / "noisy.jsonl"  # ±15 % seeded noise: budget 32 wins on the median, its range overlaps
+    bench = f"{sys.executable} {STANDIN_BENCH} --standin-noise 0.15 --standin-runs {lab.root / 'runs.txt'}"
+    args = ["tune", "lo", "--profile", str(prof), "--space", str(space), "--concurrency", "1", "--num-prompts", "8",
+            "--results", str(results), "--payload", str(lab.payload), "--skip-remote-dry-run", "--bench-cmd", bench,
+            "--health-timeout", "10", "-i", str(lab.inventory), "--repeats", "3", "--write"]
+    run = CliRunner().invoke(app, args)
+    assert run.exit_code == ExitCode.INCONCLUSIVE, run.output
+    assert prof.read_text() == original  # not written
+    refused = [ln for ln in run.stderr.splitlines() if ln.startswith("ddtctl: error:")]
+    assert len(refused) == 1 and "--write refused: the winner budget=" in refused[0]
+    assert "within the run-to-run spread of the baseline at concurrency 1 (3 runs each)" in refused[0]
+    assert "within the run-to-run spread of" in run.stdout and "run with more --repeats" in run.stdout
+    assert any(r.startswith("baseline DFLASH") and "±" in r for r in run.stdout.splitlines()), run.stdout
+    # asked anyway: the winner (from the results file, nothing run again) is written
+    run = CliRunner().invoke(app, args + ["--write-anyway", "--format", "json"])
+    assert run.exit_code == 0, run.output
+    out = json_envelope.results(run.stdout, "tune")
+    assert out["verdict"]["baseline_overlaps"] and all(p["resumed"] for p in out["points"])
+    assert out["written"]["changed"] and out["winner"]["stats"]["1"]["n"] == 3
+    assert f"speculative-ddtree-budget: {out['winner']['flags'][BUDGET]}  # before tuning" in prof.read_text()
+    assert len(results.read_text().splitlines()) == 3
 
 
 # -- the user's prompt file (issue #15) ----------------------------------------------------------------------

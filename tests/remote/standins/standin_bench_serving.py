@@ -16,6 +16,10 @@ DDTREE budget, dflash block size, and the accepted length in internal_states):
 
 so at concurrency 1 the DDTREE budgets 16/32/64 give 231.71/239.60/197.25 tokens/s (32 wins; DFLASH block 16: 222.2),
 and at concurrency 8 the smallest budget wins. STANDIN_BENCH_FAIL=1 (in the benchmark's own environment) exits 1.
+
+Run-to-run noise, seeded (for `ddtctl tune --repeats`): `--standin-noise REL --standin-runs FILE` scales the
+tokens/s of each run by 1 + REL * u, u uniform in [-1, 1] from a generator seeded with --seed and the number of
+runs FILE has counted so far (each run adds a line to it: the same sweep gives the same figures).
 """
 import argparse
 import json
@@ -41,6 +45,21 @@ def figures(info: dict, concurrency: int) -> dict:
     ttft = 50.0 + float(info.get("speculative_ddtree_budget") or 0) / 4.0
     return {"output_throughput": tps, "median_itl_ms": itl, "p99_itl_ms": 1.5 * itl, "mean_itl_ms": itl,
             "median_ttft_ms": ttft, "mean_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft, "accept_length": accept}
+
+
+def noisy(row: dict, args: argparse.Namespace) -> dict:
+    """The figures of one run with its seeded noise; counts the run in --standin-runs."""
+    try:
+        with open(args.standin_runs) as f:
+            count = sum(1 for _ in f)
+    except FileNotFoundError:
+        count = 0
+    with open(args.standin_runs, "a") as f:
+        f.write(f"{args.max_concurrency}\n")
+    factor = 1.0 + args.standin_noise * random.Random(f"{args.seed}-{count}").uniform(-1.0, 1.0)
+    itl = row["median_itl_ms"] / factor
+    return {"output_throughput": row["output_throughput"] * factor, "median_itl_ms": itl, "mean_itl_ms": itl,
+            "p99_itl_ms": 1.5 * itl, "standin_run": count}
 
 
 def custom_prompts(path: str) -> list[list[int]]:
@@ -73,6 +92,8 @@ def main() -> int:
     ap.add_argument("--disable-tqdm", action="store_true")
     ap.add_argument("--dataset-path", default="")
     ap.add_argument("--sharegpt-output-len", type=int)
+    ap.add_argument("--standin-noise", type=float, default=0.0)
+    ap.add_argument("--standin-runs", default="")
     args, _unknown = ap.parse_known_args()
     if os.environ.get("STANDIN_BENCH_FAIL"):
         print("[standin-bench] failing on purpose (STANDIN_BENCH_FAIL)", flush=True)
@@ -103,6 +124,8 @@ def main() -> int:
            "server_info": info, "duration": 1.0, "completed": len(prompts) if completed else 0,
            "total_output_tokens": args.num_prompts * args.random_output_len, "seed": args.seed, "standin": True}
     row.update(figures(info, args.max_concurrency))
+    if args.standin_runs:
+        row.update(noisy(row, args))
     with open(args.output_file, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(f"Output token throughput (tok/s): {row['output_throughput']:.2f}", flush=True)

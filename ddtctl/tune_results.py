@@ -1,0 +1,178 @@
+"""What `ddtctl tune` measured: a point's benchmark runs (several per concurrency with --repeats), the sweep's
+result, and the JSON-lines results file (one line per point, appended as soon as the point is done).
+
+A results file written before --repeats holds one run per concurrency and no `repeat` field; it loads as a
+point measured once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtctl.tune_bench import BenchRun
+from ddtctl.tune_stats import Spread, median_of, verdict
+
+
+@dataclass
+class PointResult:
+    key: str
+    label: str
+    kind: str  # baseline | point
+    flags: dict[str, Any]  # the flags this point sets (None = unset)
+    status: str  # ok | invalid | failed
+    rules: list[str] = field(default_factory=list)  # invalid: the rule ids that rejected it
+    error: str | None = None
+    release: str | None = None
+    runs: list[BenchRun] = field(default_factory=list)  # every run, --repeats of them per concurrency
+    server_metrics: dict | None = (
+        None  # /get_server_info internal state (avg_spec_accept_length, ddtree: [...])
+    )
+    argv: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    resumed: bool = False  # read back from the results file, not run now
+
+    def runs_at(self, concurrency: int) -> list[BenchRun]:
+        """The successful runs at that concurrency."""
+        return [r for r in self.runs if r.concurrency == concurrency and r.ok]
+
+    def run_at(self, concurrency: int) -> BenchRun | None:
+        """The figures at that concurrency: the run itself when there is one, else each figure's median."""
+        runs = self.runs_at(concurrency)
+        if len(runs) <= 1:
+            return runs[0] if runs else None
+
+        def med(name: str) -> float | None:
+            return median_of(getattr(r, name) for r in runs)
+
+        return BenchRun(
+            concurrency,
+            True,
+            output_tps=med("output_tps"),
+            ttft_ms=med("ttft_ms"),
+            itl_p50_ms=med("itl_p50_ms"),
+            itl_p99_ms=med("itl_p99_ms"),
+            accept_length=med("accept_length"),
+            completed=runs[0].completed,
+        )
+
+    def spread(self, concurrency: int) -> Spread | None:
+        """The output tokens/s at that concurrency over the runs (median, min, max)."""
+        return Spread.of(r.output_tps for r in self.runs_at(concurrency) if r.output_tps is not None)
+
+    def tps(self, concurrency: int) -> float | None:
+        s = self.spread(concurrency)
+        return s.median if s else None
+
+    def repeats(self, concurrencies: list[int]) -> int:
+        """The fewest successful runs at any of those concurrencies."""
+        return min((len(self.runs_at(c)) for c in concurrencies), default=0)
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("runs", "resumed")}
+        d["runs"] = [r.to_json() for r in self.runs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PointResult":
+        kw: dict[str, Any] = {
+            k: d.get(k) for k in cls.__dataclass_fields__ if k not in ("runs", "resumed") and k in d
+        }
+        return cls(**kw, runs=[BenchRun.from_json(r) for r in d.get("runs") or []], resumed=True)
+
+
+@dataclass
+class TuneResult:
+    host: str
+    profile: str
+    algorithm: str | None
+    concurrency: int  # the concurrency the winner is chosen at
+    concurrencies: list[int]
+    baseline: PointResult | None
+    points: list[PointResult]
+    winner: PointResult | None
+    results_path: str
+    start_release: str | None
+    end_release: str | None = None
+    restored: bool = False  # the host is back on start_release (or stopped, when it had none)
+    kept_best: bool = False
+    restore_error: str | None = None
+    elapsed_s: float = 0.0
+
+    def ratio(self, point: PointResult, concurrency: int | None = None) -> float | None:
+        c = self.concurrency if concurrency is None else concurrency
+        base = self.baseline.tps(c) if self.baseline else None
+        tps = point.tps(c)
+        return tps / base if tps is not None and base else None
+
+    def best_at(self, concurrency: int) -> PointResult | None:
+        """The measured point (baseline excluded) with the highest median output tokens/s there."""
+        ranked = [p for p in self.points if p.tps(concurrency) is not None]
+        return max(ranked, key=lambda p: p.tps(concurrency) or 0.0) if ranked else None
+
+    @property
+    def winner_ratio(self) -> float | None:
+        return self.ratio(self.winner) if self.winner else None
+
+    @property
+    def ok(self) -> bool:
+        return self.winner is not None and self.restore_error is None
+
+    def _point_json(self, point: PointResult) -> dict:
+        stats = {str(c): s.to_json() for c in self.concurrencies if (s := point.spread(c)) is not None}
+        return dict(point.to_json(), stats=stats)
+
+    def to_json(self) -> dict:
+        v = verdict(self)
+        return {
+            "host": self.host,
+            "profile": self.profile,
+            "algorithm": self.algorithm,
+            "concurrency": self.concurrency,
+            "concurrencies": self.concurrencies,
+            "baseline": self._point_json(self.baseline) if self.baseline else None,
+            "points": [
+                dict(
+                    self._point_json(p),
+                    resumed=p.resumed,
+                    ratio={str(c): self.ratio(p, c) for c in self.concurrencies},
+                )
+                for p in self.points
+            ],
+            "winner": self._point_json(self.winner) if self.winner else None,
+            "winner_ratio": self.winner_ratio,
+            "verdict": v.to_json() if v else None,
+            "results_path": self.results_path,
+            "start_release": self.start_release,
+            "end_release": self.end_release,
+            "restored": self.restored,
+            "kept_best": self.kept_best,
+            "restore_error": self.restore_error,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+def read_results(path: str | Path) -> dict[str, PointResult]:
+    """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
+    out: dict[str, PointResult] = {}
+    p = Path(path)
+    if not p.is_file():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and d.get("key"):
+            out[d["key"]] = PointResult.from_json(d)
+    return out
+
+
+def append_result(path: str | Path, host: str, profile: str, point: PointResult) -> None:
+    line = json.dumps(dict(point.to_json(), host=host, profile=profile, time=time.time()), default=str)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
