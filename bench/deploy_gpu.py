@@ -1481,8 +1481,9 @@ def main(argv=None) -> int:
               lambda u: broken(w, u), needs=("deploy",))
         r.run("requests2", lim(90, 30), "after the rollback: still the plain server's outputs",
               lambda u: _compare(w, "requests2", u), needs=("broken",))
-        if args.tune:
-            r.run("tune", lim(440, 200), "ddtctl tune: the baseline and the DDTREE budgets, back to the first release",
+        if args.tune:  # each repeat past the first is one more benchmark run per point and level (~13 s here)
+            extra_runs = (args.tune_repeats - 1) * (1 + len(args.tune_budgets)) * len(args.tune_concurrency)
+            r.run("tune", lim(440, 200) + 20 * extra_runs, "ddtctl tune: the baseline and the DDTREE budgets, back to the first release",
                   lambda u: tune(w, u), needs=("deploy",))
         r.run("ops", lim(120, 60), "ddtctl status, logs, releases, stop", lambda u: ops(w, u), needs=("deploy",))
         if w.flagship:
