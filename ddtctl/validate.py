@@ -358,7 +358,10 @@ def validate_argv(
     sglang: str = PINNED_SGLANG,
     source: str = "argv",
     ignore: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> ValidationResult:
+    """`env`: the server process's environment where the caller knows it (deploy: the inventory's and the
+    profile's `env:` merged, as the launch gets them)."""
     from ddtctl.schema.extensions import extended_catalog
     from ddtctl.sglang_config import expand_config_argv
 
@@ -395,6 +398,7 @@ def validate_argv(
             gpu_count=None,
             catalog=catalog,
             extra=extra,
+            env=env,
         ),
         dict(ignore or {}),
     )

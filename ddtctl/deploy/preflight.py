@@ -282,7 +282,9 @@ def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> lis
     bundled_worker = ships_bundled_worker(spec)
     ignore, out = ignore_checks(spec, target, bundled_worker=bundled_worker)
     try:
-        res = validate_argv(argv, gpu=gpu, sglang=spec.sglang, source=spec.source, ignore=ignore)
+        res = validate_argv(
+            argv, gpu=gpu, sglang=spec.sglang, source=spec.source, ignore=ignore, env=target.env
+        )
     except UsageError as err:
         return [*out, _check(target, "validate", False, err.one_line())]
     for f in res.findings:

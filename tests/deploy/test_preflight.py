@@ -94,3 +94,13 @@ def test_static_validation_uses_the_hosts_gpu():
     assert "validate:DDT701" not in _blocking(on_h200)
     on_b200 = preflight_checks(fa3, target(fa3), facts(gpu="NVIDIA B200", sm=(10, 0)), remote_dry_run=True)
     assert "validate:DDT701" in _blocking(on_b200)
+
+
+def test_static_validation_sees_the_servers_environment():
+    """The launch gets the inventory's env and the profile's `env:` merged; a typo in a DDTREE kernel switch
+    there blocks before anything is shipped (DDT116), not at the server's start."""
+    argv = ["--model-path", "/m", "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/d"]
+    typo = spec(argv, env={"DDTREE_GDN_TREE": "compcat"})
+    assert "validate:DDT116" in _blocking(preflight_checks(typo, target(typo), facts(), remote_dry_run=True))
+    known = spec(argv, env={"DDTREE_GDN_TREE": "sglang"})
+    assert "validate:DDT116" not in _blocking(preflight_checks(known, target(known), facts(), remote_dry_run=True))
