@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from seeded_hypothesis import FUZZ, describe
+
+
+def _interpret_triton_without_a_gpu() -> None:
+    """Triton fixes interpreter or compiled mode for its own language library (tl.zeros, ...) when it is first
+    imported. Any test module that imports triton at collection (pytest.importorskip("triton")) would otherwise
+    fix compiled mode for the whole run, and every interpreted kernel after it fails with "Cannot call
+    @triton.jit'd outside of the scope of a kernel". So the flag is set here, before any test module loads."""
+    if "TRITON_INTERPRET" in os.environ:
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+_interpret_triton_without_a_gpu()
 
 
 @pytest.fixture(scope="session")
