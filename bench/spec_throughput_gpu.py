@@ -339,6 +339,10 @@ def plan(args) -> list[Bench]:
             mk(f"ddtree-b{budget}-{drafter}-compactgdn", "DDTREE", budget, drafter)
             out[-1].extra_env = {"DDTREE_GDN_TREE": "compact"}
             out[-1].variant = "compactgdn"
+        for budget in (int(x) for x in args.compact_budgets.split(",") if x):
+            mk(f"ddtree-b{budget}-{drafter}-compact", "DDTREE", budget, drafter)  # + the compact tree conv
+            out[-1].extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+            out[-1].variant = "compact"
     if args.servers:
         keep = set(args.servers.split(","))
         out = [b for b in out if b.name in keep or b.algo == "plain"]
@@ -368,6 +372,9 @@ def main() -> int:
     ap.add_argument("--compact-gdn-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with the compact GDN tree kernel "
                     "(DDTREE_GDN_TREE=compact, ddtctl/kernels/gdn_tree.py) instead of SGLang's")
+    ap.add_argument("--compact-budgets", default="",
+                    help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
+                    "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()

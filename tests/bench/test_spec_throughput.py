@@ -19,7 +19,7 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                compact_gdn_budgets="")
+                compact_gdn_budgets="", compact_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -115,3 +115,11 @@ def test_calibrated_drafter_expects_a_dflash_length_in_the_papers_range(st):
     p0 = float(st.CALIBRATED_RANK_P.split(",")[0])
     expected_len = 1 + sum(p0 ** k for k in range(1, 16))  # block 16: 15 draft positions, plus the bonus
     assert 6.0 <= expected_len <= 8.0
+
+
+def test_compact_servers_run_both_compact_kernels(st):
+    """--compact-budgets: the compact GDN tree verify and the compact tree conv together, their own variant."""
+    by = {b.name: b for b in st.plan(_args(budgets="16", drafter="random", compact_budgets="32"))}
+    both = by["ddtree-b32-random-compact"]
+    assert both.extra_env == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+    assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GDN-hybrid tree kernels in one nvidia-h200 call (issue #12, notes/step-cost-h200.md "Next device calls"):
+#   1. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
+#   2. bench/gdn_tree_gpu.py        the compact GDN tree verify's TF32 launch variants (64-wide value tiles, the
+#                                   ancestor matrix given) against the default launch and SGLang's kernels;
+#   3. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
+#                                   the path chains (SGLang's own kernels, tf32x3).
+# Each step has its own time limit and log; one failing step does not stop the others; exit 1 if any failed.
+# Needs .carry/whl carried (tools/fetch_gpu_carry.sh). Usage on the device: bash bench/hybrid_kernels_h200.sh
+# Env: CALL_S (seconds this call may use, default 560).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/hybrid-kernels-out}
+mkdir -p "$OUT"
+CALL_S=${CALL_S:-560}
+t0=$SECONDS
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/whl/*.whl || exit 2
+export PYTHONPATH=tests/gpu_standins:/tmp/site:. DDTREE_GPU_STANDINS=1 SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1
+
+rc=0
+step() {  # name share-of-what-is-left command...
+  local name=$1 share=$2
+  shift 2
+  local left=$((CALL_S - (SECONDS - t0) - 10))
+  local limit=$((left * share / 100))
+  if [ "$limit" -lt 30 ]; then
+    echo "=== $name: skipped, ${left}s left"
+    rc=1
+    return
+  fi
+  echo "=== $name (limit ${limit}s): $*"
+  OUT=$OUT/$name timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local code=$?
+  echo "    exit $code after $((SECONDS - t0))s"
+  tail -25 "$OUT/$name.log"
+  [ "$code" -eq 0 ] || rc=1
+}
+
+step conv_tree 40 python3 bench/conv_tree_gpu.py
+step gdn_tree 55 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
+step hybrid_tree 100 python3 bench/hybrid_tree_kernels.py
+echo "RESULT: $([ $rc -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0))s (logs and json under \$OUT)"
+exit $rc
