@@ -327,9 +327,9 @@ def verify_scratch(
     """One GPU's scratch (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x
     key dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them.
     `compact_ssm`: a node's row holds the compact GDN verify's records instead of its [HV, V, K] state
-    (hybrid.py:175 compact_scratch, shape from kernels/gdn_tree.py compact_scratch_shape); `dense_conv` False:
+    (hybrid.py compact_scratch, shape from kernels/gdn_tree.py compact_scratch_shape); `dense_conv` False:
     SGLang's deduplicated [conv_dim, n + kernel - 2] window per request (chain kernels, or the compact tree
-    conv, hybrid.py:308)."""
+    conv, hybrid.py dense_conv_windows)."""
     hv = _shard(num_value_heads, linear_tp)
     conv_dim = _shard(2 * num_key_heads * key_head_dim + num_value_heads * value_head_dim, linear_tp)
     state = hv * value_head_dim * key_head_dim

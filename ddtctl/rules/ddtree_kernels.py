@@ -1,25 +1,25 @@
 """The DDTREE payload's opt-in hybrid kernels as the server's environment switches them: DDT116 checks the
 switches, `kernel_plan` tells DDT114 which verify scratch SGLang then allocates.
 
-The payload (ddtctl/payload/ddtree-sglang-0.5.23/files/ddtree_sglang/hybrid.py, cited below as hybrid.py:LINE)
-reads three variables of the server process, in DDTREE's tree mode only (`tree_mode`, hybrid.py:80: DDTREE
+The payload (ddtctl/payload/ddtree-sglang-0.5.23/files/ddtree_sglang/hybrid.py, cited below by name)
+reads three variables of the server process, in DDTREE's tree mode only (hybrid.py tree_mode: DDTREE
 without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNet backend only:
 
-  DDTREE_GDN_TREE=compact    (default "sglang"; hybrid.py:113 compact_wanted) the compact GDN tree verify, and
+  DDTREE_GDN_TREE=compact    (default "sglang"; hybrid.py compact_wanted) the compact GDN tree verify, and
                              an `intermediate_ssm` of per-node records instead of per-node states -- when the
-                             SSM states are float32 and the verify width is at most 64 (hybrid.py:145
-                             compact_planned, COMPACT_MAX_WIDTH hybrid.py:63 = kernels/gdn_tree.py MAX_WIDTH);
+                             SSM states are float32 and the verify width is at most 64 (hybrid.py
+                             compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_WIDTH);
                              otherwise SGLang's kernel and its full-state scratch stay.
-  DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py:132 verify, default tf32;
-                             hybrid.py:281 commit, default tf32x3); read only with the compact GDN verify.
-  DDTREE_CONV_TREE=compact   (default "sglang"; hybrid.py:206 conv_compact_wanted) the compact tree conv,
-                             which keeps SGLang's deduplicated conv-window layout (hybrid.py:308
+  DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py CompactTreeVerify, default
+                             tf32; commit_tree_states, default tf32x3); read only with the compact GDN verify.
+  DDTREE_CONV_TREE=compact   (default "sglang"; hybrid.py conv_compact_wanted) the compact tree conv,
+                             which keeps SGLang's deduplicated conv-window layout (hybrid.py
                              dense_conv_windows).
 
 Any other value of the two switches is SGLang's kernel, silently (hybrid.py compares with "compact" only).
 Under --enable-unified-memory the unified pool allocates its own scratch, full states and dense windows
 (sglang 0.5.23 mem_cache/unified_memory_pool.py, not through the payload's alloc_intermediate_ssm hook): the
-compact kernels still run there, but save no memory (hybrid.py:338 _unified_memory, honest_mamba_budget).
+compact kernels still run there, but save no memory (hybrid.py _unified_memory, honest_mamba_budget).
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
-KERNEL_CHOICES = ("sglang", "compact")  # hybrid.py:113 / :206: the default, and the one value that switches
+# hybrid.py compact_wanted / conv_compact_wanted: the default, and the one value that switches
+KERNEL_CHOICES = ("sglang", "compact")
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
-COMPACT_MAX_WIDTH = 64  # hybrid.py:63 COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
+COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
 REFERENCE = "ddtctl payload ddtree_sglang/hybrid.py (compact_wanted, compact_planned, conv_compact_wanted)"
 _SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
 
@@ -46,7 +47,7 @@ def env_key(name: str) -> str:
 
 
 def tree_mode(ctx: Context) -> bool:
-    """hybrid.py:80: DDTREE verifying exact trees (not the unsafe sibling-sharing mode)."""
+    """hybrid.py tree_mode: DDTREE verifying exact trees (not the unsafe sibling-sharing mode)."""
     return ctx.algorithm == "DDTREE" and not ctx.get("speculative_ddtree_allow_hybrid_unsafe")
 
 
@@ -83,10 +84,10 @@ def record_floats(value_heads: int, value_dim: int, key_dim: int) -> int:
 class KernelPlan:
     """What a DDTREE server on a Gated-DeltaNet target runs and allocates, given its environment."""
 
-    gdn_compact: bool  # the compact GDN tree verify runs (hybrid.py:160 compact_tree_kernel)
-    conv_compact: bool  # the compact tree conv runs (hybrid.py:221 compact_tree_conv)
-    compact_ssm_scratch: bool  # intermediate_ssm holds records (hybrid.py:175 compact_scratch)
-    dense_conv: bool  # one conv window per verify token (hybrid.py:308), else SGLang's deduplicated layout
+    gdn_compact: bool  # the compact GDN tree verify runs (hybrid.py compact_tree_kernel)
+    conv_compact: bool  # the compact tree conv runs (hybrid.py compact_tree_conv)
+    compact_ssm_scratch: bool  # intermediate_ssm holds records (hybrid.py compact_scratch)
+    dense_conv: bool  # a window per verify token (hybrid.py dense_conv_windows), else SGLang's shared layout
     gdn_kept: str | None  # why SGLang's GDN kernel runs although DDTREE_GDN_TREE=compact, if it does
 
     def describe(self) -> str:
@@ -97,28 +98,28 @@ class KernelPlan:
 
 
 def kernel_plan(ctx: Context, width: int, env: dict[str, str] | None = None) -> KernelPlan:
-    """hybrid.py's decisions for this launch at verify width `width` (max(block, budget + 1), hybrid.py:85),
-    with `env` (default: the profile's) as the server's environment."""
+    """hybrid.py's decisions for this launch at verify width `width` (max(block, budget + 1): hybrid.py
+    verify_width), with `env` (default: the profile's) as the server's environment."""
     env = ctx.env if env is None else env
     tree = tree_mode(ctx)
     unified = bool(ctx.get("enable_unified_memory"))
-    gdn_wanted = tree and env.get(GDN_TREE, "sglang") == "compact"  # hybrid.py:113
+    gdn_wanted = tree and env.get(GDN_TREE, "sglang") == "compact"  # hybrid.py compact_wanted
     dtype, source = ssm_dtype(ctx)
     kept = None
-    if gdn_wanted and dtype != "float32":  # hybrid.py:150
+    if gdn_wanted and dtype != "float32":  # hybrid.py compact_planned
         kept = f"the compact GDN tree verify needs float32 SSM states, {source} gives {dtype}"
-    elif gdn_wanted and width > COMPACT_MAX_WIDTH:  # hybrid.py:153
+    elif gdn_wanted and width > COMPACT_MAX_WIDTH:  # hybrid.py compact_planned
         kept = (
             f"the compact GDN tree verify takes at most {COMPACT_MAX_WIDTH} verify nodes, this tree has "
             f"{width} (speculative-ddtree-budget + 1)"
         )
     gdn = gdn_wanted and kept is None
-    conv = tree and env.get(CONV_TREE, "sglang") == "compact"  # hybrid.py:206
+    conv = tree and env.get(CONV_TREE, "sglang") == "compact"  # hybrid.py conv_compact_wanted
     return KernelPlan(
         gdn_compact=gdn,
         conv_compact=conv,
         compact_ssm_scratch=gdn and not unified,  # the unified pool allocates full states itself
-        dense_conv=unified or (tree and not conv),  # hybrid.py:312; the unified pool keeps dense windows
+        dense_conv=unified or (tree and not conv),  # hybrid.py dense_conv_windows; the unified pool: dense
         gdn_kept=kept,
     )
 
