@@ -963,7 +963,9 @@ def dflash(w: World, until: float) -> str:
     ratio table."""
     st = w.st
     kill_deployed_server(w)
-    dflash = st.Bench("dflash", "DFLASH", None, w.args.drafter, DEPLOY_PORT + 1)
+    # checked free now, not at start-up: a rehearsal's ports are ephemeral ones, which the run's own outgoing
+    # connections can take meanwhile (a fresh-clone CI run lost the phase so: "Address already in use")
+    dflash = st.Bench("dflash", "DFLASH", None, w.args.drafter, w.e2e.free_port(DEPLOY_PORT + 1))
     if w.gpu:
         for gpu in range(w.flagship):  # the stopped server's processes gone from every card it used
             st.wait_gpu_idle(str(gpu), timeout=max(1.0, min(60.0, until - time.monotonic() - 120)))
