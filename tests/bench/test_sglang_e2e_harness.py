@@ -219,3 +219,42 @@ def test_a_server_that_could_not_bind_fails_at_once(e2e, tmp_path, monkeypatch):
     assert e2e.wait_healthy(s, time.monotonic() + 20) is False
     assert time.monotonic() - t0 < 10 and s.status == "died" and "port 1 taken" in s.error
     assert s.proc.poll() is not None
+
+
+def _claim_rows(ddtree_outputs, ddtree_accs, ddtree_cts, *, branch=4):
+    dflash = {"algo": "DFLASH", "graphs": True, "server": "dflash", "mean_accept_len": 2.0,
+              "outputs": [[1, 2], [3, 4], [5, 6]], "accept_lengths": [1.2, 1.2, 4.0], "verify_cts": [40, 40, 2]}
+    ddtree = {"algo": "DDTREE", "graphs": True, "server": "ddtree", "oracle": True, "unsafe": False, "budget": 15,
+              "ok": True, "outputs": ddtree_outputs, "accept_lengths": ddtree_accs, "verify_cts": ddtree_cts,
+              "mean_accept_len": sum(ddtree_accs) / len(ddtree_accs), "served": {"disable_overlap_schedule": False},
+              "ddtree_metrics": {"accepted_branch_nodes": branch}}
+    return [dflash, ddtree]
+
+
+def test_acceptance_is_tokens_per_step_so_a_two_step_request_does_not_outweigh_long_ones(e2e):
+    """Per-request means would give DFLASH (1.2 + 1.2 + 4.0) / 3 = 2.13 against DDTREE's 1.7; per step DDTREE's
+    1.5 beats DFLASH's 1.3."""
+    same = [[1, 2], [3, 4], [5, 6]]
+    [claim] = e2e.tree_claims(_claim_rows(same, [1.5, 1.5, 2.1], [40, 40, 3]))
+    assert claim["ok"] and claim["mean_accept_len"] > claim["dflash_mean_accept_len"]
+    assert claim["acceptance_basis"].startswith("tokens/step on the 3/3 requests")
+    [claim] = e2e.tree_claims(_claim_rows(same, [1.1, 1.1, 9.0], [44, 44, 1]))
+    assert not claim["ok"]
+
+
+def test_acceptance_is_compared_only_where_the_outputs_agree_with_dflash(e2e):
+    """Request 3 parted from DFLASH at a tie: its low acceptance is left out; on the other two DDTREE must still
+    accept more."""
+    parted = [[1, 2], [3, 4], [5, 9]]
+    [claim] = e2e.tree_claims(_claim_rows(parted, [1.5, 1.5, 1.0], [40, 40, 6]))
+    assert claim["ok"] and claim["acceptance_basis"].startswith("tokens/step on the 2/3 requests")
+    [claim] = e2e.tree_claims(_claim_rows(parted, [1.1, 1.1, 9.0], [44, 44, 1]))
+    assert not claim["ok"]
+
+
+def test_no_common_request_leaves_the_claim_to_the_branch_nodes(e2e):
+    apart = [[9, 2], [9, 4], [9, 6]]
+    [claim] = e2e.tree_claims(_claim_rows(apart, [1.0, 1.0, 1.0], [48, 48, 6]))
+    assert claim["ok"] and claim["acceptance_basis"] == e2e.NOT_COMPARABLE
+    [claim] = e2e.tree_claims(_claim_rows(apart, [1.0, 1.0, 1.0], [48, 48, 6], branch=0))
+    assert not claim["ok"]
