@@ -316,6 +316,19 @@ def table(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def copy_server_logs(benches: list[Bench], dest: Path, lines: int = 80) -> list[Path]:
+    """The last lines of this run's server logs, for post-mortems. Only this run's: a machine kept warm still
+    holds the logs of earlier calls in WORK, and $OUT brings back few files."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in (p for b in benches for p in (b.log_path, b.log_path.with_suffix(".first.log"))):
+        if path.is_file():
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            written.append(dest / path.name)
+            written[-1].write_text("\n".join(tail) + "\n")
+    return written
+
+
 def plan(args) -> list[Bench]:
     port = [args.port_base]
     out = []
@@ -467,10 +480,7 @@ def main() -> int:
                                                   "gdn_tree_kernel": b.gdn_tree_kernel,
                                                   "results": b.results} for b in benches]}, default=str))
     (OUT / "spec_throughput_table.txt").write_text(text + "\n")
-    logs = OUT / "server_logs"
-    logs.mkdir(exist_ok=True)
-    for path in sorted((WORK / "logs").glob("*.log")):  # the last lines of every server's log, for post-mortems
-        (logs / path.name).write_text("\n".join(path.read_text(errors="replace").splitlines()[-80:]) + "\n")
+    copy_server_logs(benches, OUT / "server_logs")
     print("\n" + text, flush=True)
     for b in benches:
         if b.profile:

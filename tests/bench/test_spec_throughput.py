@@ -123,3 +123,18 @@ def test_compact_servers_run_both_compact_kernels(st):
     both = by["ddtree-b32-random-compact"]
     assert both.extra_env == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
     assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env
+
+
+def test_only_this_runs_server_logs_come_back(st, tmp_path, monkeypatch):
+    """A machine kept warm holds the logs of an earlier call's servers; $OUT must carry this run's only."""
+    monkeypatch.setattr(st, "WORK", tmp_path / "work")
+    logs = tmp_path / "work" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "ddtree-b128-random.log").write_text("an earlier call\n")
+    (logs / "dflash-calibrated.log").write_text("\n".join(f"line {i}" for i in range(100)) + "\n")
+    (logs / "dflash-calibrated.first.log").write_text("the first attempt\n")
+    benches = [b for b in st.plan(_args(drafter="calibrated", budgets="64")) if b.name != "ddtree-b64-calibrated"]
+    written = st.copy_server_logs(benches, tmp_path / "out", lines=80)
+    assert sorted(p.name for p in written) == ["dflash-calibrated.first.log", "dflash-calibrated.log"]
+    kept = (tmp_path / "out" / "dflash-calibrated.log").read_text().splitlines()
+    assert kept[0] == "line 20" and kept[-1] == "line 99"
