@@ -694,6 +694,15 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
 
 
 NOT_COMPARABLE = "no request with DFLASH's output: acceptance not comparable"
+COMPACT_GDN_MAX_NODES = 64  # the payload's hybrid.py COMPACT_MAX_WIDTH
+
+
+def wanted_kernels(env: dict, budget: int) -> tuple[str, str]:
+    """The GDN tree verify and tree conv a hybrid DDTREE server should report (the payload's hybrid.py): the
+    compact GDN verify unless DDTREE_GDN_TREE says otherwise or the tree has more nodes than it takes (float32
+    SSM states, as every e2e model has); the compact conv only when DDTREE_CONV_TREE=compact."""
+    gdn = env.get("DDTREE_GDN_TREE", "compact") == "compact" and budget + 1 <= COMPACT_GDN_MAX_NODES
+    return ("compact" if gdn else "sglang"), ("compact" if env.get("DDTREE_CONV_TREE") == "compact" else "sglang")
 
 
 def tokens_per_step(row: dict, requests: list[int]) -> float | None:
@@ -743,15 +752,12 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         want_sync = "--disable-overlap-schedule" in (r.get("argv") or [])
         sync = (r.get("served") or {}).get("disable_overlap_schedule")
         ok = ok and sync is not None and bool(sync) == want_sync
-        # hybrid targets: the GDN tree kernel the server reports is the one asked for (SGLang's unless
-        # DDTREE_GDN_TREE=compact)
+        # hybrid targets: the GDN tree kernel the server reports is the one asked for
         kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
         conv = m.get("conv_tree_kernel")
         want_kernel = want_conv = None
         if TARGET[0] == "hybrid":
-            env = r.get("extra_env") or {}
-            want_kernel = "compact" if env.get("DDTREE_GDN_TREE") == "compact" else "sglang"
-            want_conv = "compact" if env.get("DDTREE_CONV_TREE") == "compact" else "sglang"
+            want_kernel, want_conv = wanted_kernels(r.get("extra_env") or {}, r["budget"])
             ok = ok and kernel == want_kernel and conv == want_conv
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
                     "dflash_mean_accept_len": base, "disable_overlap_schedule": sync, "gdn_tree_kernel": kernel,
@@ -806,10 +812,10 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         sync = mk("ddtree-b15-g1-sync", "DDTREE", True, 15, oracle=True)
         sync.extra_args = ["--disable-overlap-schedule"]
         wave2.append(sync)
-        for b in (15, 32):  # the compact GDN tree kernel (opt-in) must agree too
-            compact = mk(f"ddtree-b{b}-g1-compact", "DDTREE", True, b, oracle=True)
-            compact.extra_env = {"DDTREE_GDN_TREE": "compact"}
-            wave2.append(compact)
+        for b in (15, 32):  # the compact GDN tree kernel is the default: SGLang's own must agree too
+            stock = mk(f"ddtree-b{b}-g1-sglanggdn", "DDTREE", True, b, oracle=True)
+            stock.extra_env = {"DDTREE_GDN_TREE": "sglang"}
+            wave2.append(stock)
         conv = mk("ddtree-b32-g1-compactconv", "DDTREE", True, 32, oracle=True)  # and the compact tree conv
         conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
         wave2.append(conv)

@@ -110,7 +110,7 @@ class Bench:
     profile: list | None = None
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
     extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=compact
-    variant: str = ""  # "" | "sync" | "compactgdn": a DDTREE configuration other than the default
+    variant: str = ""  # "" | "sync" | "sglanggdn" | "compact": a DDTREE configuration other than the default
     gdn_tree_kernel: str | None = None  # hybrid DDTREE: what the server's log says it verifies trees with
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
@@ -347,11 +347,11 @@ def plan(args) -> list[Bench]:
         mk(f"ddtree-b{budget}-random-sync", "DDTREE", budget, "random")
         out[-1].extra_args = ["--disable-overlap-schedule"]
         out[-1].variant = "sync"
-    for drafter in args.drafter.split(","):  # hybrid targets: the compact GDN tree kernel beside SGLang's
-        for budget in (int(x) for x in args.compact_gdn_budgets.split(",") if x):
-            mk(f"ddtree-b{budget}-{drafter}-compactgdn", "DDTREE", budget, drafter)
-            out[-1].extra_env = {"DDTREE_GDN_TREE": "compact"}
-            out[-1].variant = "compactgdn"
+    for drafter in args.drafter.split(","):  # hybrid targets: SGLang's GDN tree kernel beside the compact default
+        for budget in (int(x) for x in args.sglang_gdn_budgets.split(",") if x):
+            mk(f"ddtree-b{budget}-{drafter}-sglanggdn", "DDTREE", budget, drafter)
+            out[-1].extra_env = {"DDTREE_GDN_TREE": "sglang"}
+            out[-1].variant = "sglanggdn"
         for budget in (int(x) for x in args.compact_budgets.split(",") if x):
             mk(f"ddtree-b{budget}-{drafter}-compact", "DDTREE", budget, drafter)  # + the compact tree conv
             out[-1].extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
@@ -382,9 +382,9 @@ def main() -> int:
     ap.add_argument("--server-s", type=float, default=110, help="do not start a server with less time than this left")
     ap.add_argument("--skip-plain", action="store_true", help="no plain server (random drafters only)")
     ap.add_argument("--sync-budgets", default="", help="DDTREE budgets also run with --disable-overlap-schedule")
-    ap.add_argument("--compact-gdn-budgets", default="",
-                    help="hybrid targets: DDTREE budgets also run with the compact GDN tree kernel "
-                    "(DDTREE_GDN_TREE=compact, ddtctl/kernels/gdn_tree.py) instead of SGLang's")
+    ap.add_argument("--sglang-gdn-budgets", default="",
+                    help="hybrid targets: DDTREE budgets also run with SGLang's GDN tree kernel "
+                    "(DDTREE_GDN_TREE=sglang) instead of the compact default (ddtctl/kernels/gdn_tree.py)")
     ap.add_argument("--compact-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
                     "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")

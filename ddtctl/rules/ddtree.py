@@ -2,7 +2,7 @@
 SGLang payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check
 here gives a rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix
 included. DDT120 (the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own,
-stricter than SGLang; so is DDT116 (the payload's opt-in hybrid kernels as the profile's `env:` switches
+stricter than SGLang; so is DDT116 (the payload's hybrid kernels as the profile's `env:` switches
 them), in ddtree_kernels.py, whose decisions DDT114 sizes the scratch with.
 """
 
@@ -20,6 +20,7 @@ from ddtctl.rules.ddtree_kernels import (
     kernel_plan,
     record_floats,
     ssm_dtype,
+    switch,
 )
 from ddtctl.rules.engine import (
     ERROR,
@@ -286,7 +287,7 @@ class VerifyScratch:
     `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the
     verify width. Tree verify keeps the conv windows dense (one per token); the chain kernels share one
     [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled). The payload's
-    opt-in kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed ("" for SGLang's own)."""
+    compact kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed ("" for SGLang's own)."""
 
     linear_layers: int
     width: int  # n = max(block size, budget + 1)
@@ -449,13 +450,14 @@ def verify_scratch_fits(ctx: Context):
     weights per GPU when the checkpoint is local (its *.safetensors). SGLang itself would shrink the mamba
     cache and cap max-running-requests far below the requested value, or fail at start-up when not even one
     request fits; ddtctl is stricter by design. The fix names the largest max-running-requests that fits, else
-    a budget, else a tp-size, and -- where they would make it fit -- the payload's opt-in compact kernels
-    (below). Without a known GPU the rule cannot decide: it reports the scratch as an info finding instead.
-    Other hybrid families (Mamba2, KDA) are not sized.
+    a budget, else a tp-size, and -- where they would make it fit -- the payload's compact kernels not yet
+    switched on (below). Without a known GPU the rule cannot decide: it reports the scratch as an info finding
+    instead. Other hybrid families (Mamba2, KDA) are not sized.
 
     The profile's `env:` is read as the server's environment, as the payload reads it (ddtree_kernels.py,
-    DDT116): with `DDTREE_GDN_TREE=compact` (float32 SSM states, verify width <= 64) a node's SSM row holds
-    its records, HV x V + HV x K + HV floats instead of HV x V x K (~64 x less); with
+    DDT116): with the compact GDN tree verify (`DDTREE_GDN_TREE` unset or `compact`; float32 SSM states,
+    verify width <= 64) a node's SSM row holds its records, HV x V + HV x K + HV floats instead of HV x V x K
+    (~64 x less); `DDTREE_GDN_TREE=sglang` keeps SGLang's full states. With the opt-in
     `DDTREE_CONV_TREE=compact` the conv windows keep SGLang's deduplicated layout, [conv_dim, n + k - 2] per
     request. Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
     The message names the kernels it assumed and SGLang's own size. `SGLANG_MAMBA_SSM_DTYPE` /
@@ -484,7 +486,7 @@ def verify_scratch_fits(ctx: Context):
         edits["max_running_requests"] = fit
     budget = _largest_budget(ctx, space, reqs)
     if budget is not None:
-        fixes.append(f"set speculative-ddtree-budget: {budget}")
+        fixes.append(_budget_fix(ctx, scratch, budget))
     bigger = _smallest_tp(ctx, tp, reqs)
     if bigger is not None:
         fixes.append(f"set tp-size: {bigger}")
@@ -516,7 +518,8 @@ def _figure(ctx: Context, scratch: VerifyScratch, reqs: int) -> str:
 
 
 def _without_switches(env: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if name not in (GDN_TREE, CONV_TREE)}
+    """The server's environment with SGLang's own kernels (the compact GDN verify is the default)."""
+    return {**env, GDN_TREE: "sglang", CONV_TREE: "sglang"}
 
 
 def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: int) -> str | None:
@@ -529,17 +532,21 @@ def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: in
         if narrower is not None and narrower.total(reqs) > space:  # else that budget alone is the fix
             budgets.append(COMPACT_MAX_WIDTH - 1)  # the compact GDN verify takes at most 64 nodes
     for switches in ((GDN_TREE,), (CONV_TREE,), (GDN_TREE, CONV_TREE)):
-        if all(ctx.env.get(name) == "compact" for name in switches):
+        if all(switch(ctx.env, name) == "compact" for name in switches):
             continue  # already asked for: the budget above is the fix then
         env = {**ctx.env, **{name: "compact" for name in switches}}
         for budget in budgets:
             s = _scratch_for(ctx, budget=budget, env=env)
             if s is None or s.kernels == scratch.kernels or s.total(reqs) > space:
                 continue
-            how = " and ".join(f"env {name}: compact" for name in switches)
+            off = [name for name in switches if switch(ctx.env, name) != "compact"]
+            how = " and ".join(f"env {name}: compact" for name in off)
             if budget is not None:
                 how = f"speculative-ddtree-budget: {budget} and {how}"
-            return f"set {how} (opt-in kernels, not yet validated end-to-end on a server; see README)"
+            note = (
+                " (the compact tree conv is opt-in: slower than SGLang's at batch 8 on the H200; see README)"
+            )
+            return f"set {how}" + (note if CONV_TREE in off else "")
     return None
 
 
@@ -550,16 +557,31 @@ def _current_budget(ctx: Context) -> int | None:
 
 
 def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
+    """The largest smaller budget whose scratch fits. The scratch grows with the budget, except where the tree
+    outgrows the compact GDN verify (COMPACT_MAX_WIDTH nodes) and full states come back: bisect each side of
+    that step, the wider side first."""
     current = _current_budget(ctx)
-    lo, hi, best = 1, (current or 1) - 1, None
-    while lo <= hi:  # the scratch grows with the budget: bisect
-        mid = (lo + hi) // 2
-        s = _scratch_for(ctx, budget=mid)
-        if s is not None and s.total(reqs) <= space:
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    top = (current or 1) - 1
+    compact_top = COMPACT_MAX_WIDTH - 1  # budget + 1 verify nodes
+    for lo, hi in ((compact_top + 1, top), (1, min(top, compact_top))):
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            s = _scratch_for(ctx, budget=mid)
+            if s is not None and s.total(reqs) <= space:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if best is not None:
+            return best
+    return None
+
+
+def _budget_fix(ctx: Context, scratch: VerifyScratch, budget: int) -> str:
+    narrower = _scratch_for(ctx, budget=budget)
+    if narrower is not None and narrower.kernels and not scratch.kernels:
+        return f"set speculative-ddtree-budget: {budget} (then the {narrower.kernels} kernels apply)"
+    return f"set speculative-ddtree-budget: {budget}"
 
 
 def _smallest_tp(ctx: Context, tp: int, reqs: int) -> int | None:

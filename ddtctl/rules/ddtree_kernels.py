@@ -1,11 +1,12 @@
-"""The DDTREE payload's opt-in hybrid kernels as the server's environment switches them: DDT116 checks the
+"""The DDTREE payload's hybrid kernels as the server's environment switches them: DDT116 checks the
 switches, `kernel_plan` tells DDT114 which verify scratch SGLang then allocates.
 
 The payload (ddtctl/payload/ddtree-sglang-0.5.23/files/ddtree_sglang/hybrid.py, cited below by name)
 reads three variables of the server process, in DDTREE's tree mode only (hybrid.py tree_mode: DDTREE
 without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNet backend only:
 
-  DDTREE_GDN_TREE=compact    (default "sglang"; hybrid.py compact_wanted) the compact GDN tree verify, and
+  DDTREE_GDN_TREE=compact    (the default; hybrid.py compact_wanted, GDN_TREE_DEFAULT; "sglang" turns it
+                             off) the compact GDN tree verify, and
                              an `intermediate_ssm` of per-node records instead of per-node states -- when the
                              SSM states are float32 and the verify width is at most 64 (hybrid.py
                              compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_WIDTH);
@@ -16,7 +17,8 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              which keeps SGLang's deduplicated conv-window layout (hybrid.py
                              dense_conv_windows).
 
-Any other value of the two switches is SGLang's kernel, silently (hybrid.py compares with "compact" only).
+Any value of the two switches other than "compact" is SGLang's kernel, silently (hybrid.py compares with
+"compact" only), so an unset DDTREE_GDN_TREE is compact and a misspelt one is not.
 Under --enable-unified-memory the unified pool allocates its own scratch, full states and dense windows
 (sglang 0.5.23 mem_cache/unified_memory_pool.py, not through the payload's alloc_intermediate_ssm hook): the
 compact kernels still run there, but save no memory (hybrid.py _unified_memory, honest_mamba_budget).
@@ -31,13 +33,19 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
-# hybrid.py compact_wanted / conv_compact_wanted: the default, and the one value that switches
+# hybrid.py compact_wanted / conv_compact_wanted: the values the payload knows
 KERNEL_CHOICES = ("sglang", "compact")
+# hybrid.py GDN_TREE_DEFAULT (the compact GDN verify since its H200 server-level exactness run) and the tree
+# conv's default (SGLang's until its own run)
+DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "sglang"}
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
 COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
-REFERENCE = "ddtctl payload ddtree_sglang/hybrid.py (compact_wanted, compact_planned, conv_compact_wanted)"
+REFERENCE = (
+    "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
+    "conv_compact_wanted)"
+)
 _SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
 
 
@@ -88,7 +96,7 @@ class KernelPlan:
     conv_compact: bool  # the compact tree conv runs (hybrid.py compact_tree_conv)
     compact_ssm_scratch: bool  # intermediate_ssm holds records (hybrid.py compact_scratch)
     dense_conv: bool  # a window per verify token (hybrid.py dense_conv_windows), else SGLang's shared layout
-    gdn_kept: str | None  # why SGLang's GDN kernel runs although DDTREE_GDN_TREE=compact, if it does
+    gdn_kept: str | None  # why SGLang's GDN kernel runs although DDTREE_GDN_TREE is compact, if it does
 
     def describe(self) -> str:
         """The kernels assumed, for DDT114's message ("" for SGLang's own)."""
@@ -97,13 +105,18 @@ class KernelPlan:
         return " and ".join(parts)
 
 
+def switch(env: dict[str, str], name: str) -> str:
+    """A kernel switch's value in the server's environment, its default when unset."""
+    return env.get(name, DEFAULTS[name])
+
+
 def kernel_plan(ctx: Context, width: int, env: dict[str, str] | None = None) -> KernelPlan:
     """hybrid.py's decisions for this launch at verify width `width` (max(block, budget + 1): hybrid.py
     verify_width), with `env` (default: the profile's) as the server's environment."""
     env = ctx.env if env is None else env
     tree = tree_mode(ctx)
     unified = bool(ctx.get("enable_unified_memory"))
-    gdn_wanted = tree and env.get(GDN_TREE, "sglang") == "compact"  # hybrid.py compact_wanted
+    gdn_wanted = tree and switch(env, GDN_TREE) == "compact"  # hybrid.py compact_wanted
     dtype, source = ssm_dtype(ctx)
     kept = None
     if gdn_wanted and dtype != "float32":  # hybrid.py compact_planned
@@ -114,7 +127,7 @@ def kernel_plan(ctx: Context, width: int, env: dict[str, str] | None = None) -> 
             f"{width} (speculative-ddtree-budget + 1)"
         )
     gdn = gdn_wanted and kept is None
-    conv = tree and env.get(CONV_TREE, "sglang") == "compact"  # hybrid.py conv_compact_wanted
+    conv = tree and switch(env, CONV_TREE) == "compact"  # hybrid.py conv_compact_wanted
     return KernelPlan(
         gdn_compact=gdn,
         conv_compact=conv,
@@ -180,20 +193,20 @@ def _uses_switches(ctx: Context) -> bool:
     sglang_enforces=False,
 )
 def kernel_switches(ctx: Context) -> Iterator[Hit]:
-    """The profile's `env:` may switch the DDTREE payload's opt-in kernels for hybrid Gated-DeltaNet targets:
-    `DDTREE_GDN_TREE=compact` (the compact GDN tree verify: per-node records instead of per-node SSM states
-    in the verify scratch, ~60 x smaller on Qwen3.6-27B), `DDTREE_GDN_TREE_PRECISION` (its Triton dot
-    precision: tf32, tf32x3 or ieee) and `DDTREE_CONV_TREE=compact` (the compact tree conv: one input per node
-    in SGLang's deduplicated conv-window layout). Both kernels are opt-in and not yet validated end-to-end on
-    a server (README).
+    """The profile's `env:` may switch the DDTREE payload's kernels for hybrid Gated-DeltaNet targets:
+    `DDTREE_GDN_TREE` (compact by default: the compact GDN tree verify, per-node records instead of per-node
+    SSM states in the verify scratch, ~60 x smaller on Qwen3.6-27B; `sglang` keeps SGLang's kernel),
+    `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee) and
+    `DDTREE_CONV_TREE=compact` (opt-in: the compact tree conv, one input per node in SGLang's deduplicated
+    conv-window layout; bit-equal to SGLang's tree conv on the H200, but slower at batch 8; README).
 
     An unknown value is an error: the payload compares with "compact" only, so a typo silently runs SGLang's
-    kernel (and a precision other than these reaches Triton's dots untried). A switch that cannot take
-    effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe chain mode,
-    a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 64 (compact GDN
-    verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch keeps full
-    size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not a host's
-    inventory env)."""
+    kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
+    cannot take effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe
+    chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 64
+    (compact GDN verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch
+    keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
+    a host's inventory env)."""
     switches = ((GDN_TREE, KERNEL_CHOICES), (CONV_TREE, KERNEL_CHOICES), (PRECISION, PRECISION_CHOICES))
     for name, choices in switches:
         value = ctx.env.get(name)
@@ -203,19 +216,24 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
                 fix=f"set env {name} to one of {', '.join(choices)}, or remove it",
                 about=env_key(name),
             )
-    wanted = [name for name in (GDN_TREE, CONV_TREE) if ctx.env.get(name) == "compact"]
+    named = [name for name in (GDN_TREE, CONV_TREE) if ctx.env.get(name) == "compact"]
+    wanted = [name for name in (GDN_TREE, CONV_TREE) if switch(ctx.env, name) == "compact"]
     reason = _not_applicable(ctx)
     # a precision without the compact GDN verify is unused; with it but kept, DDTREE_GDN_TREE's warning says
     # why
     if ctx.env.get(PRECISION) in PRECISION_CHOICES and GDN_TREE not in wanted:
         yield _unused_precision(reason or f"{GDN_TREE} is not compact")
     if reason is not None:
-        for name in wanted:
+        for name in named:  # a default that cannot apply is no one's mistake
             yield _kept(name, reason)
+        if ctx.env.get(PRECISION) in PRECISION_CHOICES and GDN_TREE in wanted and GDN_TREE not in named:
+            yield _unused_precision(reason)
         return
     plan = kernel_plan(ctx, _verify_width(ctx))
-    if plan.gdn_kept is not None:
+    if plan.gdn_kept is not None and GDN_TREE in named:
         yield _kept(GDN_TREE, plan.gdn_kept)
+    elif plan.gdn_kept is not None and ctx.env.get(PRECISION) in PRECISION_CHOICES:
+        yield _unused_precision(plan.gdn_kept)
     if ctx.get("enable_unified_memory") and (plan.gdn_compact or plan.conv_compact):
         yield Hit(
             f"{plan.describe()} under enable-unified-memory: the kernels run, but the unified pool allocates "

@@ -258,3 +258,25 @@ def test_no_common_request_leaves_the_claim_to_the_branch_nodes(e2e):
     assert claim["ok"] and claim["acceptance_basis"] == e2e.NOT_COMPARABLE
     [claim] = e2e.tree_claims(_claim_rows(apart, [1.0, 1.0, 1.0], [48, 48, 6], branch=0))
     assert not claim["ok"]
+
+
+@pytest.mark.parametrize("env, budget, want", [
+    ({}, 15, ("compact", "sglang")),  # the payload's default
+    ({}, 63, ("compact", "sglang")),  # 64 nodes: the widest the compact verify takes
+    ({}, 64, ("sglang", "sglang")),  # 65 nodes: SGLang's kernel stays
+    ({"DDTREE_GDN_TREE": "sglang"}, 15, ("sglang", "sglang")),
+    ({"DDTREE_GDN_TREE": "Compact"}, 15, ("sglang", "sglang")),  # the payload compares with "compact" exactly
+    ({"DDTREE_CONV_TREE": "compact"}, 32, ("compact", "compact")),
+])
+def test_the_kernels_a_hybrid_server_must_report(e2e, env, budget, want):
+    assert e2e.wanted_kernels(env, budget) == want
+
+
+def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(e2e):
+    def mk(name, algo, g, budget=None, oracle=False):
+        return e2e.Server(name, algo, g, budget, oracle, 0)
+
+    servers = {s.name: s for s in e2e.suite_servers("hybrid", [False, True], [15, 32], mk)}
+    assert servers["ddtree-b15-g1"].extra_env == {}
+    assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
+    assert servers["ddtree-b32-g1-compactconv"].extra_env["DDTREE_CONV_TREE"] == "compact"

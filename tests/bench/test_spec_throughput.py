@@ -19,7 +19,7 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                compact_gdn_budgets="", compact_budgets="")
+                sglang_gdn_budgets="", compact_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -39,20 +39,20 @@ def test_plan_has_plain_then_dflash_and_ddtree_per_drafter_on_distinct_ports(st)
         sync[-2], st.Path("/t"), st.Path("/d"), False, 8, False)
 
 
-def test_compact_gdn_servers_run_ddtree_with_the_compact_kernel_and_project_from_their_own_step(st):
-    """--compact-gdn-budgets: the same DDTREE budget with DDTREE_GDN_TREE=compact, its own variant (its calibrated
-    projection uses its own random-drafter step, not SGLang's kernel's)."""
-    benches = st.plan(_args(budgets="16", compact_gdn_budgets="16"))
+def test_sglang_gdn_servers_run_ddtree_with_sglangs_kernel_and_project_from_their_own_step(st):
+    """--sglang-gdn-budgets: the same DDTREE budget with DDTREE_GDN_TREE=sglang (the compact kernel is the
+    default), its own variant (its calibrated projection uses its own random-drafter step, not the default's)."""
+    benches = st.plan(_args(budgets="16", sglang_gdn_budgets="16"))
     by = {b.name: b for b in benches}
-    compact = by["ddtree-b16-calibrated-compactgdn"]
-    assert compact.extra_env == {"DDTREE_GDN_TREE": "compact"} and compact.variant == "compactgdn"
-    assert by["ddtree-b16-random-compactgdn"].extra_env and not by["ddtree-b16-random"].extra_env
+    compact = by["ddtree-b16-calibrated-sglanggdn"]
+    assert compact.extra_env == {"DDTREE_GDN_TREE": "sglang"} and compact.variant == "sglanggdn"
+    assert by["ddtree-b16-random-sglanggdn"].extra_env and not by["ddtree-b16-random"].extra_env
     r = lambda ms, acc: {1: {"tokens_per_s": 1.0, "ms_per_step": ms, "mean_accept_len": acc}}  # noqa: E731
     by["dflash-random"].results, by["dflash-calibrated"].results = r(10.0, 1.0), r(14.0, 7.0)
     by["ddtree-b16-random"].results, by["ddtree-b16-calibrated"].results = r(11.0, 1.0), r(15.0, 9.0)
-    by["ddtree-b16-random-compactgdn"].results, compact.results = r(20.0, 1.0), r(25.0, 9.0)
+    by["ddtree-b16-random-sglanggdn"].results, compact.results = r(20.0, 1.0), r(25.0, 9.0)
     rows = {x["server"]: x for x in st.ratios(benches)}
-    assert rows["ddtree-b16-calibrated-compactgdn"]["projected_vs_dflash"] == pytest.approx((9.0 / 20.0) / 0.7)
+    assert rows["ddtree-b16-calibrated-sglanggdn"]["projected_vs_dflash"] == pytest.approx((9.0 / 20.0) / 0.7)
     assert rows["ddtree-b16-calibrated"]["projected_vs_dflash"] == pytest.approx((9.0 / 11.0) / 0.7)
 
 

@@ -79,8 +79,8 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
 
 
 # -- DDT114 -----------------------------------------------------------------------------------------------------------
-COMPACT_AT_63 = ("set speculative-ddtree-budget: 63 and env DDTREE_GDN_TREE: compact (opt-in kernels, "
-                 "not yet validated end-to-end on a server; see README)")
+# the compact GDN verify (the default) takes at most 64 nodes: budget 63 brings it in
+COMPACT_AT_63 = "set speculative-ddtree-budget: 63 (then the DDTREE_GDN_TREE=compact kernels apply)"
 QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
                   conv_kernel=4)
 
@@ -117,8 +117,8 @@ def test_flagship_fits_at_tp8_and_not_at_tp1_with_the_fixes():
     msg = f["DDT114"].message
     assert "9,543 MiB per request" in msg and "467,598 MiB for 48 running requests + 1 slot" in msg
     assert "96 GB x mem-fraction-static 0.78" in msg
-    # the payload's compact GDN verify (at most 64 nodes) would fit too: offered as an opt-in, never an edit
-    assert f["DDT114"].fix == "set max-running-requests: 6 or set tp-size: 8 or " + COMPACT_AT_63
+    # the payload's compact GDN verify (at most 64 nodes) would fit too: offered, never an edit
+    assert f["DDT114"].fix == "set max-running-requests: 6 or " + COMPACT_AT_63 + " or set tp-size: 8"
     assert f["DDT114"].edits == {"max-running-requests": 6}
     assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6))[1]
     assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7))[1]
@@ -151,7 +151,7 @@ def test_local_weights_are_subtracted(tmp_path):
     f = _findings(argv)[1]["DDT114"]
     assert "18,959 MiB = 96 GB x mem-fraction-static 0.78 - 52,452 MiB of weights" in f.message
     # not even one more request fits
-    assert f.fix == "set speculative-ddtree-budget: 17 or set tp-size: 2 or " + COMPACT_AT_63
+    assert f.fix == COMPACT_AT_63 + " or set tp-size: 2"
 
 
 def test_without_a_gpu_the_scratch_is_an_info_line():
@@ -222,4 +222,4 @@ def test_flagship_profile_is_clean_with_the_hosts_configs_cached(tmp_path, monke
     tp1.write_text(PROFILE.read_text().replace("  tp-size: 8", "  tp-size: 1"))
     f = next(x for x in validate_path(tp1).findings if x.rule == "DDT114")
     assert f.severity == "error"
-    assert f.fix == "set max-running-requests: 6 or set tp-size: 8 or " + COMPACT_AT_63
+    assert f.fix == "set max-running-requests: 6 or " + COMPACT_AT_63 + " or set tp-size: 8"

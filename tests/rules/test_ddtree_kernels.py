@@ -1,4 +1,4 @@
-"""The DDTREE payload's opt-in hybrid kernels as a profile's `env:` switches them: DDT116 (the switches'
+"""The DDTREE payload's hybrid kernels (the compact GDN verify by default) as a profile's `env:` switches them: DDT116 (the switches'
 values and whether they can take effect) and DDT114's scratch with them, checked against the payload's own
 hybrid.py."""
 
@@ -191,9 +191,15 @@ def test_a_model_without_gdn_layers_keeps_sglangs_kernels():
 
 
 def test_a_precision_without_the_compact_verify_is_unused():
-    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32x3"})
+    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32x3"})  # the compact verify runs by default
+    assert not _of(r, "DDT116")
+    _, r = _validate({"DDTREE_GDN_TREE": "sglang", "DDTREE_GDN_TREE_PRECISION": "tf32x3"})
     (f,) = _of(r, "DDT116")
     assert f.severity == "warning" and "DDTREE_GDN_TREE is not compact" in f.message
+    # by default but kept (65 nodes): the precision's own warning says why
+    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=64)
+    (f,) = _of(r, "DDT116")
+    assert f.key == "env.DDTREE_GDN_TREE_PRECISION" and "at most 64 verify nodes" in f.message
     # with the compact verify asked for but kept, DDTREE_GDN_TREE's own warning says why (one finding)
     _, r = _validate(
         {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=64
@@ -212,26 +218,28 @@ def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():
 
 # -- DDT114 with the compact kernels -------------------------------------------------------------------------
 def test_the_scratch_names_the_kernels_it_assumes_and_sglangs_size():
-    _, plain = _validate({})
-    assert "1,174 MiB per request" in _of(plain, "DDT114")[0].message  # tp 8, width 64: SGLang's kernels
-    _, gdn = _validate({"DDTREE_GDN_TREE": "compact"})
-    msg = _of(gdn, "DDT114")[0].message
+    _, stock = _validate({"DDTREE_GDN_TREE": "sglang"})
+    msg = _of(stock, "DDT114")[0].message
+    assert "1,174 MiB per request" in msg and "with DDTREE" not in msg  # tp 8, width 64: SGLang's kernels
     # SSM rows: 6 x 128 + 6 x 128 + 6 floats instead of 6 x 128 x 128; the dense conv windows stay
     per_request = 48 * (6 * 128 * 2 + 6) * 4 * 64 + 48 * 1280 * 3 * 2 * 64
-    assert f"with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
-    assert f"({per_request * 49 / 2**30:,.1f} GiB instead of 56.2 GiB with SGLang's kernels)" in msg
+    for env in ({}, {"DDTREE_GDN_TREE": "compact"}):  # the compact GDN verify is the default
+        _, gdn = _validate(env)
+        msg = _of(gdn, "DDT114")[0].message
+        assert f"with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
+        assert f"({per_request * 49 / 2**30:,.1f} GiB instead of 56.2 GiB with SGLang's kernels)" in msg
     _, both = _validate({"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"})
     msg = _of(both, "DDT114")[0].message
     per_request = 48 * (6 * 128 * 2 + 6) * 4 * 64 + 48 * 1280 * (64 + 2) * 2
     assert f"with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB" in msg
-    _, conv = _validate({"DDTREE_CONV_TREE": "compact"})
+    _, conv = _validate({"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE": "sglang"})
     assert "with DDTREE_CONV_TREE=compact:" in _of(conv, "DDT114")[0].message
     _, kept = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=64)  # 65 nodes: SGLang's
     assert "with DDTREE" not in _of(kept, "DDT114")[0].message
 
 
 def test_the_conv_dtype_variable_is_read():
-    _, r = _validate({"SGLANG_MAMBA_CONV_DTYPE": "float32"})
+    _, r = _validate({"SGLANG_MAMBA_CONV_DTYPE": "float32", "DDTREE_GDN_TREE": "sglang"})
     per_request = 48 * 6 * 128 * 128 * 4 * 64 + 48 * 1280 * 3 * 4 * 64
     assert f"{per_request / MIB:,.0f} MiB per request" in _of(r, "DDT114")[0].message
 
@@ -239,18 +247,28 @@ def test_the_conv_dtype_variable_is_read():
 def test_the_compact_kernels_are_offered_where_they_make_it_fit():
     # tp 1, 48 requests, budget 63: 450 GiB of scratch; the compact GDN verify brings it to 15.5 GiB (fits
     # 96 GB)
-    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL")
+    _, r = _validate({"DDTREE_GDN_TREE": "sglang"}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL")
     (f,) = _of(r, "DDT114")
-    assert not r.valid and f.fix.endswith(
-        " or set env DDTREE_GDN_TREE: compact (opt-in kernels, not yet validated "
-        "end-to-end on a server; see README)"
-    )
+    assert not r.valid and f.fix.endswith(" or set env DDTREE_GDN_TREE: compact")
     assert f.edits == {"max-running-requests": 6}  # never an edit: the kernels are a choice
-    _, r = _validate({"DDTREE_GDN_TREE": "compact"}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL")
-    assert r.valid and not _of(r, "DDT114")
+    for env in ({}, {"DDTREE_GDN_TREE": "compact"}):  # the default
+        _, r = _validate(env, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL")
+        assert r.valid and not _of(r, "DDT114")
     # bf16 SSM states: the compact verify cannot run; the compact conv alone does not make it fit
     _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", mamba_ssm_dtype="bfloat16")
     assert "DDTREE_GDN_TREE" not in _of(r, "DDT114")[0].fix
+
+
+def test_the_largest_budget_that_fits_may_be_the_compact_verifys_widest():
+    """The scratch steps up where the tree outgrows the compact GDN verify (64 nodes): a budget bisection
+    over the whole range would miss budget 63 on the compact side of that step."""
+    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=100)
+    (f,) = _of(r, "DDT114")
+    assert "set speculative-ddtree-budget: 63 (then the DDTREE_GDN_TREE=compact kernels apply)" in f.fix
+    _, r = _validate({"DDTREE_GDN_TREE": "sglang"}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL",
+                     speculative_ddtree_budget=100)
+    (f,) = _of(r, "DDT114")  # SGLang's kernel asked for: budget 63 fits only with the compact one switched on
+    assert "(then" not in f.fix and f.fix.endswith("set speculative-ddtree-budget: 63 and env DDTREE_GDN_TREE: compact")
 
 
 # -- the same numbers from the payload's own hybrid.py -------------------------------------------------------

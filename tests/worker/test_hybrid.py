@@ -239,9 +239,11 @@ def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(mo
     monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
     bf16 = SimpleNamespace(mambaish_config=SimpleNamespace(mamba2_cache_params=_qwen36_params(torch.bfloat16)))
     hybrid.honest_mamba_budget(budget, bf16)  # bf16 states: SGLang's kernel, full scratch
-    monkeypatch.delenv("DDTREE_GDN_TREE")
+    monkeypatch.setenv("DDTREE_GDN_TREE", "sglang")
     hybrid.honest_mamba_budget(budget, configurator)
-    assert seen == [2, 33, 33, 33]
+    monkeypatch.delenv("DDTREE_GDN_TREE")  # the default: the compact kernel
+    hybrid.honest_mamba_budget(budget, configurator)
+    assert seen == [2, 33, 33, 33, 2]
     assert hybrid.compact_budget_width(_qwen36_params(), 65) == 3
 
 
@@ -260,9 +262,11 @@ def test_the_pool_allocates_records_only_for_the_compact_kernel(monkeypatch):
     assert compact.shape == (2, 5, 33, 1, 1, 4 * 16 + 4 * 16 + 4) and calls == [] and hybrid.STATE["compact_scratch"]
     hybrid.STATE["compact_scratch"] = False
     assert hybrid.compact_scratch(original, full, torch.bfloat16, "cpu").shape == full  # bf16: SGLang's scratch
-    monkeypatch.delenv("DDTREE_GDN_TREE")
+    monkeypatch.setenv("DDTREE_GDN_TREE", "sglang")
     assert hybrid.compact_scratch(original, full, torch.float32, "cpu").shape == full
     assert calls == [full, full] and not hybrid.STATE["compact_scratch"]
+    monkeypatch.delenv("DDTREE_GDN_TREE")  # the default: records
+    assert hybrid.compact_scratch(original, full, torch.float32, "cpu").shape != full and calls == [full, full]
 
 
 def test_a_compact_pool_without_the_compact_kernel_is_refused(monkeypatch):
@@ -285,7 +289,9 @@ def _runner(dtype=torch.float32, draft=False, scratch=True):
 
 @pytest.mark.parametrize("spec, env, runner, installed", [
     (_spec(speculative_ddtree_verify_width=33), "compact", _runner(), True),  # DDTREE tree mode, fp32 states
-    (_spec(speculative_ddtree_verify_width=33), None, _runner(), False),  # opt-in: SGLang's kernel by default
+    (_spec(speculative_ddtree_verify_width=33), None, _runner(), True),  # the default
+    (_spec(speculative_ddtree_verify_width=65), None, _runner(), False),  # the default, wider than its tiles
+    (_spec(speculative_ddtree_verify_width=33), "Compact", _runner(), False),  # only "compact" switches it on
     (_spec(speculative_ddtree_verify_width=33), "sglang", _runner(), False),  # asked for SGLang's kernel
     (_spec(speculative_ddtree_verify_width=65), "compact", _runner(), False),  # wider than the compact tiles
     (_spec(speculative_ddtree_verify_width=33), "compact", _runner(torch.bfloat16), False),  # bf16 states

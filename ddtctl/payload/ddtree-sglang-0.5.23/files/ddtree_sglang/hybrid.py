@@ -21,9 +21,9 @@ The commit after acceptance is SGLang's own `commit_mamba_states_after_verify` w
 (worker.py): the last accepted node's state becomes the request's state, and the mamba-track (extra_buffer) snapshot
 is taken at the node on the accepted path where the track interval is crossed.
 
-Compact tree verify (opt-in, `DDTREE_GDN_TREE=compact`, until a server-level exactness run has passed with it;
-measured 1.16 / 1.45 x a DFLASH step at batch 1 / 8 against SGLang's kernel's 1.20 / 1.56, B=32 on the
-Qwen3.6-27B-shaped target, notes/step-cost-h200.md): AFTER
+Compact tree verify (the default since its server-level exactness run on the H200, 2026-12-01; `DDTREE_GDN_TREE=
+sglang` keeps SGLang's kernel; measured 1.16 / 1.45 x a DFLASH step at batch 1 / 8 against SGLang's kernel's
+1.20 / 1.56, B=32 on the Qwen3.6-27B-shaped target, notes/step-cost-h200.md): AFTER
 `GDNAttnBackend.__init__` the dispatcher's tree verify kernel becomes `CompactTreeVerify` (kernels/gdn_tree.py),
 which computes the outputs in closed form over the tree and writes small per-node records instead of every node's
 full SSM state. AROUND `scatter_mamba_states_after_mtp_verify` the SSM part of the commit then materialises the
@@ -110,8 +110,18 @@ def tree_backend(result, backend, model_runner, *args, **kwargs):
     return None
 
 
+# The compact GDN tree verify is the default since its server-level exactness run (H200, 2026-12-01: outputs equal
+# plain greedy at B=15/32, CUDA graphs on); DDTREE_GDN_TREE=sglang keeps SGLang's kernel.
+GDN_TREE_DEFAULT = "compact"
+
+
 def compact_wanted() -> bool:
-    return tree_mode() and os.environ.get("DDTREE_GDN_TREE", "sglang") == "compact"
+    return tree_mode() and os.environ.get("DDTREE_GDN_TREE", GDN_TREE_DEFAULT) == "compact"
+
+
+def _kept_log(message: str, *args) -> None:
+    """Asked for by name, a kernel that cannot run is worth a warning; by default, a line of info."""
+    (logger.warning if "DDTREE_GDN_TREE" in os.environ else logger.info)(message, *args)
 
 
 def _shipped_kernel(name: str):
@@ -154,11 +164,11 @@ def compact_planned(ssm_dtype) -> bool:
     if not compact_wanted():
         return False
     if ssm_dtype != torch.float32:
-        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one needs fp32 SSM states)")
+        _kept_log("DDTREE: SGLang's GDN tree kernel kept (the compact one needs fp32 SSM states)")
         return False
     if verify_width() > COMPACT_MAX_WIDTH:
-        logger.warning("DDTREE: SGLang's GDN tree kernel kept (the compact one verifies at most %d nodes, not %d)",
-                       COMPACT_MAX_WIDTH, verify_width())
+        _kept_log("DDTREE: SGLang's GDN tree kernel kept (the compact one verifies at most %d nodes, not %d)",
+                  COMPACT_MAX_WIDTH, verify_width())
         return False
     return True
 
@@ -171,7 +181,7 @@ def compact_tree_kernel(result, backend, model_runner, *args, **kwargs):
     if getattr(cache, "intermediate_ssm", None) is None or not compact_planned(cache.temporal.dtype):
         if STATE.get("compact_scratch"):
             raise RuntimeError("DDTREE: the mamba pool holds compact verify records, but the compact GDN tree "
-                               "kernel cannot run here; unset DDTREE_GDN_TREE")
+                               "kernel cannot run here; set DDTREE_GDN_TREE=sglang")
         return None
     backend.kernel_dispatcher.tree_verify_kernel = CompactTreeVerify(depth_bound=_depth_bound())
     STATE["compact_backends"] += 1
