@@ -242,8 +242,13 @@ def time_case(K, inp, width: int, dim: int, dtype, dev, sglang_tree, compact, de
 
 
 def ok_of(r: dict) -> bool:
+    """Parents, commit and untouched states exact; outputs within TOL_OUT of SGLang's and no further from the
+    float64 reference than SGLang's own outputs are, plus TOL_OUT."""
+    # Not an absolute bound on the float64 error: with bf16 outputs SGLang's own kernel is 0.023-0.032 from
+    # the reference on the H200 (bf16 rounding), over TOL_OUT. The kernel being replaced sets the floor;
+    # TOL_OUT on top is the same few-ulp slack as against SGLang's outputs.
     return (r["parents_equal"] and r["state_untouched"] and r["commit_bit_equal"]
-            and r["out_err_vs_sglang"] <= TOL_OUT and r["out_err_vs_f64"] <= TOL_OUT)
+            and r["out_err_vs_sglang"] <= TOL_OUT and r["out_err_vs_f64"] <= r["sglang_err_vs_f64"] + TOL_OUT)
 
 
 def table(rows: list[dict], timing: bool) -> str:

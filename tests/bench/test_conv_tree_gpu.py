@@ -1,6 +1,6 @@
-"""bench/conv_tree_gpu.py on the CPU: its --help, and its smoke run (small fp32 shapes under Triton's
-interpreter, SGLang's tree conv from the release's source): every case equal to SGLang's kernel, exit 0, the
-JSON in $OUT."""
+"""bench/conv_tree_gpu.py on the CPU: its --help, its smoke run (small fp32 shapes under Triton's interpreter,
+SGLang's tree conv from the release's source): every case equal to SGLang's kernel, exit 0, the JSON in $OUT;
+and its per-case verdict on bf16-like rows as the H200 reports them."""
 
 from __future__ import annotations
 
@@ -11,12 +11,43 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "conv_tree_gpu.py"
+
+
+@pytest.fixture(scope="module")
+def ctg():
+    yield from load_bench("conv_tree_gpu")
+
+
+# A bf16 row as the H200 reported it on 2026-12-01: bit-equal to SGLang's conv, and like SGLang's own outputs
+# 0.03 from the float64 reference (bf16 rounding), which is over TOL_OUT on its own.
+BF16_ROW = {"out_err_vs_sglang": 0.0, "out_bit_equal": True, "parents_equal": True, "state_untouched": True,
+            "out_err_vs_f64": 0.03, "sglang_err_vs_f64": 0.03, "commit_bit_equal": True, "commit_err": 0.0}
+
+
+def test_a_bf16_row_bit_equal_to_sglang_passes_although_both_are_off_float64_by_more_than_tol(ctg):
+    assert BF16_ROW["out_err_vs_f64"] > ctg.TOL_OUT
+    assert ctg.ok_of(BF16_ROW)
+    assert ctg.ok_of(dict(BF16_ROW, out_err_vs_sglang=ctg.TOL_OUT / 2, out_bit_equal=False,
+                          out_err_vs_f64=0.03 + ctg.TOL_OUT / 2))  # a contraction apart, within the slack
+
+
+@pytest.mark.parametrize("change", [
+    {"out_err_vs_f64": 0.2},  # much further from float64 than SGLang's own 0.03
+    {"out_err_vs_f64": 0.03 + 1.5 * 2e-2},  # past SGLang's error plus TOL_OUT
+    {"out_err_vs_sglang": 0.05, "out_bit_equal": False},  # not bit-equal, beyond TOL_OUT
+    {"commit_bit_equal": False, "commit_err": 0.5},
+    {"parents_equal": False},
+    {"state_untouched": False},
+], ids=["f64-much-worse", "f64-past-slack", "out-vs-sglang", "commit", "parents", "state-touched"])
+def test_a_row_fails_on_any_difference_that_matters(ctg, change):
+    assert not ctg.ok_of(dict(BF16_ROW, **change))
 
 
 def _run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:

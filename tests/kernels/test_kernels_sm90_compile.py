@@ -1,5 +1,5 @@
-"""The interpreter accepts code the compiler rejects: compile every kernel for sm_90 (Hopper) with the real Triton
-compiler, ahead of time (no GPU needed), at the configurations the H200 bench uses."""
+"""The interpreter accepts code the compiler rejects: compile every kernel for sm_90 (Hopper) with the real
+Triton compiler, ahead of time (no GPU needed), at the configurations the H200 bench uses."""
 
 import os
 import subprocess
@@ -30,8 +30,8 @@ SCRIPT = textwrap.dedent("""
         comp(T._topk_pass1, {"X": xt, "GMAX": p, "PM": p, "PL": p, "V": "i32", "n_tiles": "i32",
                              "tiles_per_split": "i32", "S": "i32", "stride_row": "i32", "G_STRIDE": "i32"},
              {"GS": 64, "NG": 64}, 4)
-        comp(T._topk_pass2, {"X": xt, "GMAX": p, "PM": p, "PL": p, "SCR_G": "*i32", "SCR_K": "*i64", "SCR_C": "*i64",
-                             "LP_OUT": p,
+        comp(T._topk_pass2, {"X": xt, "GMAX": p, "PM": p, "PL": p, "SCR_G": "*i32", "SCR_K": "*i64",
+                             "SCR_C": "*i64", "LP_OUT": p,
                              "ID_OUT": "*i32", "V": "i32", "n_groups": "i32", "S": "i32", "K": "i32",
                              "stride_row": "i32", "G_STRIDE": "i32"},
              {"GS": 64, "G_PAD": 4096, "S_PAD": 32, "K_PAD": 64, "Q": 64, "SHIFT": 16 if xt == "*bf16" else 0,
@@ -40,19 +40,25 @@ SCRIPT = textwrap.dedent("""
                            "SCORE_OUT": p, "PRE_OUT": "*i32", "SIZE_OUT": "*i32", "L": "i32", "K": "i32",
                            "B": "i32"}, {"F": 128}, 1)
     comp(T._compile_kernel, {"PAR": "*i32", "PRE": "*i32", "SIZE": "*i32", "TOK": "*i32", "DEP": "*i32",
-                             "ROOT": "*i64", "START": "*i64", "IDS_OUT": "*i64", "POS_OUT": "*i64", "VIS_OUT": "*i8",
+                             "ROOT": "*i64", "START": "*i64", "IDS_OUT": "*i64", "POS_OUT": "*i64",
+                             "VIS_OUT": "*i8",
                              "PACK_OUT": "*i32", "RIDX_OUT": "*i64", "RNEXT_OUT": "*i64", "RSIB_OUT": "*i64",
                              "B": "i32", "W": "i32"}, {"BR": 16, "WT": 2}, 4)
-    comp(T._follow_kernel, {"IDS": "*i64", "PAR": "*i32", "POST": "*i64", "ACC_OUT": "*i32", "ALEN_OUT": "*i32",
-                            "BONUS_OUT": "*i64", "B": "i32", "L": "i32"}, {"F": 128}, 1)
+    comp(T._follow_kernel, {"IDS": "*i64", "PAR": "*i32", "POST": "*i64", "ACC_OUT": "*i32",
+                            "ALEN_OUT": "*i32", "BONUS_OUT": "*i64", "B": "i32", "L": "i32"}, {"F": 128}, 1)
 """)
 
 
-def test_all_kernels_compile_for_sm90():
+def _compile_for_sm90(script: str) -> str:
+    """Runs `script` in a fresh interpreter with Triton's compiler (not its interpreter); its stdout."""
     env = dict(os.environ, TRITON_INTERPRET="0")
-    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.count("compiled") == 7
+    return run.stdout
+
+
+def test_all_kernels_compile_for_sm90():
+    assert _compile_for_sm90(SCRIPT).count("compiled") == 7
 
 
 COMPILE_FOR_SM90 = textwrap.dedent("""
@@ -76,7 +82,8 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
     assert type(G._tree_gdn_verify_kernel).__name__ != "InterpretedFunction"
 
     verify = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32",
-              "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32", "rec_idx": "*i32",
+              "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32",
+              "rec_idx": "*i32",
               "parent": "*i64", "cu": "*i32", "anc_in": "*i1", "scale": "fp32", "T": "i32", "sq_t": "i32",
               "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64",
               "s_rec_step": "i32", "s_par": "i32", "s_anc": "i32"}
@@ -87,7 +94,8 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
                                                  "BV": 32, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
                                                  "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
     commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
-              "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "s_state_layer": "i64",
+              "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32",
+              "s_state_layer": "i64",
               "s_state_slot": "i64", "s_rec_layer": "i64", "s_rec_slot": "i64", "s_rec_step": "i32",
               "s_acc": "i32"}
     for track in (False, True):
@@ -98,11 +106,7 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 
 def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
     """The compact GDN tree verify at the widths the hook lets it take (<= 64 nodes) fits an H200 block."""
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    run = subprocess.run([sys.executable, "-c", GDN_TREE_SCRIPT], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.count("compiled") == 6
+    assert _compile_for_sm90(GDN_TREE_SCRIPT).count("compiled") == 6
 
 
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
@@ -133,8 +137,4 @@ CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 
 
 def test_conv_tree_kernels_compile_for_sm90():
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    run = subprocess.run([sys.executable, "-c", CONV_TREE_SCRIPT], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.count("compiled") == 5
+    assert _compile_for_sm90(CONV_TREE_SCRIPT).count("compiled") == 5
