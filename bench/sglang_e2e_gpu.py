@@ -755,17 +755,22 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         # hybrid targets: the GDN tree kernel the server reports is the one asked for
         kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
         conv = m.get("conv_tree_kernel")
+        # the verify attention that served (verify_attn.py): the tree split-KV kernel exactly when asked for
+        attn = m.get("verify_attention", m.get("verify_attn"))
+        want_attn = "splitkv" if (r.get("extra_env") or {}).get("DDTREE_VERIFY_ATTN") == "splitkv" else "extend"
+        ok = ok and attn == want_attn
         want_kernel = want_conv = None
         if TARGET[0] == "hybrid":
             want_kernel, want_conv = wanted_kernels(r.get("extra_env") or {}, r["budget"])
             ok = ok and kernel == want_kernel and conv == want_conv
         out.append({"server": r["server"], "ok": bool(ok), "branch_nodes": branch, "mean_accept_len": acc,
                     "dflash_mean_accept_len": base, "disable_overlap_schedule": sync, "gdn_tree_kernel": kernel,
-                    "conv_tree_kernel": conv,
+                    "conv_tree_kernel": conv, "verify_attention": attn,
                     "acceptance_basis": basis,
                     "what": f"branch nodes {branch}, mean acc len {acc if acc is None else round(acc, 2)} vs "
                             f"DFLASH {base if base is None else round(base, 2)} ({basis}), "
-                            f"{'synchronous' if sync else 'overlap'} scheduler"
+                            f"{'synchronous' if sync else 'overlap'} scheduler, verify attention {attn} "
+                            f"(want {want_attn})"
                             + (f", GDN tree kernel {kernel} (want {want_kernel}), tree conv {conv} "
                                f"(want {want_conv})" if want_kernel else "")})
     return out
@@ -779,6 +784,15 @@ def pack_logs() -> None:
                 tf.add(LOGS, arcname="logs")
     except Exception as exc:  # noqa: BLE001
         log(f"could not pack logs: {exc}")
+
+
+def splitkv_servers(mk) -> list[Server]:
+    """DDTREE with the tree split-KV verify attention (DDTREE_VERIFY_ATTN=splitkv): eager, and in CUDA graphs."""
+    out = [mk("ddtree-b15-g0-splitkv", "DDTREE", False, 15, oracle=True),
+           mk("ddtree-b32-g1-splitkv", "DDTREE", True, 32, oracle=True)]
+    for s in out:
+        s.extra_env = {"DDTREE_VERIFY_ATTN": "splitkv"}
+    return out
 
 
 def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> list[Server]:
@@ -799,6 +813,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
         refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
         wave2.append(refprep)
+        wave2 += splitkv_servers(mk)
         extras = ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1")
     elif suite == "hybrid":
         for g in graphs:
@@ -819,6 +834,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         conv = mk("ddtree-b32-g1-compactconv", "DDTREE", True, 32, oracle=True)  # and the compact tree conv
         conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
         wave2.append(conv)
+        wave2 += splitkv_servers(mk)[-1:]
         extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),

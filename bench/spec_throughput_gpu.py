@@ -110,7 +110,7 @@ class Bench:
     profile: list | None = None
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
     extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=compact
-    variant: str = ""  # "" | "sync" | "sglanggdn" | "compact": a DDTREE configuration other than the default
+    variant: str = ""  # "" | "sync" | "sglanggdn" | "splitkv" | "compact": a DDTREE configuration beside the default
     gdn_tree_kernel: str | None = None  # hybrid DDTREE: what the server's log says it verifies trees with
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
@@ -352,6 +352,10 @@ def plan(args) -> list[Bench]:
             mk(f"ddtree-b{budget}-{drafter}-sglanggdn", "DDTREE", budget, drafter)
             out[-1].extra_env = {"DDTREE_GDN_TREE": "sglang"}
             out[-1].variant = "sglanggdn"
+        for budget in (int(x) for x in args.splitkv_budgets.split(",") if x):  # the tree split-KV verify attention
+            mk(f"ddtree-b{budget}-{drafter}-splitkv", "DDTREE", budget, drafter)
+            out[-1].extra_env = {"DDTREE_VERIFY_ATTN": "splitkv"}
+            out[-1].variant = "splitkv"
         for budget in (int(x) for x in args.compact_budgets.split(",") if x):
             mk(f"ddtree-b{budget}-{drafter}-compact", "DDTREE", budget, drafter)  # + the compact tree conv
             out[-1].extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
@@ -385,6 +389,9 @@ def main() -> int:
     ap.add_argument("--sglang-gdn-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with SGLang's GDN tree kernel "
                     "(DDTREE_GDN_TREE=sglang) instead of the compact default (ddtctl/kernels/gdn_tree.py)")
+    ap.add_argument("--splitkv-budgets", default="",
+                    help="DDTREE budgets also run with the tree split-KV verify attention (DDTREE_VERIFY_ATTN=splitkv, "
+                    "ddtctl/kernels/tree_attn.py) instead of SGLang's prefill kernel with the tree mask")
     ap.add_argument("--compact-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
                     "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")

@@ -17,8 +17,12 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              which keeps SGLang's deduplicated conv-window layout (hybrid.py
                              dense_conv_windows).
 
-Any value of the two switches other than "compact" is SGLang's kernel, silently (hybrid.py compares with
-"compact" only), so an unset DDTREE_GDN_TREE is compact and a misspelt one is not.
+  DDTREE_VERIFY_ATTN=splitkv (default "extend"; verify_attn.py, any DDTREE target on the triton backend)
+                             the target verify's attention split over the prefix, the tree mask on the
+                             drafts only.
+
+Any value of the two kernel switches other than "compact" is SGLang's kernel, silently (hybrid.py compares
+with "compact" only), so an unset DDTREE_GDN_TREE is compact and a misspelt one is not.
 Under --enable-unified-memory the unified pool allocates its own scratch, full states and dense windows
 (sglang 0.5.23 mem_cache/unified_memory_pool.py, not through the payload's alloc_intermediate_ssm hook): the
 compact kernels still run there, but save no memory (hybrid.py _unified_memory, honest_mamba_budget).
@@ -33,6 +37,9 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
+# the payload's verify_attn.py: the target verify's attention split over the prefix (opt-in), any target
+VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
+VERIFY_ATTN_CHOICES = ("extend", "splitkv")
 # hybrid.py compact_wanted / conv_compact_wanted: the values the payload knows
 KERNEL_CHOICES = ("sglang", "compact")
 # hybrid.py GDN_TREE_DEFAULT (the compact GDN verify since its H200 server-level exactness run) and the tree
@@ -44,7 +51,7 @@ PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
 COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
 REFERENCE = (
     "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
-    "conv_compact_wanted)"
+    "conv_compact_wanted) and ddtree_sglang/verify_attn.py (wanted)"
 )
 _SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
 
@@ -174,12 +181,12 @@ def _verify_width(ctx: Context) -> int:
 
 
 def _uses_switches(ctx: Context) -> bool:
-    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION))
+    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, VERIFY_ATTN))
 
 
 @rule(
     "DDT116",
-    "DDTREE's hybrid-kernel env switches are known and take effect",
+    "DDTREE's kernel env switches are known and take effect",
     severity=ERROR,
     reads=(
         "speculative_algorithm",
@@ -199,6 +206,8 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee) and
     `DDTREE_CONV_TREE=compact` (opt-in: the compact tree conv, one input per node in SGLang's deduplicated
     conv-window layout; bit-equal to SGLang's tree conv on the H200, but slower at batch 8; README).
+    `DDTREE_VERIFY_ATTN=splitkv` (opt-in, any DDTREE target: the target verify's attention split over the
+    prefix, kernels/tree_attn.py, instead of SGLang's prefill kernel with the tree mask).
 
     An unknown value is an error: the payload compares with "compact" only, so a typo silently runs SGLang's
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
@@ -207,7 +216,12 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     (compact GDN verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch
     keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
     a host's inventory env)."""
-    switches = ((GDN_TREE, KERNEL_CHOICES), (CONV_TREE, KERNEL_CHOICES), (PRECISION, PRECISION_CHOICES))
+    switches = (
+        (GDN_TREE, KERNEL_CHOICES),
+        (CONV_TREE, KERNEL_CHOICES),
+        (PRECISION, PRECISION_CHOICES),
+        (VERIFY_ATTN, VERIFY_ATTN_CHOICES),
+    )
     for name, choices in switches:
         value = ctx.env.get(name)
         if value is not None and value not in choices:
@@ -216,6 +230,15 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
                 fix=f"set env {name} to one of {', '.join(choices)}, or remove it",
                 about=env_key(name),
             )
+    if ctx.env.get(VERIFY_ATTN) == "splitkv" and ctx.algorithm != "DDTREE":
+        algo = ctx.given.get("speculative_algorithm")
+        yield Hit(
+            f"{VERIFY_ATTN}=splitkv has no effect: the tree split-KV attention serves DDTREE's target verify "
+            f"only, speculative-algorithm is {algo or 'unset'}; SGLang's attention runs",
+            fix=f"remove {VERIFY_ATTN} from env",
+            about=env_key(VERIFY_ATTN),
+            severity=WARNING,
+        )
     named = [name for name in (GDN_TREE, CONV_TREE) if ctx.env.get(name) == "compact"]
     wanted = [name for name in (GDN_TREE, CONV_TREE) if switch(ctx.env, name) == "compact"]
     reason = _not_applicable(ctx)

@@ -73,7 +73,8 @@ def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, 
     dflash.accept_lengths = [dflash_acc, dflash_acc]
     ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
     ddtree.accept_lengths = [ddtree_acc, ddtree_acc]
-    ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch}}],
+    ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch,
+                                                            "verify_attention": "extend"}}],
                           "disable_overlap_schedule": sync}
     out = [plain, dflash, ddtree]
     if unsafe_out is not None:
@@ -98,7 +99,8 @@ def test_a_tree_that_never_branches_or_accepts_no_more_than_dflash_fails_the_cla
     claims = e2e.tree_claims([{"algo": "DFLASH", "graphs": False, "mean_accept_len": 2.0},
                               {"algo": "DDTREE", "graphs": False, "mean_accept_len": kw.get("ddtree_acc", 3.0),
                                "oracle": True, "unsafe": False, "budget": 7, "ok": True, "server": "t",
-                               "ddtree_metrics": {"accepted_branch_nodes": kw.get("branch", 4)}}])
+                               "ddtree_metrics": {"accepted_branch_nodes": kw.get("branch", 4),
+                                                  "verify_attention": "extend"}}])
     assert [c["ok"] for c in claims] == [False]
 
 
@@ -106,7 +108,8 @@ def test_a_tree_served_by_another_scheduler_than_launched_fails_the_claims(e2e):
     """Launched without --disable-overlap-schedule, DDTREE must serve under the overlap scheduler (and vice versa)."""
     assert e2e.report(_servers(e2e, REF, REF, sync=True), REF, {}, REQS) == 1
     row = {"algo": "DDTREE", "graphs": False, "mean_accept_len": 3.0, "oracle": True, "unsafe": False, "budget": 7,
-           "ok": True, "server": "t", "ddtree_metrics": {"accepted_branch_nodes": 4}}
+           "ok": True, "server": "t",
+           "ddtree_metrics": {"accepted_branch_nodes": 4, "verify_attention": "extend"}}
     dflash = {"algo": "DFLASH", "graphs": False, "mean_accept_len": 2.0}
     assert [c["ok"] for c in e2e.tree_claims([dflash, {**row, "served": {"disable_overlap_schedule": False}}])] == [True]
     sync_row = {**row, "argv": ["--disable-overlap-schedule"], "served": {"disable_overlap_schedule": True}}
@@ -227,7 +230,7 @@ def _claim_rows(ddtree_outputs, ddtree_accs, ddtree_cts, *, branch=4):
     ddtree = {"algo": "DDTREE", "graphs": True, "server": "ddtree", "oracle": True, "unsafe": False, "budget": 15,
               "ok": True, "outputs": ddtree_outputs, "accept_lengths": ddtree_accs, "verify_cts": ddtree_cts,
               "mean_accept_len": sum(ddtree_accs) / len(ddtree_accs), "served": {"disable_overlap_schedule": False},
-              "ddtree_metrics": {"accepted_branch_nodes": branch}}
+              "ddtree_metrics": {"accepted_branch_nodes": branch, "verify_attention": "extend"}}
     return [dflash, ddtree]
 
 
@@ -280,3 +283,17 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     assert servers["ddtree-b15-g1"].extra_env == {}
     assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
     assert servers["ddtree-b32-g1-compactconv"].extra_env["DDTREE_CONV_TREE"] == "compact"
+
+
+def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):
+    """DDTREE_VERIFY_ATTN=splitkv servers must have run the tree split-KV kernel; the others SGLang's extend."""
+    rows = _claim_rows([[1, 2], [3, 4], [5, 6]], [1.5, 1.5, 2.1], [40, 40, 3])
+    rows[1]["extra_env"] = {"DDTREE_VERIFY_ATTN": "splitkv"}
+    [claim] = e2e.tree_claims(rows)
+    assert not claim["ok"] and "verify attention extend (want splitkv)" in claim["what"]
+    rows[1]["ddtree_metrics"]["verify_attention"] = "splitkv"
+    assert [c["ok"] for c in e2e.tree_claims(rows)] == [True]
+    rows[1]["extra_env"] = {}
+    assert [c["ok"] for c in e2e.tree_claims(rows)] == [False]
+    rows[1]["ddtree_metrics"] = {"accepted_branch_nodes": 4, "verify_attn": "extend"}  # from the log line
+    assert [c["ok"] for c in e2e.tree_claims(rows)] == [True]

@@ -19,7 +19,7 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                sglang_gdn_budgets="", compact_budgets="")
+                sglang_gdn_budgets="", compact_budgets="", splitkv_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -123,6 +123,14 @@ def test_compact_servers_run_both_compact_kernels(st):
     both = by["ddtree-b32-random-compact"]
     assert both.extra_env == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
     assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env
+
+
+def test_splitkv_servers_run_the_tree_split_kv_verify_attention(st):
+    by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random,calibrated", splitkv_budgets="64,128"))}
+    for name in ("ddtree-b64-random-splitkv", "ddtree-b128-calibrated-splitkv"):
+        assert by[name].extra_env == {"DDTREE_VERIFY_ATTN": "splitkv"} and by[name].variant == "splitkv"
+    assert not by["ddtree-b64-random"].extra_env
+    assert len({b.port for b in by.values()}) == len(by)
 
 
 def test_only_this_runs_server_logs_come_back(st, tmp_path, monkeypatch):

@@ -349,3 +349,20 @@ def test_wider_trees_and_bf16_states_keep_sglangs_scratch_in_hybrid_py_too(hybri
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# -- DDTREE_VERIFY_ATTN (verify_attn.py) ----------------------------------------------------------------------
+def test_the_verify_attention_switch_is_checked():
+    _, r = _validate({"DDTREE_VERIFY_ATTN": "split"})
+    (f,) = _of(r, "DDT116")
+    assert f.severity == "error" and "DDTREE_VERIFY_ATTN='split'" in f.message and "extend, splitkv" in f.fix
+    for value in ("splitkv", "extend"):  # DDTREE, dense or hybrid: the switch applies
+        assert not _of(_validate({"DDTREE_VERIFY_ATTN": value})[1], "DDT116")
+        dense = _validate({"DDTREE_VERIFY_ATTN": value}, model="qwen3-8b", draft="qwen3-8b-dflash-b16",
+                          mamba_radix_cache_strategy=None, mamba_full_memory_ratio=None)[1]
+        assert not _of(dense, "DDT116")
+    _, r = _validate({"DDTREE_VERIFY_ATTN": "splitkv"}, speculative_algorithm="DFLASH",
+                     speculative_ddtree_budget=None, speculative_ddtree_topk_cap=None)
+    (f,) = _of(r, "DDT116")
+    assert f.severity == "warning" and "serves DDTREE's target verify only" in f.message
+    assert f.key == "env.DDTREE_VERIFY_ATTN"

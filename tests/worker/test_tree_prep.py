@@ -249,7 +249,17 @@ def test_metrics_report_the_tree_conv_of_hybrid_tree_targets(monkeypatch):
     monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
     assert m.summary()["conv_tree_kernel"] == "sglang"
     monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 48)  # hybrid.compact_tree_conv ran
-    assert m.summary()["conv_tree_kernel"] == "compact" and m.line().endswith("gdn_tree=sglang conv_tree=compact")
+    assert m.summary()["conv_tree_kernel"] == "compact" and "gdn_tree=sglang conv_tree=compact " in m.line()
+
+
+def test_metrics_report_the_verify_attention_that_served(monkeypatch):
+    from ddtree_sglang import verify_attn
+
+    m = dmetrics.DdtreeMetrics(budget=15, verify_width=16, prep_mode="triton", accept_mode="sglang", interval=50)
+    monkeypatch.setitem(verify_attn.STATE, "served", 0)
+    assert m.summary()["verify_attention"] == "extend" and m.line().endswith(" verify_attn=extend")
+    monkeypatch.setitem(verify_attn.STATE, "served", 3)  # the tree split-KV kernel served verify calls
+    assert m.summary()["verify_attention"] == "splitkv" and m.line().endswith(" verify_attn=splitkv")
 
 
 def test_server_info_hook_publishes_ddtree_metrics_only_for_ddtree():

@@ -91,7 +91,15 @@ class DdtreeMetrics:
             "draft_head_graph_steps": self.head_graph_steps,
             "gdn_tree_kernel": self.gdn_tree_kernel,
             "conv_tree_kernel": self._conv_tree_kernel(),
+            "verify_attention": self._verify_attention(),
         }
+
+    @staticmethod
+    def _verify_attention() -> str:
+        """"splitkv" once verify_attn.py's tree kernel has served a verify call in this process, else "extend"."""
+        from ddtree_sglang import verify_attn
+
+        return "splitkv" if verify_attn.STATE["served"] else "extend"
 
     def _conv_tree_kernel(self) -> str | None:
         """Hybrid tree targets: "compact" once hybrid.py's hook has run the compact tree conv, else "sglang"."""
@@ -112,6 +120,7 @@ class DdtreeMetrics:
             f"accept={s['accept_mode']}"
             + (f" gdn_tree={s['gdn_tree_kernel']}" if s["gdn_tree_kernel"] else "")
             + (f" conv_tree={s['conv_tree_kernel']}" if s["conv_tree_kernel"] else "")
+            + f" verify_attn={s['verify_attention']}"
         )
 
 

@@ -75,8 +75,9 @@ def register() -> None:
             "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
             "._add_speculative", _server_info, HookType.AFTER
         )
-        from ddtree_sglang import graphs, hybrid
+        from ddtree_sglang import graphs, hybrid, verify_attn
 
         graphs.register_hooks(HookRegistry, HookType)
         hybrid.register_hooks(HookRegistry, HookType)
+        verify_attn.register_hooks(HookRegistry, HookType)
         _launch_gate_registered = True
