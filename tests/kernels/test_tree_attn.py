@@ -1,7 +1,7 @@
 """The split-KV tree verify attention (ddtctl/kernels/tree_attn.py) in Triton's interpreter: outputs
 equal the float64 attention over [whole prefix + ancestors-or-self] and SGLang 0.5.23's own
 `extend_attention_fwd` (run from the release's source under the interpreter) with the same custom mask, on
-DDTREE trees from the best-first build and chains, GQA heads, head dims 64 and 128, prefixes of 0, 1, 37,
+DDTREE trees from the best-first build and chains, GQA heads, head dims 64, 128 and 256, prefixes of 0, 1, 37,
 150 and 300 keys (different per request) in shuffled pool slots, verify widths 5 to 129, empty splits, a
 bool or uint8 mask whose prefix columns hold garbage (never read); unsupported calls return False and leave
 the output alone. fp32 here (the interpreter mangles bf16); bench/tree_attn_gpu.py checks bf16 on the GPU."""
@@ -138,6 +138,7 @@ CASES = [  # (bs, width, prefixes, dim, kinds, n_splits, block_m, mask dtype, ca
     (1, 65, [150], 64, ["ddtree"], 2, None, torch.uint8, True, 1.0, 1.0),
     (1, 33, [1], 64, ["ddtree"], 1, 16, torch.uint8, False, 1.0, 1.0),
     (2, 129, [300, 37], 64, ["ddtree", "chain"], 8, None, torch.uint8, True, 1.0, 1.0),
+    (2, 17, [70, 0], 256, ["ddtree", "ddtree"], 4, None, torch.uint8, True, 1.0, 1.0),  # Qwen3.6-27B's D
 ]
 
 
