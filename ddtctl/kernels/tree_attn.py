@@ -236,12 +236,17 @@ def _tree_combine_kernel(
 
 @dataclass(frozen=True)
 class Launch:
-    """The tiles of one call: query block rows, key block columns, prefix splits, warps."""
+    """The tiles of one call: query rows per program, key columns per step and warps of each stage, and the
+    prefix split count. Stage 2 takes smaller tiles than stage 1: it holds the merged partials, the node
+    tiles and the mask at once (bigger tiles spilled registers when compiled for sm_90 with Triton 3.9)."""
 
     block_m: int
     block_n: int
-    n_splits: int
     num_warps: int
+    n_splits: int
+    combine_block_m: int
+    combine_block_n: int
+    combine_warps: int
 
 
 def _pow2_at_least(x: int) -> int:
@@ -260,17 +265,24 @@ def choose_launch(
     """Tiles from static shapes only. Splits: enough stage-1 programs to fill the GPU (TARGET_PROGRAMS), no
     more than the average prefix (kv_indices' length / bs, an upper bound under CUDA graphs, where kv_indices
     is a max-size buffer) gives MIN_SPLIT_KEYS each, a power of two in [1, MAX_SPLITS]."""
+    wide = head_dim > 128
     if block_m is None:
-        block_m = 64 if l_ext > 32 else max(16, _pow2_at_least(l_ext))
+        block_m = min(32 if wide else 64, max(16, _pow2_at_least(l_ext)))
     n_qb = -(-l_ext // block_m)
     if n_splits is None:
         base = max(1, bs * h_q * n_qb)
         want = _pow2_at_least(max(1, -(-TARGET_PROGRAMS // base)))
         by_len = max(1, int(avg_prefix) // MIN_SPLIT_KEYS)
         n_splits = max(1, min(MAX_SPLITS, want, 1 << (by_len.bit_length() - 1)))
-    block_n = 32 if head_dim > 128 else 64
-    num_warps = 8 if head_dim > 128 else 4
-    return Launch(block_m=block_m, block_n=block_n, n_splits=n_splits, num_warps=num_warps)
+    return Launch(
+        block_m=block_m,
+        block_n=32 if wide else 64,
+        num_warps=8,
+        n_splits=n_splits,
+        combine_block_m=min(16 if wide else 32, max(16, _pow2_at_least(l_ext))),
+        combine_block_n=32,
+        combine_warps=8,
+    )
 
 
 class TreeVerifyScratch:
@@ -389,19 +401,15 @@ def tree_verify_fwd(
     launch = choose_launch(bs, h_q, l_ext, dim, kv_indices.shape[0] / bs, n_splits, block_m)
     scratch = scratch_for(launch.n_splits, h_q, dim, q.device, bs * l_ext)
     part_o, part_lse = scratch.part_o, scratch.part_lse
-    n_qb = -(-l_ext // launch.block_m)
     sm_scale = sm_scale or dim**-0.5
-    tiles = dict(
+    block_d = max(16, _pow2_at_least(dim))
+    shared = dict(
         GROUP=h_q // k.shape[1],
-        N_QB=n_qb,
         N_SPLITS=launch.n_splits,
         D=dim,
         DV=dim,
-        BLOCK_D=max(16, _pow2_at_least(dim)),
-        BLOCK_DV=max(16, _pow2_at_least(dim)),
-        BLOCK_M=launch.block_m,
-        BLOCK_N=launch.block_n,
-        num_warps=launch.num_warps,
+        BLOCK_D=block_d,
+        BLOCK_DV=block_d,
         num_stages=1,
     )
     part_strides = (
@@ -411,16 +419,20 @@ def tree_verify_fwd(
         part_lse.stride(0),
         part_lse.stride(1),
     )
+    n_qb = -(-l_ext // launch.block_m)
     _prefix_partials_kernel[(bs * n_qb, h_q, launch.n_splits)](
         q, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, part_o, part_lse,
         sm_scale, float(k_scale), float(v_scale),
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
-        v_buffer.stride(1), *part_strides, **tiles,
+        v_buffer.stride(1), *part_strides, N_QB=n_qb, BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
+        num_warps=launch.num_warps, **shared,
     )  # fmt: skip
+    n_qb = -(-l_ext // launch.combine_block_m)
     _tree_combine_kernel[(bs * n_qb, h_q)](
         q, k, v, o, part_o, part_lse, qo_indptr, kv_indptr, custom_mask, mask_indptr, sm_scale,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0),
-        o.stride(1), *part_strides, IS_CAUSAL=bool(is_causal), **tiles,
+        o.stride(1), *part_strides, IS_CAUSAL=bool(is_causal), N_QB=n_qb, BLOCK_M=launch.combine_block_m,
+        BLOCK_N=launch.combine_block_n, num_warps=launch.combine_warps, **shared,
     )  # fmt: skip
     return True
 
