@@ -7,9 +7,10 @@ Per (shape, batch, prefix, verify width): a DDTREE tree per request from the bes
 columns left as garbage: neither kernel reads them), q/k/v and the KV pool random bf16, prefixes in shuffled
 pool slots.
   exact  max |error| of both kernels' outputs against the float64 attention over [prefix + ancestors-or-self]
-         (every request), and of the split-KV outputs against SGLang's; the same for every --splits launch;
+         (every request), and of the split-KV outputs against SGLang's; the same for every --variants launch
+         (s<n>: n prefix splits, m<rows>: query rows per prefix program, s<n>m<rows>: both);
   time   microseconds per layer (CUDA graphs, median): SGLang's kernel, the split-KV at its automatic tiles
-         and at each --splits count; x layers = per step (8B: 36 layers; Qwen3.6-27B: its 16 full-attention
+         and at each variant; x layers = per step (8B: 36 layers; Qwen3.6-27B: its 16 full-attention
          layers; 64 layers, full_attention_interval 4).
 Shapes: an 8B target (32 q / 8 kv heads, head_dim 128) and Qwen3.6-27B's full-attention layers at tp 1 (24 q /
 4 kv heads, head_dim 256, tests/fidelity/models/qwen3.6-27b/config.json).
@@ -18,7 +19,7 @@ Shapes: an 8B target (32 q / 8 kv heads, head_dim 128) and Qwen3.6-27B's full-at
     PYTHONPATH=tests/gpu_standins:/tmp/site:. DDTREE_GPU_STANDINS=1 SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 \\
         python3 bench/tree_attn_gpu.py
 Prints a table; $OUT/tree_attn_gpu.json when OUT is set; exit 1 when a split-KV result (automatic or a
---splits launch that ran) leaves the tolerance. A launch that raised (e.g. out of shared memory) is reported
+--variants launch that ran) leaves the tolerance. A launch that raised (e.g. out of shared memory) is reported
 and does not count.
 """
 
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -126,7 +128,30 @@ def max_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want.double()).abs().max())
 
 
-def case(shape: str, bs: int, prefix: int, width: int, seed: int, splits: tuple[int, ...]) -> dict:
+def variant_launch(key: str) -> dict:
+    """tree_verify_fwd's tile overrides of a variant: "s4" -> 4 splits, "m32" -> 32 query rows, "s4m32"."""
+    found = re.fullmatch(r"(?:s(\d+))?(?:m(\d+))?", key)
+    if not key or found is None:
+        raise SystemExit(f"--variants: {key!r} is not s<splits>, m<rows> or s<splits>m<rows>")
+    splits, rows = found.groups()
+    launch = {"n_splits": int(splits)} if splits else {}
+    return {**launch, "block_m": int(rows)} if rows else launch
+
+
+def check_and_time(c: SimpleNamespace, key: str, want: torch.Tensor, o_sgl: torch.Tensor, row: dict) -> None:
+    """One variant launched, checked against float64 and SGLang, timed; one that raises is reported."""
+    launch = variant_launch(key)
+    try:
+        o = torch.zeros_like(c.q)
+        tree_attn.tree_verify_fwd(*call_args(c, o), **launch)
+        row[f"out_err_vs_f64_{key}"] = max_err(o, want)
+        row[f"out_err_vs_sglang_{key}"] = max_err(o, o_sgl)
+        row[f"us_tree_{key}"] = timed(lambda: tree_attn.tree_verify_fwd(*call_args(c, o), **launch))
+    except Exception as exc:  # noqa: BLE001 - a launch that does not fit is reported, not fatal
+        row[f"error_{key}"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def case(shape: str, bs: int, prefix: int, width: int, seed: int, variants: tuple[str, ...]) -> dict:
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
     h_q, h_kv, dim, layers = SHAPES[shape]
@@ -138,23 +163,15 @@ def case(shape: str, bs: int, prefix: int, width: int, seed: int, splits: tuple[
     want = reference(c)
     row = {"shape": shape, "h_q": h_q, "h_kv": h_kv, "dim": dim, "layers": layers, "bs": bs, "prefix": prefix,
            "width": width, "seed": seed, "served": served, "auto_splits": launch.n_splits,
-           "auto_block_m": launch.block_m, "splits": list(splits),
+           "auto_block_m": launch.block_m, "variants": list(variants),
            "sglang_err_vs_f64": max_err(o_sgl, want), "out_err_vs_f64": max_err(o_tree, want),
            "out_err_vs_sglang": max_err(o_tree, o_sgl)}
     row["us_sglang"] = timed(lambda: extend_attention_fwd(*call_args(c, o_sgl)))
     row["us_tree"] = float("nan")
     if served:
         row["us_tree"] = timed(lambda: tree_attn.tree_verify_fwd(*call_args(c, o_tree)))
-    for n in splits:
-        try:
-            o = torch.zeros_like(c.q)
-            tree_attn.tree_verify_fwd(*call_args(c, o), n_splits=n)
-            row[f"out_err_vs_f64_s{n}"] = max_err(o, want)
-            row[f"out_err_vs_sglang_s{n}"] = max_err(o, o_sgl)
-            row[f"us_tree_s{n}"] = timed(
-                lambda: tree_attn.tree_verify_fwd(*call_args(c, o), n_splits=n))  # noqa: B023
-        except Exception as exc:  # noqa: BLE001 - a launch that does not fit is reported, not fatal
-            row[f"error_s{n}"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    for key in variants:
+        check_and_time(c, key, want, o_sgl, row)
     return row
 
 
@@ -168,24 +185,24 @@ def _within(r: dict, suffix: str) -> bool:
 
 
 def ok_of(r: dict) -> bool:
-    """Served, and the automatic launch and every --splits launch that ran within tolerance; one that raised
-    is reported and does not fail the row."""
+    """Served, and the automatic launch and every variant that ran within tolerance; one that raised is
+    reported and does not fail the row."""
     return bool(r.get("served")) and _within(r, "") and all(
-        _within(r, f"_s{n}") for n in r.get("splits", ()) if f"error_s{n}" not in r)
+        _within(r, f"_{key}") for key in r.get("variants", ()) if f"error_{key}" not in r)
 
 
 def best_of(r: dict) -> tuple[str, float]:
-    """The fastest split-KV launch that ran within tolerance: ("auto" or "s<n>", microseconds)."""
+    """The fastest split-KV launch that ran within tolerance: ("auto" or the variant, microseconds)."""
     timings = [("auto", r.get("us_tree", float("nan")))] if _within(r, "") else []
-    timings += [(f"s{n}", r[f"us_tree_s{n}"]) for n in r.get("splits", ())
-                if f"us_tree_s{n}" in r and _within(r, f"_s{n}")]
+    timings += [(key, r[f"us_tree_{key}"]) for key in r.get("variants", ())
+                if f"us_tree_{key}" in r and _within(r, f"_{key}")]
     timings = [(k, us) for k, us in timings if us == us]
     return min(timings, key=lambda t: t[1]) if timings else ("none", float("nan"))
 
 
 def table(rows: list[dict]) -> str:
     hdr = (f"{'shape':>5} {'bs':>2} {'prefix':>6} {'n':>3} | {'sglang':>7} {'tree':>7} {'auto':>7} "
-           f"{'best':>7} {'at':>4} | {'xL sgl ms':>9} {'xL tree':>7} {'saved':>6} | "
+           f"{'best':>7} {'at':>6} | {'xL sgl ms':>9} {'xL tree':>7} {'saved':>6} | "
            f"{'err sgl':>7} {'err tree':>8} {'vs sgl':>7} ok")
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
@@ -194,7 +211,7 @@ def table(rows: list[dict]) -> str:
         sgl_ms, tree_ms = r["us_sglang"] * layers / 1000, best * layers / 1000
         lines.append(
             f"{r['shape']:>5} {r['bs']:>2} {r['prefix']:>6} {r['width']:>3} | {r['us_sglang']:>7.1f} "
-            f"{r['us_tree']:>7.1f} {'s' + str(r['auto_splits']):>7} {best:>7.1f} {at:>4} | "
+            f"{r['us_tree']:>7.1f} {'s' + str(r['auto_splits']):>7} {best:>7.1f} {at:>6} | "
             f"{sgl_ms:>9.3f} {tree_ms:>7.3f} {sgl_ms - tree_ms:>6.3f} | {r['sglang_err_vs_f64']:>7.1e} "
             f"{r['out_err_vs_f64']:>8.1e} {r['out_err_vs_sglang']:>7.1e} {'yes' if r['ok'] else 'NO'}")
     lines.append("us per layer (CUDA graphs); tree = automatic tiles (auto: its split count), best = "
@@ -204,14 +221,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def splits_line(r: dict) -> str:
+def variants_line(r: dict) -> str:
     parts = []
-    for n in r.get("splits", ()):
-        if f"error_s{n}" in r:
-            parts.append(f"s{n} raised, not counted ({r[f'error_s{n}']})")
+    for key in r.get("variants", ()):
+        if f"error_{key}" in r:
+            parts.append(f"{key} raised, not counted ({r[f'error_{key}']})")
             continue
-        parts.append(f"s{n} {r[f'us_tree_s{n}']:.1f} us (f64 {r[f'out_err_vs_f64_s{n}']:.1e} "
-                     f"{'ok' if _within(r, f'_s{n}') else 'OUT OF TOLERANCE'})")
+        parts.append(f"{key} {r[f'us_tree_{key}']:.1f} us (f64 {r[f'out_err_vs_f64_{key}']:.1e} "
+                     f"{'ok' if _within(r, f'_{key}') else 'OUT OF TOLERANCE'})")
     return f"  {r['shape']} bs={r['bs']} prefix={r['prefix']} n={r['width']}: " + ("; ".join(parts) or "none")
 
 
@@ -221,10 +238,14 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--prefixes", default="1024,4096")
     ap.add_argument("--widths", default="17,33,65,129")
-    ap.add_argument("--splits", default="1,2,4,8,16", help="split counts also launched (checked and timed)")
+    ap.add_argument("--variants", default="s1,s2,s4,s8,s16,m16,m32,m64",
+                    help="other split-KV launches, checked and timed: s<n> n prefix splits, m<rows> query "
+                    "rows per prefix program, s<n>m<rows> both; empty: the automatic tiles only")
     ap.add_argument("--seed", type=int, default=1201)
     args = ap.parse_args(argv)
-    splits = tuple(int(x) for x in args.splits.split(",") if x)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    for key in variants:
+        variant_launch(key)  # a malformed one stops the run before any GPU work
     print(f"seed {args.seed}; {torch.cuda.get_device_name()}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
     rows = []
@@ -232,7 +253,7 @@ def main(argv=None) -> int:
         for bs in (int(x) for x in args.batches.split(",")):
             for prefix in (int(x) for x in args.prefixes.split(",")):
                 for width in (int(x) for x in args.widths.split(",")):
-                    r = case(shape, bs, prefix, width, args.seed + len(rows), splits)
+                    r = case(shape, bs, prefix, width, args.seed + len(rows), variants)
                     torch.cuda.empty_cache()
                     r["ok"] = ok_of(r)
                     rows.append(r)
@@ -240,13 +261,13 @@ def main(argv=None) -> int:
     text = table(rows)
     print()
     for r in rows:
-        print(splits_line(r))
+        print(variants_line(r))
     print(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
         (Path(os.environ["OUT"]) / "tree_attn_gpu.json").write_text(json.dumps(rows, indent=1))
         (Path(os.environ["OUT"]) / "tree_attn_gpu_table.txt").write_text(
-            "\n".join([*(splits_line(r) for r in rows), text]) + "\n")
+            "\n".join([*(variants_line(r) for r in rows), text]) + "\n")
     bad = sum(not r["ok"] for r in rows)
     print(f"RESULT {'PASS' if not bad else 'FAIL'} ({len(rows) - bad}/{len(rows)} cases within tolerance)")
     return 1 if bad else 0

@@ -326,6 +326,7 @@ def served_l_ext(
     q,
     k,
     v,
+    o,
     k_buffer,
     v_buffer,
     qo_indptr,
@@ -353,7 +354,7 @@ def served_l_ext(
         return None
     if not (k.shape[2] == dim == k_buffer.shape[2] == v.shape[2] == v_buffer.shape[2]) or dim > MAX_HEAD_DIM:
         return None  # MLA (Dk != Dv) and wider heads are not tiled
-    if dim < 16 or q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
+    if dim < 16 or any(t.stride(2) != 1 for t in (q, k, v, o, k_buffer, v_buffer)):
         return None
     bs = qo_indptr.shape[0] - 1
     if bs < 1 or q.shape[0] % bs or k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
@@ -382,6 +383,7 @@ def tree_verify_fwd(
         q,
         k,
         v,
+        o,
         k_buffer,
         v_buffer,
         qo_indptr,

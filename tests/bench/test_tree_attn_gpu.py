@@ -30,7 +30,7 @@ def test_the_bench_inputs_are_the_references(tag):
 
 # bf16-like: SGLang itself 8e-3 from float64; split-KV as far, 4e-3 from SGLang; s16 raised
 ROW = {"shape": "8b", "h_q": 32, "h_kv": 8, "dim": 128, "layers": 36, "bs": 1, "prefix": 1024, "width": 65,
-       "served": True, "auto_splits": 8, "auto_block_m": 64, "splits": [4, 8, 16],
+       "served": True, "auto_splits": 8, "auto_block_m": 64, "variants": ["s4", "s8", "s16"],
        "sglang_err_vs_f64": 8e-3, "out_err_vs_f64": 8e-3, "out_err_vs_sglang": 4e-3,
        "us_sglang": 38.6, "us_tree": 20.0,
        "out_err_vs_f64_s4": 8e-3, "out_err_vs_sglang_s4": 4e-3, "us_tree_s4": 18.0,
@@ -45,7 +45,7 @@ def test_a_row_within_tolerance_passes_and_the_best_launch_is_the_fastest(tag):
     text = tag.table([row])
     assert "38.6" in text and "18.0" in text and " s4 " in text
     assert f"{38.6 * 36 / 1000 - 18.0 * 36 / 1000:.3f}" in text  # saved per step
-    line = tag.splits_line(row)
+    line = tag.variants_line(row)
     assert "s4 18.0 us (f64 8.0e-03 ok)" in line and "s16 raised, not counted" in line
 
 
@@ -61,3 +61,15 @@ def test_a_launch_out_of_tolerance_or_a_refusal_fails_the_row(tag, field, value)
 def test_a_fast_launch_out_of_tolerance_is_not_the_best(tag):
     row = dict(ROW, out_err_vs_f64_s4=0.5)
     assert tag.best_of(row) == ("auto", 20.0)
+
+
+@pytest.mark.parametrize(("key", "launch"), [("s4", {"n_splits": 4}), ("m32", {"block_m": 32}),
+                                             ("s16m64", {"n_splits": 16, "block_m": 64})])
+def test_variant_names_are_tile_overrides(tag, key, launch):
+    assert tag.variant_launch(key) == launch
+
+
+@pytest.mark.parametrize("key", ["", "x4", "s", "m", "4", "m32s4"])
+def test_a_malformed_variant_stops_the_run(tag, key):
+    with pytest.raises(SystemExit, match="--variants"):
+        tag.variant_launch(key)

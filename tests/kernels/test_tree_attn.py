@@ -203,6 +203,7 @@ def _unsupported(c: SimpleNamespace):
         ("max_len_extend differs", with_(12, c.width + 1), {}),
         ("device k_scale", with_(13, torch.tensor(1.0)), {}),
         ("MLA head dims", mla, {}),
+        ("strided output", with_(3, torch.full((o.shape[0], o.shape[1], 2 * o.shape[2]), 7.0)[..., ::2]), {}),
     ]
 
 
