@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--prefixes", default="1024,4096")
     ap.add_argument("--widths", default="17,33,65,129")
-    ap.add_argument("--variants", default="s1,s2,s4,s8,s16,m16,m32,m64",
+    ap.add_argument("--variants", default="s1,s2,s4,s8,s16,m16,m32,m64,m128",
                     help="other split-KV launches, checked and timed: s<n> n prefix splits, m<rows> query "
                     "rows per prefix program, s<n>m<rows> both; empty: the automatic tiles only")
     ap.add_argument("--seed", type=int, default=1201)
