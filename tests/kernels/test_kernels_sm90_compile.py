@@ -185,10 +185,17 @@ TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
                 cex = dict(GROUP=h_q // h_kv, N_QB=-(-width // bm), N_SPLITS=L.n_splits, D=dim, DV=dim,
                            BLOCK_D=dim, BLOCK_DV=dim, BLOCK_M=bm, BLOCK_N=bn, **extra)
                 assert stack_bytes(fn, sig, cex, nw) == 0, "registers spilled"
+    # what else a server may hand it: a non-causal call, SGLang's own bool mask, an fp8 KV pool
+    cex = dict(GROUP=4, N_QB=3, N_SPLITS=8, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, BLOCK_M=32, BLOCK_N=32)
+    stack_bytes(A._tree_combine_kernel, combine, dict(cex, IS_CAUSAL=False), 8)
+    stack_bytes(A._tree_combine_kernel, dict(combine, Mask="*i1"), dict(cex, IS_CAUSAL=True), 8)
+    stack_bytes(A._prefix_partials_kernel, dict(prefix, K_Buffer="*fp8e4nv", V_Buffer="*fp8e4nv"),
+                dict(cex, BLOCK_M=64, BLOCK_N=64), 8)
 """)
 
 
 def test_tree_attn_kernels_compile_for_sm90_without_spilling_registers():
     """The split-KV tree verify's automatic tiles compile for Hopper and keep their state in registers (the
-    bigger tiles tried first spilled hundreds of bytes per thread)."""
-    assert _compile_for_sm90(TREE_ATTN_SCRIPT).count("compiled") == 5
+    bigger tiles tried first spilled hundreds of bytes per thread); a non-causal call, a bool mask and an fp8
+    KV pool compile too."""
+    assert _compile_for_sm90(TREE_ATTN_SCRIPT).count("compiled") == 8
