@@ -370,15 +370,17 @@ def served_l_ext(
 
 def tree_verify_fwd(
     q, k, v, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr,
-    max_len_extend, k_scale, v_scale, sm_scale=None, logit_cap=0.0, sliding_window_size=-1, sinks=None,
-    window_kv_offsets=None, xai_temperature_len=-1, max_bs: int | None = None, n_splits: int | None = None,
-    block_m: int | None = None,
+    max_len_extend, k_scale, v_scale, sm_scale=None, logit_cap=0.0, skip_prefix_custom_mask=True,
+    sliding_window_size=-1, sinks=None, window_kv_offsets=None, xai_temperature_len=-1,
+    max_bs: int | None = None, n_splits: int | None = None, block_m: int | None = None,
 ) -> bool:  # fmt: skip
     """`extend_attention_fwd` for a DDTREE verify (custom tree mask, every request the same width): writes o
     and returns True, or returns False and touches nothing. q/k/v/o [tokens, heads, D] (k/v the nodes' own),
     k_buffer/v_buffer the KV pool [slots, kv heads, D]. max_bs (SGLang's split-KV call site passes its request
     pool size) is accepted and not used: the scratch is sized by the calls (TreeVerifyScratch), not by a pool
     that may be far larger than any verify batch. n_splits and block_m override the automatic tiles."""
+    if not skip_prefix_custom_mask:
+        return False  # a mask over the prefix columns too: every prefix key here is seen by every node
     l_ext = served_l_ext(
         q,
         k,

@@ -196,6 +196,7 @@ def _unsupported(c: SimpleNamespace):
     return o, [
         ("no custom mask", with_(9, None), {}),
         ("logit cap", base, {"logit_cap": 30.0}),
+        ("prefix columns masked", base, {"skip_prefix_custom_mask": False}),
         ("sliding window", base, {"sliding_window_size": 8}),
         ("sinks", base, {"sinks": torch.zeros(c.h_q)}),
         ("xai temperature", base, {"xai_temperature_len": 4}),
@@ -253,3 +254,16 @@ def test_scratch_keeps_its_address_for_smaller_batches_and_keeps_an_outgrown_buf
     grown = tree_attn.scratch_for(4, 3, 16, torch.device("cpu"), 80)
     assert grown.part_o.shape == (4, 80, 3, 16) and grown.part_lse.shape == (4, 80, 3)
     assert any(t is first for t in grown.retired)  # a graph captured on it may still replay
+
+
+def test_the_signature_is_extend_attention_fwds_positionally(sglang_extend):
+    """A drop-in at SGLang's call site: the same parameters in the same order (q_extend.. o_extend named q.. o
+    here), then our own extras; the keywords the triton backend passes are ours too."""
+    import inspect
+
+    ours_for = {"q_extend": "q", "k_extend": "k", "v_extend": "v", "o_extend": "o"}
+    theirs = [ours_for.get(name, name) for name in inspect.signature(sglang_extend).parameters][:21]
+    ours = list(inspect.signature(tree_attn.tree_verify_fwd).parameters)
+    assert ours[:21] == theirs
+    assert {"logit_cap", "sliding_window_size", "sinks", "window_kv_offsets", "xai_temperature_len",
+            "max_bs"} <= set(ours)
