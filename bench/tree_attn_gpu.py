@@ -151,11 +151,13 @@ def check_and_time(c: SimpleNamespace, key: str, want: torch.Tensor, o_sgl: torc
         row[f"error_{key}"] = f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
-def case(shape: str, bs: int, prefix: int, width: int, seed: int, variants: tuple[str, ...]) -> dict:
+def case(shape: str, bs: int, prefix: int, width: int, seed: int, variants: tuple[str, ...],
+         device: str = "cuda", dtype=torch.bfloat16) -> dict:
+    """One row: both kernels checked and timed (device, dtype: the CPU test runs it in the interpreter)."""
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
     h_q, h_kv, dim, layers = SHAPES[shape]
-    c = make_inputs(h_q, h_kv, dim, bs, prefix, width, seed, torch.device("cuda"))
+    c = make_inputs(h_q, h_kv, dim, bs, prefix, width, seed, torch.device(device), dtype)
     o_sgl, o_tree = torch.zeros_like(c.q), torch.zeros_like(c.q)
     extend_attention_fwd(*call_args(c, o_sgl))
     served = tree_attn.tree_verify_fwd(*call_args(c, o_tree))

@@ -73,3 +73,39 @@ def test_variant_names_are_tile_overrides(tag, key, launch):
 def test_a_malformed_variant_stops_the_run(tag, key):
     with pytest.raises(SystemExit, match="--variants"):
         tag.variant_launch(key)
+
+
+def test_a_whole_row_runs_in_the_interpreter_and_a_wrong_variant_fails_it(tag, tmp_path, monkeypatch):
+    """case() end to end on the CPU: SGLang's extend_attention_fwd from the release's source under Triton's
+    interpreter as the kernel compared against, fp32, timing stood in (no GPU). The row is within tolerance;
+    a variant whose outputs are wrong (its launch given an all-zero tree mask) fails it."""
+    import sys
+    import types
+
+    sys.path.insert(0, str(tag.REPO / "tests" / "worker"))
+    from worker_sglang_source import extend_attention_from_source
+
+    extend = extend_attention_from_source(tmp_path)
+    if extend is None:
+        pytest.skip("sglang 0.5.23's extend_attention.py is not reachable (make test builds the managed env)")
+    for name in ["sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention"]:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    leaf = types.ModuleType("sglang.kernels.ops.attention.extend_attention")
+    leaf.extend_attention_fwd = extend
+    monkeypatch.setitem(sys.modules, leaf.__name__, leaf)
+    monkeypatch.setattr(tag, "timed", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setitem(tag.SHAPES, "tiny", (4, 2, 16, 2))
+    row = tag.case("tiny", 2, 40, 9, 7, ("s2", "m16"), device="cpu", dtype=torch.float32)
+    assert row["served"] and tag.ok_of(row), row
+    assert row["out_err_vs_f64"] < 1e-4 and row["out_err_vs_sglang_s2"] < 1e-4
+
+    real = tag.tree_attn.tree_verify_fwd
+
+    def zero_mask_when_split(*args, **kwargs):
+        if "n_splits" in kwargs:
+            args = (*args[:9], torch.zeros_like(args[9]), *args[10:])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tag.tree_attn, "tree_verify_fwd", zero_mask_when_split)
+    row = tag.case("tiny", 2, 40, 9, 7, ("s2",), device="cpu", dtype=torch.float32)
+    assert row["out_err_vs_f64_s2"] > 0.05 and not tag.ok_of(row)

@@ -25,52 +25,16 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = 6060
 TOL = 2e-5  # fp32 against float64 and against SGLang's fp32 kernel (softmax of O(1) scores)
 
-# SGLang's extend_attention.py imports its platform layer; the kernel and its wrapper need only these names
-_SGLANG_PREAMBLE = """import math
-from typing import Optional
-_is_cuda = _is_hip = _is_gfx95 = _is_gfx1250 = False
-_is_triton_ge_37 = True
-
-
-class _Off:
-    def get(self):
-        return False
-
-
-class envs:
-    SGLANG_TRITON_FP8_PREFILL_ATTN = _Off()
-    SGLANG_TRITON_COMPACT_EXTEND_ATTENTION = _Off()
-
-
-def _extract_kv_strides(buf, page_size):
-    return buf.stride(0), buf.stride(1), buf.stride(0) * page_size, buf.stride(0)
-
-
-def unpack_aux_tensors(score_mod, aux_tensors):
-    return None, 0, 0, 0
-
-
-"""
-
-
 @pytest.fixture(scope="module")
 def sglang_extend(tmp_path_factory):
     """SGLang 0.5.23's extend_attention_fwd and _fwd_kernel, from the release's source (no sglang import)."""
     sys.path.insert(0, str(REPO / "tests" / "worker"))
-    sys.path.insert(0, str(REPO / "bench"))
-    from hybrid_tree_kernels import _fix_interpreter_compares
-    from worker_sglang_source import load_functions, sglang_source
+    from worker_sglang_source import extend_attention_from_source
 
-    found = sglang_source("sglang/kernels/ops/attention/extend_attention.py")
+    found = extend_attention_from_source(tmp_path_factory.mktemp("sgl"))
     if found is None:
         pytest.skip("sglang 0.5.23's extend_attention.py is not reachable (make test builds the managed env)")
-    _fix_interpreter_compares()
-    names = ["tanh", "_fwd_kernel", "_get_block_sizes_for_extend_attention",
-             "_get_num_stages_for_extend_attention", "_compact_extend_q_tiles_per_head",
-             "extend_attention_fwd"]
-    mod = load_functions(found[0], names, tmp_path_factory.mktemp("sgl"), "ddtree_test_sglang_extend",
-                         preamble=_SGLANG_PREAMBLE)
-    return mod.extend_attention_fwd
+    return found
 
 
 def _ddtree(rng: random.Random, width: int) -> list[int]:
