@@ -5,7 +5,7 @@ extend_attention_fwd with DDTREE's custom mask (what a DDTREE verify runs on the
 Per (shape, batch, prefix, verify width): a DDTREE tree per request from the best-first build
 (ddtctl/kernels/reference.py) over random log-probs, its mask in SGLang's flat TARGET_VERIFY layout (prefix
 columns left as garbage: neither kernel reads them), q/k/v and the KV pool random bf16, prefixes in shuffled
-pool slots.
+pool slots, kv_indices padded to a CUDA-graph buffer's length (--kv-buffer) as a server hands it.
   exact  max |error| of both kernels' outputs against the float64 attention over [prefix + ancestors-or-self]
          (every request), and of the split-KV outputs against SGLang's; the same for every --variants launch
          (s<n>: n prefix splits, m<rows>: query rows per prefix program, s<n>m<rows>: both);
@@ -83,8 +83,10 @@ def timed(fn, iters: int = 20) -> float:
 
 
 def make_inputs(h_q: int, h_kv: int, dim: int, bs: int, prefix: int, width: int, seed: int, dev,
-                dtype=torch.bfloat16) -> SimpleNamespace:
-    """One layer's verify call as the triton backend makes it (every request the same prefix length)."""
+                dtype=torch.bfloat16, kv_buffer: int = 0) -> SimpleNamespace:
+    """One layer's verify call as the triton backend makes it (every request the same prefix length).
+    kv_buffer > prefix: kv_indices as long as under CUDA graphs (bs * kv_buffer entries, a max-size buffer;
+    the kernels read only the first bs * prefix), so the split-KV picks its tiles as it would in a server."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     total, slots = bs * width, bs * prefix + 64
@@ -95,6 +97,8 @@ def make_inputs(h_q: int, h_kv: int, dim: int, bs: int, prefix: int, width: int,
     c.k_pool = torch.randn(slots, h_kv, dim, device=dev, dtype=dtype)
     c.v_pool = torch.randn(slots, h_kv, dim, device=dev, dtype=dtype)
     c.kv_indices = torch.randperm(slots, device=dev)[: bs * prefix].to(torch.int64)
+    if kv_buffer > prefix:
+        c.kv_indices = torch.cat([c.kv_indices, c.kv_indices.new_zeros(bs * (kv_buffer - prefix))])
     c.kv_indptr = torch.arange(0, bs * prefix + 1, prefix, device=dev, dtype=torch.int32)
     c.qo_indptr = torch.arange(0, total + 1, width, device=dev, dtype=torch.int32)
     c.vis = [torch.from_numpy(visibility_from_parents(np.asarray(ddtree_parents(rng, width)))).to(dev)
@@ -152,12 +156,12 @@ def check_and_time(c: SimpleNamespace, key: str, want: torch.Tensor, o_sgl: torc
 
 
 def case(shape: str, bs: int, prefix: int, width: int, seed: int, variants: tuple[str, ...],
-         device: str = "cuda", dtype=torch.bfloat16) -> dict:
+         device: str = "cuda", dtype=torch.bfloat16, kv_buffer: int = 0) -> dict:
     """One row: both kernels checked and timed (device, dtype: the CPU test runs it in the interpreter)."""
     from sglang.kernels.ops.attention.extend_attention import extend_attention_fwd
 
     h_q, h_kv, dim, layers = SHAPES[shape]
-    c = make_inputs(h_q, h_kv, dim, bs, prefix, width, seed, torch.device(device), dtype)
+    c = make_inputs(h_q, h_kv, dim, bs, prefix, width, seed, torch.device(device), dtype, kv_buffer)
     o_sgl, o_tree = torch.zeros_like(c.q), torch.zeros_like(c.q)
     extend_attention_fwd(*call_args(c, o_sgl))
     served = tree_attn.tree_verify_fwd(*call_args(c, o_tree))
@@ -243,6 +247,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="s1,s2,s4,s8,s16,m16,m32,m64,m128",
                     help="other split-KV launches, checked and timed: s<n> n prefix splits, m<rows> query "
                     "rows per prefix program, s<n>m<rows> both; empty: the automatic tiles only")
+    ap.add_argument("--kv-buffer", type=int, default=40960,
+                    help="kv_indices entries per request, as a server's CUDA-graph buffer holds (its context "
+                    "length): the split-KV picks its split count from this static length; 0: the prefix")
     ap.add_argument("--seed", type=int, default=1201)
     args = ap.parse_args(argv)
     variants = tuple(v for v in args.variants.split(",") if v)
@@ -255,7 +262,8 @@ def main(argv=None) -> int:
         for bs in (int(x) for x in args.batches.split(",")):
             for prefix in (int(x) for x in args.prefixes.split(",")):
                 for width in (int(x) for x in args.widths.split(",")):
-                    r = case(shape, bs, prefix, width, args.seed + len(rows), variants)
+                    r = case(shape, bs, prefix, width, args.seed + len(rows), variants,
+                             kv_buffer=args.kv_buffer)
                     torch.cuda.empty_cache()
                     r["ok"] = ok_of(r)
                     rows.append(r)

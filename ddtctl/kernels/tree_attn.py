@@ -38,7 +38,8 @@ import triton.language as tl  # noqa: E402
 MAX_L_EXT = 256  # verify nodes per request served (DDTREE: budget + 1 <= 129 in practice)
 MAX_HEAD_DIM = 256
 MAX_SPLITS = 16
-MIN_SPLIT_KEYS = 128  # a split shorter than this costs more in partials than it saves in latency
+MIN_SPLIT_KEYS = 128  # a split shorter than this costs more in partials than it saves in latency (a multiple
+# of every BLOCK_N)
 TARGET_PROGRAMS = 4 * 132  # stage-1 programs to aim for: a few per SM of an H200
 
 
@@ -49,6 +50,7 @@ def _prefix_partials_kernel(
     s_qt, s_qh, s_kt, s_kh, s_vt, s_vh, s_ps, s_pt, s_ph, s_ls, s_lt,
     GROUP: tl.constexpr, N_QB: tl.constexpr, N_SPLITS: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    MIN_KEYS: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0) // N_QB
     qb = tl.program_id(0) % N_QB
@@ -64,7 +66,9 @@ def _prefix_partials_kernel(
         offs_dv = tl.arange(0, BLOCK_DV)
         kv_start = tl.load(kv_indptr + b)
         prefix = tl.load(kv_indptr + b + 1) - kv_start
-        per_split = tl.cdiv(tl.cdiv(prefix, N_SPLITS), BLOCK_N) * BLOCK_N
+        # at least MIN_KEYS keys a split: a short prefix leaves the last splits empty (under CUDA graphs the
+        # split count is chosen without knowing the prefix)
+        per_split = tl.maximum(tl.cdiv(tl.cdiv(prefix, N_SPLITS), BLOCK_N) * BLOCK_N, MIN_KEYS)
         lo = per_split * split
         hi = tl.minimum(lo + per_split, prefix)
         tok = (q_start + rows).to(tl.int64)
@@ -429,6 +433,7 @@ def tree_verify_fwd(
         sm_scale, float(k_scale), float(v_scale),
         q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), *part_strides, N_QB=n_qb, BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
+        MIN_KEYS=MIN_SPLIT_KEYS,
         num_warps=launch.num_warps, **shared,
     )  # fmt: skip
     n_qb = -(-l_ext // launch.combine_block_m)

@@ -176,7 +176,8 @@ TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
         for width in (17, 33, 65, 129):
             L = A.choose_launch(1, h_q, width, dim, 4096.0)
             for fn, sig, bm, bn, nw, extra in (
-                    (A._prefix_partials_kernel, prefix, L.block_m, L.block_n, L.num_warps, {}),
+                    (A._prefix_partials_kernel, prefix, L.block_m, L.block_n, L.num_warps,
+                     {"MIN_KEYS": A.MIN_SPLIT_KEYS}),
                     (A._tree_combine_kernel, combine, L.combine_block_m, L.combine_block_n, L.combine_warps,
                      {"IS_CAUSAL": True})):
                 if (fn.__name__, dim, bm, bn, nw) in seen:
@@ -190,7 +191,7 @@ TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
     stack_bytes(A._tree_combine_kernel, combine, dict(cex, IS_CAUSAL=False), 8)
     stack_bytes(A._tree_combine_kernel, dict(combine, Mask="*i1"), dict(cex, IS_CAUSAL=True), 8)
     stack_bytes(A._prefix_partials_kernel, dict(prefix, K_Buffer="*fp8e4nv", V_Buffer="*fp8e4nv"),
-                dict(cex, BLOCK_M=64, BLOCK_N=64), 8)
+                dict(cex, BLOCK_M=64, BLOCK_N=64, MIN_KEYS=128), 8)
 """)
 
 

@@ -231,3 +231,15 @@ def test_the_signature_is_extend_attention_fwds_positionally(sglang_extend):
     assert ours[:21] == theirs
     assert {"logit_cap", "sliding_window_size", "sinks", "window_kv_offsets", "xai_temperature_len",
             "max_bs"} <= set(ours)
+
+
+def test_a_split_gets_at_least_min_split_keys_whatever_the_split_count():
+    """Under CUDA graphs the split count is chosen without the prefix length; a short prefix then runs in
+    fewer, fuller splits (300 keys, 16 splits: 128 + 128 + 44, thirteen empty), and the result stays exact."""
+    c = make_case(SEED + 70, 1, 5, [300])
+    o = torch.zeros_like(c.q)
+    assert tree_attn.tree_verify_fwd(*call_args(c, o), n_splits=16)
+    lse = tree_attn.scratch_for(16, c.h_q, c.q.shape[2], c.q.device, 5).part_lse[:, :5]
+    ran = torch.isfinite(lse).all(-1).all(-1)
+    assert ran.tolist() == [True] * 3 + [False] * 13
+    assert (o.double() - reference(c)).abs().max() < TOL
