@@ -138,3 +138,65 @@ CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 
 def test_conv_tree_kernels_compile_for_sm90():
     assert _compile_for_sm90(CONV_TREE_SCRIPT).count("compiled") == 5
+
+
+TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
+    import os, subprocess, tempfile
+    from ddtctl.kernels import tree_attn as A
+
+    assert type(A._prefix_partials_kernel).__name__ != "InterpretedFunction"
+    CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+    def stack_bytes(fn, sig, cex, nw):
+        sig = dict(sig, **{k: "constexpr" for k in cex})
+        c = triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cex), target=tgt,
+                           options={"num_warps": nw, "num_stages": 1})
+        assert c.asm["cubin"] and c.metadata.shared <= SMEM, (fn, c.metadata.shared)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"])
+            f.flush()
+            usage = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True).stdout
+        line = next(x for x in usage.splitlines() if "STACK:" in x)
+        print("compiled", fn.__name__, cex, line.strip())
+        return int(line.split("STACK:")[1].split()[0])
+
+    strides = {k: "i32" for k in ("s_ps", "s_pt", "s_ph", "s_ls", "s_lt")}
+    prefix = {"Q": "*bf16", "K_Buffer": "*bf16", "V_Buffer": "*bf16", "qo_indptr": "*i32",
+              "kv_indptr": "*i32", "kv_indices": "*i64", "Part_O": "*fp32", "Part_Lse": "*fp32",
+              "sm_scale": "fp32", "k_scale": "fp32", "v_scale": "fp32",
+              **{k: "i32" for k in ("s_qt", "s_qh", "s_kt", "s_kh", "s_vt", "s_vh")}, **strides}
+    combine = {"Q": "*bf16", "K_Ext": "*bf16", "V_Ext": "*bf16", "Out": "*bf16", "Part_O": "*fp32",
+               "Part_Lse": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32", "Mask": "*u8",
+               "mask_indptr": "*i64", "sm_scale": "fp32",
+               **{k: "i32" for k in ("s_qt", "s_qh", "s_kt", "s_kh", "s_vt", "s_vh", "s_ot", "s_oh")},
+               **strides}
+    seen = set()
+    # the automatic tiles of the bench's shapes: an 8B target and Qwen3.6-27B's full attention, widths 17-129
+    for h_q, h_kv, dim in ((32, 8, 128), (24, 4, 256)):
+        for width in (17, 33, 65, 129):
+            L = A.choose_launch(1, h_q, width, dim, 4096.0)
+            for fn, sig, bm, bn, nw, extra in (
+                    (A._prefix_partials_kernel, prefix, L.block_m, L.block_n, L.num_warps,
+                     {"MIN_KEYS": A.MIN_SPLIT_KEYS}),
+                    (A._tree_combine_kernel, combine, L.combine_block_m, L.combine_block_n, L.combine_warps,
+                     {"IS_CAUSAL": True})):
+                if (fn.__name__, dim, bm, bn, nw) in seen:
+                    continue
+                seen.add((fn.__name__, dim, bm, bn, nw))
+                cex = dict(GROUP=h_q // h_kv, N_QB=-(-width // bm), N_SPLITS=L.n_splits, D=dim, DV=dim,
+                           BLOCK_D=dim, BLOCK_DV=dim, BLOCK_M=bm, BLOCK_N=bn, **extra)
+                assert stack_bytes(fn, sig, cex, nw) == 0, "registers spilled"
+    # what else a server may hand it: a non-causal call, SGLang's own bool mask, an fp8 KV pool
+    cex = dict(GROUP=4, N_QB=3, N_SPLITS=8, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, BLOCK_M=32, BLOCK_N=32)
+    stack_bytes(A._tree_combine_kernel, combine, dict(cex, IS_CAUSAL=False), 8)
+    stack_bytes(A._tree_combine_kernel, dict(combine, Mask="*i1"), dict(cex, IS_CAUSAL=True), 8)
+    stack_bytes(A._prefix_partials_kernel, dict(prefix, K_Buffer="*fp8e4nv", V_Buffer="*fp8e4nv"),
+                dict(cex, BLOCK_M=64, BLOCK_N=64, MIN_KEYS=128), 8)
+""")
+
+
+def test_tree_attn_kernels_compile_for_sm90_without_spilling_registers():
+    """The split-KV tree verify's automatic tiles compile for Hopper and keep their state in registers (the
+    bigger tiles tried first spilled hundreds of bytes per thread); a non-causal call, a bool mask and an fp8
+    KV pool compile too."""
+    assert _compile_for_sm90(TREE_ATTN_SCRIPT).count("compiled") == 8

@@ -77,3 +77,49 @@ def load_functions(source: str, names: list[str], tmpdir: Path, module_name: str
     sys.modules[module_name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+# SGLang's extend_attention.py imports its platform layer; its kernel and wrapper need only these names (a
+# platform that is neither CUDA nor ROCm: the generic tiles, no FP8 or compact-grid paths)
+_EXTEND_PREAMBLE = """import math
+from typing import Optional
+_is_cuda = _is_hip = _is_gfx95 = _is_gfx1250 = False
+_is_triton_ge_37 = True
+
+
+class _Off:
+    def get(self):
+        return False
+
+
+class envs:
+    SGLANG_TRITON_FP8_PREFILL_ATTN = _Off()
+    SGLANG_TRITON_COMPACT_EXTEND_ATTENTION = _Off()
+
+
+def _extract_kv_strides(buf, page_size):
+    return buf.stride(0), buf.stride(1), buf.stride(0) * page_size, buf.stride(0)
+
+
+def unpack_aux_tensors(score_mod, aux_tensors):
+    return None, 0, 0, 0
+
+
+"""
+
+
+def extend_attention_from_source(tmpdir: Path):
+    """sglang 0.5.23's extend_attention_fwd (and its _fwd_kernel), loaded from the release's source for
+    Triton's interpreter; None when no copy is reachable."""
+    found = sglang_source("sglang/kernels/ops/attention/extend_attention.py")
+    if found is None:
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from hybrid_tree_kernels import _fix_interpreter_compares
+
+    _fix_interpreter_compares()  # SGLang's kernels splat comparison scalars (a Triton 3.9 interpreter defect)
+    names = ["tanh", "_fwd_kernel", "_get_block_sizes_for_extend_attention",
+             "_get_num_stages_for_extend_attention", "_compact_extend_q_tiles_per_head",
+             "extend_attention_fwd"]
+    mod = load_functions(found[0], names, tmpdir, "ddtree_test_sglang_extend", preamble=_EXTEND_PREAMBLE)
+    return mod.extend_attention_fwd
