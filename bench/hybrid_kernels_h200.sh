@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The GDN-hybrid tree kernels in one nvidia-h200 call (issue #12, notes/step-cost-h200.md "Next device calls"):
-#   1. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
+# DDTREE's verify kernels in one nvidia-h200 call (issue #12, notes/step-cost-h200.md "Next device calls"):
+#   1. bench/tree_attn_gpu.py       the tree split-KV verify attention (kernels/tree_attn.py) against SGLang's
+#                                   extend_attention_fwd with the tree mask (exact + time), any target;
 #   2. bench/gdn_tree_gpu.py        the compact GDN tree verify's TF32 launch variants (64-wide value tiles, the
-#                                   ancestor matrix given) against the default launch and SGLang's kernels;
-#   3. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
+#                                   ancestor matrix given), each checked and timed, against the default launch
+#                                   and SGLang's kernels;
+#   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
+#   4. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
 #                                   the path chains (SGLang's own kernels, tf32x3).
 # Each step has its own time limit and log; one failing step does not stop the others; exit 1 if any failed.
 # Needs .carry/whl carried (tools/fetch_gpu_carry.sh). Usage on the device: bash bench/hybrid_kernels_h200.sh
-# Env: CALL_S (seconds this call may use, default 560).
+# Env: CALL_S (seconds this call may use, default 560); SKIP (step names to leave out, e.g. "conv_tree
+# hybrid_tree").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/hybrid-kernels-out}
@@ -21,6 +25,7 @@ rc=0
 step() {  # name share-of-what-is-left command...
   local name=$1 share=$2
   shift 2
+  case " ${SKIP:-} " in *" $name "*) echo "=== $name: skipped (SKIP)"; return ;; esac
   local left=$((CALL_S - (SECONDS - t0) - 10))
   local limit=$((left * share / 100))
   if [ "$limit" -lt 30 ]; then
@@ -36,8 +41,9 @@ step() {  # name share-of-what-is-left command...
   [ "$code" -eq 0 ] || rc=1
 }
 
-step conv_tree 40 python3 bench/conv_tree_gpu.py
-step gdn_tree 55 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
+step tree_attn 45 python3 bench/tree_attn_gpu.py
+step gdn_tree 50 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
+step conv_tree 50 python3 bench/conv_tree_gpu.py
 step hybrid_tree 100 python3 bench/hybrid_tree_kernels.py
 echo "RESULT: $([ $rc -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0))s (logs and json under \$OUT)"
 exit $rc
