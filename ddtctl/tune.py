@@ -52,7 +52,9 @@ BASELINES = ("auto", "dflash", "none", "off")
 
 # Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
 DDTREE_SPACE: dict[str, list[Any]] = {
-    "speculative-ddtree-budget": [16, 32, 64],
+    # up to 128: the fastest budget at batch 1 on the 8B target (1.22 x DFLASH, notes/step-cost-h200.md);
+    # larger batches favour smaller ones, and a budget whose scratch does not fit is skipped (validated first)
+    "speculative-ddtree-budget": [16, 32, 64, 128],
     "speculative-ddtree-topk-cap": [None],
 }
 EAGLE_SPACE: dict[str, list[Any]] = {
