@@ -835,7 +835,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
         wave2.append(conv)
         wave2 += splitkv_servers(mk)[-1:]
-        extras = ("dflash-g0", "ddtree-b15-g0", "ddtree-b32-g1")
+        # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
+        # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor
+        extras = ("dflash-g0", "dflash-g1", "ddtree-b15-g0", "ddtree-b32-g1")
     else:  # tp
         wave2 += [mk("dflash-g0", "DFLASH", False, oracle=True), mk("dflash-g1", "DFLASH", True, oracle=True),
                   mk("ddtree-b7-g1", "DDTREE", True, 7, oracle=True),

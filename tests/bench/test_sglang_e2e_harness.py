@@ -297,3 +297,15 @@ def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):
     assert [c["ok"] for c in e2e.tree_claims(rows)] == [False]
     rows[1]["ddtree_metrics"] = {"accepted_branch_nodes": 4, "verify_attn": "extend"}  # from the log line
     assert [c["ok"] for c in e2e.tree_claims(rows)] == [True]
+
+
+@pytest.mark.parametrize("graphs", [[True], [False], [False, True]])
+def test_the_hybrid_suite_measures_dflashs_logprob_noise_whatever_the_graphs(e2e, graphs):
+    """logprob_bound takes SGLang's own DFLASH noise from the DFLASH servers that ran the extras: one must, with any
+    --graphs setting, or a bf16 run is judged by the float32 floor."""
+    def mk(name, algo, g, budget=None, oracle=False):
+        return e2e.Server(name, algo, g, budget, oracle, 0)
+
+    servers = e2e.suite_servers("hybrid", graphs, [15, 32], mk)
+    assert any(s.algo == "DFLASH" and s.extras for s in servers)
+    assert any(s.algo == "DDTREE" and s.extras for s in servers)
