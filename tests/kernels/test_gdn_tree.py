@@ -58,13 +58,13 @@ def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
 
 def _check_verify_and_commit(rng: random.Random, trees, heads: int, vheads: int, dim: int, depth: int, *,
                              padding: bool, compact_scratch: bool, ancestors: bool = False, pick=None,
-                             track_pick=None) -> None:
+                             track_pick=None, precision: str = "tf32") -> None:
     """Verify `trees` (one per request) and commit an accepted path per request (`pick(parents)` = its last
     node, a random node by default; request 0 also snapshots a node of its path, `track_pick(path)` or a
     random one, to a track slot): outputs and states equal tree_gdn_reference's. `padding`: the last request
     is a CUDA-graph padding row (no state, no scratch row); `compact_scratch`: the records-only scratch a
     compact pool allocates, else SGLang's full rows; `ancestors`: the ancestor matrix given, else derived from
-    the parents."""
+    the parents; `precision`: the verify's dot precision."""
     bs, width = len(trees), len(trees[0])
     q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, heads, vheads, dim, trees)
     slots = bs + 2
@@ -81,7 +81,8 @@ def _check_verify_and_commit(rng: random.Random, trees, heads: int, vheads: int,
     out = gdn_tree.tree_gdn_verify(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0], cache_indices=cache_idx,
         query_start_loc=cu, intermediate_states_buffer=scratch[0], intermediate_state_indices=rows,
-        retrieve_parent_token=par, depth_bound=depth, ancestors=anc if ancestors else None)
+        retrieve_parent_token=par, depth_bound=depth, ancestors=anc if ancestors else None,
+        precision=precision)
     accept, lens, expect = [], [], []
     for r in range(bs):
         sl = slice(r * width, (r + 1) * width)
@@ -218,6 +219,9 @@ WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles)
                             compact_scratch=False, ancestors=False),
     "bushy128_parents": dict(width=128, kind="bushy", bs=1, heads=(1, 1, 16), padding=False,
                              compact_scratch=True, ancestors=False),
+    # K = 64 keeps tf32x3 (below 64 the verify takes exact fp32): the two-block launch caps BV at 16
+    "deep112_tf32x3_k64": dict(width=112, kind="deep", bs=1, heads=(1, 2, 64), padding=False,
+                               compact_scratch=True, ancestors=False, precision="tf32x3"),
 }
 
 
@@ -240,7 +244,7 @@ def test_trees_wider_than_one_tile_equal_the_node_by_node_recurrence(name):
     heads, vheads, dim = c["heads"]
     _check_verify_and_commit(rng, trees, heads, vheads, dim, depth, padding=c["padding"],
                              compact_scratch=c["compact_scratch"], ancestors=c["ancestors"], pick=_deepest,
-                             track_pick=_last_of_block1)
+                             track_pick=_last_of_block1, precision=c.get("precision", "tf32"))
 
 
 def test_a_given_ancestor_matrix_of_a_wide_tree_is_what_the_outputs_follow():
