@@ -22,7 +22,14 @@ decay, b = sigmoid(beta logit), k and q L2-normalized, q scaled:
     o_i  = exp(gc_i) q_i^T h0 + sum_{j in anc(i)} exp(gc_i - gc_j) (q_i . k_j) u_j
 A is nilpotent (A^m = 0 once m exceeds the deepest path), so (I + A)^-1 = prod_{s < S} (I + (-A)^(2^s)) when
 2^S exceeds the depth: S matrix squarings instead of a node-by-node walk. The ancestor matrix comes the same
-way from the parent one-hot P: sum_{m < 2^S} P^m = prod_{s < S} (I + P^(2^s))."""
+way from the parent one-hot P: sum_{m < 2^S} P^m = prod_{s < S} (I + P^(2^s)).
+
+A single [TP, TP] tile of 128 nodes needs more shared memory than an H200 block has, so 65..128 nodes take a
+second kernel with [64, 64] tiles only: nodes come in topological order (a parent precedes its children: the
+best-first build), so with block 1 = nodes 0..63 and block 2 = the rest, A, the ancestor matrix and P are
+block lower-triangular (no node of block 1 descends from one of block 2) and
+    U_1 = (I + A_11)^-1 R_1,  U_2 = (I + A_22)^-1 (R_2 - A_21 U_1),  O_1 = ... W_11 U_1,
+    O_2 = ... W_21 U_1 + W_22 U_2  (W = the ancestor-masked, decay-weighted q.k products)."""
 
 from __future__ import annotations
 
@@ -38,9 +45,11 @@ import triton  # noqa: E402 - TRITON_INTERPRET must be set before triton is impo
 import triton.language as tl  # noqa: E402
 
 SOFTPLUS_THRESHOLD = 20.0  # SGLang's verify call: softplus_beta 1.0, threshold 20.0
-# Tiles of 128 nodes need more shared memory than an H200 block has (K = 128) and faulted at K = 16 (Triton
-# 3.6, tf32x3; bench/gdn_tree_probe.py): wider trees keep SGLang's kernel (hybrid.py).
-MAX_WIDTH = 64
+# Single tiles of 128 nodes need more shared memory than an H200 block has (K = 128) and faulted at K = 16
+# (Triton 3.6, tf32x3; bench/gdn_tree_probe.py): wider trees take the two-block kernel's [64, 64] tiles.
+MAX_SINGLE_TILE = 64
+TWO_BLOCK_TILE = 64  # block 1 = nodes 0..63, block 2 = nodes 64..T-1
+MAX_WIDTH = 2 * TWO_BLOCK_TILE
 
 
 @triton.jit
@@ -117,6 +126,153 @@ def _tree_gdn_verify_kernel(
             tl.store(node + HV * V + H * K + i_hv, gc, mask=live)
             if i_hv % (HV // H) == 0:
                 tl.store(node[:, None] + HV * V + i_h * K + ok[None, :], kt, mask=live[:, None])
+
+
+@triton.jit
+def _node_gates(a, b, A_log, dt_bias, rows, live, i_hv, sa_t, sb_t, THRESHOLD: tl.constexpr):
+    """Log decay g and beta = sigmoid(b) of a block of nodes (0 and 0.5 on padding rows)."""
+    x = tl.load(a + rows * sa_t + i_hv, mask=live, other=0.0).to(tl.float32)
+    x += tl.load(dt_bias + i_hv).to(tl.float32)
+    softplus = tl.where(x <= THRESHOLD, tl.log(1.0 + tl.exp(x)), x)
+    g = tl.where(live, -tl.exp(tl.load(A_log + i_hv).to(tl.float32)) * softplus, 0.0)
+    beta = 1.0 / (1.0 + tl.exp(-tl.load(b + rows * sb_t + i_hv, mask=live, other=0.0).to(tl.float32)))
+    return g, beta
+
+
+@triton.jit
+def _unit_rows(x, rows, live, stride, col0, cols, scale):
+    """Rows of x (a block of nodes, one head) L2-normalized and scaled; zero on padding rows."""
+    t = tl.load(x + rows[:, None] * stride + col0 + cols[None, :], mask=live[:, None], other=0.0)
+    t = t.to(tl.float32)
+    return t * (1.0 / tl.sqrt(tl.sum(t * t, 1) + 1e-6))[:, None] * scale
+
+
+@triton.jit
+def _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, live1, live2,
+                     BT: tl.constexpr, S: tl.constexpr, ANC_GIVEN: tl.constexpr):  # fmt: skip
+    """The ancestors-or-self matrix in its three non-zero [BT, BT] blocks (11, 21, 22): given, or from the
+    parents by squaring block lower-triangular products ((XY)_21 = X_21 Y_11 + X_22 Y_21)."""
+    r2 = BT + t
+    if ANC_GIVEN:
+        base = anc_in + i_n * s_anc
+        in1, in2 = live1[None, :], live2[None, :]
+        a11 = tl.load(base + t[:, None] * T + t[None, :], mask=live1[:, None] & in1, other=0) != 0
+        a21 = tl.load(base + r2[:, None] * T + t[None, :], mask=live2[:, None] & in1, other=0) != 0
+        a22 = tl.load(base + r2[:, None] * T + r2[None, :], mask=live2[:, None] & in2, other=0) != 0
+    else:
+        p1 = tl.load(parent + i_n * s_par + t, mask=live1 & (t > 0), other=-1)
+        p2 = tl.load(parent + i_n * s_par + r2, mask=live2, other=-1)
+        eye = (t[:, None] == t[None, :]).to(tl.float16)
+        h11 = ((p1[:, None] == t[None, :]) & (t[:, None] > 0)).to(tl.float16)
+        h21 = (p2[:, None] == t[None, :]).to(tl.float16)
+        h22 = (p2[:, None] == r2[None, :]).to(tl.float16)
+        f11, f21, f22 = eye + h11, h21, eye + h22
+        for _ in tl.static_range(S - 1):
+            h21 = (tl.dot(h21, h11) + tl.dot(h22, h21)).to(tl.float16)
+            h11 = tl.dot(h11, h11).to(tl.float16)
+            h22 = tl.dot(h22, h22).to(tl.float16)
+            f21 = (tl.dot(f21, eye + h11) + tl.dot(f22, h21)).to(tl.float16)
+            f11 = tl.dot(f11, eye + h11).to(tl.float16)
+            f22 = tl.dot(f22, eye + h22).to(tl.float16)
+        a11, a21, a22 = f11 > 0.5, f21 > 0.5, f22 > 0.5
+    return a11, a21, a22
+
+
+@triton.jit
+def _nilpotent_solve(neg_a, u, S: tl.constexpr, PREC: tl.constexpr):
+    """(I + A)^-1 u for strictly lower-triangular A of depth < 2^S, as prod_s (I + (-A)^(2^s)) u."""
+    u = u + tl.dot(neg_a, u, input_precision=PREC)
+    for _ in tl.static_range(S - 1):
+        neg_a = tl.dot(neg_a, neg_a, input_precision=PREC)
+        u = u + tl.dot(neg_a, u, input_precision=PREC)
+    return u
+
+
+@triton.jit
+def _decayed(mask, prod, gc_rows, gc_cols, scale):
+    """scale_i * prod_ij * exp(gc_i - gc_j) where mask, else 0 (the exponent is masked before exp)."""
+    diff = gc_rows[:, None] - gc_cols[None, :]
+    return tl.where(mask, scale[:, None] * prod * tl.exp(tl.where(mask, diff, 0.0)), 0.0)
+
+
+@triton.jit
+def _store_block(o, rec, rows, live, t, u, out, gc, kt, ridx, s_rec, s_rec_step, i_v, i_hv, i_h, ok, ov,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr):  # fmt: skip
+    """A block's outputs, and (with a scratch row) its records: u [HV, V] | k [H, K] | gc [HV]."""
+    dst = o + rows[:, None] * (HV * V) + i_hv * V + ov[None, :]
+    tl.store(dst, out.to(o.dtype.element_ty), mask=live[:, None])
+    if ridx >= 0:
+        node = rec + ridx * s_rec + t * s_rec_step
+        tl.store(node[:, None] + i_hv * V + ov[None, :], u, mask=live[:, None])
+        if i_v == 0:
+            tl.store(node + HV * V + H * K + i_hv, gc, mask=live)
+            if i_hv % (HV // H) == 0:
+                tl.store(node[:, None] + HV * V + i_h * K + ok[None, :], kt, mask=live[:, None])
+
+
+@triton.jit
+def _tree_gdn_verify_two_block_kernel(
+    q, k, v, a, b, A_log, dt_bias, o,
+    h0, h0_idx, rec, rec_idx, parent, cu, anc_in,
+    scale, T,
+    sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_rec_step, s_par, s_anc,
+    BT: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+    S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
+):  # fmt: skip
+    """_tree_gdn_verify_kernel for BT < T <= 2 BT nodes with [BT, BT] tiles: block 1 = nodes 0..BT-1 solved
+    and written first, then block 2 against it (the module docstring)."""
+    i_v = tl.program_id(0)
+    i_n = tl.program_id(1).to(tl.int64)
+    i_hv = tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    bos = tl.load(cu + i_n).to(tl.int64)
+    t = tl.arange(0, BT)
+    live1, live2 = t < T, BT + t < T
+    rows1, rows2 = bos + t, bos + BT + t
+    ok = tl.arange(0, K)
+    ov = i_v * BV + tl.arange(0, BV)
+    g1, beta1 = _node_gates(a, b, A_log, dt_bias, rows1, live1, i_hv, sa_t, sb_t, THRESHOLD)
+    g2, beta2 = _node_gates(a, b, A_log, dt_bias, rows2, live2, i_hv, sa_t, sb_t, THRESHOLD)
+    a11, a21, a22 = _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, live1, live2, BT, S, ANC_GIVEN)
+    gc1 = tl.sum(tl.where(a11, g1[None, :], 0.0), 1)
+    gc2 = tl.sum(tl.where(a21, g1[None, :], 0.0), 1) + tl.sum(tl.where(a22, g2[None, :], 0.0), 1)
+    egc1, egc2 = tl.exp(gc1), tl.exp(gc2)
+    not_self = t[:, None] != t[None, :]
+    ones = tl.full([BT], 1.0, tl.float32)
+
+    idx = tl.load(h0_idx + i_n).to(tl.int64)
+    h0t = tl.load(h0 + tl.maximum(idx, 0) * s_h0 + i_hv * V * K + ov[:, None] * K + ok[None, :])
+    h0t = tl.where(idx >= 0, h0t, 0.0)
+    ridx = tl.load(rec_idx + i_n).to(tl.int64)
+
+    k1 = _unit_rows(k, rows1, live1, sk_t, i_h * K, ok, 1.0)
+    v1 = tl.load(v + rows1[:, None] * sv_t + i_hv * V + ov[None, :], mask=live1[:, None], other=0.0)
+    r1 = beta1[:, None] * v1.to(tl.float32)
+    r1 -= (beta1 * egc1)[:, None] * tl.dot(k1, tl.trans(h0t), input_precision=PREC)
+    kk11 = tl.dot(k1, tl.trans(k1), input_precision=PREC)
+    u1 = _nilpotent_solve(_decayed(a11 & not_self, kk11, gc1, gc1, -beta1), r1, S, PREC)
+    q1 = _unit_rows(q, rows1, live1, sq_t, i_h * K, ok, scale)
+    w11 = _decayed(a11, tl.dot(q1, tl.trans(k1), input_precision=PREC), gc1, gc1, ones)
+    out1 = egc1[:, None] * tl.dot(q1, tl.trans(h0t), input_precision=PREC)
+    out1 += tl.dot(w11, u1, input_precision=PREC)
+    _store_block(o, rec, rows1, live1, t, u1, out1, gc1, k1, ridx, s_rec, s_rec_step, i_v, i_hv, i_h, ok, ov,
+                 H, HV, K, V)  # fmt: skip
+
+    k2 = _unit_rows(k, rows2, live2, sk_t, i_h * K, ok, 1.0)
+    v2 = tl.load(v + rows2[:, None] * sv_t + i_hv * V + ov[None, :], mask=live2[:, None], other=0.0)
+    r2 = beta2[:, None] * v2.to(tl.float32)
+    r2 -= (beta2 * egc2)[:, None] * tl.dot(k2, tl.trans(h0t), input_precision=PREC)
+    neg_a21 = _decayed(a21, tl.dot(k2, tl.trans(k1), input_precision=PREC), gc2, gc1, -beta2)
+    r2 += tl.dot(neg_a21, u1, input_precision=PREC)
+    kk22 = tl.dot(k2, tl.trans(k2), input_precision=PREC)
+    u2 = _nilpotent_solve(_decayed(a22 & not_self, kk22, gc2, gc2, -beta2), r2, S, PREC)
+    q2 = _unit_rows(q, rows2, live2, sq_t, i_h * K, ok, scale)
+    w21 = _decayed(a21, tl.dot(q2, tl.trans(k1), input_precision=PREC), gc2, gc1, ones)
+    w22 = _decayed(a22, tl.dot(q2, tl.trans(k2), input_precision=PREC), gc2, gc2, ones)
+    out2 = egc2[:, None] * tl.dot(q2, tl.trans(h0t), input_precision=PREC)
+    out2 += tl.dot(w21, u1, input_precision=PREC) + tl.dot(w22, u2, input_precision=PREC)
+    _store_block(o, rec, rows2, live2, BT + t, u2, out2, gc2, k2, ridx, s_rec, s_rec_step, i_v, i_hv, i_h, ok,
+                 ov, H, HV, K, V)  # fmt: skip
 
 
 @triton.jit
@@ -216,9 +372,16 @@ def tree_gdn_verify(
     block_v = min(block_v, dim_v)
     if dim_k < 64:  # tf32x3 dots over K < 64 gave wrong values on the H200 (Triton 3.6): exact fp32 there
         precision = "ieee"
-    tp = _pow2(width)
     grid = (triton.cdiv(dim_v, block_v), n_req, n_vheads)
-    _tree_gdn_verify_kernel[grid](
+    if width > MAX_SINGLE_TILE:  # block lower-triangular: [64, 64] tiles for 65..128 nodes
+        if precision == "tf32x3":  # sm_90: 240 KiB of shared memory at BV = 32, 216 KiB at 16 (227 KiB)
+            block_v = min(block_v, 16)
+        grid = (triton.cdiv(dim_v, block_v), n_req, n_vheads)
+        kernel, tile, warps = _tree_gdn_verify_two_block_kernel, {"BT": TWO_BLOCK_TILE}, 8
+    else:
+        tp = _pow2(width)
+        kernel, tile, warps = _tree_gdn_verify_kernel, {"TP": tp}, 4 if tp <= 32 else (8 if tp <= 64 else 16)
+    kernel[grid](
         q, k, v, a, b, A_log, dt_bias, out,
         ssm_states, cache_indices, intermediate_states_buffer, intermediate_state_indices,
         retrieve_parent_token,
@@ -226,9 +389,8 @@ def tree_gdn_verify(
         q.stride(1), k.stride(1), v.stride(1), a.stride(-2), b.stride(-2), ssm_states.stride(0),
         intermediate_states_buffer.stride(0), intermediate_states_buffer.stride(1),
         retrieve_parent_token.stride(0), 0 if ancestors is None else ancestors.stride(0),
-        TP=tp, H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v, S=_squarings(depth_bound),
-        PREC=precision, THRESHOLD=SOFTPLUS_THRESHOLD, ANC_GIVEN=ancestors is not None,
-        num_warps=4 if tp <= 32 else (8 if tp <= 64 else 16),
+        **tile, H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v, S=_squarings(depth_bound),
+        PREC=precision, THRESHOLD=SOFTPLUS_THRESHOLD, ANC_GIVEN=ancestors is not None, num_warps=warps,
     )  # fmt: skip
     return out
 

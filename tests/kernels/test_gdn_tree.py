@@ -16,9 +16,11 @@ from ddtctl.kernels.reference import build, visibility_from_parents
 SEED = 4242
 
 
-def _tree(rng: random.Random, width: int, depth: int) -> list[int]:
+def _tree(rng: random.Random, width: int, depth: int, spread: float = 2.5) -> list[int]:
+    """A DDTREE tree (best-first build) of `width` nodes over random log-probs; a larger `spread` makes the
+    top token likelier, so the tree deeper."""
     gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
-    lp = torch.log_softmax(torch.randn(depth, 16, generator=gen) * 2.5, -1)
+    lp = torch.log_softmax(torch.randn(depth, 16, generator=gen) * spread, -1)
     top = lp.topk(min(width - 1, 16), -1)
     return [int(p) for p in build(top.values.numpy(), top.indices.numpy().astype("int64"), width - 1).parents]
 
@@ -50,31 +52,45 @@ def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
     heads, vheads, dim = rng.choice([(1, 1, 16), (2, 4, 16), (2, 6, 32)])
     bs, width, depth = rng.randint(1, 3), rng.choice([5, 9, 17]), rng.choice([3, 6, 15])
     trees = [_tree(rng, width, depth) for _ in range(bs)]
+    _check_verify_and_commit(rng, trees, heads, vheads, dim, depth, padding=bs > 1 and case % 2 == 1,
+                             compact_scratch=case % 2 == 0)
+
+
+def _check_verify_and_commit(rng: random.Random, trees, heads: int, vheads: int, dim: int, depth: int, *,
+                             padding: bool, compact_scratch: bool, ancestors: bool = False, pick=None,
+                             track_pick=None, precision: str = "tf32") -> None:
+    """Verify `trees` (one per request) and commit an accepted path per request (`pick(parents)` = its last
+    node, a random node by default; request 0 also snapshots a node of its path, `track_pick(path)` or a
+    random one, to a track slot): outputs and states equal tree_gdn_reference's. `padding`: the last request
+    is a CUDA-graph padding row (no state, no scratch row); `compact_scratch`: the records-only scratch a
+    compact pool allocates, else SGLang's full rows; `ancestors`: the ancestor matrix given, else derived from
+    the parents; `precision`: the verify's dot precision."""
+    bs, width = len(trees), len(trees[0])
     q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, heads, vheads, dim, trees)
     slots = bs + 2
     states = torch.randn(1, slots, vheads, dim, dim) * 0.3
     cache_idx = torch.tensor(rng.sample(range(slots), bs), dtype=torch.int32)
-    padding = bs > 1 and case % 2 == 1  # the last request is a CUDA-graph padding row: no state, no scratch row
     if padding:
         cache_idx[-1] = -1
     rows = torch.arange(bs, dtype=torch.int32)
-    # even cases: the compact scratch a compact pool allocates (records only), odd ones SGLang's full rows
     full = (1, bs + 1, width, vheads, dim, dim)
-    scratch = torch.zeros(gdn_tree.compact_scratch_shape(1, bs + 1, width, vheads, dim, dim) if case % 2 == 0
-                          else full)
+    compact = gdn_tree.compact_scratch_shape(1, bs + 1, width, vheads, dim, dim)
+    scratch = torch.zeros(compact if compact_scratch else full)
     cu = torch.arange(0, bs * width + 1, width, dtype=torch.int32)
+    anc = torch.from_numpy(np.stack([visibility_from_parents(np.asarray(t)) for t in trees]))
     out = gdn_tree.tree_gdn_verify(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0], cache_indices=cache_idx,
         query_start_loc=cu, intermediate_states_buffer=scratch[0], intermediate_state_indices=rows,
-        retrieve_parent_token=par, depth_bound=depth)
+        retrieve_parent_token=par, depth_bound=depth, ancestors=anc if ancestors else None,
+        precision=precision)
     accept, lens, expect = [], [], []
     for r in range(bs):
         sl = slice(r * width, (r + 1) * width)
         h0 = states[0, int(cache_idx[r])] if cache_idx[r] >= 0 else torch.zeros(vheads, dim, dim)
-        ref_out, ref_states = gdn_tree.tree_gdn_reference(q[0, sl], k[0, sl], v[0, sl], a[sl], b[sl], A_log, dt_bias,
-                                                          h0, trees[r])
+        ref_out, ref_states = gdn_tree.tree_gdn_reference(q[0, sl], k[0, sl], v[0, sl], a[sl], b[sl], A_log,
+                                                          dt_bias, h0, trees[r])
         assert (out[0, sl].double() - ref_out).abs().max() < 1e-4
-        path = _path(trees[r], rng.randrange(width))
+        path = _path(trees[r], rng.randrange(width) if pick is None else pick(trees[r]))
         accept.append([r * width + n for n in path] + [-1] * (depth + 1 - len(path)))
         lens.append(len(path))
         expect.append((path, ref_states))
@@ -82,7 +98,8 @@ def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
     track_node = torch.full((bs,), -1, dtype=torch.int64)
     free = [s for s in range(slots) if s not in cache_idx.tolist()]
     if lens[0] > 1:  # request 0 crosses the track interval at a node inside its accepted path
-        track_slot[0], track_node[0] = free[0], expect[0][0][rng.randrange(lens[0] - 1)]
+        at = expect[0][0][rng.randrange(lens[0] - 1)] if track_pick is None else track_pick(expect[0][0])
+        track_slot[0], track_node[0] = free[0], at
     before = states.clone()
     gdn_tree.tree_gdn_commit(
         temporal=states, intermediate_ssm=scratch, state_indices=cache_idx, scratch_rows=rows,
@@ -161,3 +178,116 @@ def test_a_given_ancestor_matrix_gives_the_same_outputs_as_the_parents():
     wrong[0, width - 1, 0] = False  # a node cut from the root: its output must change
     assert not torch.allclose(derived, gdn_tree.tree_gdn_verify(
         intermediate_states_buffer=torch.zeros(3, width, 4, 16, 16), ancestors=wrong, **common), atol=1e-4)
+
+
+def _depths(parents: list[int]) -> list[int]:
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        assert parents[i] < i  # the two-block kernel relies on it: a parent precedes its children
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+def _deep_tree(rng: random.Random, width: int) -> list[int]:
+    """A DDTREE tree whose deepest node (depth 15) lies in block 2 (its path reaches back into block 1)."""
+    for _ in range(50):
+        tree = _tree(rng, width, 15, spread=8.0)
+        depth = _depths(tree)
+        last = max(range(width), key=lambda i: (depth[i], i))
+        if depth[last] == 15 and last >= gdn_tree.TWO_BLOCK_TILE:
+            return tree
+    raise AssertionError("no deep tree crossing the block boundary")
+
+
+def _deepest(parents: list[int]) -> int:
+    depth = _depths(parents)
+    return max(range(len(parents)), key=lambda i: (depth[i], i))
+
+
+def _last_of_block1(path: list[int]) -> int:
+    return max(n for n in path[:-1] if n < gdn_tree.TWO_BLOCK_TILE)
+
+
+WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles)
+    "deep128_gqa_padding_compact": dict(width=128, kind="deep", bs=3, heads=(2, 4, 16), padding=True,
+                                        compact_scratch=True, ancestors=False),
+    "deep96_given_ancestors_full_rows": dict(width=96, kind="deep", bs=2, heads=(1, 2, 16), padding=False,
+                                             compact_scratch=False, ancestors=True),
+    "bushy96_gqa_given_ancestors": dict(width=96, kind="bushy", bs=2, heads=(2, 6, 32), padding=True,
+                                        compact_scratch=True, ancestors=True),
+    "chain65_parents": dict(width=65, kind="chain", bs=2, heads=(2, 4, 16), padding=False,
+                            compact_scratch=False, ancestors=False),
+    "bushy128_parents": dict(width=128, kind="bushy", bs=1, heads=(1, 1, 16), padding=False,
+                             compact_scratch=True, ancestors=False),
+    # K = 64 keeps tf32x3 (below 64 the verify takes exact fp32): the two-block launch caps BV at 16
+    "deep112_tf32x3_k64": dict(width=112, kind="deep", bs=1, heads=(1, 2, 64), padding=False,
+                               compact_scratch=True, ancestors=False, precision="tf32x3"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WIDE))
+def test_trees_wider_than_one_tile_equal_the_node_by_node_recurrence(name):
+    """65..128 nodes: outputs, the committed state of the deepest node (its path in both blocks) and a track
+    snapshot at the path's last block-1 node equal the float64 recurrence; depth 15 (deep: a DDTREE tree whose
+    depth-15 node is in block 2), 3 (bushy) or 64 (chain: every block-1 node is an ancestor of node 64)."""
+    c = WIDE[name]
+    rng = random.Random(SEED + sorted(WIDE).index(name))
+    torch.manual_seed(SEED + sorted(WIDE).index(name))
+    width, kind = c["width"], c["kind"]
+    if kind == "deep":
+        trees, depth = [_deep_tree(rng, width) for _ in range(c["bs"])], 15
+    elif kind == "bushy":
+        trees, depth = [_tree(rng, width, 3) for _ in range(c["bs"])], 3
+    else:
+        trees, depth = [[-1, *range(width - 1)] for _ in range(c["bs"])], width - 1
+    assert max(max(_depths(t)) for t in trees) == depth
+    heads, vheads, dim = c["heads"]
+    _check_verify_and_commit(rng, trees, heads, vheads, dim, depth, padding=c["padding"],
+                             compact_scratch=c["compact_scratch"], ancestors=c["ancestors"], pick=_deepest,
+                             track_pick=_last_of_block1, precision=c.get("precision", "tf32"))
+
+
+def test_a_given_ancestor_matrix_of_a_wide_tree_is_what_the_outputs_follow():
+    """Two-block kernel, ancestors given: the same outputs as from the parents; cutting a block-2 node from
+    the root (block 21) or from its block-2 parent (block 22) changes its output and no earlier node's."""
+    rng = random.Random(SEED + 11)
+    torch.manual_seed(SEED + 11)
+    width = 100
+    tree = _deep_tree(rng, width)
+    q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, 1, width, 2, 4, 16, [tree])
+    anc = torch.from_numpy(visibility_from_parents(np.asarray(tree)))[None]
+    common = dict(A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=torch.randn(2, 4, 16, 16),
+                  cache_indices=torch.tensor([1], dtype=torch.int32),
+                  query_start_loc=torch.tensor([0, width]), retrieve_parent_token=par, depth_bound=15,
+                  intermediate_state_indices=torch.tensor([0], dtype=torch.int32))
+
+    def verify(ancestors):
+        return gdn_tree.tree_gdn_verify(intermediate_states_buffer=torch.zeros(1, width, 4, 16, 16),
+                                        ancestors=ancestors, **common)[0]
+
+    derived = verify(None)
+    assert torch.allclose(derived, verify(anc), atol=1e-6)
+    node = _deepest(tree)
+    for cut in (0, tree[node]):  # the root (block 1) and the parent (block 2)
+        assert cut >= gdn_tree.TWO_BLOCK_TILE or cut == 0
+        wrong = anc.clone()
+        wrong[0, node, cut] = False
+        got = verify(wrong)
+        assert not torch.allclose(derived[node], got[node], atol=1e-4)
+        assert torch.allclose(derived[:node], got[:node], atol=1e-6)
+
+
+def test_a_deep_64_node_tree_on_the_single_tile_kernel_is_exact_and_129_nodes_are_refused():
+    rng = random.Random(SEED + 13)
+    torch.manual_seed(SEED + 13)
+    tree = _tree(rng, 64, 15, spread=8.0)
+    _check_verify_and_commit(rng, [tree], 2, 4, 16, 15, padding=False, compact_scratch=True, pick=_deepest)
+    q = torch.randn(1, 129, 1, 16)
+    with pytest.raises(ValueError, match="at most 128 nodes"):
+        gdn_tree.tree_gdn_verify(
+            A_log=torch.zeros(1), dt_bias=torch.zeros(1), q=q, k=q, v=q, a=torch.zeros(129, 1),
+            b=torch.zeros(129, 1), ssm_states=torch.zeros(1, 1, 16, 16),
+            cache_indices=torch.tensor([0], dtype=torch.int32), query_start_loc=torch.tensor([0, 129]),
+            intermediate_states_buffer=torch.zeros(1, 129, 1, 16, 16),
+            intermediate_state_indices=torch.tensor([0], dtype=torch.int32),
+            retrieve_parent_token=torch.zeros(1, 129, dtype=torch.int64), depth_bound=15)

@@ -93,6 +93,13 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
         comp(G._tree_gdn_verify_kernel, verify, {"TP": tp, "H": heads[0], "HV": heads[1], "K": 128, "V": 128,
                                                  "BV": 32, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
                                                  "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
+    # 65..128 nodes: the two-block kernel's [64, 64] tiles as tree_gdn_verify launches them (8 warps; tf32x3
+    # with BV 16: 240 KiB at BV 32 does not fit); a single 128-node tile needs 264-288 KiB
+    for heads, prec, bv, anc in (((16, 48), "tf32", 32, False), ((8, 24), "tf32", 32, True),
+                                 ((16, 48), "tf32x3", 16, False)):
+        comp(G._tree_gdn_verify_two_block_kernel, verify,
+             {"BT": G.TWO_BLOCK_TILE, "H": heads[0], "HV": heads[1], "K": 128, "V": 128, "BV": bv, "S": 4,
+              "PREC": prec, "THRESHOLD": 20.0, "ANC_GIVEN": anc}, 8)
     commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
               "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32",
               "s_state_layer": "i64",
@@ -105,8 +112,9 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 
 
 def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
-    """The compact GDN tree verify at the widths the hook lets it take (<= 64 nodes) fits an H200 block."""
-    assert _compile_for_sm90(GDN_TREE_SCRIPT).count("compiled") == 6
+    """The compact GDN tree verify fits an H200 block: the single-tile kernel at the widths the hook lets it
+    take (<= 64 nodes) and the two-block kernel (65..128 nodes) at the launches tree_gdn_verify makes."""
+    assert _compile_for_sm90(GDN_TREE_SCRIPT).count("compiled") == 9
 
 
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
