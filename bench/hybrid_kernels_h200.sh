@@ -5,6 +5,7 @@
 #   2. bench/gdn_tree_gpu.py        the compact GDN tree verify's TF32 launch variants (64-wide value tiles, the
 #                                   ancestor matrix given), each checked and timed, against the default launch
 #                                   and SGLang's kernels;
+#      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 would need);
 #   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
 #   4. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
 #                                   the path chains (SGLang's own kernels, tf32x3).
@@ -41,8 +42,10 @@ step() {  # name share-of-what-is-left command...
   [ "$code" -eq 0 ] || rc=1
 }
 
-step tree_attn 45 python3 bench/tree_attn_gpu.py
-step gdn_tree 50 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
+step tree_attn 40 python3 bench/tree_attn_gpu.py
+step gdn_tree 45 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
+# the two-block path (65..128 nodes); batch 4: the 48-layer commit timing copies the scratch per layer
+step gdn_wide 60 python3 bench/gdn_tree_gpu.py --widths 65,96,128 --batches 1,4 --heads 16x48 --variants bv64
 step conv_tree 50 python3 bench/conv_tree_gpu.py
 step hybrid_tree 100 python3 bench/hybrid_tree_kernels.py
 echo "RESULT: $([ $rc -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0))s (logs and json under \$OUT)"

@@ -9,7 +9,7 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              off) the compact GDN tree verify, and
                              an `intermediate_ssm` of per-node records instead of per-node states -- when the
                              SSM states are float32 and the verify width is at most 64 (hybrid.py
-                             compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_WIDTH);
+                             compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_SINGLE_TILE);
                              otherwise SGLang's kernel and its full-state scratch stay.
   DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py CompactTreeVerify, default
                              tf32; commit_tree_states, default tf32x3); read only with the compact GDN verify.
@@ -48,7 +48,7 @@ DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "sglang"}
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
-COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH = ddtctl/kernels/gdn_tree.py MAX_WIDTH
+COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH (ddtctl/kernels/gdn_tree.py MAX_SINGLE_TILE)
 REFERENCE = (
     "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
     "conv_compact_wanted) and ddtree_sglang/verify_attn.py (wanted)"

@@ -60,7 +60,9 @@ logger = logging.getLogger(__name__)
 
 STATE = {"tree_backends": 0, "compact_backends": 0, "conv_tree_calls": 0}
 TREE_TOPK = 2
-COMPACT_MAX_WIDTH = 64  # gdn_tree.MAX_WIDTH: wider trees keep SGLang's kernel
+# gdn_tree.MAX_SINGLE_TILE: wider trees keep SGLang's kernel until gdn_tree's two-block path (65..128 nodes,
+# CPU-verified) has run on a GPU
+COMPACT_MAX_WIDTH = 64
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
