@@ -360,13 +360,19 @@ def main(argv=None) -> int:
     print("\nper-layer verify (us, device time in CUDA graphs), per-step x48 GDN layers (ms), commit of 48 "
           "layers (us); variants: time, max error of the outputs vs SGLang's and vs float64 (request 0), of "
           "the states a commit from its records gives vs SGLang's scatter")
+    return report(rows, text, "gdn_tree_gpu", variants_line)
+
+
+def report(rows: list[dict], text: str, name: str, variants_line) -> int:
+    """Print the variant lines and the table, write $OUT/<name>.json and <name>_table.txt when OUT is set, print
+    the verdict line; exit status 1 when a row is out of tolerance."""
     for r in rows:
         print(variants_line(r))
     print(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
-        (Path(os.environ["OUT"]) / "gdn_tree_gpu.json").write_text(json.dumps(rows, indent=1))
-        (Path(os.environ["OUT"]) / "gdn_tree_gpu_table.txt").write_text(
+        (Path(os.environ["OUT"]) / f"{name}.json").write_text(json.dumps(rows, indent=1))
+        (Path(os.environ["OUT"]) / f"{name}_table.txt").write_text(
             "\n".join([*(variants_line(r) for r in rows), text]) + "\n")
     bad = sum(not r["ok"] for r in rows)
     print(f"RESULT {'PASS' if not bad else 'FAIL'} ({len(rows) - bad}/{len(rows)} cases within tolerance)")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import sys
@@ -41,45 +40,15 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+
+from gdn_tree_gpu import ddtree_parents, report, timed  # noqa: E402 - the same trees, timing, report
+
 from ddtctl.kernels import tree_attn  # noqa: E402
-from ddtctl.kernels.reference import build, visibility_from_parents  # noqa: E402
+from ddtctl.kernels.reference import visibility_from_parents  # noqa: E402
 
 TOL_OUT = 2e-2  # bf16 outputs of O(1): a few ulps over SGLang's own error against float64
 SHAPES = {"8b": (32, 8, 128, 36), "27b": (24, 4, 256, 16)}  # q heads, kv heads, head_dim, attention layers
-
-
-def ddtree_parents(rng: random.Random, width: int, depth: int = 15) -> list[int]:
-    gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
-    lp = torch.log_softmax(torch.randn(depth, 64, generator=gen) * 2.5, -1)
-    top = lp.topk(min(width - 1, 64), -1)
-    tree = build(top.values.numpy(), top.indices.numpy().astype("int64"), width - 1)
-    return [int(p) for p in tree.parents]
-
-
-def timed(fn, iters: int = 20) -> float:
-    """Microseconds of device time per call: `iters` calls captured in one CUDA graph (as a server replays its
-    verify), so Python and launch overheads are not counted; median of 5 replays."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(iters):
-            fn()
-    times = []
-    for _ in range(5):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000 / iters)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def make_inputs(h_q: int, h_kv: int, dim: int, bs: int, prefix: int, width: int, seed: int, dev,
@@ -270,17 +239,7 @@ def main(argv=None) -> int:
                     print(json.dumps(r), flush=True)
     text = table(rows)
     print()
-    for r in rows:
-        print(variants_line(r))
-    print(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
-        (Path(os.environ["OUT"]) / "tree_attn_gpu.json").write_text(json.dumps(rows, indent=1))
-        (Path(os.environ["OUT"]) / "tree_attn_gpu_table.txt").write_text(
-            "\n".join([*(variants_line(r) for r in rows), text]) + "\n")
-    bad = sum(not r["ok"] for r in rows)
-    print(f"RESULT {'PASS' if not bad else 'FAIL'} ({len(rows) - bad}/{len(rows)} cases within tolerance)")
-    return 1 if bad else 0
+    return report(rows, text, "tree_attn_gpu", variants_line)
 
 
 if __name__ == "__main__":
