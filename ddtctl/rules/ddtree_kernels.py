@@ -239,25 +239,21 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
             about=env_key(VERIFY_ATTN),
             severity=WARNING,
         )
-    named = [name for name in (GDN_TREE, CONV_TREE) if ctx.env.get(name) == "compact"]
-    wanted = [name for name in (GDN_TREE, CONV_TREE) if switch(ctx.env, name) == "compact"]
     reason = _not_applicable(ctx)
-    # a precision without the compact GDN verify is unused; with it but kept, DDTREE_GDN_TREE's warning says
-    # why
-    if ctx.env.get(PRECISION) in PRECISION_CHOICES and GDN_TREE not in wanted:
-        yield _unused_precision(reason or f"{GDN_TREE} is not compact")
-    if reason is not None:
-        for name in named:  # a default that cannot apply is no one's mistake
-            yield _kept(name, reason)
-        if ctx.env.get(PRECISION) in PRECISION_CHOICES and GDN_TREE in wanted and GDN_TREE not in named:
-            yield _unused_precision(reason)
-        return
-    plan = kernel_plan(ctx, _verify_width(ctx))
-    if plan.gdn_kept is not None and GDN_TREE in named:
-        yield _kept(GDN_TREE, plan.gdn_kept)
-    elif plan.gdn_kept is not None and ctx.env.get(PRECISION) in PRECISION_CHOICES:
-        yield _unused_precision(plan.gdn_kept)
-    if ctx.get("enable_unified_memory") and (plan.gdn_compact or plan.conv_compact):
+    plan = kernel_plan(ctx, _verify_width(ctx)) if reason is None else None
+    gdn_kept = reason if plan is None else plan.gdn_kept  # why the compact GDN verify does not run, if so
+    # only a switch set to compact by name earns a warning: a default that cannot apply is no one's mistake
+    for name in (GDN_TREE, CONV_TREE):
+        why = reason if name == CONV_TREE else gdn_kept
+        if ctx.env.get(name) == "compact" and why is not None:
+            yield _kept(name, why)
+    # a precision without the compact GDN verify is unused; asked for by name but kept, its warning says why
+    if ctx.env.get(PRECISION) in PRECISION_CHOICES:
+        if switch(ctx.env, GDN_TREE) != "compact":
+            yield _unused_precision(reason or f"{GDN_TREE} is not compact")
+        elif gdn_kept is not None and GDN_TREE not in ctx.env:
+            yield _unused_precision(gdn_kept)
+    if plan is not None and ctx.get("enable_unified_memory") and (plan.gdn_compact or plan.conv_compact):
         yield Hit(
             f"{plan.describe()} under enable-unified-memory: the kernels run, but the unified pool allocates "
             "the full verify scratch (full SSM states, dense conv windows); no memory is saved",
