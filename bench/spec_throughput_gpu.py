@@ -347,19 +347,16 @@ def plan(args) -> list[Bench]:
         mk(f"ddtree-b{budget}-random-sync", "DDTREE", budget, "random")
         out[-1].extra_args = ["--disable-overlap-schedule"]
         out[-1].variant = "sync"
-    for drafter in args.drafter.split(","):  # hybrid targets: SGLang's GDN tree kernel beside the compact default
-        for budget in (int(x) for x in args.sglang_gdn_budgets.split(",") if x):
-            mk(f"ddtree-b{budget}-{drafter}-sglanggdn", "DDTREE", budget, drafter)
-            out[-1].extra_env = {"DDTREE_GDN_TREE": "sglang"}
-            out[-1].variant = "sglanggdn"
-        for budget in (int(x) for x in args.splitkv_budgets.split(",") if x):  # the tree split-KV verify attention
-            mk(f"ddtree-b{budget}-{drafter}-splitkv", "DDTREE", budget, drafter)
-            out[-1].extra_env = {"DDTREE_VERIFY_ATTN": "splitkv"}
-            out[-1].variant = "splitkv"
-        for budget in (int(x) for x in args.compact_budgets.split(",") if x):
-            mk(f"ddtree-b{budget}-{drafter}-compact", "DDTREE", budget, drafter)  # + the compact tree conv
-            out[-1].extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
-            out[-1].variant = "compact"
+    variants = (  # (budgets, name, server env): DDTREE configurations beside the default, per drafter
+        (args.sglang_gdn_budgets, "sglanggdn", {"DDTREE_GDN_TREE": "sglang"}),  # hybrid: SGLang's GDN kernel
+        (args.splitkv_budgets, "splitkv", {"DDTREE_VERIFY_ATTN": "splitkv"}),  # the tree split-KV attention
+        (args.compact_budgets, "compact", {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}),
+    )
+    for drafter in args.drafter.split(","):
+        for budgets, variant, env in variants:
+            for budget in (int(x) for x in budgets.split(",") if x):
+                mk(f"ddtree-b{budget}-{drafter}-{variant}", "DDTREE", budget, drafter)
+                out[-1].extra_env, out[-1].variant = dict(env), variant
     if args.servers:
         keep = set(args.servers.split(","))
         out = [b for b in out if b.name in keep or b.algo == "plain"]
