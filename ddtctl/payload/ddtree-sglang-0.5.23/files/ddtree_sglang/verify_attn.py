@@ -23,8 +23,7 @@ from ddtree_sglang import ALGORITHM
 
 logger = logging.getLogger(__name__)
 
-VARIABLE = "DDTREE_VERIFY_ATTN"
-CHOICES = ("extend", "splitkv")  # extend: SGLang's prefill kernel with the tree mask (the default)
+VARIABLE = "DDTREE_VERIFY_ATTN"  # "splitkv"; anything else (default "extend") keeps SGLang's prefill kernel
 STATE = {"backends": 0, "calls": 0, "served": 0}
 
 
