@@ -193,7 +193,12 @@ TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
                 seen.add((fn.__name__, dim, bm, bn, nw))
                 cex = dict(GROUP=h_q // h_kv, N_QB=-(-width // bm), N_SPLITS=L.n_splits, D=dim, DV=dim,
                            BLOCK_D=dim, BLOCK_DV=dim, BLOCK_M=bm, BLOCK_N=bn, **extra)
-                assert stack_bytes(fn, sig, cex, nw) == 0, "registers spilled"
+                spilled = stack_bytes(fn, sig, cex, nw)
+                # the prefix stage's 64- and 128-row tiles spill at D = 256 (and 128 rows at D = 128), yet
+                # measured 1.5-2x faster on the H200 than 32 rows (bench/tree_attn_gpu.py, 2026-12-01): one tile
+                # reads the prefix once. A bound, so a tile that spills far more fails here.
+                limit = 512 if fn is A._prefix_partials_kernel and (bm == 128 or dim > 128) else 0
+                assert spilled <= limit, ("registers spilled", fn.__name__, dim, bm, spilled)
     # what else a server may hand it: a non-causal call, SGLang's own bool mask, an fp8 KV pool
     cex = dict(GROUP=4, N_QB=3, N_SPLITS=8, D=128, DV=128, BLOCK_D=128, BLOCK_DV=128, BLOCK_M=32, BLOCK_N=32)
     stack_bytes(A._tree_combine_kernel, combine, dict(cex, IS_CAUSAL=False), 8)
@@ -203,8 +208,8 @@ TREE_ATTN_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 """)
 
 
-def test_tree_attn_kernels_compile_for_sm90_without_spilling_registers():
-    """The split-KV tree verify's automatic tiles compile for Hopper and keep their state in registers (the
-    bigger tiles tried first spilled hundreds of bytes per thread); a non-causal call, a bool mask and an fp8
-    KV pool compile too."""
-    assert _compile_for_sm90(TREE_ATTN_SCRIPT).count("compiled") == 8
+def test_tree_attn_kernels_compile_for_sm90_within_their_register_budget():
+    """The split-KV tree verify's automatic tiles compile for Hopper. The combine stage and the prefix stage's
+    tiles under 128 rows at D = 128 keep their state in registers; the measured-faster wide tiles spill at most
+    512 bytes per thread. A non-causal call, a bool mask and an fp8 KV pool compile too."""
+    assert _compile_for_sm90(TREE_ATTN_SCRIPT).count("compiled") == 11

@@ -198,10 +198,10 @@ def test_the_control_case_is_served():
         (1, 32, 65, 1024, 8),  # 64 base programs: 8 splits fill the GPU
         (1, 32, 17, 4096, 16),  # 32 base programs, capped at MAX_SPLITS
         (1, 32, 17, 1024, 8),  # ... and by the prefix: 1024 / 8 = MIN_SPLIT_KEYS
-        (8, 32, 129, 4096, 1),  # 768 base programs already fill it
+        (8, 32, 129, 4096, 2),  # 128-row tiles: 512 base programs, 2 splits reach TARGET_PROGRAMS
         (1, 32, 65, 150, 1),  # a short prefix: no split under MIN_SPLIT_KEYS keys
         (1, 32, 65, 300, 2),
-        (1, 24, 129, 1 << 20, 8),  # CUDA graphs: kv_indices max-size, the occupancy bound decides
+        (1, 24, 129, 1 << 20, 16),  # CUDA graphs: kv_indices max-size, the occupancy bound decides
     ],
 )
 def test_launch_from_static_shapes(bs, h_q, l_ext, avg_prefix, splits):
