@@ -755,9 +755,11 @@ def tree_claims(rows: list[dict]) -> list[dict]:
         # hybrid targets: the GDN tree kernel the server reports is the one asked for
         kernel = m.get("gdn_tree", m.get("gdn_tree_kernel"))
         conv = m.get("conv_tree_kernel")
-        # the verify attention that served (verify_attn.py): the tree split-KV kernel exactly when asked for
+        # the verify attention that served (verify_attn.py): the tree split-KV kernel (the default) unless the
+        # server was asked for SGLang's prefill kernel
         attn = m.get("verify_attention", m.get("verify_attn"))
-        want_attn = "splitkv" if (r.get("extra_env") or {}).get("DDTREE_VERIFY_ATTN") == "splitkv" else "extend"
+        asked = (r.get("extra_env") or {}).get("DDTREE_VERIFY_ATTN", "splitkv")
+        want_attn = "splitkv" if asked == "splitkv" else "extend"
         ok = ok and attn == want_attn
         want_kernel = want_conv = None
         if TARGET[0] == "hybrid":
@@ -786,12 +788,13 @@ def pack_logs() -> None:
         log(f"could not pack logs: {exc}")
 
 
-def splitkv_servers(mk) -> list[Server]:
-    """DDTREE with the tree split-KV verify attention (DDTREE_VERIFY_ATTN=splitkv): eager, and in CUDA graphs."""
-    out = [mk("ddtree-b15-g0-splitkv", "DDTREE", False, 15, oracle=True),
-           mk("ddtree-b32-g1-splitkv", "DDTREE", True, 32, oracle=True)]
+def extend_servers(mk) -> list[Server]:
+    """DDTREE with SGLang's prefill kernel and the tree mask as verify attention (DDTREE_VERIFY_ATTN=extend), the
+    contrast to the tree split-KV default: eager, and in CUDA graphs."""
+    out = [mk("ddtree-b15-g0-extend", "DDTREE", False, 15, oracle=True),
+           mk("ddtree-b32-g1-extend", "DDTREE", True, 32, oracle=True)]
     for s in out:
-        s.extra_env = {"DDTREE_VERIFY_ATTN": "splitkv"}
+        s.extra_env = {"DDTREE_VERIFY_ATTN": "extend"}
     return out
 
 
@@ -813,7 +816,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         refprep = mk("ddtree-b15-g0-refprep", "DDTREE", False, 15, oracle=True)
         refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
         wave2.append(refprep)
-        wave2 += splitkv_servers(mk)
+        wave2 += extend_servers(mk)
         extras = ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1")
     elif suite == "hybrid":
         for g in graphs:
@@ -834,7 +837,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         conv = mk("ddtree-b32-g1-compactconv", "DDTREE", True, 32, oracle=True)  # and the compact tree conv
         conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
         wave2.append(conv)
-        wave2 += splitkv_servers(mk)[-1:]
+        wave2 += extend_servers(mk)[-1:]
         # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
         # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor
         extras = ("dflash-g0", "dflash-g1", "ddtree-b15-g0", "ddtree-b32-g1")

@@ -110,7 +110,7 @@ class Bench:
     profile: list | None = None
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
     extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=compact
-    variant: str = ""  # "" | "sync" | "sglanggdn" | "splitkv" | "compact": a DDTREE configuration beside the default
+    variant: str = ""  # "" | "sync" | "sglanggdn" | "extend" | "compact": a DDTREE configuration beside the default
     gdn_tree_kernel: str | None = None  # hybrid DDTREE: what the server's log says it verifies trees with
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
@@ -349,7 +349,7 @@ def plan(args) -> list[Bench]:
         out[-1].variant = "sync"
     variants = (  # (budgets, name, server env): DDTREE configurations beside the default, per drafter
         (args.sglang_gdn_budgets, "sglanggdn", {"DDTREE_GDN_TREE": "sglang"}),  # hybrid: SGLang's GDN kernel
-        (args.splitkv_budgets, "splitkv", {"DDTREE_VERIFY_ATTN": "splitkv"}),  # the tree split-KV attention
+        (args.extend_budgets, "extend", {"DDTREE_VERIFY_ATTN": "extend"}),  # SGLang's prefill kernel, tree mask
         (args.compact_budgets, "compact", {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}),
     )
     for drafter in args.drafter.split(","):
@@ -386,9 +386,9 @@ def main() -> int:
     ap.add_argument("--sglang-gdn-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with SGLang's GDN tree kernel "
                     "(DDTREE_GDN_TREE=sglang) instead of the compact default (ddtctl/kernels/gdn_tree.py)")
-    ap.add_argument("--splitkv-budgets", default="",
-                    help="DDTREE budgets also run with the tree split-KV verify attention (DDTREE_VERIFY_ATTN=splitkv, "
-                    "ddtctl/kernels/tree_attn.py) instead of SGLang's prefill kernel with the tree mask")
+    ap.add_argument("--extend-budgets", default="",
+                    help="DDTREE budgets also run with SGLang's prefill kernel and the tree mask as verify attention "
+                    "(DDTREE_VERIFY_ATTN=extend) instead of the tree split-KV default (ddtctl/kernels/tree_attn.py)")
     ap.add_argument("--compact-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
                     "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")

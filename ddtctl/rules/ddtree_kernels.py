@@ -17,9 +17,9 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              which keeps SGLang's deduplicated conv-window layout (hybrid.py
                              dense_conv_windows).
 
-  DDTREE_VERIFY_ATTN=splitkv (default "extend"; verify_attn.py, any DDTREE target on the triton backend)
-                             the target verify's attention split over the prefix, the tree mask on the
-                             drafts only.
+  DDTREE_VERIFY_ATTN=splitkv (the default; verify_attn.py wanted, any DDTREE target on the triton
+                             backend; "extend" keeps SGLang's prefill kernel with the tree mask) the target
+                             verify's attention split over the prefix, the tree mask on the drafts only.
 
 Any value of the two kernel switches other than "compact" is SGLang's kernel, silently (hybrid.py compares
 with "compact" only), so an unset DDTREE_GDN_TREE is compact and a misspelt one is not.
@@ -37,7 +37,7 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
-# the payload's verify_attn.py: the target verify's attention split over the prefix (opt-in), any target
+# the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
 VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
 # hybrid.py compact_wanted / conv_compact_wanted: the values the payload knows
@@ -206,8 +206,8 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee) and
     `DDTREE_CONV_TREE=compact` (opt-in: the compact tree conv, one input per node in SGLang's deduplicated
     conv-window layout; bit-equal to SGLang's tree conv on the H200, but slower at batch 8; README).
-    `DDTREE_VERIFY_ATTN=splitkv` (opt-in, any DDTREE target: the target verify's attention split over the
-    prefix, kernels/tree_attn.py, instead of SGLang's prefill kernel with the tree mask).
+    `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
+    the prefix, kernels/tree_attn.py; `extend` keeps SGLang's prefill kernel with the tree mask).
 
     An unknown value is an error: the payload compares with "compact" only, so a typo silently runs SGLang's
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that

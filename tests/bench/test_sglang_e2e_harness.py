@@ -74,7 +74,7 @@ def _servers(e2e, ref, ddtree_out, *, ddtree_acc=3.0, dflash_acc=2.0, branch=4, 
     ddtree = _server(e2e, "ddtree-b7-g0", "DDTREE", ddtree_out, budget=7)
     ddtree.accept_lengths = [ddtree_acc, ddtree_acc]
     ddtree.server_info = {"internal_states": [{"ddtree": {"accepted_branch_nodes": branch,
-                                                            "verify_attention": "extend"}}],
+                                                            "verify_attention": "splitkv"}}],
                           "disable_overlap_schedule": sync}
     out = [plain, dflash, ddtree]
     if unsafe_out is not None:
@@ -100,7 +100,7 @@ def test_a_tree_that_never_branches_or_accepts_no_more_than_dflash_fails_the_cla
                               {"algo": "DDTREE", "graphs": False, "mean_accept_len": kw.get("ddtree_acc", 3.0),
                                "oracle": True, "unsafe": False, "budget": 7, "ok": True, "server": "t",
                                "ddtree_metrics": {"accepted_branch_nodes": kw.get("branch", 4),
-                                                  "verify_attention": "extend"}}])
+                                                  "verify_attention": "splitkv"}}])
     assert [c["ok"] for c in claims] == [False]
 
 
@@ -109,7 +109,7 @@ def test_a_tree_served_by_another_scheduler_than_launched_fails_the_claims(e2e):
     assert e2e.report(_servers(e2e, REF, REF, sync=True), REF, {}, REQS) == 1
     row = {"algo": "DDTREE", "graphs": False, "mean_accept_len": 3.0, "oracle": True, "unsafe": False, "budget": 7,
            "ok": True, "server": "t",
-           "ddtree_metrics": {"accepted_branch_nodes": 4, "verify_attention": "extend"}}
+           "ddtree_metrics": {"accepted_branch_nodes": 4, "verify_attention": "splitkv"}}
     dflash = {"algo": "DFLASH", "graphs": False, "mean_accept_len": 2.0}
     assert [c["ok"] for c in e2e.tree_claims([dflash, {**row, "served": {"disable_overlap_schedule": False}}])] == [True]
     sync_row = {**row, "argv": ["--disable-overlap-schedule"], "served": {"disable_overlap_schedule": True}}
@@ -230,7 +230,7 @@ def _claim_rows(ddtree_outputs, ddtree_accs, ddtree_cts, *, branch=4):
     ddtree = {"algo": "DDTREE", "graphs": True, "server": "ddtree", "oracle": True, "unsafe": False, "budget": 15,
               "ok": True, "outputs": ddtree_outputs, "accept_lengths": ddtree_accs, "verify_cts": ddtree_cts,
               "mean_accept_len": sum(ddtree_accs) / len(ddtree_accs), "served": {"disable_overlap_schedule": False},
-              "ddtree_metrics": {"accepted_branch_nodes": branch, "verify_attention": "extend"}}
+              "ddtree_metrics": {"accepted_branch_nodes": branch, "verify_attention": "splitkv"}}
     return [dflash, ddtree]
 
 
@@ -286,14 +286,15 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
 
 
 def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):
-    """DDTREE_VERIFY_ATTN=splitkv servers must have run the tree split-KV kernel; the others SGLang's extend."""
+    """The tree split-KV kernel is the default: a DDTREE server must have run it unless asked for SGLang's extend
+    kernel (DDTREE_VERIFY_ATTN=extend), and then must have run that one."""
     rows = _claim_rows([[1, 2], [3, 4], [5, 6]], [1.5, 1.5, 2.1], [40, 40, 3])
-    rows[1]["extra_env"] = {"DDTREE_VERIFY_ATTN": "splitkv"}
+    rows[1]["ddtree_metrics"]["verify_attention"] = "extend"
     [claim] = e2e.tree_claims(rows)
     assert not claim["ok"] and "verify attention extend (want splitkv)" in claim["what"]
     rows[1]["ddtree_metrics"]["verify_attention"] = "splitkv"
     assert [c["ok"] for c in e2e.tree_claims(rows)] == [True]
-    rows[1]["extra_env"] = {}
+    rows[1]["extra_env"] = {"DDTREE_VERIFY_ATTN": "extend"}
     assert [c["ok"] for c in e2e.tree_claims(rows)] == [False]
     rows[1]["ddtree_metrics"] = {"accepted_branch_nodes": 4, "verify_attn": "extend"}  # from the log line
     assert [c["ok"] for c in e2e.tree_claims(rows)] == [True]

@@ -19,7 +19,7 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                sglang_gdn_budgets="", compact_budgets="", splitkv_budgets="")
+                sglang_gdn_budgets="", compact_budgets="", extend_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -125,10 +125,11 @@ def test_compact_servers_run_both_compact_kernels(st):
     assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env
 
 
-def test_splitkv_servers_run_the_tree_split_kv_verify_attention(st):
-    by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random,calibrated", splitkv_budgets="64,128"))}
-    for name in ("ddtree-b64-random-splitkv", "ddtree-b128-calibrated-splitkv"):
-        assert by[name].extra_env == {"DDTREE_VERIFY_ATTN": "splitkv"} and by[name].variant == "splitkv"
+def test_extend_servers_run_sglangs_prefill_kernel_as_verify_attention(st):
+    """The tree split-KV attention is the payload's default: --extend-budgets is the contrast."""
+    by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random,calibrated", extend_budgets="64,128"))}
+    for name in ("ddtree-b64-random-extend", "ddtree-b128-calibrated-extend"):
+        assert by[name].extra_env == {"DDTREE_VERIFY_ATTN": "extend"} and by[name].variant == "extend"
     assert not by["ddtree-b64-random"].extra_env
     assert len({b.port for b in by.values()}) == len(by)
 

@@ -34,9 +34,9 @@ def kernel(monkeypatch):
 
 @pytest.mark.parametrize("env, algo, draft, installed", [
     ("splitkv", "DDTREE", False, True),
-    (None, "DDTREE", False, False),  # opt-in
+    (None, "DDTREE", False, True),  # the default
     ("extend", "DDTREE", False, False),
-    ("Splitkv", "DDTREE", False, False),  # compared exactly, like the payload's other switches
+    ("Splitkv", "DDTREE", False, False),  # compared exactly: anything but splitkv keeps SGLang's kernel
     ("splitkv", "DDTREE", True, False),  # the drafter's runner
     ("splitkv", "DFLASH", False, False),  # other algorithms keep SGLang's dispatch
 ])
