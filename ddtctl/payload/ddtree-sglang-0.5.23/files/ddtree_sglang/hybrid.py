@@ -144,6 +144,9 @@ class CompactTreeVerify:
     """The GDN dispatcher's tree verify kernel, replaced: outputs in closed form, per-node records (gdn_tree.py)."""
 
     supports_strided_target_verify_qkv = False
+    # H200, Qwen3.6-27B's GDN, TF32 (bench/gdn_tree_gpu.py, 2026-12-01): as exact as block_v 32, 1.6-1.8 x faster
+    # at 33-64 nodes and 1.4-2 x at 65-128 (the two-block kernel clamps it to 16 at tf32x3: shared memory)
+    BLOCK_V = 64
 
     def __init__(self, depth_bound: int):
         self.depth_bound = depth_bound
@@ -157,7 +160,8 @@ class CompactTreeVerify:
             cache_indices=cache_indices, query_start_loc=query_start_loc,
             intermediate_states_buffer=intermediate_states_buffer,
             intermediate_state_indices=intermediate_state_indices, retrieve_parent_token=retrieve_parent_token,
-            depth_bound=self.depth_bound, precision=self.precision)
+            depth_bound=self.depth_bound, precision=self.precision,
+            block_v=self.BLOCK_V)
 
 
 def compact_planned(ssm_dtype) -> bool:
