@@ -5,7 +5,7 @@
 #   2. bench/gdn_tree_gpu.py        the compact GDN tree verify's TF32 launch variants (64-wide value tiles, the
 #                                   ancestor matrix given), each checked and timed, against the default launch
 #                                   and SGLang's kernels;
-#      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 would need);
+#      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 runs);
 #   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
 #   4. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
 #                                   the path chains (SGLang's own kernels, tf32x3).

@@ -619,7 +619,7 @@ def check_case(K: Kernels, c: Case, seed: int, device: str, neg_b: bool = True) 
         failures.append("commit touched other slots")
 
     # the compact tree verify (ddtctl/kernels/gdn_tree.py) and its commit through hybrid.py's hook, on the same tree
-    if n > 64:  # wider than the compact kernel takes: the server keeps SGLang's kernel (hybrid.COMPACT_MAX_WIDTH)
+    if n > 128:  # wider than the compact kernel takes: the server keeps SGLang's kernel (hybrid.COMPACT_MAX_WIDTH)
         res["compact"] = None
         res["failures"] = failures
         res["ok"] = not failures

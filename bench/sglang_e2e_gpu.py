@@ -694,7 +694,7 @@ def report(servers: list[Server], reference: list | None, meta: dict, reqs=None)
 
 
 NOT_COMPARABLE = "no request with DFLASH's output: acceptance not comparable"
-COMPACT_GDN_MAX_NODES = 64  # the payload's hybrid.py COMPACT_MAX_WIDTH
+COMPACT_GDN_MAX_NODES = 128  # the payload's hybrid.py COMPACT_MAX_WIDTH
 
 
 def wanted_kernels(env: dict, budget: int) -> tuple[str, str]:

@@ -456,7 +456,7 @@ def verify_scratch_fits(ctx: Context):
 
     The profile's `env:` is read as the server's environment, as the payload reads it (ddtree_kernels.py,
     DDT116): with the compact GDN tree verify (`DDTREE_GDN_TREE` unset or `compact`; float32 SSM states,
-    verify width <= 64) a node's SSM row holds its records, HV x V + HV x K + HV floats instead of HV x V x K
+    verify width <= 128) a node's SSM row holds its records, HV x V + HV x K + HV floats instead of HV x V x K
     (~64 x less); `DDTREE_GDN_TREE=sglang` keeps SGLang's full states. With the opt-in
     `DDTREE_CONV_TREE=compact` the conv windows keep SGLang's deduplicated layout, [conv_dim, n + k - 2] per
     request. Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
@@ -524,13 +524,14 @@ def _without_switches(env: dict[str, str]) -> dict[str, str]:
 
 def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: int) -> str | None:
     """The payload's compact kernels not yet switched on that would make the scratch fit (at a budget of at
-    most 63 for the compact GDN verify when the tree is wider), as fix text; None when none would."""
+    most COMPACT_MAX_WIDTH - 1 = 127 for the compact GDN verify when the tree is wider), as fix text; None
+    when none would."""
     current = _current_budget(ctx)
     budgets: list[int | None] = [None]
     if current is not None and current >= COMPACT_MAX_WIDTH:
         narrower = _scratch_for(ctx, budget=COMPACT_MAX_WIDTH - 1)
         if narrower is not None and narrower.total(reqs) > space:  # else that budget alone is the fix
-            budgets.append(COMPACT_MAX_WIDTH - 1)  # the compact GDN verify takes at most 64 nodes
+            budgets.append(COMPACT_MAX_WIDTH - 1)  # the widest tree the compact GDN verify takes
     for switches in ((GDN_TREE,), (CONV_TREE,), (GDN_TREE, CONV_TREE)):
         if all(switch(ctx.env, name) == "compact" for name in switches):
             continue  # already asked for: the budget above is the fix then

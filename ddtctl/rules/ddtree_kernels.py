@@ -8,8 +8,8 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
   DDTREE_GDN_TREE=compact    (the default; hybrid.py compact_wanted, GDN_TREE_DEFAULT; "sglang" turns it
                              off) the compact GDN tree verify, and
                              an `intermediate_ssm` of per-node records instead of per-node states -- when the
-                             SSM states are float32 and the verify width is at most 64 (hybrid.py
-                             compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_SINGLE_TILE);
+                             SSM states are float32 and the verify width is at most 128 (hybrid.py
+                             compact_planned, COMPACT_MAX_WIDTH = kernels/gdn_tree.py MAX_WIDTH);
                              otherwise SGLang's kernel and its full-state scratch stay.
   DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py CompactTreeVerify, default
                              tf32; commit_tree_states, default tf32x3); read only with the compact GDN verify.
@@ -48,7 +48,7 @@ DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "sglang"}
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
-COMPACT_MAX_WIDTH = 64  # hybrid.py COMPACT_MAX_WIDTH (ddtctl/kernels/gdn_tree.py MAX_SINGLE_TILE)
+COMPACT_MAX_WIDTH = 128  # hybrid.py COMPACT_MAX_WIDTH (ddtctl/kernels/gdn_tree.py MAX_WIDTH)
 REFERENCE = (
     "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
     "conv_compact_wanted) and ddtree_sglang/verify_attn.py (wanted)"
@@ -212,7 +212,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     An unknown value is an error: the payload compares with "compact" only, so a typo silently runs SGLang's
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
     cannot take effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe
-    chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 64
+    chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 128
     (compact GDN verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch
     keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
     a host's inventory env)."""

@@ -265,8 +265,9 @@ def test_no_common_request_leaves_the_claim_to_the_branch_nodes(e2e):
 
 @pytest.mark.parametrize("env, budget, want", [
     ({}, 15, ("compact", "sglang")),  # the payload's default
-    ({}, 63, ("compact", "sglang")),  # 64 nodes: the widest the compact verify takes
-    ({}, 64, ("sglang", "sglang")),  # 65 nodes: SGLang's kernel stays
+    ({}, 64, ("compact", "sglang")),  # 65 nodes (the flagship's budget): the compact two-block kernel
+    ({}, 127, ("compact", "sglang")),  # 128 nodes: the widest the compact verify takes
+    ({}, 128, ("sglang", "sglang")),  # 129 nodes: SGLang's kernel stays
     ({"DDTREE_GDN_TREE": "sglang"}, 15, ("sglang", "sglang")),
     ({"DDTREE_GDN_TREE": "Compact"}, 15, ("sglang", "sglang")),  # the payload compares with "compact" exactly
     ({"DDTREE_CONV_TREE": "compact"}, 32, ("compact", "compact")),

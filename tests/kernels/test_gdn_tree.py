@@ -5,6 +5,7 @@ heads, padding requests, chains as deep as the bound, and the mamba-track snapsh
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from ddtctl.kernels import gdn_tree
 from ddtctl.kernels.reference import build, visibility_from_parents
 
 SEED = 4242
+PAYLOAD_FILES = Path(__file__).resolve().parents[2] / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files"
 
 
 def _tree(rng: random.Random, width: int, depth: int, spread: float = 2.5) -> list[int]:
@@ -58,13 +60,15 @@ def test_verify_and_commit_equal_the_node_by_node_recurrence(case):
 
 def _check_verify_and_commit(rng: random.Random, trees, heads: int, vheads: int, dim: int, depth: int, *,
                              padding: bool, compact_scratch: bool, ancestors: bool = False, pick=None,
-                             track_pick=None, precision: str = "tf32") -> None:
+                             track_pick=None, precision: str = "tf32",
+                             verify=gdn_tree.tree_gdn_verify) -> None:
     """Verify `trees` (one per request) and commit an accepted path per request (`pick(parents)` = its last
     node, a random node by default; request 0 also snapshots a node of its path, `track_pick(path)` or a
     random one, to a track slot): outputs and states equal tree_gdn_reference's. `padding`: the last request
     is a CUDA-graph padding row (no state, no scratch row); `compact_scratch`: the records-only scratch a
     compact pool allocates, else SGLang's full rows; `ancestors`: the ancestor matrix given, else derived from
-    the parents; `precision`: the verify's dot precision."""
+    the parents; `precision`: the verify's dot precision; `verify`: the launch, with tree_gdn_verify's
+    keywords."""
     bs, width = len(trees), len(trees[0])
     q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, bs, width, heads, vheads, dim, trees)
     slots = bs + 2
@@ -78,7 +82,7 @@ def _check_verify_and_commit(rng: random.Random, trees, heads: int, vheads: int,
     scratch = torch.zeros(compact if compact_scratch else full)
     cu = torch.arange(0, bs * width + 1, width, dtype=torch.int32)
     anc = torch.from_numpy(np.stack([visibility_from_parents(np.asarray(t)) for t in trees]))
-    out = gdn_tree.tree_gdn_verify(
+    out = verify(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=states[0], cache_indices=cache_idx,
         query_start_loc=cu, intermediate_states_buffer=scratch[0], intermediate_state_indices=rows,
         retrieve_parent_token=par, depth_bound=depth, ancestors=anc if ancestors else None,
@@ -291,3 +295,38 @@ def test_a_deep_64_node_tree_on_the_single_tile_kernel_is_exact_and_129_nodes_ar
             intermediate_states_buffer=torch.zeros(1, 129, 1, 16, 16),
             intermediate_state_indices=torch.tensor([0], dtype=torch.int32),
             retrieve_parent_token=torch.zeros(1, 129, dtype=torch.int64), depth_bound=15)
+
+
+@pytest.fixture
+def server_verify(monkeypatch):
+    """The launch the server makes: the payload's CompactTreeVerify (hybrid.py, default precision) as SGLang's
+    GDN dispatcher calls it, taking tree_gdn_verify's keywords (its own depth bound; no ancestor matrix)."""
+    monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
+    monkeypatch.delenv("DDTREE_GDN_TREE_PRECISION", raising=False)
+    from ddtree_sglang import hybrid
+
+    monkeypatch.setitem(hybrid.STATE, "key_heads", None)
+    assert hybrid._gdn_tree() is gdn_tree  # the kernels are shipped at install: here, ddtctl's own
+
+    def verify(*, depth_bound: int, ancestors, precision: str, **call):
+        assert ancestors is None and precision == "tf32"  # what the server passes (none; its default)
+        return hybrid.CompactTreeVerify(depth_bound=depth_bound).target_verify(**call)
+
+    return verify
+
+
+@pytest.mark.parametrize("width, kind", [(33, "deep"), (96, "deep"), (65, "chain")])
+def test_the_servers_launch_is_exact_on_qwen36_27b_head_dims(server_verify, width, kind):
+    """CompactTreeVerify's launch (block_v 64 over V = 128: two value tiles per head; TF32) on the single-tile
+    kernel (33 nodes) and the two-block one (65, 96): outputs and committed states equal the float64
+    recurrence."""
+    rng = random.Random(SEED + 17 + width)
+    torch.manual_seed(SEED + 17 + width)
+    if kind == "chain":
+        trees, depth = [[-1, *range(width - 1)]], width - 1
+    else:
+        wide = width > gdn_tree.TWO_BLOCK_TILE
+        trees, depth = [_deep_tree(rng, width) if wide else _tree(rng, width, 15)], 15
+    _check_verify_and_commit(rng, trees, 1, 2, 128, depth, padding=False, compact_scratch=True, pick=_deepest,
+                             track_pick=_last_of_block1 if width > gdn_tree.TWO_BLOCK_TILE else None,
+                             verify=server_verify)

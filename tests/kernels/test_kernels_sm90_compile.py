@@ -6,9 +6,13 @@ import subprocess
 import sys
 import textwrap
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("triton")
+
+PAYLOAD_FILES = Path(__file__).resolve().parents[2] / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files"
 
 SCRIPT = textwrap.dedent("""
     import triton
@@ -87,16 +91,20 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
               "parent": "*i64", "cu": "*i32", "anc_in": "*i1", "scale": "fp32", "T": "i32", "sq_t": "i32",
               "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64", "s_rec": "i64",
               "s_rec_step": "i32", "s_par": "i32", "s_anc": "i32"}
-    # Qwen3.6-27B's GDN at tp 1 and tp 2; TF32 (the default) and tf32x3; the ancestor matrix derived and given
-    for tp, heads, prec, anc in ((32, (16, 48), "tf32", False), (64, (16, 48), "tf32", False),
-                                 (64, (8, 24), "tf32", True), (64, (16, 48), "tf32x3", False)):
+    # Qwen3.6-27B's GDN at tp 1 and tp 2; TF32 (the default) and tf32x3; the ancestor matrix derived and given;
+    # tree_gdn_verify's default BV 32 and the server's (SERVER_BV: hybrid.py CompactTreeVerify.BLOCK_V)
+    for tp, heads, prec, bv, anc in ((32, (16, 48), "tf32", 32, False), (64, (16, 48), "tf32", 32, False),
+                                     (64, (8, 24), "tf32", 32, True), (64, (16, 48), "tf32x3", 32, False),
+                                     (64, (16, 48), "tf32", SERVER_BV, False),
+                                     (64, (16, 48), "tf32x3", SERVER_BV, False)):
         comp(G._tree_gdn_verify_kernel, verify, {"TP": tp, "H": heads[0], "HV": heads[1], "K": 128, "V": 128,
-                                                 "BV": 32, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
+                                                 "BV": bv, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
                                                  "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
     # 65..128 nodes: the two-block kernel's [64, 64] tiles as tree_gdn_verify launches them (8 warps; tf32x3
     # with BV 16: 240 KiB at BV 32 does not fit); a single 128-node tile needs 264-288 KiB
     for heads, prec, bv, anc in (((16, 48), "tf32", 32, False), ((8, 24), "tf32", 32, True),
-                                 ((16, 48), "tf32x3", 16, False)):
+                                 ((16, 48), "tf32", SERVER_BV, False),
+                                 ((16, 48), "tf32x3", min(SERVER_BV, 16), False)):
         comp(G._tree_gdn_verify_two_block_kernel, verify,
              {"BT": G.TWO_BLOCK_TILE, "H": heads[0], "HV": heads[1], "K": 128, "V": 128, "BV": bv, "S": 4,
               "PREC": prec, "THRESHOLD": 20.0, "ANC_GIVEN": anc}, 8)
@@ -111,10 +119,16 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 """)
 
 
-def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory():
-    """The compact GDN tree verify fits an H200 block: the single-tile kernel at the widths the hook lets it
-    take (<= 64 nodes) and the two-block kernel (65..128 nodes) at the launches tree_gdn_verify makes."""
-    assert _compile_for_sm90(GDN_TREE_SCRIPT).count("compiled") == 9
+def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory(monkeypatch):
+    """The compact GDN tree verify fits an H200 block: the single-tile kernel (<= 64 nodes) and the two-block
+    kernel (65..128 nodes) at the launches tree_gdn_verify makes, with its default block_v and the server's
+    (the payload's CompactTreeVerify)."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
+    from ddtree_sglang import hybrid
+
+    script = f"SERVER_BV = {hybrid.CompactTreeVerify.BLOCK_V}\n" + GDN_TREE_SCRIPT
+    assert _compile_for_sm90(script).count("compiled") == 12
 
 
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""

@@ -38,8 +38,8 @@ def _with(argv, **flags):
     return out
 
 
-def _findings(argv, gpu=RTX):
-    r = validate_argv(argv, gpu=gpu)
+def _findings(argv, gpu=RTX, env=None):
+    r = validate_argv(argv, gpu=gpu, env=env)
     return r, {f.rule: f for f in r.findings}
 
 
@@ -79,8 +79,9 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
 
 
 # -- DDT114 -----------------------------------------------------------------------------------------------------------
-# the compact GDN verify (the default) takes at most 64 nodes: budget 63 brings it in
-COMPACT_AT_63 = "set speculative-ddtree-budget: 63 (then the DDTREE_GDN_TREE=compact kernels apply)"
+# the compact GDN verify (the default) takes at most 128 nodes: budget 127 brings it in
+COMPACT_AT_127 = "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)"
+SGLANG_GDN = {"DDTREE_GDN_TREE": "sglang"}  # the server keeps SGLang's GDN tree kernel and its full states
 QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
                   conv_kernel=4)
 
@@ -109,35 +110,55 @@ def test_scratch_of_the_flagship_at_tp8_and_tp1():
     assert chain.conv_bytes_per_request == 48 * 10240 * (65 + 2) * 2
 
 
-def test_flagship_fits_at_tp8_and_not_at_tp1_with_the_fixes():
+def test_flagship_fits_at_tp8_and_at_tp1_only_with_the_compact_verify():
     r, f = _findings(SEED)
     assert "DDT114" not in f
+    # budget 64 = 65 nodes: the compact GDN verify (the default) and its records-only scratch fit one GPU
     r, f = _findings(_with(SEED, tp_size=1))
+    assert r.valid and "DDT114" not in f
+    r, f = _findings(_with(SEED, tp_size=1), env=SGLANG_GDN)
     assert not r.valid and f["DDT114"].severity == "error"
     msg = f["DDT114"].message
     assert "9,543 MiB per request" in msg and "467,598 MiB for 48 running requests + 1 slot" in msg
     assert "96 GB x mem-fraction-static 0.78" in msg
-    # the payload's compact GDN verify (at most 64 nodes) would fit too: offered, never an edit
-    assert f["DDT114"].fix == "set max-running-requests: 6 or " + COMPACT_AT_63 + " or set tp-size: 8"
+    # the payload's compact GDN verify would fit too: offered, never an edit
+    assert f["DDT114"].fix == (
+        "set max-running-requests: 6 or set tp-size: 8 or set env DDTREE_GDN_TREE: compact")
     assert f["DDT114"].edits == {"max-running-requests": 6}
-    assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6))[1]
-    assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7))[1]
+    assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6), env=SGLANG_GDN)[1]
+    assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7), env=SGLANG_GDN)[1]
+
+
+def test_a_tree_wider_than_the_compact_verify_is_offered_its_widest_budget():
+    """Budget 128 = 129 nodes: wider than the compact GDN verify takes, so SGLang's kernel and its full states
+    stay (18.5 GiB per request at tp 1); budget 127 brings the compact verify back, and fits."""
+    r, f = _findings(_with(SEED, tp_size=1, speculative_ddtree_budget=128))
+    assert not r.valid and "18,939 MiB per request" in f["DDT114"].message
+    assert "verify width 129" in f["DDT114"].message and "with DDTREE" not in f["DDT114"].message
+    assert f["DDT114"].fix == "set max-running-requests: 2 or " + COMPACT_AT_127
+    r, f = _findings(_with(SEED, tp_size=1, speculative_ddtree_budget=127))
+    assert r.valid and "DDT114" not in f
 
 
 def test_a_smaller_budget_is_proposed_when_it_fits():
-    # tp 8, 64 requests: 77 GB > 71 GB at budget 64; a smaller tree fits
-    r, f = _findings(_with(SEED, max_running_requests=64))
+    # tp 8, 64 requests, SGLang's GDN kernel: 77 GB > 71 GB at budget 64; a smaller tree fits
+    r, f = _findings(_with(SEED, max_running_requests=64), env=SGLANG_GDN)
     assert "set speculative-ddtree-budget: " in f["DDT114"].fix
     budget = int(f["DDT114"].fix.split("speculative-ddtree-budget: ")[1].split()[0])
     assert 15 <= budget < 64
-    assert "DDT114" not in _findings(_with(SEED, max_running_requests=64, speculative_ddtree_budget=budget))[1]
-    assert "DDT114" in _findings(_with(SEED, max_running_requests=64, speculative_ddtree_budget=budget + 1))[1]
+    smaller = _with(SEED, max_running_requests=64, speculative_ddtree_budget=budget)
+    assert "DDT114" not in _findings(smaller, env=SGLANG_GDN)[1]
+    wider = _with(SEED, max_running_requests=64, speculative_ddtree_budget=budget + 1)
+    assert "DDT114" in _findings(wider, env=SGLANG_GDN)[1]
 
 
 def test_mem_fraction_and_ssm_dtype_are_read():
     tp1 = _with(SEED, tp_size=1, max_running_requests=6)
-    assert "DDT114" in _findings(_with(tp1, mem_fraction_static=0.6))[1]
-    assert "DDT114" not in _findings(_with(tp1, max_running_requests=12, mamba_ssm_dtype="bfloat16"))[1]
+    assert "DDT114" not in _findings(tp1, env=SGLANG_GDN)[1]
+    assert "DDT114" in _findings(_with(tp1, mem_fraction_static=0.6), env=SGLANG_GDN)[1]
+    # bf16 states: the compact verify cannot run (the default kernel too), SGLang's per-token scratch halves
+    assert "DDT114" not in _findings(_with(tp1, max_running_requests=13, mamba_ssm_dtype="bfloat16"))[1]
+    assert "DDT114" in _findings(_with(tp1, max_running_requests=14, mamba_ssm_dtype="bfloat16"))[1]
 
 
 def test_local_weights_are_subtracted(tmp_path):
@@ -145,19 +166,26 @@ def test_local_weights_are_subtracted(tmp_path):
     model.mkdir()
     (model / "config.json").write_text((Q36 / "config.json").read_text())
     argv = _with(SEED, model_path=model, tp_size=1, max_running_requests=6)
-    assert "DDT114" not in _findings(argv)[1]
+    assert "DDT114" not in _findings(argv, env=SGLANG_GDN)[1]
     (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 55_000_000_000},
                                                                      "weight_map": {}}))
-    f = _findings(argv)[1]["DDT114"]
+    f = _findings(argv, env=SGLANG_GDN)[1]["DDT114"]
     assert "18,959 MiB = 96 GB x mem-fraction-static 0.78 - 52,452 MiB of weights" in f.message
-    # not even one more request fits
-    assert f.fix == COMPACT_AT_63 + " or set tp-size: 2"
+    # not even one request fits with SGLang's kernel: a smaller tree, more GPUs or the compact verify
+    assert f.fix == "set speculative-ddtree-budget: 17 or set tp-size: 2 or set env DDTREE_GDN_TREE: compact"
+    assert "DDT114" not in _findings(argv)[1]  # the compact verify (the default) fits beside the weights
+    f = _findings(_with(argv, speculative_ddtree_budget=128))[1]["DDT114"]  # 129 nodes: SGLang's kernel
+    assert f.fix == COMPACT_AT_127 + " or set tp-size: 4"
 
 
 def test_without_a_gpu_the_scratch_is_an_info_line():
     r, f = _findings(_with(SEED, tp_size=1), gpu=None)
     assert r.valid and f["DDT114"].severity == "info"
-    assert "9,543 MiB per request" in f["DDT114"].message and "GPU unknown" in f["DDT114"].message
+    msg = f["DDT114"].message
+    assert "with DDTREE_GDN_TREE=compact: 330 MiB per request" in msg and "GPU unknown" in msg
+    assert "(15.8 GiB instead of 456.6 GiB with SGLang's kernels)" in msg
+    r, f = _findings(_with(SEED, tp_size=1), gpu=None, env=SGLANG_GDN)
+    assert r.valid and f["DDT114"].severity == "info" and "9,543 MiB per request" in f["DDT114"].message
     dense = ["--model-path", str(MODELS / "qwen3-8b"), "--speculative-algorithm", "DDTREE",
              "--speculative-draft-model-path", str(MODELS / "qwen3-8b-dflash-b16")]
     assert "DDT114" not in {x.rule for x in validate_argv(dense, gpu=RTX).findings}
@@ -220,6 +248,9 @@ def test_flagship_profile_is_clean_with_the_hosts_configs_cached(tmp_path, monke
     assert rules == set()  # with or without disable-overlap-schedule: nothing to say
     tp1 = tmp_path / "tp1.yaml"
     tp1.write_text(PROFILE.read_text().replace("  tp-size: 8", "  tp-size: 1"))
+    assert "DDT114" not in {x.rule for x in validate_path(tp1).findings}  # the compact verify's scratch fits
+    assert PROFILE.read_text().endswith("env:\n  NCCL_P2P_LEVEL: SYS\n")
+    tp1.write_text(tp1.read_text() + "  DDTREE_GDN_TREE: sglang\n")
     f = next(x for x in validate_path(tp1).findings if x.rule == "DDT114")
     assert f.severity == "error"
-    assert f.fix == "set max-running-requests: 6 or " + COMPACT_AT_63 + " or set tp-size: 8"
+    assert f.fix == "set max-running-requests: 6 or set tp-size: 8 or set env DDTREE_GDN_TREE: compact"

@@ -130,8 +130,8 @@ def test_fix_leaves_the_env_switches_to_the_user(tmp_path):
     [
         (
             {"DDTREE_GDN_TREE": "compact"},
-            {"speculative_ddtree_budget": 64},
-            "takes at most 64 verify nodes, this tree has 65",
+            {"speculative_ddtree_budget": 128},
+            "takes at most 128 verify nodes, this tree has 129",
         ),
         (
             {"DDTREE_GDN_TREE": "compact"},
@@ -196,13 +196,15 @@ def test_a_precision_without_the_compact_verify_is_unused():
     _, r = _validate({"DDTREE_GDN_TREE": "sglang", "DDTREE_GDN_TREE_PRECISION": "tf32x3"})
     (f,) = _of(r, "DDT116")
     assert f.severity == "warning" and "DDTREE_GDN_TREE is not compact" in f.message
-    # by default but kept (65 nodes): the precision's own warning says why
-    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=64)
+    # by default but kept (129 nodes): the precision's own warning says why; at 128 nodes it applies
+    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=128)
     (f,) = _of(r, "DDT116")
-    assert f.key == "env.DDTREE_GDN_TREE_PRECISION" and "at most 64 verify nodes" in f.message
+    assert f.key == "env.DDTREE_GDN_TREE_PRECISION" and "at most 128 verify nodes" in f.message
+    _, r = _validate({"DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=127)
+    assert not _of(r, "DDT116")
     # with the compact verify asked for but kept, DDTREE_GDN_TREE's own warning says why (one finding)
     _, r = _validate(
-        {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=64
+        {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=128
     )
     assert [f.key for f in _of(r, "DDT116")] == ["env.DDTREE_GDN_TREE"]
 
@@ -234,8 +236,13 @@ def test_the_scratch_names_the_kernels_it_assumes_and_sglangs_size():
     assert f"with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB" in msg
     _, conv = _validate({"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE": "sglang"})
     assert "with DDTREE_CONV_TREE=compact:" in _of(conv, "DDT114")[0].message
-    _, kept = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=64)  # 65 nodes: SGLang's
+    _, kept = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=128)  # 129 nodes: SGLang's
     assert "with DDTREE" not in _of(kept, "DDT114")[0].message
+    # the flagship's budget 64 (65 nodes) takes the compact verify and its records-only scratch
+    _, flagship = _validate({}, speculative_ddtree_budget=64)
+    per_request = 48 * (6 * 128 * 2 + 6) * 4 * 65 + 48 * 1280 * 3 * 2 * 65
+    msg = _of(flagship, "DDT114")[0].message
+    assert f"with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
 
 
 def test_the_conv_dtype_variable_is_read():
@@ -260,15 +267,18 @@ def test_the_compact_kernels_are_offered_where_they_make_it_fit():
 
 
 def test_the_largest_budget_that_fits_may_be_the_compact_verifys_widest():
-    """The scratch steps up where the tree outgrows the compact GDN verify (64 nodes): a budget bisection
-    over the whole range would miss budget 63 on the compact side of that step."""
-    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=100)
+    """The scratch steps up where the tree outgrows the compact GDN verify (128 nodes): a budget bisection
+    over the whole range would miss budget 127 on the compact side of that step."""
+    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=160)
     (f,) = _of(r, "DDT114")
-    assert "set speculative-ddtree-budget: 63 (then the DDTREE_GDN_TREE=compact kernels apply)" in f.fix
+    assert "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)" in f.fix
+    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=127)
+    assert r.valid and not _of(r, "DDT114")
     _, r = _validate({"DDTREE_GDN_TREE": "sglang"}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL",
-                     speculative_ddtree_budget=100)
-    (f,) = _of(r, "DDT114")  # SGLang's kernel asked for: budget 63 fits only with the compact one switched on
-    assert "(then" not in f.fix and f.fix.endswith("set speculative-ddtree-budget: 63 and env DDTREE_GDN_TREE: compact")
+                     speculative_ddtree_budget=160)
+    (f,) = _of(r, "DDT114")  # SGLang's kernel asked for: budget 127 fits only with the compact one on
+    assert "(then" not in f.fix
+    assert f.fix.endswith("set speculative-ddtree-budget: 127 and env DDTREE_GDN_TREE: compact")
 
 
 # -- the same numbers from the payload's own hybrid.py -------------------------------------------------------
@@ -291,7 +301,7 @@ def _spec(width: int):
     )
 
 
-@pytest.mark.parametrize("tp, width", [(1, 64), (8, 64), (8, 33), (2, 16)])
+@pytest.mark.parametrize("tp, width", [(1, 64), (8, 128), (8, 65), (8, 33), (2, 16)])
 def test_the_compact_scratch_is_what_hybrid_py_allocates(hybrid, monkeypatch, tp, width):
     """hybrid.compact_scratch (the AROUND hook on SGLang's alloc_intermediate_ssm) on a meta device: its shape
     is what DDT114 counts; hybrid.dense_conv_windows keeps SGLang's deduplicated layout for the compact
@@ -323,12 +333,20 @@ def test_the_compact_scratch_is_what_hybrid_py_allocates(hybrid, monkeypatch, tp
     assert tokens == math.ceil(ours.per_request / per_token)
 
 
+def test_the_widest_compact_tree_is_the_payloads_and_its_kernels(hybrid):
+    """DDT114 / DDT116's COMPACT_MAX_WIDTH is hybrid.py's gate, which is what gdn_tree.py's tiles take."""
+    from ddtctl.kernels import gdn_tree
+    from ddtctl.rules import ddtree_kernels
+
+    assert ddtree_kernels.COMPACT_MAX_WIDTH == hybrid.COMPACT_MAX_WIDTH == gdn_tree.MAX_WIDTH == 128
+
+
 def test_wider_trees_and_bf16_states_keep_sglangs_scratch_in_hybrid_py_too(hybrid, monkeypatch):
     import torch
 
     monkeypatch.setitem(hybrid.STATE, "compact_scratch", False)
     monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
-    for width, dtype in ((65, torch.float32), (33, torch.bfloat16)):
+    for width, dtype in ((129, torch.float32), (33, torch.bfloat16)):
         monkeypatch.setattr(hybrid, "_spec", lambda width=width: _spec(width))
         full = (48, 49, width, 6, 128, 128)
         assert (
@@ -337,7 +355,7 @@ def test_wider_trees_and_bf16_states_keep_sglangs_scratch_in_hybrid_py_too(hybri
             ).shape
             == full
         )
-    _, r = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=64)
+    _, r = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=128)
     _, bf16 = _validate(
         {"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=32, mamba_ssm_dtype="bfloat16"
     )

@@ -290,10 +290,12 @@ def _runner(dtype=torch.float32, draft=False, scratch=True):
 @pytest.mark.parametrize("spec, env, runner, installed", [
     (_spec(speculative_ddtree_verify_width=33), "compact", _runner(), True),  # DDTREE tree mode, fp32 states
     (_spec(speculative_ddtree_verify_width=33), None, _runner(), True),  # the default
-    (_spec(speculative_ddtree_verify_width=65), None, _runner(), False),  # the default, wider than its tiles
+    (_spec(speculative_ddtree_verify_width=65), None, _runner(), True),  # the two-block kernel (65..128 nodes)
+    (_spec(speculative_ddtree_verify_width=128), None, _runner(), True),  # the widest it takes
+    (_spec(speculative_ddtree_verify_width=129), None, _runner(), False),  # the default, wider than its tiles
     (_spec(speculative_ddtree_verify_width=33), "Compact", _runner(), False),  # only "compact" switches it on
     (_spec(speculative_ddtree_verify_width=33), "sglang", _runner(), False),  # asked for SGLang's kernel
-    (_spec(speculative_ddtree_verify_width=65), "compact", _runner(), False),  # wider than the compact tiles
+    (_spec(speculative_ddtree_verify_width=129), "compact", _runner(), False),  # wider than the compact tiles
     (_spec(speculative_ddtree_verify_width=33), "compact", _runner(torch.bfloat16), False),  # bf16 states
     (_spec(speculative_ddtree_verify_width=33), "compact", _runner(draft=True), False),  # the drafter
     (_spec(speculative_ddtree_verify_width=33, speculative_algorithm="DFLASH"), "compact", _runner(), False),

@@ -30,8 +30,8 @@ full SSM state. AROUND `scatter_mamba_states_after_mtp_verify` the SSM part of t
 accepted path's state from those records (the worker hands it the path: `pending_path`); the conv windows keep
 SGLang's scatter. AROUND `memory_pool.alloc_intermediate_ssm` (a payload patch: the allocation moved into a
 function) the scratch holds those records only, and `honest_mamba_budget` budgets that size, so the memory of
-the per-node states goes to the KV cache. Needs fp32 SSM states and at most 64 verify nodes; otherwise SGLang's
-kernel and scratch stay.
+the per-node states goes to the KV cache. Needs fp32 SSM states and at most 128 verify nodes (one [64, 64]
+tile pair: kernels/gdn_tree.py MAX_WIDTH); otherwise SGLang's kernel and scratch stay.
 
 Compact tree conv (opt-in, `DDTREE_CONV_TREE=compact`, its own switch so that either kernel can be compared or
 turned off alone; until a server-level exactness run has passed with it): AROUND `causal_conv1d_update` (the
@@ -60,9 +60,9 @@ logger = logging.getLogger(__name__)
 
 STATE = {"tree_backends": 0, "compact_backends": 0, "conv_tree_calls": 0}
 TREE_TOPK = 2
-# gdn_tree.MAX_SINGLE_TILE: wider trees keep SGLang's kernel until gdn_tree's two-block path (65..128 nodes,
-# CPU-verified) has run on a GPU
-COMPACT_MAX_WIDTH = 64
+# gdn_tree.MAX_WIDTH: its two-block path (65..128 nodes) matched SGLang's kernel on the H200 and ran 1.6-4 x
+# faster (bench/gdn_tree_gpu.py, 2026-12-01, block_v 64); wider trees keep SGLang's kernel
+COMPACT_MAX_WIDTH = 128
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
@@ -144,6 +144,9 @@ class CompactTreeVerify:
     """The GDN dispatcher's tree verify kernel, replaced: outputs in closed form, per-node records (gdn_tree.py)."""
 
     supports_strided_target_verify_qkv = False
+    # H200, Qwen3.6-27B's GDN, TF32 (bench/gdn_tree_gpu.py, 2026-12-01): as exact as block_v 32, 1.6-1.8 x faster
+    # at 33-64 nodes and 1.4-2 x at 65-128 (the two-block kernel clamps it to 16 at tf32x3: shared memory)
+    BLOCK_V = 64
 
     def __init__(self, depth_bound: int):
         self.depth_bound = depth_bound
@@ -157,7 +160,8 @@ class CompactTreeVerify:
             cache_indices=cache_indices, query_start_loc=query_start_loc,
             intermediate_states_buffer=intermediate_states_buffer,
             intermediate_state_indices=intermediate_state_indices, retrieve_parent_token=retrieve_parent_token,
-            depth_bound=self.depth_bound, precision=self.precision)
+            depth_bound=self.depth_bound, precision=self.precision,
+            block_v=self.BLOCK_V)
 
 
 def compact_planned(ssm_dtype) -> bool:
