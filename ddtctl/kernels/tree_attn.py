@@ -41,7 +41,8 @@ MAX_SPLITS = 16
 MIN_SPLIT_KEYS = 128  # a split shorter than this costs more in partials than it saves in latency (a multiple
 # of every BLOCK_N)
 # H200, bench/tree_attn_gpu.py (2026-12-01): one 128-row tile beat 32/64-row tiles at 65 and 129 nodes on
-# both shapes (8B: 69 vs 112 us, 27B: 88 vs 180 us, batch 1, 4k prefix); smaller trees take the next power of two
+# both shapes (8B: 69 vs 112 us, 27B: 88 vs 180 us, batch 1, 4k prefix); smaller trees take the next power
+# of two
 MAX_BLOCK_M = 128
 TARGET_PROGRAMS = 4 * 132  # stage-1 programs to aim for: a few per SM of an H200
 
