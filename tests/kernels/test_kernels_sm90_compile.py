@@ -143,7 +143,7 @@ CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
               "out": "*bf16", "rec": "*bf16", "rec_idx": "*i32", "next_tok": "*i32", "next_sib": "*i32",
               "parent": "*i32", **{k: "i32" for k in ints}}
     # Qwen3.6-27B's conv (W = 4, bf16) at the verify widths the budget allows (17 / 33 / 65 nodes)
-    for tp, bn, bias in ((32, 64, True), (64, 64, False), (128, 32, False)):
+    for tp, bn, bias in ((32, C.VERIFY_BLOCK_N, True), (64, C.VERIFY_BLOCK_N, False), (128, 32, False)):
         comp(C._tree_conv_verify_kernel, verify, {"TP": tp, "LOG_TP": (tp - 1).bit_length(), "W": 4, "BN": bn,
                                                   "HAS_BIAS": bias, "SILU": True, "SAME_DTYPE": True},
              4 if tp <= 32 else 8)
