@@ -165,9 +165,9 @@ def _pow2(x: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, (int(x) - 1).bit_length()))
 
 
-# H200, bench/conv_tree_gpu.py (2026-12-01, Qwen3.6-27B conv, bf16): channel blocks of 128 were the fastest in 5 of
-# 6 shapes (batch 1 at 33 / 64 nodes: 17.1 / 17.6 us per layer against 27.2 / 27.0 at 64; batch 1 at 17 nodes
-# 6.8 against 5.8)
+# H200, bench/conv_tree_gpu.py (2026-12-01, Qwen3.6-27B conv, bf16): channel blocks of 128 were the fastest
+# in 5 of 6 shapes (batch 1 at 33 / 64 nodes: 17.1 / 17.6 us per layer against 27.2 / 27.0 at 64; batch 1 at
+# 17 nodes 6.8 against 5.8)
 VERIFY_BLOCK_N = 128
 
 
