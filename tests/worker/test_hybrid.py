@@ -375,7 +375,7 @@ print(json.dumps({{"targets": targets, "missing": missing}}))
     p = subprocess.run([str(managed_python), "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(out["targets"]) == 9 and out["missing"] == []
+    assert len(out["targets"]) == 11 and out["missing"] == []
 
 
 def test_commit_step_indices_follow_the_accepted_tree_path(tmp_path):

@@ -33,6 +33,13 @@ function) the scratch holds those records only, and `honest_mamba_budget` budget
 the per-node states goes to the KV cache. Needs fp32 SSM states and at most 128 verify nodes (one [64, 64]
 tile pair: kernels/gdn_tree.py MAX_WIDTH); otherwise SGLang's kernel and scratch stay.
 
+Shared ancestor matrix (opt-in, `DDTREE_GDN_ANCESTORS=shared`, until its GPU run; the default "derive" lets
+every layer's kernel derive it): each compact verify call derives the tree's ancestor matrix from
+retrieve_parent_token by squarings, 48 times a step on Qwen3.6-27B; given the matrix, the kernel ran 12-21 %
+faster per layer (H200, bench/gdn_tree_gpu.py, block_v 64). `SharedAncestors` builds it at the first GDN
+layer's call of each verify forward, with fixed-shape device ops (`ancestor_matrix`), so a captured CUDA graph
+records the build and every replay rebuilds it from that replay's parents; the later layers reuse it.
+
 Compact tree conv (opt-in, `DDTREE_CONV_TREE=compact`, its own switch so that either kernel can be compared or
 turned off alone; until a server-level exactness run has passed with it): AROUND `causal_conv1d_update` (the
 module SGLang's GDN backend imports it from) the tree verify calls -- the ones with retrieve_next_token -- run
@@ -58,7 +65,7 @@ from ddtree_sglang import ALGORITHM
 
 logger = logging.getLogger(__name__)
 
-STATE = {"tree_backends": 0, "compact_backends": 0, "conv_tree_calls": 0}
+STATE = {"tree_backends": 0, "compact_backends": 0, "conv_tree_calls": 0, "ancestor_builds": 0}
 TREE_TOPK = 2
 # gdn_tree.MAX_WIDTH: its two-block path (65..128 nodes) matched SGLang's kernel on the H200 and ran 1.6-4 x
 # faster (bench/gdn_tree_gpu.py, 2026-12-01, block_v 64); wider trees keep SGLang's kernel
@@ -151,17 +158,77 @@ class CompactTreeVerify:
     def __init__(self, depth_bound: int):
         self.depth_bound = depth_bound
         self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32")
+        self.ancestors = SharedAncestors() if shared_ancestors_wanted() else None
+        if self.ancestors is not None:
+            logger.info("DDTREE compact GDN verify: one ancestor matrix a verify forward, for all layers")
 
     def target_verify(self, *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc,
                       intermediate_states_buffer, intermediate_state_indices, retrieve_parent_token, **_):
         STATE["key_heads"] = int(k.shape[2])  # the commit's records are laid out by key heads
+        ancestors = None
+        n_req = int(query_start_loc.shape[0]) - 1
+        kernel_nodes = (n_req, int(k.shape[1]) // max(n_req, 1))  # requests, nodes per request
+        if self.ancestors is not None and tuple(retrieve_parent_token.shape) == kernel_nodes:
+            ancestors = self.ancestors.of(retrieve_parent_token, ssm_states.data_ptr(), self.depth_bound)
         return _gdn_tree().tree_gdn_verify(
             A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=ssm_states,
             cache_indices=cache_indices, query_start_loc=query_start_loc,
             intermediate_states_buffer=intermediate_states_buffer,
             intermediate_state_indices=intermediate_state_indices, retrieve_parent_token=retrieve_parent_token,
             depth_bound=self.depth_bound, precision=self.precision,
-            block_v=self.BLOCK_V)
+            block_v=self.BLOCK_V, ancestors=ancestors)
+
+
+def shared_ancestors_wanted() -> bool:
+    return os.environ.get("DDTREE_GDN_ANCESTORS", "derive") == "shared"
+
+
+def ancestor_matrix(parents: torch.Tensor, depth_bound: int) -> torch.Tensor:
+    """bool [bs, T, T], row i = the ancestors of node i and i itself, from parents [bs, T] (node 0 is the
+    root, its entry ignored; an entry outside 0..T-1 is no parent), as the compact kernel derives it.
+    Fixed-shape device ops only (no mask indexing, no host sync), so a CUDA graph can capture it: one hop
+    up or none, squared until the paths span depth_bound hops. The 0/1 products sum to at most T, exact in
+    TF32 too."""
+    width = parents.shape[1]
+    nodes = torch.arange(width, device=parents.device)
+    hop = (parents[:, :, None] == nodes[None, None, :]) & (nodes > 0)[None, :, None]
+    reach = (hop | torch.eye(width, dtype=torch.bool, device=parents.device)).float()
+    for _ in range(max(1, int(depth_bound).bit_length())):
+        reach = torch.bmm(reach, reach).clamp_(max=1.0)
+    return reach > 0.5
+
+
+class SharedAncestors:
+    """The ancestor matrix of the verify forward in progress: built at its first GDN layer's call, reused by
+    the later layers' calls. A forward is new when the forward-begin hook forgot the matrix
+    (forget_tree_ancestors) or when the layer that built it calls again: CUDA-graph capture runs the forward
+    several times (warm-ups, then the captured run) after one metadata init, and the captured run must
+    record the build."""
+
+    def __init__(self):
+        self.matrix: torch.Tensor | None = None
+        self._parents: tuple | None = None  # the parents' address, shape and device it was built from
+        self._builder: int | None = None  # the building layer's SSM state address
+
+    def forget(self) -> None:
+        self.matrix = self._parents = self._builder = None
+
+    def of(self, parents: torch.Tensor, layer: int, depth_bound: int) -> torch.Tensor:
+        key = (parents.data_ptr(), tuple(parents.shape), str(parents.device))
+        if self.matrix is None or key != self._parents or layer == self._builder:
+            self.matrix = ancestor_matrix(parents, depth_bound)
+            self._parents, self._builder = key, layer
+            STATE["ancestor_builds"] += 1
+        return self.matrix
+
+
+def forget_tree_ancestors(result, backend, *args, **kwargs):
+    """AFTER hook on GDNAttnBackend.init_forward_metadata and init_forward_metadata_out_graph (eager, capture
+    and replay): a forward begins, the shared ancestor matrix of the one before is stale."""
+    kernel = getattr(getattr(backend, "kernel_dispatcher", None), "tree_verify_kernel", None)
+    if isinstance(kernel, CompactTreeVerify) and kernel.ancestors is not None:
+        kernel.ancestors.forget()
+    return None
 
 
 def compact_planned(ssm_dtype) -> bool:
@@ -371,6 +438,9 @@ def register_hooks(HookRegistry, HookType) -> None:
                           HookType.AROUND)
     HookRegistry.register("sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.__init__",
                           compact_tree_kernel, HookType.AFTER)
+    for begin in ("init_forward_metadata", "init_forward_metadata_out_graph"):
+        HookRegistry.register(f"sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.{begin}",
+                              forget_tree_ancestors, HookType.AFTER)
     HookRegistry.register("sglang.kernels.ops.mamba.mamba_state_scatter_triton.scatter_mamba_states_after_mtp_verify",
                           commit_tree_states, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.memory_pool.alloc_intermediate_ssm", compact_scratch,
