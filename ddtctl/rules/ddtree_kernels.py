@@ -13,6 +13,9 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              otherwise SGLang's kernel and its full-state scratch stay.
   DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py CompactTreeVerify, default
                              tf32; commit_tree_states, default tf32x3); read only with the compact GDN verify.
+  DDTREE_GDN_ANCESTORS=shared (default "derive"; hybrid.py shared_ancestors_wanted, opt-in until its GPU
+                             run) the compact GDN verify's ancestor matrix built once per verify forward and
+                             shared by the layers' kernel calls; read only with the compact GDN verify.
   DDTREE_CONV_TREE=compact   (default "sglang"; hybrid.py conv_compact_wanted) the compact tree conv,
                              which keeps SGLang's deduplicated conv-window layout (hybrid.py
                              dense_conv_windows).
@@ -37,6 +40,10 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
+# hybrid.py shared_ancestors_wanted: "shared" builds the ancestor matrix once per verify forward (any other
+# value: each layer's kernel derives it, "derive" by name)
+ANCESTORS = "DDTREE_GDN_ANCESTORS"
+ANCESTORS_CHOICES = ("derive", "shared")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
 VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
@@ -51,7 +58,7 @@ PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
 COMPACT_MAX_WIDTH = 128  # hybrid.py COMPACT_MAX_WIDTH (ddtctl/kernels/gdn_tree.py MAX_WIDTH)
 REFERENCE = (
     "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
-    "conv_compact_wanted) and ddtree_sglang/verify_attn.py (wanted)"
+    "conv_compact_wanted, shared_ancestors_wanted) and ddtree_sglang/verify_attn.py (wanted)"
 )
 _SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
 
@@ -181,7 +188,7 @@ def _verify_width(ctx: Context) -> int:
 
 
 def _uses_switches(ctx: Context) -> bool:
-    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, VERIFY_ATTN))
+    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, ANCESTORS, VERIFY_ATTN))
 
 
 @rule(
@@ -203,7 +210,9 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     """The profile's `env:` may switch the DDTREE payload's kernels for hybrid Gated-DeltaNet targets:
     `DDTREE_GDN_TREE` (compact by default: the compact GDN tree verify, per-node records instead of per-node
     SSM states in the verify scratch, ~60 x smaller on Qwen3.6-27B; `sglang` keeps SGLang's kernel),
-    `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee) and
+    `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee),
+    `DDTREE_GDN_ANCESTORS=shared` (opt-in until its GPU run: its ancestor matrix built once per verify
+    forward and shared by the layers, instead of derived in every layer's kernel call) and
     `DDTREE_CONV_TREE=compact` (opt-in: the compact tree conv, one input per node in SGLang's deduplicated
     conv-window layout; bit-equal to SGLang's tree conv on the H200, but slower at batch 8; README).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
@@ -213,13 +222,15 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
     cannot take effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe
     chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 128
-    (compact GDN verify only). Under --enable-unified-memory the kernels run but the unified pool's scratch
+    (compact GDN verify only); so is a precision or shared ancestors without the compact GDN verify, which
+    alone reads them. Under --enable-unified-memory the kernels run but the unified pool's scratch
     keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
     a host's inventory env)."""
     switches = (
         (GDN_TREE, KERNEL_CHOICES),
         (CONV_TREE, KERNEL_CHOICES),
         (PRECISION, PRECISION_CHOICES),
+        (ANCESTORS, ANCESTORS_CHOICES),
         (VERIFY_ATTN, VERIFY_ATTN_CHOICES),
     )
     for name, choices in switches:
@@ -247,12 +258,16 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
         why = reason if name == CONV_TREE else gdn_kept
         if ctx.env.get(name) == "compact" and why is not None:
             yield _kept(name, why)
-    # a precision without the compact GDN verify is unused; asked for by name but kept, its warning says why
-    if ctx.env.get(PRECISION) in PRECISION_CHOICES:
-        if switch(ctx.env, GDN_TREE) != "compact":
-            yield _unused_precision(reason or f"{GDN_TREE} is not compact")
-        elif gdn_kept is not None and GDN_TREE not in ctx.env:
-            yield _unused_precision(gdn_kept)
+    # a precision or shared ancestors without the compact GDN verify are unused; with the verify asked for by
+    # name but kept, its own warning says why
+    for name, used in (
+        (PRECISION, ctx.env.get(PRECISION) in PRECISION_CHOICES),
+        (ANCESTORS, ctx.env.get(ANCESTORS) == "shared"),
+    ):
+        if used and switch(ctx.env, GDN_TREE) != "compact":
+            yield _unused_with_gdn_verify(name, reason or f"{GDN_TREE} is not compact")
+        elif used and gdn_kept is not None and GDN_TREE not in ctx.env:
+            yield _unused_with_gdn_verify(name, gdn_kept)
     if plan is not None and ctx.get("enable_unified_memory") and (plan.gdn_compact or plan.conv_compact):
         yield Hit(
             f"{plan.describe()} under enable-unified-memory: the kernels run, but the unified pool allocates "
@@ -273,11 +288,16 @@ def _kept(name: str, reason: str) -> Hit:
     )
 
 
-def _unused_precision(reason: str) -> Hit:
+_SETS = {
+    PRECISION: "the compact GDN tree verify's precision",
+    ANCESTORS: "how the compact GDN tree verify gets its ancestor matrix",
+}
+
+
+def _unused_with_gdn_verify(name: str, reason: str) -> Hit:
     return Hit(
-        f"{PRECISION} has no effect: it sets the compact GDN tree verify's precision, which does not run "
-        f"({reason})",
-        fix=f"remove {PRECISION} from env",
-        about=env_key(PRECISION),
+        f"{name} has no effect: it sets {_SETS[name]}, which does not run ({reason})",
+        fix=f"remove {name} from env",
+        about=env_key(name),
         severity=WARNING,
     )

@@ -76,6 +76,7 @@ def _of(result, rule_id):
         ("DDTREE_GDN_TREE", "Compact", "sglang, compact"),  # the payload compares exactly
         ("DDTREE_CONV_TREE", "on", "sglang, compact"),
         ("DDTREE_GDN_TREE_PRECISION", "fp64", "tf32, tf32x3, ieee"),
+        ("DDTREE_GDN_ANCESTORS", "Shared", "derive, shared"),  # hybrid.py compares with "shared" exactly
     ],
 )
 def test_an_unknown_value_is_an_error_at_the_env_key(name, value, allowed):
@@ -92,6 +93,9 @@ def test_known_values_that_take_effect_are_quiet():
     for env in (
         {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32x3"},
         {"DDTREE_GDN_TREE": "sglang", "DDTREE_CONV_TREE": "sglang"},
+        {"DDTREE_GDN_ANCESTORS": "shared"},  # the compact GDN verify runs by default
+        {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_ANCESTORS": "derive"},
+        {"DDTREE_GDN_TREE": "sglang", "DDTREE_GDN_ANCESTORS": "derive"},  # the default: nothing to warn of
         {"NCCL_P2P_LEVEL": "SYS"},
         {},
     ):
@@ -207,6 +211,50 @@ def test_a_precision_without_the_compact_verify_is_unused():
         {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32"}, speculative_ddtree_budget=128
     )
     assert [f.key for f in _of(r, "DDT116")] == ["env.DDTREE_GDN_TREE"]
+
+
+@pytest.mark.parametrize(
+    "env, server, reason",
+    [
+        ({"DDTREE_GDN_TREE": "sglang"}, {}, "DDTREE_GDN_TREE is not compact"),
+        ({}, {"speculative_ddtree_budget": 128}, "takes at most 128 verify nodes, this tree has 129"),
+        ({}, {"mamba_ssm_dtype": "bfloat16"}, "needs float32 SSM states, --mamba-ssm-dtype gives bfloat16"),
+        (
+            {},
+            {
+                "speculative_algorithm": "DFLASH",
+                "speculative_ddtree_budget": None,
+                "speculative_ddtree_topk_cap": None,
+            },
+            "serve DDTREE only, speculative-algorithm is DFLASH",
+        ),
+    ],
+)
+def test_shared_ancestors_without_the_compact_verify_are_a_warning_with_the_reason(env, server, reason):
+    doc, r = _validate({**env, "DDTREE_GDN_ANCESTORS": "shared"}, **server)
+    (f,) = _of(r, "DDT116")
+    assert f.severity == "warning" and f.key == "env.DDTREE_GDN_ANCESTORS", f.message
+    assert reason in f.message
+    assert f.message.startswith("DDTREE_GDN_ANCESTORS has no effect: it sets how the compact GDN tree")
+    assert f.line == doc.lines["env.DDTREE_GDN_ANCESTORS"] and f.edits == {}
+    # the kernel's own derivation (the default) needs no compact verify to be harmless
+    _, r = _validate({**env, "DDTREE_GDN_ANCESTORS": "derive"}, **server)
+    assert not [x for x in _of(r, "DDT116") if x.key == "env.DDTREE_GDN_ANCESTORS"]
+
+
+def test_shared_ancestors_with_a_kept_compact_verify_asked_for_by_name_give_one_finding():
+    env = {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_ANCESTORS": "shared"}
+    _, r = _validate(env, speculative_ddtree_budget=128)
+    assert [f.key for f in _of(r, "DDT116")] == ["env.DDTREE_GDN_TREE"]
+
+
+def test_the_ancestor_switchs_values_are_the_payloads(hybrid, monkeypatch):
+    """DDT116's known values are what hybrid.py reads: "shared" turns the shared matrix on, "derive" off."""
+    from ddtctl.rules.ddtree_kernels import ANCESTORS, ANCESTORS_CHOICES
+
+    for value in ANCESTORS_CHOICES:
+        monkeypatch.setenv(ANCESTORS, value)
+        assert hybrid.shared_ancestors_wanted() is (value == "shared")
 
 
 def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():

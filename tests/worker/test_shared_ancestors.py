@@ -1,13 +1,14 @@
-"""DDTREE_GDN_ANCESTORS=shared (hybrid.py SharedAncestors): the compact GDN verify's ancestor matrix built once
-per verify forward and handed to every GDN layer's kernel call, in Triton's interpreter.
+"""DDTREE_GDN_ANCESTORS=shared (hybrid.py SharedAncestors): the compact GDN verify's ancestor matrix built
+once per verify forward and handed to every GDN layer's kernel call, in Triton's interpreter.
 
 * with the switch on, CompactTreeVerify's outputs and records equal the switch-off launch (the kernel deriving
   the matrix itself) on bushy, chain, two-block (65+ nodes) and batched trees, over several layers;
-* the matrix is built once per forward and again after the forward-begin hook, or when the building layer calls
-  again (CUDA-graph capture's warm-ups and captured run follow one metadata init) -- never reused stale;
+* the matrix is built once per forward and again after the forward-begin hook, or when the building layer
+  calls again (CUDA-graph capture's warm-ups and captured run follow one metadata init) -- never reused stale;
 * the capturable builder equals tree_prep.visibility_from_parents on random trees;
 * switch off (or an unknown value): no matrix is built.
-(The build under a captured CUDA graph, and its speed, are for the GPU: bench/spec_throughput_gpu.py --anc-budgets.)
+(The build under a captured CUDA graph, and its speed, are for the GPU: bench/spec_throughput_gpu.py
+--anc-budgets.)
 """
 
 from __future__ import annotations
@@ -55,14 +56,16 @@ def _layer(gen: torch.Generator, bs: int, width: int) -> dict:
     total, slots = bs * width, bs + 1
     return dict(
         A_log=torch.rand(VHEADS, generator=gen) * 2 - 1, dt_bias=torch.randn(VHEADS, generator=gen) * 0.5,
-        q=torch.randn(1, total, HEADS, DIM, generator=gen), k=torch.randn(1, total, HEADS, DIM, generator=gen),
+        q=torch.randn(1, total, HEADS, DIM, generator=gen),
+        k=torch.randn(1, total, HEADS, DIM, generator=gen),
         v=torch.randn(1, total, VHEADS, DIM, generator=gen), a=torch.randn(total, VHEADS, generator=gen),
         b=torch.randn(total, VHEADS, generator=gen),
         ssm_states=torch.randn(slots, VHEADS, DIM, DIM, generator=gen) * 0.3,
         cache_indices=torch.arange(bs, dtype=torch.int32) + 1,
         query_start_loc=torch.arange(0, total + 1, width, dtype=torch.int32),
         intermediate_states_buffer=torch.zeros(
-            hybrid._gdn_tree().compact_scratch_shape(1, bs, width, VHEADS, DIM, DIM)[1:]),
+            hybrid._gdn_tree().compact_scratch_shape(1, bs, width, VHEADS, DIM, DIM)[1:]
+        ),
         intermediate_state_indices=torch.arange(bs, dtype=torch.int32))
 
 
@@ -162,7 +165,9 @@ def test_another_parent_buffer_gets_its_own_matrix(monkeypatch):
 
 def test_the_hook_leaves_other_kernels_alone():
     stock = SimpleNamespace()
-    hybrid.forget_tree_ancestors(None, SimpleNamespace(kernel_dispatcher=SimpleNamespace(tree_verify_kernel=stock)))
+    backend = SimpleNamespace(kernel_dispatcher=SimpleNamespace(tree_verify_kernel=stock))
+    hybrid.forget_tree_ancestors(None, backend)
+    assert backend.kernel_dispatcher.tree_verify_kernel is stock
     hybrid.forget_tree_ancestors(None, SimpleNamespace())  # a backend without a dispatcher: nothing to forget
 
 
