@@ -110,7 +110,8 @@ class Bench:
     profile: list | None = None
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
     extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=compact
-    variant: str = ""  # "" | "sync" | "sglanggdn" | "extend" | "compact": a DDTREE configuration beside the default
+    # "" | "sync" | "sglanggdn" | "extend" | "compact" | "anc": a DDTREE configuration beside the default
+    variant: str = ""
     gdn_tree_kernel: str | None = None  # hybrid DDTREE: what the server's log says it verifies trees with
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of this server (--gpus lanes)
 
@@ -351,6 +352,7 @@ def plan(args) -> list[Bench]:
         (args.sglang_gdn_budgets, "sglanggdn", {"DDTREE_GDN_TREE": "sglang"}),  # hybrid: SGLang's GDN kernel
         (args.extend_budgets, "extend", {"DDTREE_VERIFY_ATTN": "extend"}),  # SGLang's prefill kernel, tree mask
         (args.compact_budgets, "compact", {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}),
+        (args.anc_budgets, "anc", {"DDTREE_GDN_ANCESTORS": "shared"}),  # hybrid: one ancestor matrix a forward
     )
     for drafter in args.drafter.split(","):
         for budgets, variant, env in variants:
@@ -392,6 +394,9 @@ def main() -> int:
     ap.add_argument("--compact-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
                     "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")
+    ap.add_argument("--anc-budgets", default="",
+                    help="hybrid targets: DDTREE budgets also run with the compact GDN verify's ancestor matrix "
+                    "built once per verify forward for all layers (DDTREE_GDN_ANCESTORS=shared; opt-in)")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()

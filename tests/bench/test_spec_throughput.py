@@ -19,7 +19,7 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                sglang_gdn_budgets="", compact_budgets="", extend_budgets="")
+                sglang_gdn_budgets="", compact_budgets="", extend_budgets="", anc_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -123,6 +123,17 @@ def test_compact_servers_run_both_compact_kernels(st):
     both = by["ddtree-b32-random-compact"]
     assert both.extra_env == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
     assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env
+
+
+def test_anc_servers_share_one_ancestor_matrix_per_verify_forward(st):
+    """--anc-budgets: the opt-in shared ancestor matrix (DDTREE_GDN_ANCESTORS=shared), its own variant beside the
+    default (which derives it in every layer's kernel call)."""
+    by = {b.name: b for b in st.plan(_args(budgets="32", drafter="random,calibrated", anc_budgets="32"))}
+    for name in ("ddtree-b32-random-anc", "ddtree-b32-calibrated-anc"):
+        assert by[name].extra_env == {"DDTREE_GDN_ANCESTORS": "shared"} and by[name].variant == "anc"
+        assert by[name].algo == "DDTREE" and by[name].budget == 32
+    assert not by["ddtree-b32-random"].extra_env and by["ddtree-b32-random"].variant != "anc"
+    assert len({b.port for b in by.values()}) == len(by)
 
 
 def test_extend_servers_run_sglangs_prefill_kernel_as_verify_attention(st):
