@@ -838,6 +838,9 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
         wave2.append(conv)
         wave2 += extend_servers(mk)[-1:]
+        shared = mk("ddtree-b32-g1-anc", "DDTREE", True, 32, oracle=True)  # one ancestor matrix a forward (opt-in)
+        shared.extra_env = {"DDTREE_GDN_ANCESTORS": "shared"}
+        wave2.append(shared)
         # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
         # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor
         extras = ("dflash-g0", "dflash-g1", "ddtree-b15-g0", "ddtree-b32-g1")

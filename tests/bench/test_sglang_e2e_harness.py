@@ -284,6 +284,7 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     assert servers["ddtree-b15-g1"].extra_env == {}
     assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
     assert servers["ddtree-b32-g1-compactconv"].extra_env["DDTREE_CONV_TREE"] == "compact"
+    assert servers["ddtree-b32-g1-anc"].extra_env == {"DDTREE_GDN_ANCESTORS": "shared"}
 
 
 def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):
