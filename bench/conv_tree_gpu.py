@@ -10,7 +10,7 @@ Qwen3.6-27B's GDN conv at tp 1 (10240 channels = 2 x 16 x 128 + 48 x 128, width 
             (`scatter_mamba_states_after_mtp_verify`, conv part) -- pure copies, so bit-equal;
   time      microseconds per layer (CUDA graphs of 20 launches, median of 5 replays: gdn_tree_gpu.timed):
             SGLang's tree conv, its chain conv at the drafter's block 16 and at the tree's width (DFLASH's
-            verify, deduplicated windows), the compact verify (block_n 32 / 64 / 128); x48 layers = per step;
+            verify, deduplicated windows), the compact verify (block_n 32 / 64 / 128 / 256); x48 layers = per step;
             the commit of all 48 layers at once (SGLang's scatter vs the compact commit).
   memory    the window scratch per request slot and layer: SGLang's dense tree windows vs the deduplicated
             layout the compact conv keeps.
@@ -147,7 +147,7 @@ def case(K: SimpleNamespace, bs: int, width: int, seed: int, dim: int, dtype, de
         return K.conv(inp.x, inp.state_sglang, inp.weight, None, "silu", intermediate_conv_window=dense,
                       retrieve_parent_token=par_sgl, **common)
 
-    def compact(block_n: int = 64):
+    def compact(block_n: int = conv_tree.VERIFY_BLOCK_N):
         return conv_tree.tree_conv_verify(inp.x, inp.state, inp.weight, None, "silu",
                                           intermediate_conv_window=dedup, retrieve_parent_token=par,
                                           block_n=block_n, **common)
@@ -220,9 +220,14 @@ def time_case(K, inp, width: int, dim: int, dtype, dev, sglang_tree, compact, de
                           intermediate_conv_window=window, intermediate_state_indices=inp.rows)
 
         out[f"us_sglang_chain{chain_w}"] = timed(chain)
-    for block_n in (32, 64, 128):
-        out[f"us_compact_bn{block_n}"] = timed(functools.partial(compact, block_n))
-    out["us_compact"] = out["us_compact_bn64"]
+    for block_n in (32, 64, 128, 256):
+        try:
+            out[f"us_compact_bn{block_n}"] = timed(functools.partial(compact, block_n))
+        except Exception as exc:  # noqa: BLE001 - e.g. out of registers at 256; the default launch must not raise
+            if block_n == conv_tree.VERIFY_BLOCK_N:
+                raise
+            out[f"error_compact_bn{block_n}"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    out["us_compact"] = out[f"us_compact_bn{conv_tree.VERIFY_BLOCK_N}"]  # the server's launch
     acc, lens, last = accepted_paths(inp.rng, inp.parents, width)
     layers_conv = inp.state[None].expand(GDN_LAYERS, *inp.state.shape).contiguous()
     layers_dense = dense[None].expand(GDN_LAYERS, *dense.shape).contiguous()
