@@ -124,6 +124,23 @@ def test_matches_the_float64_reference_and_sglangs_extend_attention(case, sglang
     assert (o_sgl.double() - want).abs().max() < TOL  # the reference is SGLang's semantics
 
 
+@pytest.mark.parametrize(("h_q", "h_kv", "dim", "width"), [
+    (3, 1, 256, 65),  # Qwen3.6-27B's full attention on one of 8 tensor-parallel ranks (24 / 4 heads), budget 64
+    (6, 1, 256, 33),  # ... on one of 4 ranks
+    (4, 1, 128, 17),  # an 8B target (32 / 8 heads) at tp 8
+])
+def test_a_tensor_parallel_ranks_heads(h_q, h_kv, dim, width, sglang_extend):
+    """A rank's share of the heads, automatic tiles: an odd query-group size (3 query heads to one KV head) and
+    a single KV head serve as the whole model's heads do."""
+    c = make_case(SEED + 80 + h_q, 2, width, [150, 37], h_q=h_q, h_kv=h_kv, dim=dim)
+    o = torch.full_like(c.q, 7.0)
+    assert tree_attn.tree_verify_fwd(*call_args(c, o, True))
+    o_sgl = torch.full_like(c.q, 7.0)
+    sglang_extend(*call_args(c, o_sgl, True))
+    assert (o.double() - reference(c)).abs().max() < TOL
+    assert (o - o_sgl).abs().max() < TOL
+
+
 def test_every_ancestor_bit_is_read():
     """Clearing one ancestor's bit in one node's row changes that row (and only it) to the reference's with
     the edited visibility; the unedited reference then no longer matches."""
