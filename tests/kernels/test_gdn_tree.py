@@ -315,8 +315,11 @@ def server_verify(monkeypatch):
     return verify
 
 
-@pytest.mark.parametrize("width, kind", [(33, "deep"), (96, "deep"), (65, "chain")])
-def test_the_servers_launch_is_exact_on_qwen36_27b_head_dims(server_verify, width, kind):
+@pytest.mark.parametrize("width, kind, heads, vheads", [
+    (33, "deep", 1, 2), (96, "deep", 1, 2), (65, "chain", 1, 2),
+    (65, "deep", 2, 6),  # one of 8 tensor-parallel ranks of Qwen3.6-27B (16 / 48 heads), the flagship's budget 64
+])
+def test_the_servers_launch_is_exact_on_qwen36_27b_head_dims(server_verify, width, kind, heads, vheads):
     """CompactTreeVerify's launch (block_v 64 over V = 128: two value tiles per head; TF32) on the single-tile
     kernel (33 nodes) and the two-block one (65, 96): outputs and committed states equal the float64
     recurrence."""
@@ -327,6 +330,7 @@ def test_the_servers_launch_is_exact_on_qwen36_27b_head_dims(server_verify, widt
     else:
         wide = width > gdn_tree.TWO_BLOCK_TILE
         trees, depth = [_deep_tree(rng, width) if wide else _tree(rng, width, 15)], 15
-    _check_verify_and_commit(rng, trees, 1, 2, 128, depth, padding=False, compact_scratch=True, pick=_deepest,
+    _check_verify_and_commit(rng, trees, heads, vheads, 128, depth, padding=False, compact_scratch=True,
+                             pick=_deepest,
                              track_pick=_last_of_block1 if width > gdn_tree.TWO_BLOCK_TILE else None,
                              verify=server_verify)
