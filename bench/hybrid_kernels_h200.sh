@@ -6,7 +6,8 @@
 #                                   ancestor matrix given), each checked and timed, against the default launch
 #                                   and SGLang's kernels;
 #      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 runs);
-#   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time);
+#   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time),
+#                                   at tp 1 and at one tp 8 rank's 1280 channels (conv_tree_tp8);
 #   4. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
 #                                   the path chains (SGLang's own kernels, tf32x3).
 # Each step has its own time limit and log; one failing step does not stop the others; exit 1 if any failed.
@@ -47,6 +48,7 @@ step gdn_tree 45 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --va
 # the two-block path (65..128 nodes); batch 4: the 48-layer commit timing copies the scratch per layer
 step gdn_wide 60 python3 bench/gdn_tree_gpu.py --widths 65,96,128 --batches 1,4 --heads 16x48 --variants bv64
 step conv_tree 50 python3 bench/conv_tree_gpu.py
+step conv_tree_tp8 50 python3 bench/conv_tree_gpu.py --tp 8  # one rank of the flagship: 1280 channels
 step hybrid_tree 100 python3 bench/hybrid_tree_kernels.py
 echo "RESULT: $([ $rc -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0))s (logs and json under \$OUT)"
 exit $rc

@@ -64,6 +64,11 @@ def test_help_runs_without_a_gpu():
     assert "--device" in run.stdout and "--widths" in run.stdout
 
 
+def test_a_tp_that_does_not_divide_the_channels_is_refused():
+    run = _run("--tp", "3")
+    assert run.returncode != 0 and "--tp 3: must divide the 10240 conv channels" in run.stderr
+
+
 def test_cpu_smoke_equals_sglangs_tree_conv(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "worker"))
     from worker_sglang_source import sglang_source

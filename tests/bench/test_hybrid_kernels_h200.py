@@ -24,7 +24,8 @@ def _steps() -> list[tuple[str, list[str]]]:
 def test_the_script_parses_and_names_its_steps():
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     assert [s for s, _ in _steps()] == ["bench/tree_attn_gpu.py", "bench/gdn_tree_gpu.py", "bench/gdn_tree_gpu.py",
-                                        "bench/conv_tree_gpu.py", "bench/hybrid_tree_kernels.py"]
+                                        "bench/conv_tree_gpu.py", "bench/conv_tree_gpu.py",
+                                        "bench/hybrid_tree_kernels.py"]
 
 
 def test_skip_leaves_steps_out_without_running_them(tmp_path):
@@ -35,13 +36,13 @@ def test_skip_leaves_steps_out_without_running_them(tmp_path):
     (repo / ".carry" / "whl").mkdir(parents=True)
     (repo / "bench" / SCRIPT.name).write_text(SCRIPT.read_text())
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
-           "SKIP": "tree_attn gdn_tree gdn_wide conv_tree hybrid_tree"}
+           "SKIP": "tree_attn gdn_tree gdn_wide conv_tree conv_tree_tp8 hybrid_tree"}
     (tmp_path / "python3").write_text("#!/bin/sh\nexit 0\n")  # pip install of no wheels
     (tmp_path / "python3").chmod(0o755)
     run = subprocess.run(["bash", str(repo / "bench" / SCRIPT.name)], capture_output=True, text=True, env=env,
                          timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("skipped (SKIP)") == 5 and "RESULT: PASS" in run.stdout
+    assert run.stdout.count("skipped (SKIP)") == 6 and "RESULT: PASS" in run.stdout
 
 
 def test_every_option_it_passes_is_one_the_bench_takes():
