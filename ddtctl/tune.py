@@ -1,9 +1,10 @@
 """`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
 
 For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft
-tokens; or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without
-speculative decoding): render the profile variant, validate it statically (invalid points are skipped with
-their rule ids), deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
+tokens; or any flags, and `env.NAME` variables of the profile's `env:`, from a `--space` YAML), after a
+baseline point (the same profile with DFLASH, or without speculative decoding, and the profile's own env):
+render the profile variant, validate it statically (invalid points are skipped with their rule ids), deploy
+it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
 that fails is recorded and the sweep goes on), run SGLang's own benchmark
 (`python -m sglang.benchmark.serving`) on the host against the server at each concurrency (`repeats` times
 in the same server life; the figures are their medians, their spread says whether the winner is real:

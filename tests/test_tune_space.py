@@ -20,7 +20,8 @@ from ddtctl.tune_results import PointResult
 from ddtctl.tune_write import write_point
 
 CONV = "env.DDTREE_CONV_TREE"
-ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m/target", "--speculative-ddtree-budget", "64"]
+ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m/target",
+        "--speculative-ddtree-budget", "64"]
 
 
 def test_env_keys_are_kept_their_values_strings_and_flags_canonical():
@@ -83,7 +84,8 @@ def test_flag_only_points_keep_the_keys_of_existing_results_files():
     assert _point_key("gpu1", ARGV, TuneOptions(), None) == "d8621dbf6a460d56"
     assert _point_key("gpu1", ARGV, TuneOptions(), None, {}) == "d8621dbf6a460d56"
     opts = TuneOptions(concurrencies=[8, 1], num_prompts=16, seed=3)
-    assert _point_key("gpu1", ARGV, opts, None, point_env({"speculative-ddtree-budget": 64})) == "453a3faf45b7401b"
+    flag_only = point_env({"speculative-ddtree-budget": 64})
+    assert _point_key("gpu1", ARGV, opts, None, flag_only) == "453a3faf45b7401b"
 
 
 def test_points_differing_only_in_env_have_different_keys():

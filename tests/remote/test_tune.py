@@ -305,7 +305,7 @@ def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
     assert allowed.ok
 
 
-# -- environment variables in the search space (the DDTREE kernel switches) -----------------------------------
+# -- environment variables in the search space (the DDTREE kernel switches) ---------------------------------
 CONV = "env.DDTREE_CONV_TREE"
 
 
