@@ -1,9 +1,10 @@
 """`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
 
 For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft
-tokens; or any flags from a `--space` YAML), after a baseline point (the same profile with DFLASH, or without
-speculative decoding): render the profile variant, validate it statically (invalid points are skipped with
-their rule ids), deploy it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
+tokens; or any flags, and `env.NAME` variables of the profile's `env:`, from a `--space` YAML), after a
+baseline point (the same profile with DFLASH, or without speculative decoding, and the profile's own env):
+render the profile variant, validate it statically (invalid points are skipped with their rule ids), deploy
+it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
 that fails is recorded and the sweep goes on), run SGLang's own benchmark
 (`python -m sglang.benchmark.serving`) on the host against the server at each concurrency (`repeats` times
 in the same server life; the figures are their medians, their spread says whether the winner is real:
@@ -65,6 +66,9 @@ EAGLE_SPACE: dict[str, list[Any]] = {
 DFLASH_BLOCKS = (4, 8, 16)
 DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
 SPECULATIVE = re.compile(r"^speculative-")
+# `env.NAME` keys of a search space set (None: remove) a variable of the profile's `env:`, not a flag
+ENV_PREFIX = "env."
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # ----------------------------------------------------------------------------------------------- options
@@ -109,7 +113,7 @@ class TuneOptions:
 class PointSpec:
     label: str
     kind: str  # baseline | point
-    flags: dict[str, Any]  # dashed flag -> value (None = remove the flag)
+    flags: dict[str, Any]  # dashed flag or env.NAME -> value (None = remove the flag / the variable)
 
 
 def load_space(path: str) -> dict[str, list[Any]]:
@@ -126,6 +130,7 @@ def load_space(path: str) -> dict[str, list[Any]]:
 
 
 def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
+    """Flag keys canonicalised (dashed); `env.NAME` keys kept, their values as the strings the server gets."""
     from ddtctl.profile import canonical_flag_key
 
     if not isinstance(data, dict) or not data:
@@ -139,8 +144,42 @@ def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
         values = values if isinstance(values, list) else [values]
         if not values or any(isinstance(v, (dict, list)) for v in values):
             raise UsageError(f"{key}: give a list of plain values", where=where)
-        out[canonical_flag_key(str(key))] = values
+        name = env_name(str(key))
+        if name is None:
+            out[canonical_flag_key(str(key))] = values
+        else:
+            _check_env_name(name, where)
+            out[ENV_PREFIX + name] = [None if v is None else env_value(v) for v in values]
     return out
+
+
+def env_name(key: str) -> str | None:
+    """The environment variable a space key sets (`env.NAME`), None for a server flag."""
+    return key[len(ENV_PREFIX) :] if key.startswith(ENV_PREFIX) else None
+
+
+def env_value(value: Any) -> str:
+    """A space value as the server's environment holds it (YAML's spelling of a boolean, not Python's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _check_env_name(name: str, where: str) -> None:
+    from ddtctl.argv import is_secret_env
+
+    if not ENV_NAME.fullmatch(name):
+        raise UsageError(
+            f"{ENV_PREFIX}{name}: {name!r} is not an environment variable name",
+            where=where,
+            fix="letters, digits and _ after `env.`, not starting with a digit, e.g. env.DDTREE_CONV_TREE",
+        )
+    if is_secret_env(name):  # the space's values go into the results file and the report as they are
+        raise UsageError(
+            f"{ENV_PREFIX}{name}: a secret is not something to tune (its values would be shown)",
+            where=where,
+            fix=f"set {name} in the profile's env: instead",
+        )
 
 
 def default_space(algorithm: str | None, server: dict[str, Any]) -> dict[str, list[Any]]:
@@ -179,6 +218,9 @@ def points_of(space: dict[str, list[Any]]) -> list[PointSpec]:
 
 
 def _short(flag: str) -> str:
+    name = env_name(flag)
+    if name is not None:
+        return name
     return re.sub(r"^speculative-(ddtree-|dflash-|eagle-)?", "", flag)
 
 
@@ -200,24 +242,52 @@ def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> 
 
 # ----------------------------------------------------------------------------------------------- variants
 def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dict[str, Any]:
-    """The profile document (parsed) with `flags` set (None: removed) and a name saying which point it is."""
+    """The profile document (parsed) with `flags` set (None: removed) and a name saying which point it is;
+    `env.NAME` keys set (None: remove) NAME in the document's `env:`."""
     from ddtctl.profile import canonical_flag_key
 
     out = json.loads(json.dumps(data))
     server = dict(out.get("server") or {})
+    env = dict(out.get("env") or {})
     for key, value in flags.items():
+        name = env_name(key)
+        if name is not None:
+            env.pop(name, None)
+            if value is not None:
+                env[name] = env_value(value)
+            continue
         canon = canonical_flag_key(key)
         for k in [k for k in server if canonical_flag_key(k) == canon]:
             del server[k]
         if value is not None:
             server[canon] = value
     out["server"] = server
+    if env or "env" in out:
+        out["env"] = env
     suffix = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")
     out["name"] = f"{out.get('name', 'profile')}.tune-{suffix}"[:128]
     return out
 
 
-def _point_key(host: str, argv: list[str], opts: TuneOptions, prompts: Prompts | None) -> str:
+def point_env(flags: dict[str, Any]) -> dict[str, str | None]:
+    """The environment a point's space sets (None: removed), without the profile's own."""
+    out: dict[str, str | None] = {}
+    for key, value in flags.items():
+        name = env_name(key)
+        if name is not None:
+            out[name] = None if value is None else env_value(value)
+    return out
+
+
+def _point_key(
+    host: str,
+    argv: list[str],
+    opts: TuneOptions,
+    prompts: Prompts | None,
+    env: dict[str, str | None] | None = None,
+) -> str:
+    """The resume key of a point: its launch argv, host, benchmark settings and the environment its space sets
+    (`env`, only when there is one, so that a flag-only point keeps the key it had before env keys)."""
     bench = {
         "concurrencies": sorted(opts.concurrencies),
         "num_prompts": opts.num_prompts,
@@ -227,7 +297,10 @@ def _point_key(host: str, argv: list[str], opts: TuneOptions, prompts: Prompts |
     }
     if prompts is not None:  # other prompts, other figures: not a point to resume
         bench.update(prompts=prompts.sha256, input_len=None)
-    blob = json.dumps({"host": host, "argv": argv, "bench": bench}, sort_keys=True)
+    fields: dict[str, Any] = {"host": host, "argv": argv, "bench": bench}
+    if env:
+        fields["env"] = env
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -290,7 +363,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     argv = [f"{k}={v}" for k, v in sorted(data["server"].items())] + [type(err).__name__]
                 secrets = secret_values(argv, {**getattr(host, "env", {}), **(data.get("env") or {})})
                 argv = mask_argv(argv)  # the results file and the report never hold an --api-key
-                key = _point_key(host.name, argv, opts, prompts)
+                key = _point_key(host.name, argv, opts, prompts, point_env(pt.flags))
                 if key in done and _enough_runs(done[key], concs, opts.repeats):
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)

@@ -27,15 +27,18 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
     from ddtctl.profile import canonical_flag_key, parse_profile_text, read_profile_document
     from ddtctl.rules.engine import ERROR, Finding
     from ddtctl.safeio import rewrite
+    from ddtctl.tune import env_name
 
     doc = read_profile_document(profile)
     raw = doc.raw
     text = doc.text.replace("\r\n", "\n")
     doc = parse_profile_text(text, doc.source) if text != doc.text else doc
     server = doc.data.get("server") or {}
+    _refuse_env_edits(point, doc.data.get("env") or {}, doc.source)
+    flags = {k: v for k, v in point.flags.items() if env_name(k) is None}
     edits = {
         canonical_flag_key(k): v
-        for k, v in point.flags.items()
+        for k, v in flags.items()
         if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)
     }
     edits = {k: v for k, v in edits.items() if not (v is None and k not in server)}
@@ -51,3 +54,23 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
     if fixed.changed:
         rewrite(doc.source, fixed.text, original=raw if raw is not None else text.encode(), what="profile")
     return WriteResult(doc.source, fixed.changed, edits, unified_diff(doc.source, text, fixed.text))
+
+
+def _refuse_env_edits(point: PointResult, env: dict[str, Any], source: str) -> None:
+    """The editor writes `server:` flags only: a winner that needs another `env:` is written by hand."""
+    from ddtctl.tune import env_value, point_env
+
+    wanted = point_env(point.flags)
+    differ = {
+        name: value
+        for name, value in wanted.items()
+        if (None if env.get(name) is None else env_value(env[name])) != value
+    }
+    if differ:
+        how = ", ".join(f"{n}: {v}" if v is not None else f"remove {n}" for n, v in differ.items())
+        raise UsageError(
+            f"cannot write the winner {point.label} into the profile: --write edits `server:` flags only, "
+            "and the winner also changes `env:`",
+            where=source,
+            fix=f"in env: {how}; then the winner's flags by hand or --write again",
+        )

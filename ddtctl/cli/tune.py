@@ -32,7 +32,8 @@ def tune(
         None,
         "--space",
         help="YAML mapping flag -> list of values (default: DDTREE budget x "
-        "topk cap, DFLASH block size, EAGLE steps x topk x draft tokens)",
+        "topk cap, DFLASH block size, EAGLE steps x topk x draft tokens); an env.NAME key sweeps a variable "
+        "of the profile's env: (null: unset), e.g. env.DDTREE_CONV_TREE: [sglang, compact]",
     ),
     concurrency: str = typer.Option(
         "1,8", "--concurrency", help="Benchmark concurrency levels, comma-separated"

@@ -303,3 +303,39 @@ def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
         allowed = run_bench(conn, argv, 1, 60, key=SECRET)
     assert not refused.ok and "401" in refused.error
     assert allowed.ok
+
+
+# -- environment variables in the search space (the DDTREE kernel switches) ---------------------------------
+CONV = "env.DDTREE_CONV_TREE"
+
+
+def test_points_differing_only_in_env_run_with_their_env_and_are_resumed(lab):
+    prof = lab.profile(server={BUDGET: 40}, env={"STANDIN_PRINT_ENV": "DDTREE_CONV_TREE"})
+    space = {BUDGET: [32], CONV: ["sglang", "compact", "compcat"]}
+    launched: list = []
+    opts = _opts(lab, [32], on_event=_launches(launched))
+    opts.space = space
+    res = tune(str(prof), lab.host(), opts)
+    pts = {p.flags[CONV]: p for p in res.points}
+    assert [p.label for p in res.points] == [f"budget=32 DDTREE_CONV_TREE={v}" for v in space[CONV]]
+    assert pts["sglang"].status == pts["compact"].status == "ok" and len(launched) == 3
+    assert len({p.key for p in res.points}) == 3
+    # each server process ran with its point's value; the baseline (the reference) with the profile's env
+    logs = lab.work() / "logs"
+    for value in ("sglang", "compact"):
+        log = (logs / f"{pts[value].release}.log").read_text()
+        assert f"[standin] DDTREE_CONV_TREE={value}\n" in log
+        release = json.loads((lab.work() / "releases" / pts[value].release / "release.json").read_text())
+        assert release["env"]["DDTREE_CONV_TREE"] == value
+    assert "[standin] DDTREE_CONV_TREE=None\n" in (logs / f"{res.baseline.release}.log").read_text()
+    # a value the payload does not know: validated first, never deployed
+    assert pts["compcat"].status == "invalid" and pts["compcat"].rules == ["DDT116"]
+    assert pts["compcat"].release is None and "compcat" in pts["compcat"].error
+
+    # again: every point (both env values, the invalid one, the baseline) comes from the results file
+    opts = _opts(lab, [32], on_event=_launches(launched))
+    opts.space = space
+    again = tune(str(prof), lab.host(), opts)
+    assert again.baseline.resumed and all(p.resumed for p in again.points) and len(launched) == 3
+    assert {p.flags[CONV]: p.key for p in again.points} == {v: p.key for v, p in pts.items()}
+    assert len((lab.root / "tune.jsonl").read_text().splitlines()) == 4
