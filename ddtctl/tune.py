@@ -249,12 +249,12 @@ def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dic
     out = json.loads(json.dumps(data))
     server = dict(out.get("server") or {})
     env = dict(out.get("env") or {})
+    for name, text in point_env(flags).items():
+        env.pop(name, None)
+        if text is not None:
+            env[name] = text
     for key, value in flags.items():
-        name = env_name(key)
-        if name is not None:
-            env.pop(name, None)
-            if value is not None:
-                env[name] = env_value(value)
+        if env_name(key) is not None:
             continue
         canon = canonical_flag_key(key)
         for k in [k for k in server if canonical_flag_key(k) == canon]:
