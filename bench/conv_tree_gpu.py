@@ -10,7 +10,7 @@ Qwen3.6-27B's GDN conv at tp 1 (10240 channels = 2 x 16 x 128 + 48 x 128, width 
             (`scatter_mamba_states_after_mtp_verify`, conv part) -- pure copies, so bit-equal;
   time      microseconds per layer (CUDA graphs of 20 launches, median of 5 replays: gdn_tree_gpu.timed):
             SGLang's tree conv, its chain conv at the drafter's block 16 and at the tree's width (DFLASH's
-            verify, deduplicated windows), the compact verify (block_n 32 / 64 / 128 / 256); x48 layers = per step;
+            verify, deduplicated windows), the compact verify (LAUNCHES: channel block x node rows; the fastest named); x48 layers = per step;
             the commit of all 48 layers at once (SGLang's scatter vs the compact commit).
   memory    the window scratch per request slot and layer: SGLang's dense tree windows vs the deduplicated
             layout the compact conv keeps.
@@ -42,6 +42,8 @@ PAYLOAD = REPO / "ddtctl" / "payload" / "ddtree-sglang-0.5.23" / "files"
 GDN_LAYERS = 48
 CONV_DIM, KERNEL_W = 2 * 16 * 128 + 48 * 128, 4
 TOL_OUT = 2e-2  # bf16 outputs of O(1): a few ulps, in case the compiler contracts the two kernels differently
+# (channel block, node rows) launches of the compact verify timed beside the default
+LAUNCHES = [(n, t) for n in (64, 128, 256) for t in (16, 32, 64)]
 BLOCK = 16  # the drafter's block: DFLASH's chain verify width
 
 
@@ -130,7 +132,8 @@ def _inputs(bs: int, width: int, dim: int, seed: int, dtype, dev):
         rows=torch.arange(bs, device=dev, dtype=torch.int32))
 
 
-def case(K: SimpleNamespace, bs: int, width: int, seed: int, dim: int, dtype, dev, timing: bool) -> dict:
+def case(K: SimpleNamespace, bs: int, width: int, seed: int, dim: int, dtype, dev, timing: bool,
+         launches=tuple(LAUNCHES)) -> dict:
     import torch
 
     from ddtctl.kernels import conv_tree
@@ -147,10 +150,10 @@ def case(K: SimpleNamespace, bs: int, width: int, seed: int, dim: int, dtype, de
         return K.conv(inp.x, inp.state_sglang, inp.weight, None, "silu", intermediate_conv_window=dense,
                       retrieve_parent_token=par_sgl, **common)
 
-    def compact(block_n: int = conv_tree.VERIFY_BLOCK_N):
+    def compact(block_n: int = conv_tree.VERIFY_BLOCK_N, block_t: int = conv_tree.VERIFY_BLOCK_T):
         return conv_tree.tree_conv_verify(inp.x, inp.state, inp.weight, None, "silu",
                                           intermediate_conv_window=dedup, retrieve_parent_token=par,
-                                          block_n=block_n, **common)
+                                          block_n=block_n, block_t=block_t, **common)
 
     state_before = inp.state.clone()
     o_ref, o_new = sglang_tree(), compact()
@@ -166,7 +169,7 @@ def case(K: SimpleNamespace, bs: int, width: int, seed: int, dim: int, dtype, de
     out["scratch_bytes_per_slot_layer"] = {"sglang_dense": width * dim * cols * dense.element_size(),
                                            "compact_dedup": (width + cols - 1) * dim * dense.element_size()}
     if timing:
-        out.update(time_case(K, inp, width, dim, dtype, dev, sglang_tree, compact, dense, dedup))
+        out.update(time_case(K, inp, width, dim, dtype, dev, sglang_tree, compact, dense, dedup, launches))
         torch.cuda.empty_cache()
     return out
 
@@ -204,7 +207,8 @@ def commit_check(K: SimpleNamespace, inp, width: int, dense, dedup) -> dict:
             "commit_err": float((want.float() - got.float()).abs().max())}
 
 
-def time_case(K, inp, width: int, dim: int, dtype, dev, sglang_tree, compact, dense, dedup) -> dict:
+def time_case(K, inp, width: int, dim: int, dtype, dev, sglang_tree, compact, dense, dedup,
+              launches=tuple(LAUNCHES)) -> dict:
     import torch
     from gdn_tree_gpu import timed
 
@@ -220,14 +224,18 @@ def time_case(K, inp, width: int, dim: int, dtype, dev, sglang_tree, compact, de
                           intermediate_conv_window=window, intermediate_state_indices=inp.rows)
 
         out[f"us_sglang_chain{chain_w}"] = timed(chain)
-    for block_n in (32, 64, 128, 256):
+    default = (conv_tree.VERIFY_BLOCK_N, conv_tree.VERIFY_BLOCK_T)
+    for block_n, block_t in sorted({default, *launches}):
+        key = f"compact_bn{block_n}_bt{block_t}"
         try:
-            out[f"us_compact_bn{block_n}"] = timed(functools.partial(compact, block_n))
-        except Exception as exc:  # noqa: BLE001 - e.g. out of registers at 256; the default launch must not raise
-            if block_n == conv_tree.VERIFY_BLOCK_N:
+            out[f"us_{key}"] = timed(functools.partial(compact, block_n, block_t))
+        except Exception as exc:  # noqa: BLE001 - e.g. out of registers; the default launch must not raise
+            if (block_n, block_t) == default:
                 raise
-            out[f"error_compact_bn{block_n}"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    out["us_compact"] = out[f"us_compact_bn{conv_tree.VERIFY_BLOCK_N}"]  # the server's launch
+            out[f"error_{key}"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    out["us_compact"] = out["us_compact_bn{}_bt{}".format(*default)]  # the server's launch
+    tried = {k[3:]: v for k, v in out.items() if k.startswith("us_compact_bn")}
+    out["fastest_compact"] = min(tried, key=tried.__getitem__)
     acc, lens, last = accepted_paths(inp.rng, inp.parents, width)
     layers_conv = inp.state[None].expand(GDN_LAYERS, *inp.state.shape).contiguous()
     layers_dense = dense[None].expand(GDN_LAYERS, *dense.shape).contiguous()
@@ -275,7 +283,8 @@ def table(rows: list[dict], timing: bool) -> str:
             f"{r['us_sglang_tree'] * 48 / 1000:>11.2f} {chain16 * 48 / 1000:>11.2f} "
             f"{r['us_compact'] * 48 / 1000:>11.2f} | {r['us_commit_sglang_all_layers']:>10.1f} "
             f"{r['us_commit_compact_all_layers']:>8.1f} | {r['out_err_vs_sglang']:>8.1e} "
-            f"{str(r['out_bit_equal']):>6} {'yes' if r['ok'] else 'NO'}")
+            f"{str(r['out_bit_equal']):>6} {'yes' if r['ok'] else 'NO':>2} | "
+            f"{r['fastest_compact']} ({r['us_' + r['fastest_compact']]:.1f})")
     return "\n".join(lines)
 
 
@@ -283,19 +292,28 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                     help="cpu: the smoke run (small fp32 shapes under Triton's interpreter, no timing)")
-    ap.add_argument("--widths", default="", help="verify widths (default 17,33,64 on CUDA, 9,17 on the CPU)")
+    ap.add_argument("--widths", default="", help="verify widths (default 17,33,65,129 on CUDA, 9,17 on the CPU)")
     ap.add_argument("--batches", default="", help="batch sizes (default 1,8 on CUDA, 1,2 on the CPU)")
     ap.add_argument("--seed", type=int, default=1207)
+    ap.add_argument("--launches", default="",
+                    help="compact verify launches timed beside the default, BLOCK_NxBLOCK_T,... (default: all of "
+                    "LAUNCHES; each one compiles)")
     ap.add_argument("--tp", type=int, default=1,
                     help="the conv channels of one tensor-parallel rank (10240 / tp on CUDA): fewer channel blocks")
     args = ap.parse_args(argv)
     if args.tp < 1 or CONV_DIM % args.tp:
         raise SystemExit(f"--tp {args.tp}: must divide the {CONV_DIM} conv channels")
+    try:
+        launches = [tuple(int(v) for v in x.split("x")) for x in args.launches.split(",") if x] or LAUNCHES
+        if any(len(launch) != 2 for launch in launches):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--launches {args.launches!r}: want BLOCK_NxBLOCK_T,... e.g. 64x16,128x32") from None
     device = _prepare(args.device)
     import torch
 
     gpu = device == "cuda"
-    widths = [int(w) for w in (args.widths or ("17,33,64" if gpu else "9,17")).split(",")]
+    widths = [int(w) for w in (args.widths or ("17,33,65,129" if gpu else "9,17")).split(",")]
     batches = [int(b) for b in (args.batches or ("1,8" if gpu else "1,2")).split(",")]
     # interpreted bf16 math is broken: the CPU smoke run takes small fp32 shapes
     dim, dtype = (CONV_DIM // args.tp, torch.bfloat16) if gpu else (48, torch.float32)
@@ -306,7 +324,8 @@ def main(argv=None) -> int:
     rows = []
     for bs in batches:
         for width in widths:
-            r = case(K, bs, width, args.seed + len(rows), dim, dtype, torch.device(device), timing=gpu)
+            r = case(K, bs, width, args.seed + len(rows), dim, dtype, torch.device(device), timing=gpu,
+                     launches=launches)
             r["ok"] = ok_of(r)
             rows.append(r)
             print(json.dumps(r), flush=True)

@@ -275,6 +275,14 @@ def summarise_traces(trace_dir: Path, top: int = 40) -> list[dict]:
     return rows[:top]
 
 
+def profiled(b: Bench, args) -> bool:
+    """DFLASH and the first budget's DDTREE servers (every variant of it) of the first drafter"""
+    drafter, budget = args.drafter.split(",")[0], next((x for x in args.budgets.split(",") if x), None)
+    if b.drafter != drafter:
+        return False
+    return b.algo == "DFLASH" and not b.variant or (b.algo == "DDTREE" and budget is not None and b.budget == int(budget))
+
+
 def ratios(benches: list[Bench]) -> list[dict]:
     """One row per (server, batch): tokens/s and ms/step, with ratios to the DFLASH server of the same drafter."""
     dflash = {(b.drafter, bs): r for b in benches if b.algo == "DFLASH" and not b.variant
@@ -330,6 +338,18 @@ def copy_server_logs(benches: list[Bench], dest: Path, lines: int = 80) -> list[
     return written
 
 
+def parse_env_variant(spec: str) -> tuple[str, str, dict]:
+    """NAME:BUDGETS:KEY=VALUE[;KEY=VALUE...], e.g. conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared"""
+    try:
+        name, budgets, assignments = spec.split(":", 2)
+        env = dict(a.split("=", 1) for a in assignments.split(";") if a)
+    except ValueError:
+        raise SystemExit(f"--env-variant {spec!r}: want NAME:BUDGETS:KEY=VALUE[;KEY=VALUE...]") from None
+    if not name or not env or not all(k.startswith("DDTREE_") for k in env):
+        raise SystemExit(f"--env-variant {spec!r}: a name and DDTREE_* switches are needed")
+    return budgets, name, env
+
+
 def plan(args) -> list[Bench]:
     port = [args.port_base]
     out = []
@@ -354,6 +374,8 @@ def plan(args) -> list[Bench]:
         (args.compact_budgets, "compact", {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}),
         (args.anc_budgets, "anc", {"DDTREE_GDN_ANCESTORS": "shared"}),  # hybrid: one ancestor matrix a forward
     )
+    for spec in getattr(args, "env_variant", None) or []:
+        variants += (parse_env_variant(spec),)
     for drafter in args.drafter.split(","):
         for budgets, variant, env in variants:
             for budget in (int(x) for x in budgets.split(",") if x):
@@ -397,6 +419,9 @@ def main() -> int:
     ap.add_argument("--anc-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with the compact GDN verify's ancestor matrix "
                     "built once per verify forward for all layers (DDTREE_GDN_ANCESTORS=shared; opt-in)")
+    ap.add_argument("--env-variant", action="append", default=[], metavar="NAME:BUDGETS:KEY=VALUE[;...]",
+                    help="DDTREE budgets also run with these payload switches, e.g. "
+                    "conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared (repeatable)")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
@@ -459,8 +484,7 @@ def main() -> int:
                         continue
                     measure(b, reqs, args.batches, args.new_tokens)
                     b.gdn_tree_kernel = gdn_kernel_of(b)
-                    if args.profile and b.name in (f"dflash-{args.drafter.split(',')[0]}",
-                                                   f"ddtree-b{args.budgets.split(',')[0]}-{args.drafter.split(',')[0]}"):
+                    if args.profile and profiled(b, args):
                         profile(b, reqs[0], 5)
                     b.status = "done"
                 except Exception as exc:  # noqa: BLE001

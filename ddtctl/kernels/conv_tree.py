@@ -7,9 +7,9 @@ conv (`causal_conv1d_update` with retrieve_next_token / retrieve_next_sibling) w
 another, chasing parents inside the loop, and writes every node's whole window ([dim, W - 1]) to
 `intermediate_conv_window`; its commit copies the last accepted node's window to the conv state.
 
-Here the nodes are tiles: the parents come from the left-child / right-sibling arrays by pointer jumping (no
-node-by-node loop), the ancestors by W - 1 gathers, and every ancestor's inputs are read as one [nodes,
-channels] tile. A node's record is its own input only -- the last column of its window slot, so SGLang's
+Here the nodes are tiles: a small kernel derives the parents from the left-child / right-sibling arrays by
+pointer jumping (no node-by-node loop), the verify tiles follow them W - 1 hops up (one load of the parent row
+each), and every ancestor's inputs are read as one [nodes, channels] tile. A node's record is its own input only -- the last column of its window slot, so SGLang's
 deduplicated (overlapping, as_strided) window layout holds the records of a whole tree -- and the conv state
 is left as it was. The commit then builds the window of the last accepted node (and of the mamba-track node)
 from the accepted path's records, and from the pre-step conv state where the path is shorter than W - 1.
@@ -32,55 +32,67 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _gather(values, index, t):
-    """values[index] for [TP] vectors held in registers (index outside [0, TP) gives 0)."""
-    return tl.sum(tl.where(index[:, None] == t[None, :], values[None, :], 0), 1)
+def _tree_parents_kernel(next_tok, next_sib, parent, T, s_nt, s_ns, s_par, TP: tl.constexpr, LOG_TP: tl.constexpr):
+    """parent[r, :] of request r's tree from the left-child / right-sibling arrays (root and orphans: 0, as
+    SGLang's conv derives them), once per call: the verify tiles then read their ancestors from memory.
 
-
-@triton.jit
-def _tree_parents(next_tok, next_sib, t, live, LOG_TP: tl.constexpr):
-    """Parents from the left-child / right-sibling arrays (root and orphans: 0, as SGLang's conv derives
-    them). A first child's parent is the node pointing at it; any other child's is its previous sibling's,
-    found by pointer jumping along the sibling chain (LOG_TP rounds cover chains of up to TP nodes)."""
-    nt = tl.load(next_tok + t, mask=live, other=-1).to(tl.int32)
-    ns = tl.load(next_sib + t, mask=live, other=-1).to(tl.int32)
-    first_of = tl.max(tl.where(nt[None, :] == t[:, None], t[None, :], -1), 1)
-    prev_sib = tl.max(tl.where(ns[None, :] == t[:, None], t[None, :], -1), 1)
-    done = (first_of >= 0) | (prev_sib < 0)
-    val = tl.maximum(first_of, 0)
-    ptr = tl.where(done, t, prev_sib)
+    A first child's parent is the node pointing at it; any other child's is its previous sibling's, found by
+    pointer jumping along the sibling chain (LOG_TP rounds cover chains of up to TP nodes). The jumping state
+    (done, value, pointer: 1 + 10 + 10 bits) lives in the parent row itself, scattered and gathered through
+    memory: register gathers over [TP, TP] tiles cost ~25 us at 65 nodes (H200). Loads bypass L1 (.cg) and
+    barriers fence every round, so each round reads what the round before wrote."""
+    i_n = tl.program_id(0).to(tl.int64)
+    t = tl.arange(0, TP)
+    live = t < T
+    row = parent + i_n * s_par
+    nt = tl.load(next_tok + i_n * s_nt + t, mask=live, other=-1).to(tl.int32)
+    ns = tl.load(next_sib + i_n * s_ns + t, mask=live, other=-1).to(tl.int32)
+    tl.store(row + t, ((1 << 20) + t).to(parent.dtype.element_ty), mask=live)  # done, parent 0: root, orphans
+    tl.debug_barrier()
+    sib = live & (ns >= 0) & (ns < T)  # ns[s] = c: c pending, pointing at its previous sibling s
+    tl.store(row + tl.maximum(ns, 0), t.to(parent.dtype.element_ty), mask=sib)
+    tl.debug_barrier()
+    first = live & (nt >= 0) & (nt < T)  # nt[p] = c: c's parent is p
+    tl.store(row + tl.maximum(nt, 0), ((1 << 20) + t * (1 << 10) + nt).to(parent.dtype.element_ty), mask=first)
+    tl.debug_barrier()
+    packed = tl.load(row + t, mask=live, other=1 << 20, cache_modifier=".cg").to(tl.int32)
+    done = (packed >> 20) != 0
+    val = (packed >> 10) & 1023
+    ptr = packed & 1023
     for _ in tl.static_range(LOG_TP):
-        # one gather per round: (done, value, pointer) of the node pointed at, packed in 2 x 10 bits + 1
-        packed = _gather(done.to(tl.int32) * (1 << 20) + val * (1 << 10) + ptr, ptr, t)
-        hit = (packed >> 20) != 0
-        val = tl.where(done, val, tl.where(hit, (packed >> 10) & 1023, val))
-        ptr = tl.where(done | hit, ptr, packed & 1023)
+        other = tl.load(row + ptr, mask=live & ~done, other=1 << 20, cache_modifier=".cg").to(tl.int32)
+        tl.debug_barrier()
+        hit = (other >> 20) != 0
+        val = tl.where(done, val, tl.where(hit, (other >> 10) & 1023, val))
+        ptr = tl.where(done | hit, ptr, other & 1023)
         done = done | hit
-    return val
+        tl.store(row + t, (done.to(tl.int32) * (1 << 20) + val * (1 << 10) + ptr).to(parent.dtype.element_ty),
+                 mask=live)
+        tl.debug_barrier()
+    tl.store(row + t, val.to(parent.dtype.element_ty), mask=live)
 
 
 @triton.jit
 def _tree_conv_verify_kernel(
-    x, w, bias, state, state_idx, out, rec, rec_idx, next_tok, next_sib, parent,
+    x, w, bias, state, state_idx, out, rec, rec_idx, parent,
     T, dim, s_x_seq, s_x_dim, s_x_tok, s_w_dim, s_w_win, s_st_slot, s_st_dim, s_st_win,
-    s_o_seq, s_o_dim, s_o_tok, s_rec_slot, s_rec_step, s_rec_dim, s_rec_win, s_nt, s_ns, s_par,
-    TP: tl.constexpr, LOG_TP: tl.constexpr, W: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
+    s_o_seq, s_o_dim, s_o_tok, s_rec_slot, s_rec_step, s_rec_dim, s_rec_win, s_par,
+    W: tl.constexpr, BT: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
     SILU: tl.constexpr, SAME_DTYPE: tl.constexpr,
 ):  # fmt: skip
     i_n = tl.program_id(0).to(tl.int64)
     i_d = tl.program_id(1)
-    t = tl.arange(0, TP)
-    live = t < T
-    par = _tree_parents(next_tok + i_n * s_nt, next_sib + i_n * s_ns, t, live, LOG_TP)
-    if i_d == 0:  # for the GDN tree verify that follows (SGLang's conv kernel fills it the same way)
-        tl.store(parent + i_n * s_par + t, par.to(parent.dtype.element_ty), mask=live)
+    i_t = tl.program_id(2)
     slot = tl.load(state_idx + i_n).to(tl.int64)
     if slot < 0:  # a CUDA-graph padding request: no state, output unused
         return
+    t = i_t * BT + tl.arange(0, BT)
+    live = t < T
+    par_row = parent + i_n * s_par
     feats = i_d * BN + tl.arange(0, BN)
     fm = feats < dim
     tile = live[:, None] & fm[None, :]
-    acc = tl.zeros([TP, BN], dtype=tl.float32)
+    acc = tl.zeros([BT, BN], dtype=tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias + feats, mask=fm, other=0.0).to(tl.float32)[None, :]
     x_cols = x + i_n * s_x_seq + feats[None, :] * s_x_dim
@@ -101,7 +113,8 @@ def _tree_conv_verify_kernel(
             node_rec = rec + ridx * s_rec_slot + t[:, None] * s_rec_step + feats[None, :] * s_rec_dim
             tl.store(node_rec + (W - 2) * s_rec_win, xv.to(rec.dtype.element_ty), mask=tile)
         if j < W - 1:
-            anc = tl.where(anc > 0, _gather(par, anc, t), anc - 1)
+            up = tl.load(par_row + tl.maximum(anc, 0), mask=live & (anc > 0), other=0).to(tl.int32)
+            anc = tl.where(anc > 0, up, anc - 1)
     if SILU:
         acc = acc / (1 + tl.exp(-acc))
     o_ptr = out + i_n * s_o_seq + t[:, None] * s_o_tok + feats[None, :] * s_o_dim
@@ -165,10 +178,12 @@ def _pow2(x: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, (int(x) - 1).bit_length()))
 
 
-# H200, bench/conv_tree_gpu.py (2026-12-01, Qwen3.6-27B conv, bf16): channel blocks of 128 were the fastest
-# in 5 of 6 shapes (batch 1 at 33 / 64 nodes: 17.1 / 17.6 us per layer against 27.2 / 27.0 at 64; batch 1 at
-# 17 nodes 6.8 against 5.8)
-VERIFY_BLOCK_N = 128
+# H200, bench/conv_tree_gpu.py (2026-12-01 19:00 UTC, Qwen3.6-27B conv, bf16, batch 1): 64 channels x 16 node
+# rows was the fastest of 9 launches at 17 / 33 / 65 nodes at tp 1 (5.5 / 9.4 / 29.8 us a layer) and at one
+# tp 8 rank's 1280 channels (4.9 / 8.4 at 17 / 33)
+VERIFY_BLOCK_N = 64
+# node rows a verify program takes; the ancestors come from the parents kernel's output, so any tiling is exact
+VERIFY_BLOCK_T = 16
 
 
 def tree_conv_verify(
@@ -176,6 +191,7 @@ def tree_conv_verify(
     *, conv_state_indices: torch.Tensor, intermediate_conv_window: torch.Tensor,
     intermediate_state_indices: torch.Tensor, retrieve_next_token: torch.Tensor,
     retrieve_next_sibling: torch.Tensor, retrieve_parent_token: torch.Tensor, block_n: int = VERIFY_BLOCK_N,
+    block_t: int = VERIFY_BLOCK_T,
 ) -> torch.Tensor:  # fmt: skip
     """SGLang's tree `causal_conv1d_update` call, compact: x [bs, dim, T] (any strides); conv_state [slots,
     dim, W - 1] (read, not written); weight [dim, W]; intermediate_conv_window [rows, T, dim, W - 1] (dense or
@@ -190,20 +206,26 @@ def tree_conv_verify(
     cols = (conv_state.shape[-1], intermediate_conv_window.shape[-1])
     if kernel_w < 2 or cols != (kernel_w - 1, kernel_w - 1):
         raise ValueError(f"tree conv: conv state / window columns {cols} for a width-{kernel_w} kernel")
+    if width > 1024:
+        raise ValueError(f"tree conv: {width} nodes, the parents kernel packs node indices in 10 bits")
     out = torch.empty_like(x)
     if bs == 0:
         return out
     tp = _pow2(width)
-    grid = (bs, triton.cdiv(dim, block_n))
+    _tree_parents_kernel[(bs,)](
+        retrieve_next_token, retrieve_next_sibling, retrieve_parent_token, width, retrieve_next_token.stride(0),
+        retrieve_next_sibling.stride(0), retrieve_parent_token.stride(0), TP=tp, LOG_TP=(tp - 1).bit_length(),
+        num_warps=4 if tp <= 32 else 8,
+    )  # fmt: skip
+    block_t = min(block_t, _pow2(width))
+    grid = (bs, triton.cdiv(dim, block_n), triton.cdiv(width, block_t))
     _tree_conv_verify_kernel[grid](
         x, weight, bias if bias is not None else weight, conv_state, conv_state_indices, out,
-        intermediate_conv_window, intermediate_state_indices, retrieve_next_token, retrieve_next_sibling,
-        retrieve_parent_token, width, dim, *x.stride(), *weight.stride(), *conv_state.stride(), *out.stride(),
-        *intermediate_conv_window.stride(), retrieve_next_token.stride(0), retrieve_next_sibling.stride(0),
+        intermediate_conv_window, intermediate_state_indices, retrieve_parent_token, width, dim, *x.stride(),
+        *weight.stride(), *conv_state.stride(), *out.stride(), *intermediate_conv_window.stride(),
         retrieve_parent_token.stride(0),
-        TP=tp, LOG_TP=(tp - 1).bit_length(), W=kernel_w, BN=block_n, HAS_BIAS=bias is not None,
-        SILU=activation is not None, SAME_DTYPE=x.dtype == conv_state.dtype,
-        num_warps=4 if tp <= 32 else 8,
+        W=kernel_w, BT=block_t, BN=block_n, HAS_BIAS=bias is not None, SILU=activation is not None,
+        SAME_DTYPE=x.dtype == conv_state.dtype, num_warps=4,
     )  # fmt: skip
     return out
 

@@ -136,6 +136,23 @@ def test_anc_servers_share_one_ancestor_matrix_per_verify_forward(st):
     assert len({b.port for b in by.values()}) == len(by)
 
 
+def test_env_variants_run_the_switches_they_name_and_bad_specs_exit(st):
+    spec = "conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared"
+    by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random", env_variant=[spec]))}
+    both = by["ddtree-b64-random-conv-anc"]
+    assert both.extra_env == {"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_ANCESTORS": "shared"}
+    assert both.variant == "conv-anc" and both.budget == 64 and not by["ddtree-b64-random"].extra_env
+    for bad in ("conv-anc:64", "x:64:PATH=/tmp", ":64:DDTREE_CONV_TREE=compact"):
+        with pytest.raises(SystemExit, match="--env-variant"):
+            st.parse_env_variant(bad)
+
+
+def test_every_ddtree_variant_of_the_first_budget_is_profiled_beside_dflash(st):
+    args = _args(budgets="64,16", drafter="random", compact_budgets="64,16")
+    chosen = {b.name for b in st.plan(args) if st.profiled(b, args)}
+    assert chosen == {"dflash-random", "ddtree-b64-random", "ddtree-b64-random-compact"}
+
+
 def test_extend_servers_run_sglangs_prefill_kernel_as_verify_attention(st):
     """The tree split-KV attention is the payload's default: --extend-budgets is the contrast."""
     by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random,calibrated", extend_budgets="64,128"))}
