@@ -9,9 +9,9 @@ another, chasing parents inside the loop, and writes every node's whole window (
 
 Here the nodes are tiles: a small kernel derives the parents from the left-child / right-sibling arrays by
 pointer jumping (no node-by-node loop), the verify tiles follow them W - 1 hops up (one load of the parent row
-each), and every ancestor's inputs are read as one [nodes, channels] tile. A node's record is its own input only -- the last column of its window slot, so SGLang's
-deduplicated (overlapping, as_strided) window layout holds the records of a whole tree -- and the conv state
-is left as it was. The commit then builds the window of the last accepted node (and of the mamba-track node)
+each), and every ancestor's inputs are read as one [nodes, channels] tile. A node's record is its own input
+only -- the last column of its window slot, so SGLang's deduplicated (overlapping, as_strided) window layout
+holds the records of a whole tree -- and the conv state is left as it was. The commit then builds the window of the last accepted node (and of the mamba-track node)
 from the accepted path's records, and from the pre-step conv state where the path is shorter than W - 1.
 
 Products and sums follow SGLang's kernel term for term (inputs times weights in the inputs' dtype, accumulated
@@ -32,7 +32,9 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _tree_parents_kernel(next_tok, next_sib, parent, T, s_nt, s_ns, s_par, TP: tl.constexpr, LOG_TP: tl.constexpr):
+def _tree_parents_kernel(
+    next_tok, next_sib, parent, T, s_nt, s_ns, s_par, TP: tl.constexpr, LOG_TP: tl.constexpr,
+):  # fmt: skip
     """parent[r, :] of request r's tree from the left-child / right-sibling arrays (root and orphans: 0, as
     SGLang's conv derives them), once per call: the verify tiles then read their ancestors from memory.
 
@@ -53,7 +55,8 @@ def _tree_parents_kernel(next_tok, next_sib, parent, T, s_nt, s_ns, s_par, TP: t
     tl.store(row + tl.maximum(ns, 0), t.to(parent.dtype.element_ty), mask=sib)
     tl.debug_barrier()
     first = live & (nt >= 0) & (nt < T)  # nt[p] = c: c's parent is p
-    tl.store(row + tl.maximum(nt, 0), ((1 << 20) + t * (1 << 10) + nt).to(parent.dtype.element_ty), mask=first)
+    linked = ((1 << 20) + t * (1 << 10) + nt).to(parent.dtype.element_ty)
+    tl.store(row + tl.maximum(nt, 0), linked, mask=first)
     tl.debug_barrier()
     packed = tl.load(row + t, mask=live, other=1 << 20, cache_modifier=".cg").to(tl.int32)
     done = (packed >> 20) != 0
@@ -182,7 +185,7 @@ def _pow2(x: int, floor: int = 16) -> int:
 # rows was the fastest of 9 launches at 17 / 33 / 65 nodes at tp 1 (5.5 / 9.4 / 29.8 us a layer) and at one
 # tp 8 rank's 1280 channels (4.9 / 8.4 at 17 / 33)
 VERIFY_BLOCK_N = 64
-# node rows a verify program takes; the ancestors come from the parents kernel's output, so any tiling is exact
+# node rows a verify program takes: the ancestors come from the parents kernel's output, any tiling is exact
 VERIFY_BLOCK_T = 16
 
 
@@ -213,8 +216,9 @@ def tree_conv_verify(
         return out
     tp = _pow2(width)
     _tree_parents_kernel[(bs,)](
-        retrieve_next_token, retrieve_next_sibling, retrieve_parent_token, width, retrieve_next_token.stride(0),
-        retrieve_next_sibling.stride(0), retrieve_parent_token.stride(0), TP=tp, LOG_TP=(tp - 1).bit_length(),
+        retrieve_next_token, retrieve_next_sibling, retrieve_parent_token, width,
+        retrieve_next_token.stride(0), retrieve_next_sibling.stride(0), retrieve_parent_token.stride(0),
+        TP=tp, LOG_TP=(tp - 1).bit_length(),
         num_warps=4 if tp <= 32 else 8,
     )  # fmt: skip
     block_t = min(block_t, _pow2(width))
