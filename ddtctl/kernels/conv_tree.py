@@ -12,7 +12,8 @@ pointer jumping (no node-by-node loop), the verify tiles follow them W - 1 hops 
 each), and every ancestor's inputs are read as one [nodes, channels] tile. A node's record is its own input
 only -- the last column of its window slot, so SGLang's deduplicated (overlapping, as_strided) window layout
 holds the records of a whole tree -- and the conv state is left as it was. The commit then builds the window
-of the last accepted node (and of the mamba-track node) from the accepted path's records, and from the pre-step conv state where the path is shorter than W - 1.
+of the last accepted node (and of the mamba-track node) from the accepted path's records, and from the
+pre-step conv state where the path is shorter than W - 1.
 
 Products and sums follow SGLang's kernel term for term (inputs times weights in the inputs' dtype, accumulated
 in fp32 from the bias, the node's own term first), so the outputs are bit-equal to it.
