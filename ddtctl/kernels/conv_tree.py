@@ -70,8 +70,11 @@ def _tree_parents_kernel(
         val = tl.where(done, val, tl.where(hit, (other >> 10) & 1023, val))
         ptr = tl.where(done | hit, ptr, other & 1023)
         done = done | hit
-        tl.store(row + t, (done.to(tl.int32) * (1 << 20) + val * (1 << 10) + ptr).to(parent.dtype.element_ty),
-                 mask=live)
+        tl.store(
+            row + t,
+            (done.to(tl.int32) * (1 << 20) + val * (1 << 10) + ptr).to(parent.dtype.element_ty),
+            mask=live,
+        )
         tl.debug_barrier()
     tl.store(row + t, val.to(parent.dtype.element_ty), mask=live)
 
