@@ -700,9 +700,10 @@ COMPACT_GDN_MAX_NODES = 128  # the payload's hybrid.py COMPACT_MAX_WIDTH
 def wanted_kernels(env: dict, budget: int) -> tuple[str, str]:
     """The GDN tree verify and tree conv a hybrid DDTREE server should report (the payload's hybrid.py): the
     compact GDN verify unless DDTREE_GDN_TREE says otherwise or the tree has more nodes than it takes (float32
-    SSM states, as every e2e model has); the compact conv only when DDTREE_CONV_TREE=compact."""
+    SSM states, as every e2e model has); the compact conv too unless DDTREE_CONV_TREE names another kernel."""
     gdn = env.get("DDTREE_GDN_TREE", "compact") == "compact" and budget + 1 <= COMPACT_GDN_MAX_NODES
-    return ("compact" if gdn else "sglang"), ("compact" if env.get("DDTREE_CONV_TREE") == "compact" else "sglang")
+    conv = env.get("DDTREE_CONV_TREE", "compact") == "compact"
+    return ("compact" if gdn else "sglang"), ("compact" if conv else "sglang")
 
 
 def tokens_per_step(row: dict, requests: list[int]) -> float | None:
@@ -834,8 +835,8 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
             stock = mk(f"ddtree-b{b}-g1-sglanggdn", "DDTREE", True, b, oracle=True)
             stock.extra_env = {"DDTREE_GDN_TREE": "sglang"}
             wave2.append(stock)
-        conv = mk("ddtree-b32-g1-compactconv", "DDTREE", True, 32, oracle=True)  # and the compact tree conv
-        conv.extra_env = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+        conv = mk("ddtree-b32-g1-sglangconv", "DDTREE", True, 32, oracle=True)  # compact conv: the default
+        conv.extra_env = {"DDTREE_CONV_TREE": "sglang"}
         wave2.append(conv)
         wave2 += extend_servers(mk)[-1:]
         shared = mk("ddtree-b32-g1-anc", "DDTREE", True, 32, oracle=True)  # one ancestor matrix a forward (opt-in)

@@ -339,7 +339,8 @@ def copy_server_logs(benches: list[Bench], dest: Path, lines: int = 80) -> list[
 
 
 def parse_env_variant(spec: str) -> tuple[str, str, dict]:
-    """NAME:BUDGETS:KEY=VALUE[;KEY=VALUE...], e.g. conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared"""
+    """NAME:BUDGETS:KEY=VALUE[;KEY=VALUE...], e.g.
+    sglangconv-anc:64:DDTREE_CONV_TREE=sglang;DDTREE_GDN_ANCESTORS=shared"""
     try:
         name, budgets, assignments = spec.split(":", 2)
         env = dict(a.split("=", 1) for a in assignments.split(";") if a)
@@ -414,14 +415,16 @@ def main() -> int:
                     help="DDTREE budgets also run with SGLang's prefill kernel and the tree mask as verify attention "
                     "(DDTREE_VERIFY_ATTN=extend) instead of the tree split-KV default (ddtctl/kernels/tree_attn.py)")
     ap.add_argument("--compact-budgets", default="",
-                    help="hybrid targets: DDTREE budgets also run with both compact kernels (DDTREE_GDN_TREE=compact "
-                    "and DDTREE_CONV_TREE=compact: the GDN tree verify and the tree conv)")
+                    help="hybrid targets: DDTREE budgets also run with both compact kernels named "
+                    "(DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: the GDN tree verify and the "
+                    "tree conv); both are the payload's defaults, so this variant runs what the plain "
+                    "DDTREE servers run")
     ap.add_argument("--anc-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with the compact GDN verify's ancestor matrix "
                     "built once per verify forward for all layers (DDTREE_GDN_ANCESTORS=shared; opt-in)")
     ap.add_argument("--env-variant", action="append", default=[], metavar="NAME:BUDGETS:KEY=VALUE[;...]",
                     help="DDTREE budgets also run with these payload switches, e.g. "
-                    "conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared (repeatable)")
+                    "sglangconv-anc:64:DDTREE_CONV_TREE=sglang;DDTREE_GDN_ANCESTORS=shared (repeatable)")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()

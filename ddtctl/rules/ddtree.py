@@ -457,9 +457,10 @@ def verify_scratch_fits(ctx: Context):
     The profile's `env:` is read as the server's environment, as the payload reads it (ddtree_kernels.py,
     DDT116): with the compact GDN tree verify (`DDTREE_GDN_TREE` unset or `compact`; float32 SSM states,
     verify width <= 128) a node's SSM row holds its records, HV x V + HV x K + HV floats instead of HV x V x K
-    (~64 x less); `DDTREE_GDN_TREE=sglang` keeps SGLang's full states. With the opt-in
-    `DDTREE_CONV_TREE=compact` the conv windows keep SGLang's deduplicated layout, [conv_dim, n + k - 2] per
-    request. Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
+    (~64 x less); `DDTREE_GDN_TREE=sglang` keeps SGLang's full states. With the compact tree conv
+    (`DDTREE_CONV_TREE` unset or `compact`, any width and SSM dtype) the conv windows keep SGLang's
+    deduplicated layout, [conv_dim, n + k - 2] per request; `DDTREE_CONV_TREE=sglang` keeps them dense.
+    Under --enable-unified-memory the unified pool allocates the full scratch whatever the switches.
     The message names the kernels it assumed and SGLang's own size. `SGLANG_MAMBA_SSM_DTYPE` /
     `SGLANG_MAMBA_CONV_DTYPE` there set the dtypes as in SGLang (--mamba-ssm-dtype wins)."""
     scratch = _scratch_for(ctx)
@@ -518,7 +519,7 @@ def _figure(ctx: Context, scratch: VerifyScratch, reqs: int) -> str:
 
 
 def _without_switches(env: dict[str, str]) -> dict[str, str]:
-    """The server's environment with SGLang's own kernels (the compact GDN verify is the default)."""
+    """The server's environment with SGLang's own kernels (both compact kernels are the defaults)."""
     return {**env, GDN_TREE: "sglang", CONV_TREE: "sglang"}
 
 
@@ -544,10 +545,7 @@ def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: in
             how = " and ".join(f"env {name}: compact" for name in off)
             if budget is not None:
                 how = f"speculative-ddtree-budget: {budget} and {how}"
-            note = (
-                " (the compact tree conv is opt-in: slower than SGLang's at batch 8 on the H200; see README)"
-            )
-            return f"set {how}" + (note if CONV_TREE in off else "")
+            return f"set {how}"
     return None
 
 
@@ -580,8 +578,10 @@ def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
 
 def _budget_fix(ctx: Context, scratch: VerifyScratch, budget: int) -> str:
     narrower = _scratch_for(ctx, budget=budget)
-    if narrower is not None and narrower.kernels and not scratch.kernels:
-        return f"set speculative-ddtree-budget: {budget} (then the {narrower.kernels} kernels apply)"
+    have = scratch.kernels.split(" and ")
+    added = [k for k in narrower.kernels.split(" and ") if k and k not in have] if narrower else []
+    if added:  # e.g. the compact GDN verify, where the compact conv runs at either budget
+        return f"set speculative-ddtree-budget: {budget} (then the {' and '.join(added)} kernels apply)"
     return f"set speculative-ddtree-budget: {budget}"
 
 

@@ -16,16 +16,16 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
   DDTREE_GDN_ANCESTORS=shared (default "derive"; hybrid.py shared_ancestors_wanted, opt-in until its GPU
                              run) the compact GDN verify's ancestor matrix built once per verify forward and
                              shared by the layers' kernel calls; read only with the compact GDN verify.
-  DDTREE_CONV_TREE=compact   (default "sglang"; hybrid.py conv_compact_wanted) the compact tree conv,
-                             which keeps SGLang's deduplicated conv-window layout (hybrid.py
-                             dense_conv_windows).
+  DDTREE_CONV_TREE=compact   (the default; hybrid.py conv_compact_wanted, CONV_TREE_DEFAULT; "sglang"
+                             turns it off) the compact tree conv, which keeps SGLang's deduplicated
+                             conv-window layout (hybrid.py dense_conv_windows).
 
   DDTREE_VERIFY_ATTN=splitkv (the default; verify_attn.py wanted, any DDTREE target on the triton
                              backend; "extend" keeps SGLang's prefill kernel with the tree mask) the target
                              verify's attention split over the prefix, the tree mask on the drafts only.
 
 Any value of the two kernel switches other than "compact" is SGLang's kernel, silently (hybrid.py compares
-with "compact" only), so an unset DDTREE_GDN_TREE is compact and a misspelt one is not.
+with "compact" only), so an unset switch is compact and a misspelt one is not.
 Under --enable-unified-memory the unified pool allocates its own scratch, full states and dense windows
 (sglang 0.5.23 mem_cache/unified_memory_pool.py, not through the payload's alloc_intermediate_ssm hook): the
 compact kernels still run there, but save no memory (hybrid.py _unified_memory, honest_mamba_budget).
@@ -49,16 +49,16 @@ VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
 # hybrid.py compact_wanted / conv_compact_wanted: the values the payload knows
 KERNEL_CHOICES = ("sglang", "compact")
-# hybrid.py GDN_TREE_DEFAULT (the compact GDN verify since its H200 server-level exactness run) and the tree
-# conv's default (SGLang's until its own run)
-DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "sglang"}
+# hybrid.py GDN_TREE_DEFAULT (the compact GDN verify since its H200 server-level exactness run) and
+# CONV_TREE_DEFAULT (the compact tree conv since its H200 runs: bit-equal to SGLang's, faster at every shape)
+DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
 COMPACT_MAX_WIDTH = 128  # hybrid.py COMPACT_MAX_WIDTH (ddtctl/kernels/gdn_tree.py MAX_WIDTH)
 REFERENCE = (
-    "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, compact_wanted, compact_planned, "
-    "conv_compact_wanted, shared_ancestors_wanted) and ddtree_sglang/verify_attn.py (wanted)"
+    "ddtctl payload ddtree_sglang/hybrid.py (GDN_TREE_DEFAULT, CONV_TREE_DEFAULT, compact_wanted, "
+    "compact_planned, conv_compact_wanted, shared_ancestors_wanted) and ddtree_sglang/verify_attn.py (wanted)"
 )
 _SSM_DTYPES = ("float32", "bfloat16", "float16")  # configs/mamba_utils.py mamba2_state_dtype's dtype_map
 
@@ -213,8 +213,8 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee),
     `DDTREE_GDN_ANCESTORS=shared` (opt-in until its GPU run: its ancestor matrix built once per verify
     forward and shared by the layers, instead of derived in every layer's kernel call) and
-    `DDTREE_CONV_TREE=compact` (opt-in: the compact tree conv, one input per node in SGLang's deduplicated
-    conv-window layout; bit-equal to SGLang's tree conv on the H200, but slower at batch 8; README).
+    `DDTREE_CONV_TREE` (compact by default: the compact tree conv, one input per node in SGLang's
+    deduplicated conv-window layout, bit-equal to SGLang's tree conv on the H200; `sglang` keeps SGLang's).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
     the prefix, kernels/tree_attn.py; `extend` keeps SGLang's prefill kernel with the tree mask).
 

@@ -264,13 +264,14 @@ def test_no_common_request_leaves_the_claim_to_the_branch_nodes(e2e):
 
 
 @pytest.mark.parametrize("env, budget, want", [
-    ({}, 15, ("compact", "sglang")),  # the payload's default
-    ({}, 64, ("compact", "sglang")),  # 65 nodes (the flagship's budget): the compact two-block kernel
-    ({}, 127, ("compact", "sglang")),  # 128 nodes: the widest the compact verify takes
-    ({}, 128, ("sglang", "sglang")),  # 129 nodes: SGLang's kernel stays
-    ({"DDTREE_GDN_TREE": "sglang"}, 15, ("sglang", "sglang")),
-    ({"DDTREE_GDN_TREE": "Compact"}, 15, ("sglang", "sglang")),  # the payload compares with "compact" exactly
-    ({"DDTREE_CONV_TREE": "compact"}, 32, ("compact", "compact")),
+    ({}, 15, ("compact", "compact")),  # the payload's defaults
+    ({}, 64, ("compact", "compact")),  # 65 nodes (the flagship's budget): the compact two-block kernel
+    ({}, 127, ("compact", "compact")),  # 128 nodes: the widest the compact verify takes
+    ({}, 128, ("sglang", "compact")),  # 129 nodes: SGLang's GDN kernel stays, the conv takes any width
+    ({"DDTREE_GDN_TREE": "sglang"}, 15, ("sglang", "compact")),
+    ({"DDTREE_GDN_TREE": "Compact"}, 15, ("sglang", "compact")),  # the payload compares with "compact" only
+    ({"DDTREE_CONV_TREE": "sglang"}, 32, ("compact", "sglang")),
+    ({"DDTREE_CONV_TREE": "Compact"}, 32, ("compact", "sglang")),
 ])
 def test_the_kernels_a_hybrid_server_must_report(e2e, env, budget, want):
     assert e2e.wanted_kernels(env, budget) == want
@@ -283,7 +284,7 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     servers = {s.name: s for s in e2e.suite_servers("hybrid", [False, True], [15, 32], mk)}
     assert servers["ddtree-b15-g1"].extra_env == {}
     assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
-    assert servers["ddtree-b32-g1-compactconv"].extra_env["DDTREE_CONV_TREE"] == "compact"
+    assert servers["ddtree-b32-g1-sglangconv"].extra_env == {"DDTREE_CONV_TREE": "sglang"}
     assert servers["ddtree-b32-g1-anc"].extra_env == {"DDTREE_GDN_ANCESTORS": "shared"}
 
 

@@ -118,7 +118,8 @@ def test_calibrated_drafter_expects_a_dflash_length_in_the_papers_range(st):
 
 
 def test_compact_servers_run_both_compact_kernels(st):
-    """--compact-budgets: the compact GDN tree verify and the compact tree conv together, their own variant."""
+    """--compact-budgets: the compact GDN tree verify and the compact tree conv named, their own variant (both
+    are the payload's defaults: the variant shows the named switches give what the plain servers run)."""
     by = {b.name: b for b in st.plan(_args(budgets="16", drafter="random", compact_budgets="32"))}
     both = by["ddtree-b32-random-compact"]
     assert both.extra_env == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
@@ -137,12 +138,12 @@ def test_anc_servers_share_one_ancestor_matrix_per_verify_forward(st):
 
 
 def test_env_variants_run_the_switches_they_name_and_bad_specs_exit(st):
-    spec = "conv-anc:64:DDTREE_CONV_TREE=compact;DDTREE_GDN_ANCESTORS=shared"
+    spec = "sglangconv-anc:64:DDTREE_CONV_TREE=sglang;DDTREE_GDN_ANCESTORS=shared"
     by = {b.name: b for b in st.plan(_args(budgets="64", drafter="random", env_variant=[spec]))}
-    both = by["ddtree-b64-random-conv-anc"]
-    assert both.extra_env == {"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_ANCESTORS": "shared"}
-    assert both.variant == "conv-anc" and both.budget == 64 and not by["ddtree-b64-random"].extra_env
-    for bad in ("conv-anc:64", "x:64:PATH=/tmp", ":64:DDTREE_CONV_TREE=compact"):
+    both = by["ddtree-b64-random-sglangconv-anc"]
+    assert both.extra_env == {"DDTREE_CONV_TREE": "sglang", "DDTREE_GDN_ANCESTORS": "shared"}
+    assert both.variant == "sglangconv-anc" and both.budget == 64 and not by["ddtree-b64-random"].extra_env
+    for bad in ("sglangconv-anc:64", "x:64:PATH=/tmp", ":64:DDTREE_CONV_TREE=sglang"):
         with pytest.raises(SystemExit, match="--env-variant"):
             st.parse_env_variant(bad)
 

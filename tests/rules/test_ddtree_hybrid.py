@@ -82,8 +82,20 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
 # the compact GDN verify (the default) takes at most 128 nodes: budget 127 brings it in
 COMPACT_AT_127 = "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)"
 SGLANG_GDN = {"DDTREE_GDN_TREE": "sglang"}  # the server keeps SGLang's GDN tree kernel and its full states
+# ... and SGLang's tree conv with its dense windows (the default compact tree conv: deduplicated windows)
+SGLANG_CONV = {"DDTREE_CONV_TREE": "sglang"}
+SGLANG_KERNELS = {**SGLANG_GDN, **SGLANG_CONV}
 QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
                   conv_kernel=4)
+
+
+def _qwen36_tp1(width, *, dense_conv, ssm_bytes=4, records=False):
+    """A Qwen3.6-27B's scratch per request at tp 1, by hand: per verify token 48 layers of [48, 128, 128] SSM
+    state (or the compact verify's records, 48 x 128 + 48 x 128 + 48 floats); bf16 conv windows [10240, 3] per
+    token (SGLang's tree conv) or one [10240, width + 2] buffer (the compact tree conv, SGLang's dedup
+    layout)."""
+    row = (48 * 128 * 2 + 48) * 4 if records else 48 * 128 * 128 * ssm_bytes
+    return 48 * row * width + 48 * 10240 * (width * 3 if dense_conv else width + 2) * 2
 
 
 def test_scratch_per_verify_token_of_a_qwen36_27b_is_147_mib_at_tp1():
@@ -116,25 +128,41 @@ def test_flagship_fits_at_tp8_and_at_tp1_only_with_the_compact_verify():
     # budget 64 = 65 nodes: the compact GDN verify (the default) and its records-only scratch fit one GPU
     r, f = _findings(_with(SEED, tp_size=1))
     assert r.valid and "DDT114" not in f
-    r, f = _findings(_with(SEED, tp_size=1), env=SGLANG_GDN)
+    r, f = _findings(_with(SEED, tp_size=1), env=SGLANG_KERNELS)
     assert not r.valid and f["DDT114"].severity == "error"
     msg = f["DDT114"].message
-    assert "9,543 MiB per request" in msg and "467,598 MiB for 48 running requests + 1 slot" in msg
+    assert "scratch: 9,543 MiB per request" in msg and "467,598 MiB for 48 running requests + 1 slot" in msg
     assert "96 GB x mem-fraction-static 0.78" in msg
     # the payload's compact GDN verify would fit too: offered, never an edit
     assert f["DDT114"].fix == (
         "set max-running-requests: 6 or set tp-size: 8 or set env DDTREE_GDN_TREE: compact")
     assert f["DDT114"].edits == {"max-running-requests": 6}
-    assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6), env=SGLANG_GDN)[1]
-    assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7), env=SGLANG_GDN)[1]
+    # SGLang's GDN kernel beside the compact tree conv (the default): its deduplicated windows save 120 MiB
+    # a request, not enough; the same fixes
+    r, f = _findings(_with(SEED, tp_size=1), env=SGLANG_GDN)
+    per_request = _qwen36_tp1(65, dense_conv=False)
+    assert round(per_request / MIB) == 9423 and not r.valid
+    assert f"with DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB per request" in f["DDT114"].message
+    assert f["DDT114"].fix == (
+        "set max-running-requests: 6 or set tp-size: 8 or set env DDTREE_GDN_TREE: compact")
+    for env in (SGLANG_KERNELS, SGLANG_GDN):
+        assert "DDT114" not in _findings(_with(SEED, tp_size=1, max_running_requests=6), env=env)[1]
+        assert "DDT114" in _findings(_with(SEED, tp_size=1, max_running_requests=7), env=env)[1]
 
 
 def test_a_tree_wider_than_the_compact_verify_is_offered_its_widest_budget():
     """Budget 128 = 129 nodes: wider than the compact GDN verify takes, so SGLang's kernel and its full states
-    stay (18.5 GiB per request at tp 1); budget 127 brings the compact verify back, and fits."""
+    stay (18.3 GiB per request at tp 1 beside the compact tree conv, which takes any width; 18.5 with SGLang's
+    tree conv too); budget 127 brings the compact verify back, and fits."""
     r, f = _findings(_with(SEED, tp_size=1, speculative_ddtree_budget=128))
-    assert not r.valid and "18,939 MiB per request" in f["DDT114"].message
-    assert "verify width 129" in f["DDT114"].message and "with DDTREE" not in f["DDT114"].message
+    msg = f["DDT114"].message
+    per_request = _qwen36_tp1(129, dense_conv=False)
+    assert not r.valid and f"scratch with DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB per" in msg
+    assert round(per_request / MIB) == 18699 and "verify width 129" in msg
+    assert f["DDT114"].fix == "set max-running-requests: 2 or " + COMPACT_AT_127
+    r, f = _findings(_with(SEED, tp_size=1, speculative_ddtree_budget=128), env=SGLANG_CONV)
+    assert not r.valid and "scratch: 18,939 MiB per request" in f["DDT114"].message
+    assert round(_qwen36_tp1(129, dense_conv=True) / MIB) == 18939
     assert f["DDT114"].fix == "set max-running-requests: 2 or " + COMPACT_AT_127
     r, f = _findings(_with(SEED, tp_size=1, speculative_ddtree_budget=127))
     assert r.valid and "DDT114" not in f
@@ -154,11 +182,17 @@ def test_a_smaller_budget_is_proposed_when_it_fits():
 
 def test_mem_fraction_and_ssm_dtype_are_read():
     tp1 = _with(SEED, tp_size=1, max_running_requests=6)
-    assert "DDT114" not in _findings(tp1, env=SGLANG_GDN)[1]
-    assert "DDT114" in _findings(_with(tp1, mem_fraction_static=0.6), env=SGLANG_GDN)[1]
-    # bf16 states: the compact verify cannot run (the default kernel too), SGLang's per-token scratch halves
-    assert "DDT114" not in _findings(_with(tp1, max_running_requests=13, mamba_ssm_dtype="bfloat16"))[1]
-    assert "DDT114" in _findings(_with(tp1, max_running_requests=14, mamba_ssm_dtype="bfloat16"))[1]
+    for env in (SGLANG_KERNELS, SGLANG_GDN):
+        assert "DDT114" not in _findings(tp1, env=env)[1]
+        assert "DDT114" in _findings(_with(tp1, mem_fraction_static=0.6), env=env)[1]
+    # bf16 states: the compact verify cannot run (the default kernel too), SGLang's per-token scratch halves;
+    # 96 GB x 0.78 holds 13 requests + 1 slot with SGLang's dense conv windows (4,863 MiB a request), 14 with
+    # the compact tree conv's deduplicated ones (the default, 4,743 MiB)
+    bf16 = _with(tp1, mamba_ssm_dtype="bfloat16")
+    for env, dense, most in ((SGLANG_KERNELS, True, 13), (None, False, 14)):
+        assert int(96e9 * 0.78 // _qwen36_tp1(65, dense_conv=dense, ssm_bytes=2)) - 1 == most
+        assert "DDT114" not in _findings(_with(bf16, max_running_requests=most), env=env)[1]
+        assert "DDT114" in _findings(_with(bf16, max_running_requests=most + 1), env=env)[1]
 
 
 def test_local_weights_are_subtracted(tmp_path):
@@ -166,13 +200,19 @@ def test_local_weights_are_subtracted(tmp_path):
     model.mkdir()
     (model / "config.json").write_text((Q36 / "config.json").read_text())
     argv = _with(SEED, model_path=model, tp_size=1, max_running_requests=6)
-    assert "DDT114" not in _findings(argv, env=SGLANG_GDN)[1]
+    assert "DDT114" not in _findings(argv, env=SGLANG_KERNELS)[1]
     (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 55_000_000_000},
                                                                      "weight_map": {}}))
-    f = _findings(argv, env=SGLANG_GDN)[1]["DDT114"]
+    f = _findings(argv, env=SGLANG_KERNELS)[1]["DDT114"]
     assert "18,959 MiB = 96 GB x mem-fraction-static 0.78 - 52,452 MiB of weights" in f.message
-    # not even one request fits with SGLang's kernel: a smaller tree, more GPUs or the compact verify
+    # not even one request (+ the pool's slot) fits with SGLang's kernels: a smaller tree, more GPUs or the
+    # compact verify; with the compact tree conv's deduplicated windows (the default) one does
+    room = 96e9 * 0.78 - 55e9
+    assert 2 * _qwen36_tp1(65, dense_conv=False) <= room < 2 * _qwen36_tp1(65, dense_conv=True)
     assert f.fix == "set speculative-ddtree-budget: 17 or set tp-size: 2 or set env DDTREE_GDN_TREE: compact"
+    f = _findings(argv, env=SGLANG_GDN)[1]["DDT114"]
+    assert f.fix == ("set max-running-requests: 1 or set speculative-ddtree-budget: 17 or set tp-size: 2 "
+                     "or set env DDTREE_GDN_TREE: compact") and f.edits == {"max-running-requests": 1}
     assert "DDT114" not in _findings(argv)[1]  # the compact verify (the default) fits beside the weights
     f = _findings(_with(argv, speculative_ddtree_budget=128))[1]["DDT114"]  # 129 nodes: SGLang's kernel
     assert f.fix == COMPACT_AT_127 + " or set tp-size: 4"
@@ -182,10 +222,20 @@ def test_without_a_gpu_the_scratch_is_an_info_line():
     r, f = _findings(_with(SEED, tp_size=1), gpu=None)
     assert r.valid and f["DDT114"].severity == "info"
     msg = f["DDT114"].message
-    assert "with DDTREE_GDN_TREE=compact: 330 MiB per request" in msg and "GPU unknown" in msg
+    both = _qwen36_tp1(65, records=True, dense_conv=False)  # the defaults: both compact kernels
+    assert round(both / MIB) == 210 and "GPU unknown" in msg
+    assert f"with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: {both / MIB:,.0f} MiB per" in msg
+    assert f"({both * 49 / 2**30:,.1f} GiB instead of 456.6 GiB with SGLang's kernels)" in msg
+    r, f = _findings(_with(SEED, tp_size=1), gpu=None, env=SGLANG_CONV)
+    msg = f["DDT114"].message
+    assert round(_qwen36_tp1(65, records=True, dense_conv=True) / MIB) == 330
+    assert "with DDTREE_GDN_TREE=compact: 330 MiB per request" in msg
     assert "(15.8 GiB instead of 456.6 GiB with SGLang's kernels)" in msg
+    r, f = _findings(_with(SEED, tp_size=1), gpu=None, env=SGLANG_KERNELS)
+    assert r.valid and f["DDT114"].severity == "info"
+    assert "scratch: 9,543 MiB per request" in f["DDT114"].message
     r, f = _findings(_with(SEED, tp_size=1), gpu=None, env=SGLANG_GDN)
-    assert r.valid and f["DDT114"].severity == "info" and "9,543 MiB per request" in f["DDT114"].message
+    assert r.valid and "with DDTREE_CONV_TREE=compact: 9,423 MiB per request" in f["DDT114"].message
     dense = ["--model-path", str(MODELS / "qwen3-8b"), "--speculative-algorithm", "DDTREE",
              "--speculative-draft-model-path", str(MODELS / "qwen3-8b-dflash-b16")]
     assert "DDT114" not in {x.rule for x in validate_argv(dense, gpu=RTX).findings}

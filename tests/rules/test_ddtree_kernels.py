@@ -267,36 +267,50 @@ def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():
 
 
 # -- DDT114 with the compact kernels -------------------------------------------------------------------------
+SGLANG_KERNELS = {"DDTREE_GDN_TREE": "sglang", "DDTREE_CONV_TREE": "sglang"}
+
+
 def test_the_scratch_names_the_kernels_it_assumes_and_sglangs_size():
-    _, stock = _validate({"DDTREE_GDN_TREE": "sglang"})
+    _, stock = _validate(SGLANG_KERNELS)
     msg = _of(stock, "DDT114")[0].message
     assert "1,174 MiB per request" in msg and "with DDTREE" not in msg  # tp 8, width 64: SGLang's kernels
-    # SSM rows: 6 x 128 + 6 x 128 + 6 floats instead of 6 x 128 x 128; the dense conv windows stay
-    per_request = 48 * (6 * 128 * 2 + 6) * 4 * 64 + 48 * 1280 * 3 * 2 * 64
-    for env in ({}, {"DDTREE_GDN_TREE": "compact"}):  # the compact GDN verify is the default
-        _, gdn = _validate(env)
-        msg = _of(gdn, "DDT114")[0].message
-        assert f"with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
+    # SSM rows: 6 x 128 + 6 x 128 + 6 floats instead of 6 x 128 x 128; the conv windows in SGLang's
+    # deduplicated layout, [1280, 64 + 2] per request (the compact tree conv) instead of 64 x [1280, 3]
+    records = 48 * (6 * 128 * 2 + 6) * 4 * 64
+    per_request = records + 48 * 1280 * (64 + 2) * 2
+    both = "with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact"
+    defaults = ({}, {"DDTREE_GDN_TREE": "compact"}, {"DDTREE_CONV_TREE": "compact"})  # both compact: default
+    for env in (*defaults, {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}):
+        msg = _of(_validate(env)[1], "DDT114")[0].message
+        assert f"{both}: {per_request / MIB:,.0f} MiB per request" in msg, env
         assert f"({per_request * 49 / 2**30:,.1f} GiB instead of 56.2 GiB with SGLang's kernels)" in msg
-    _, both = _validate({"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"})
-    msg = _of(both, "DDT114")[0].message
-    per_request = 48 * (6 * 128 * 2 + 6) * 4 * 64 + 48 * 1280 * (64 + 2) * 2
-    assert f"with DDTREE_GDN_TREE=compact and DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB" in msg
-    _, conv = _validate({"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE": "sglang"})
-    assert "with DDTREE_CONV_TREE=compact:" in _of(conv, "DDT114")[0].message
-    _, kept = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=128)  # 129 nodes: SGLang's
+    _, gdn = _validate({"DDTREE_CONV_TREE": "sglang"})  # SGLang's tree conv: dense windows
+    msg = _of(gdn, "DDT114")[0].message
+    per_request = records + 48 * 1280 * 3 * 2 * 64
+    assert f"scratch with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
+    assert f"({per_request * 49 / 2**30:,.1f} GiB instead of 56.2 GiB with SGLang's kernels)" in msg
+    for env in ({"DDTREE_GDN_TREE": "sglang"}, {"DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE": "sglang"}):
+        per_request = 48 * 6 * 128 * 128 * 4 * 64 + 48 * 1280 * (64 + 2) * 2
+        msg = _of(_validate(env)[1], "DDT114")[0].message
+        assert f"scratch with DDTREE_CONV_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
+    # 129 nodes: SGLang's GDN kernel; the compact tree conv takes any width
+    _, kept = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=128)
+    assert "scratch with DDTREE_CONV_TREE=compact: " in _of(kept, "DDT114")[0].message
+    _, kept = _validate({"DDTREE_CONV_TREE": "sglang"}, speculative_ddtree_budget=128)
     assert "with DDTREE" not in _of(kept, "DDT114")[0].message
     # the flagship's budget 64 (65 nodes) takes the compact verify and its records-only scratch
     _, flagship = _validate({}, speculative_ddtree_budget=64)
-    per_request = 48 * (6 * 128 * 2 + 6) * 4 * 65 + 48 * 1280 * 3 * 2 * 65
+    per_request = 48 * (6 * 128 * 2 + 6) * 4 * 65 + 48 * 1280 * (65 + 2) * 2
     msg = _of(flagship, "DDT114")[0].message
-    assert f"with DDTREE_GDN_TREE=compact: {per_request / MIB:,.0f} MiB per request" in msg
+    assert f"{both}: {per_request / MIB:,.0f} MiB per request" in msg
 
 
 def test_the_conv_dtype_variable_is_read():
-    _, r = _validate({"SGLANG_MAMBA_CONV_DTYPE": "float32", "DDTREE_GDN_TREE": "sglang"})
-    per_request = 48 * 6 * 128 * 128 * 4 * 64 + 48 * 1280 * 3 * 4 * 64
-    assert f"{per_request / MIB:,.0f} MiB per request" in _of(r, "DDT114")[0].message
+    # SGLang's tree conv (a [1280, 3] window per token) and the compact one (the default: [1280, 64 + 2])
+    for conv_tree, columns in (({"DDTREE_CONV_TREE": "sglang"}, 64 * 3), ({}, 64 + 2)):
+        _, r = _validate({"SGLANG_MAMBA_CONV_DTYPE": "float32", "DDTREE_GDN_TREE": "sglang", **conv_tree})
+        per_request = 48 * 6 * 128 * 128 * 4 * 64 + 48 * 1280 * columns * 4
+        assert f"{per_request / MIB:,.0f} MiB per request" in _of(r, "DDT114")[0].message
 
 
 def test_the_compact_kernels_are_offered_where_they_make_it_fit():
@@ -309,9 +323,10 @@ def test_the_compact_kernels_are_offered_where_they_make_it_fit():
     for env in ({}, {"DDTREE_GDN_TREE": "compact"}):  # the default
         _, r = _validate(env, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL")
         assert r.valid and not _of(r, "DDT114")
-    # bf16 SSM states: the compact verify cannot run; the compact conv alone does not make it fit
-    _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", mamba_ssm_dtype="bfloat16")
-    assert "DDTREE_GDN_TREE" not in _of(r, "DDT114")[0].fix
+    # bf16 SSM states: the compact verify cannot run; the compact conv (the default) alone does not fit
+    for env in ({}, {"DDTREE_CONV_TREE": "sglang"}):
+        _, r = _validate(env, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", mamba_ssm_dtype="bfloat16")
+        assert "env DDTREE" not in _of(r, "DDT114")[0].fix
 
 
 def test_the_largest_budget_that_fits_may_be_the_compact_verifys_widest():
@@ -319,6 +334,11 @@ def test_the_largest_budget_that_fits_may_be_the_compact_verifys_widest():
     over the whole range would miss budget 127 on the compact side of that step."""
     _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=160)
     (f,) = _of(r, "DDT114")
+    # the compact tree conv (the default) runs at either budget: only the GDN verify is new at 127
+    assert "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)" in f.fix
+    _, r = _validate({"DDTREE_CONV_TREE": "sglang"}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL",
+                     speculative_ddtree_budget=160)
+    (f,) = _of(r, "DDT114")  # SGLang's own scratch at 161 nodes
     assert "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)" in f.fix
     _, r = _validate({}, tp_size=1, gpu="RTX_PRO_6000_BLACKWELL", speculative_ddtree_budget=127)
     assert r.valid and not _of(r, "DDT114")
@@ -389,6 +409,24 @@ def test_the_widest_compact_tree_is_the_payloads_and_its_kernels(hybrid):
     assert ddtree_kernels.COMPACT_MAX_WIDTH == hybrid.COMPACT_MAX_WIDTH == gdn_tree.MAX_WIDTH == 128
 
 
+def test_the_kernel_defaults_are_the_payloads(hybrid, monkeypatch):
+    """DDT114 / DDT116 read an unset switch as hybrid.py does: both compact kernels by default (the GDN verify
+    since its server-level exactness run, the tree conv since its H200 runs)."""
+    from ddtctl.rules import ddtree_kernels
+
+    assert ddtree_kernels.DEFAULTS == {
+        "DDTREE_GDN_TREE": hybrid.GDN_TREE_DEFAULT,
+        "DDTREE_CONV_TREE": hybrid.CONV_TREE_DEFAULT,
+    } == {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+    monkeypatch.setattr(hybrid, "_spec", lambda: _spec(33))
+    switches = (("DDTREE_GDN_TREE", hybrid.compact_wanted), ("DDTREE_CONV_TREE", hybrid.conv_compact_wanted))
+    for name, wanted in switches:
+        monkeypatch.delenv(name, raising=False)
+        assert wanted() is True
+        monkeypatch.setenv(name, "sglang")
+        assert wanted() is False
+
+
 def test_wider_trees_and_bf16_states_keep_sglangs_scratch_in_hybrid_py_too(hybrid, monkeypatch):
     import torch
 
@@ -403,14 +441,14 @@ def test_wider_trees_and_bf16_states_keep_sglangs_scratch_in_hybrid_py_too(hybri
             ).shape
             == full
         )
-    _, r = _validate({"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=128)
-    _, bf16 = _validate(
-        {"DDTREE_GDN_TREE": "compact"}, speculative_ddtree_budget=32, mamba_ssm_dtype="bfloat16"
-    )
-    assert (
-        "with DDTREE" not in _of(r, "DDT114")[0].message
-        and "with DDTREE" not in _of(bf16, "DDT114")[0].message
-    )
+    # DDT114 sizes SGLang's SSM scratch there; the compact tree conv (the default) takes any width and dtype
+    conv_only = "scratch with DDTREE_CONV_TREE=compact: "
+    for conv, named in (({}, conv_only), ({"DDTREE_CONV_TREE": "sglang"}, None)):
+        env = {"DDTREE_GDN_TREE": "compact", **conv}
+        _, r = _validate(env, speculative_ddtree_budget=128)
+        _, bf16 = _validate(env, speculative_ddtree_budget=32, mamba_ssm_dtype="bfloat16")
+        for msg in (_of(r, "DDT114")[0].message, _of(bf16, "DDT114")[0].message):
+            assert (named in msg and "DDTREE_GDN_TREE" not in msg) if named else "with DDTREE" not in msg
 
 
 if __name__ == "__main__":  # pragma: no cover

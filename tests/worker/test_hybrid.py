@@ -1,9 +1,10 @@
 """Hybrid (GDN) trees and the vocab-parallel draft top-K: the worker's CPU-testable pieces.
 
-* hybrid.py's hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows, budget the verify
-  width, and put the compact tree verify, tree conv and commit in place -- for DDTREE in tree mode only; their
-  targets exist in the pinned SGLang (managed env). (The compact kernels' exactness: tests/kernels/test_gdn_tree.py and
-  tests/bench/test_hybrid_tree_kernels.py.)
+* hybrid.py's hooks switch SGLang's GDN backend into its tree mode, keep dense conv windows for SGLang's tree
+  conv (DDTREE_CONV_TREE=sglang; the compact one, the default, keeps SGLang's deduplicated ones), budget the
+  verify width, and put the compact tree verify, tree conv and commit in place -- for DDTREE in tree mode
+  only; their targets exist in the pinned SGLang (managed env). (The compact kernels' exactness:
+  tests/kernels/test_gdn_tree.py and tests/bench/test_hybrid_tree_kernels.py.)
 * the commit index mapping: SGLang's flat accept index of an accepted tree path, and SGLang 0.5.23's own
   `_verify_commit_step_indices` (run on it, CPU path) gives the last accepted NODE and the track step at the node of
   the accepted path where the interval is crossed -- not a chain position.
@@ -60,7 +61,9 @@ def test_tree_backend_hook(monkeypatch, spec, runner_is_draft, backend_cls, expe
 
 
 def test_conv_windows_stay_dense_for_trees_only(monkeypatch):
+    """With SGLang's tree conv, which writes a whole window per node."""
     original = lambda *a, **k: True  # noqa: E731  (sglang: dedup on CUDA when topk <= 1)
+    monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec())
     assert hybrid.dense_conv_windows(original, False, False, 1, False) is False
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_allow_hybrid_unsafe=True))
@@ -77,6 +80,8 @@ def test_the_compact_tree_conv_keeps_sglangs_deduplicated_windows(monkeypatch):
     assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
     monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")
     assert hybrid.dense_conv_windows(original, False, False, 1, False) is False
+    monkeypatch.delenv("DDTREE_CONV_TREE")  # the default: the compact tree conv
+    assert hybrid.dense_conv_windows(original, False, False, 1, False) is True
 
 
 def _conv_call(bs=2, width=5, dim=8, kw=4):
@@ -102,9 +107,9 @@ def test_the_conv_hook_runs_the_compact_tree_conv_for_ddtree_tree_calls_only(mon
     calls = []
     original = lambda *a, **k: calls.append((a, k)) or "sglang"  # noqa: E731
     parents, args, kwargs = _conv_call()
-    monkeypatch.delenv("DDTREE_CONV_TREE", raising=False)
-    assert hybrid.compact_tree_conv(original, *args, **kwargs) == "sglang"  # opt-in
-    monkeypatch.setenv("DDTREE_CONV_TREE", "compact")
+    monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")
+    assert hybrid.compact_tree_conv(original, *args, **kwargs) == "sglang"  # SGLang's tree conv asked for
+    monkeypatch.delenv("DDTREE_CONV_TREE")  # the default: the compact tree conv
     chain = dict(kwargs, retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None)
     assert hybrid.compact_tree_conv(original, *args, **chain) == "sglang"  # chain verify / decode: SGLang's
     assert len(calls) == 2 and hybrid.STATE["conv_tree_calls"] == 0
@@ -115,7 +120,7 @@ def test_the_conv_hook_runs_the_compact_tree_conv_for_ddtree_tree_calls_only(mon
         ref, _ = conv_tree.tree_conv_reference(args[0][r].T, args[2], None, state, parents[r].tolist())
         assert (out[r].T.double() - ref).abs().max() < 1e-5
         assert kwargs["retrieve_parent_token"][r].tolist() == [0] + parents[r, 1:].tolist()
-    with pytest.raises(RuntimeError, match="unexpected tree conv call"):
+    with pytest.raises(RuntimeError, match="unexpected tree conv call .*; set DDTREE_CONV_TREE=sglang"):
         hybrid.compact_tree_conv(original, *args, **kwargs, num_accept_tokens=torch.ones(2, dtype=torch.int32))
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_allow_hybrid_unsafe=True))
     assert hybrid.compact_tree_conv(original, *args, **kwargs) == "sglang"  # not tree mode
@@ -159,7 +164,7 @@ def test_the_commit_hook_commits_compact_conv_windows_and_leaves_the_rest_to_sgl
     assert len(seen) == 2 and seen[1] == "gdn"  # both parts compact: no SGLang scatter
     monkeypatch.setitem(hybrid.STATE, "conv_tree_calls", 0)
     hybrid.pending_path(accept, torch.tensor([3, 2], dtype=torch.int32), 5)
-    with pytest.raises(RuntimeError, match="without a compact tree conv"):
+    with pytest.raises(RuntimeError, match="without a compact tree conv .*; set DDTREE_CONV_TREE=sglang"):
         hybrid.commit_tree_states(original, caches, idx, torch.tensor([4, 1]), None, None)
 
 
@@ -221,8 +226,11 @@ def _qwen36_params(temporal=torch.float32):
 
 
 def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(monkeypatch):
-    """With DDTREE_GDN_TREE=compact the budget's draft-token count covers conv windows + records per verify token,
-    not conv windows + a 3 MB state: 33 tokens budget like ceil(33 x (61440 + 49344) / (61440 + 3145728)) = 2."""
+    """With DDTREE_GDN_TREE=compact the budget's draft-token count covers conv windows + records per verify
+    token, not conv windows + a 3 MB state: 33 tokens budget like
+    ceil(33 x (61440 + 49344) / (61440 + 3145728)) = 2 with SGLang's tree conv (dense windows,
+    DDTREE_CONV_TREE=sglang); with the compact one too (the default) like
+    ceil((10240 x 35 x 2 + 33 x 49344) / (61440 + 3145728)) = 1."""
     fake_kvc = _fake_kv_cache_configurator(monkeypatch, lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_spec", lambda: _spec(speculative_ddtree_verify_width=33))
     monkeypatch.setattr(hybrid, "_unified_memory", lambda: False)
@@ -232,6 +240,7 @@ def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(mo
     def budget(self):
         seen.append(fake_kvc.get_spec().speculative_num_draft_tokens)
 
+    monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")
     monkeypatch.setenv("DDTREE_GDN_TREE", "compact")
     hybrid.honest_mamba_budget(budget, configurator)
     monkeypatch.setattr(hybrid, "_unified_memory", lambda: True)  # the unified pool allocates full states
@@ -243,7 +252,11 @@ def test_the_budget_reserves_the_compact_scratch_when_the_compact_kernel_runs(mo
     hybrid.honest_mamba_budget(budget, configurator)
     monkeypatch.delenv("DDTREE_GDN_TREE")  # the default: the compact kernel
     hybrid.honest_mamba_budget(budget, configurator)
-    assert seen == [2, 33, 33, 33, 2]
+    monkeypatch.delenv("DDTREE_CONV_TREE")  # the defaults: both compact kernels
+    hybrid.honest_mamba_budget(budget, configurator)
+    monkeypatch.setattr(hybrid, "_unified_memory", lambda: True)  # still the full scratch there
+    hybrid.honest_mamba_budget(budget, configurator)
+    assert seen == [2, 33, 33, 33, 2, 1, 33]
     assert hybrid.compact_budget_width(_qwen36_params(), 65) == 3
 
 
@@ -325,12 +338,17 @@ def test_commit_hook_passes_through_without_the_compact_kernel_and_refuses_witho
     calls = []
     original = lambda *a, **k: calls.append(a)  # noqa: E731
     monkeypatch.setitem(hybrid.STATE, "compact_backends", 0)
+    monkeypatch.setenv("DDTREE_CONV_TREE", "sglang")  # neither compact kernel
     hybrid.commit_tree_states(original, "caches", "idx", "steps", None, None)
     assert calls == [("caches", "idx", "steps", None, None, None)]  # SGLang's scatter, unchanged
-    monkeypatch.setitem(hybrid.STATE, "compact_backends", 1)
     hybrid.PENDING.clear()
-    with pytest.raises(RuntimeError, match="accepted path"):
-        hybrid.commit_tree_states(original, "caches", "idx", "steps", None, None)
+    for backends, conv in ((1, "sglang"), (0, None)):  # the compact GDN verify, or the compact conv (default)
+        monkeypatch.setitem(hybrid.STATE, "compact_backends", backends)
+        if conv is None:
+            monkeypatch.delenv("DDTREE_CONV_TREE")
+        with pytest.raises(RuntimeError, match="accepted path"):
+            hybrid.commit_tree_states(original, "caches", "idx", "steps", None, None)
+    assert len(calls) == 1
 
 
 def test_hook_targets_exist_in_the_pinned_sglang(managed_python):

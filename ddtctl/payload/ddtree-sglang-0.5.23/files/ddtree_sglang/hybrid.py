@@ -10,9 +10,10 @@ tree mode (not `--speculative-ddtree-allow-hybrid-unsafe`):
 
   * AFTER `MambaAttnBackendBase.__init__` of the target's GDN backend: `topk = 2` (the backend's only tree switch,
     read at init from speculative_eagle_topk);
-  * AROUND `memory_pool.conv_window_dedup_enabled`: False. With topk <= 1 on CUDA the pool overlaps consecutive
-    verify tokens' conv windows (one shared buffer, `as_strided`), which is only right for a chain: tree windows
-    would overwrite each other;
+  * AROUND `memory_pool.conv_window_dedup_enabled`: False under SGLang's tree conv (`DDTREE_CONV_TREE=sglang`;
+    the compact tree conv, the default, keeps the layout: below). With topk <= 1 on CUDA the pool overlaps
+    consecutive verify tokens' conv windows (one shared buffer, `as_strided`), which is only right for a chain:
+    SGLang's tree windows would overwrite each other;
   * AROUND `KVCacheConfigurator._handle_max_mamba_cache`: the memory budget counts the per-token scratch for the
     verify width max(block, B + 1) -- the width the pool is allocated with (max_speculative_num_draft_tokens) --
     instead of the drafter's block, so a wide tree cannot take memory the budget gave to the KV cache.
@@ -40,18 +41,19 @@ faster per layer (H200, bench/gdn_tree_gpu.py, block_v 64). `SharedAncestors` bu
 layer's call of each verify forward, with fixed-shape device ops (`ancestor_matrix`), so a captured CUDA graph
 records the build and every replay rebuilds it from that replay's parents; the later layers reuse it.
 
-Compact tree conv (opt-in, `DDTREE_CONV_TREE=compact`, its own switch so that either kernel can be compared or
-turned off alone; until a server-level exactness run has passed with it): AROUND `causal_conv1d_update` (the
-module SGLang's GDN backend imports it from) the tree verify calls -- the ones with retrieve_next_token -- run
-kernels/conv_tree.py instead of SGLang's tree conv, which walks the nodes one by one and writes each node's
-whole conv window (1.80 ms per step for 48 layers at B=32, against DFLASH's 0.70 ms chain conv, H200). It
-computes the nodes as tiles, fills retrieve_parent_token the same way, leaves the conv state as it was before
-the step and writes each node's input only, into the last column of its window slot. SGLang's deduplicated
-window layout (one [dim, width + W - 2] buffer per slot, meant for chains) holds those columns, so
+Compact tree conv (the default since the H200 runs of 2026-12-01: bit-equal to SGLang's kernel at 17 and 65
+nodes, batch 1 and 8, and 8.6 against 66 us a layer at 65 nodes, batch 1; `DDTREE_CONV_TREE=sglang` keeps
+SGLang's tree conv, its own switch so that either kernel can be compared or turned off alone): AROUND
+`causal_conv1d_update` (the module SGLang's GDN backend imports it from) the tree verify calls -- the ones with
+retrieve_next_token -- run kernels/conv_tree.py instead of SGLang's tree conv, which walks the nodes one by one
+and writes each node's whole conv window (1.80 ms per step for 48 layers at B=32, against DFLASH's 0.70 ms chain
+conv, H200). It computes the nodes as tiles, fills retrieve_parent_token the same way, leaves the conv state as
+it was before the step and writes each node's input only, into the last column of its window slot. SGLang's
+deduplicated window layout (one [dim, width + W - 2] buffer per slot, meant for chains) holds those columns, so
 `dense_conv_windows` keeps it and the scratch of conv windows shrinks by (W - 1) x. The commit
 (`commit_tree_states`) then builds the window of the last accepted node and of the mamba-track node from the
-pre-step state and the accepted path's inputs; `honest_mamba_budget` budgets the smaller scratch. The outputs
-are bit-equal to SGLang's tree conv (tests/kernels/test_conv_tree.py; bench/conv_tree_gpu.py on the GPU).
+pre-step state and the accepted path's inputs; `honest_mamba_budget` budgets the smaller scratch. The outputs are
+bit-equal to SGLang's tree conv (tests/kernels/test_conv_tree.py; bench/conv_tree_gpu.py on the GPU).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ TREE_TOPK = 2
 # gdn_tree.MAX_WIDTH: its two-block path (65..128 nodes) matched SGLang's kernel on the H200 and ran 1.6-4 x
 # faster (bench/gdn_tree_gpu.py, 2026-12-01, block_v 64); wider trees keep SGLang's kernel
 COMPACT_MAX_WIDTH = 128
+# the compact tree conv: bit-equal to SGLang's tree conv and faster at every shape measured (H200, 2026-12-01,
+# bench/conv_tree_gpu.py; a Qwen3.6-27B step at budget 64: 0.30 against 4.44 ms of conv)
+CONV_TREE_DEFAULT = "compact"
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
@@ -293,7 +298,7 @@ def compact_budget_width(params, width: int, ssm: bool = True, conv: bool = Fals
 
 
 def conv_compact_wanted() -> bool:
-    return tree_mode() and os.environ.get("DDTREE_CONV_TREE", "sglang") == "compact"
+    return tree_mode() and os.environ.get("DDTREE_CONV_TREE", CONV_TREE_DEFAULT) == "compact"
 
 
 def _conv_tree():
@@ -304,10 +309,10 @@ _CONV_ARGS = ("x", "conv_state", "weight", "bias", "activation")
 
 
 def compact_tree_conv(original, *args, **kwargs):
-    """AROUND hook on causal_conv1d_update: with DDTREE_CONV_TREE=compact a tree verify call
-    (retrieve_next_token given) runs kernels/conv_tree.py, which writes one input per node into the window
-    scratch. Never SGLang's tree conv then: its whole windows would overwrite each other in the deduplicated
-    layout."""
+    """AROUND hook on causal_conv1d_update: with the compact tree conv (DDTREE_CONV_TREE unset or compact) a
+    tree verify call (retrieve_next_token given) runs kernels/conv_tree.py, which writes one input per node into
+    the window scratch. Never SGLang's tree conv then: its whole windows would overwrite each other in the
+    deduplicated layout."""
     if kwargs.get("retrieve_next_token") is None or not conv_compact_wanted():
         return original(*args, **kwargs)
     call = dict(zip(_CONV_ARGS, args), **kwargs)
@@ -315,7 +320,7 @@ def compact_tree_conv(original, *args, **kwargs):
     if len(args) > len(_CONV_ARGS) or unsupported or call.get("intermediate_conv_window") is None \
             or call.get("pad_slot_id", -1) != -1 or call["x"].dim() != 3:
         raise RuntimeError(f"DDTREE compact tree conv: an unexpected tree conv call ({len(args)} positional, "
-                           f"{sorted(call)}); unset DDTREE_CONV_TREE")
+                           f"{sorted(call)}); set DDTREE_CONV_TREE=sglang")
     if not STATE["conv_tree_calls"]:
         logger.info("DDTREE hybrid tree verify: compact tree conv (kernels/conv_tree.py)")
     STATE["conv_tree_calls"] += 1
@@ -367,7 +372,7 @@ def commit_tree_states(original, mamba_caches, state_indices, last_steps, track_
     if conv:
         if not STATE["conv_tree_calls"] or len(mamba_caches.conv) != 1:
             raise RuntimeError("DDTREE compact conv commit without a compact tree conv before it (or with "
-                               f"{len(mamba_caches.conv)} conv caches); unset DDTREE_CONV_TREE")
+                               f"{len(mamba_caches.conv)} conv caches); set DDTREE_CONV_TREE=sglang")
         _conv_tree().tree_conv_commit(
             conv=mamba_caches.conv[0], intermediate_conv_window=mamba_caches.intermediate_conv_window[0],
             state_indices=state_indices, scratch_rows=rows, accept_index=accept_index,
