@@ -10,7 +10,8 @@ Qwen3.6-27B's GDN conv at tp 1 (10240 channels = 2 x 16 x 128 + 48 x 128, width 
             (`scatter_mamba_states_after_mtp_verify`, conv part) -- pure copies, so bit-equal;
   time      microseconds per layer (CUDA graphs of 20 launches, median of 5 replays: gdn_tree_gpu.timed):
             SGLang's tree conv, its chain conv at the drafter's block 16 and at the tree's width (DFLASH's
-            verify, deduplicated windows), the compact verify (LAUNCHES: channel block x node rows; the fastest named); x48 layers = per step;
+            verify, deduplicated windows), the compact verify (LAUNCHES: channel block x node rows, the
+            fastest named); x48 layers = per step;
             the commit of all 48 layers at once (SGLang's scatter vs the compact commit).
   memory    the window scratch per request slot and layer: SGLang's dense tree windows vs the deduplicated
             layout the compact conv keeps.
@@ -292,12 +293,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                     help="cpu: the smoke run (small fp32 shapes under Triton's interpreter, no timing)")
-    ap.add_argument("--widths", default="", help="verify widths (default 17,33,65,129 on CUDA, 9,17 on the CPU)")
+    ap.add_argument("--widths", default="",
+                    help="verify widths (default 17,33,65,129 on CUDA, 9,17 on the CPU)")
     ap.add_argument("--batches", default="", help="batch sizes (default 1,8 on CUDA, 1,2 on the CPU)")
     ap.add_argument("--seed", type=int, default=1207)
     ap.add_argument("--launches", default="",
-                    help="compact verify launches timed beside the default, BLOCK_NxBLOCK_T,... (default: all of "
-                    "LAUNCHES; each one compiles)")
+                    help="compact verify launches timed beside the default, BLOCK_NxBLOCK_T,... "
+                    "(default: all of LAUNCHES; each one compiles)")
     ap.add_argument("--tp", type=int, default=1,
                     help="the conv channels of one tensor-parallel rank (10240 / tp on CUDA): fewer channel blocks")
     args = ap.parse_args(argv)
@@ -308,7 +310,8 @@ def main(argv=None) -> int:
         if any(len(launch) != 2 for launch in launches):
             raise ValueError
     except ValueError:
-        raise SystemExit(f"--launches {args.launches!r}: want BLOCK_NxBLOCK_T,... e.g. 64x16,128x32") from None
+        raise SystemExit(f"--launches {args.launches!r}: want BLOCK_NxBLOCK_T,... e.g. 64x16,128x32") \
+            from None
     device = _prepare(args.device)
     import torch
 

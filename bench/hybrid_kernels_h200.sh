@@ -46,9 +46,11 @@ step() {  # name share-of-what-is-left command...
 step tree_attn 40 python3 bench/tree_attn_gpu.py
 step gdn_tree 45 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
 # the two-block path (65..128 nodes); batch 4: the 48-layer commit timing copies the scratch per layer
-step gdn_wide 60 python3 bench/gdn_tree_gpu.py --widths 65,96,128 --batches 1,4 --heads 16x48 --variants bv64,anc_bv64
+step gdn_wide 60 python3 bench/gdn_tree_gpu.py --widths 65,96,128 --batches 1,4 --heads 16x48 \
+  --variants bv64,anc_bv64
 step conv_tree 50 python3 bench/conv_tree_gpu.py --launches 64x16,64x32,128x16  # each launch compiles
-step conv_tree_tp8 50 python3 bench/conv_tree_gpu.py --tp 8 --launches 64x16,128x16  # one rank of the flagship: 1280 channels
+# one rank of the flagship: 1280 channels
+step conv_tree_tp8 50 python3 bench/conv_tree_gpu.py --tp 8 --launches 64x16,128x16
 step hybrid_tree 100 python3 bench/hybrid_tree_kernels.py
 echo "RESULT: $([ $rc -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0))s (logs and json under \$OUT)"
 exit $rc

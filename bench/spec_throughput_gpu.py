@@ -280,7 +280,9 @@ def profiled(b: Bench, args) -> bool:
     drafter, budget = args.drafter.split(",")[0], next((x for x in args.budgets.split(",") if x), None)
     if b.drafter != drafter:
         return False
-    return b.algo == "DFLASH" and not b.variant or (b.algo == "DDTREE" and budget is not None and b.budget == int(budget))
+    if b.algo == "DFLASH":
+        return not b.variant
+    return b.algo == "DDTREE" and budget is not None and b.budget == int(budget)
 
 
 def ratios(benches: list[Bench]) -> list[dict]:

@@ -227,11 +227,13 @@ def test_refuses_a_window_or_activation_the_kernel_does_not_take(state_columns, 
                                    retrieve_next_token=nt, retrieve_next_sibling=nt, retrieve_parent_token=nt)
 
 
-@pytest.mark.parametrize("kind, width", [("broom", 128), ("broom", 129), ("chain", 129), ("ddtree", 129), ("star", 2)])
+@pytest.mark.parametrize("kind, width", [
+    ("broom", 128), ("broom", 129), ("chain", 129), ("ddtree", 129), ("star", 2),
+])
 def test_parents_of_the_widest_trees_come_out_of_the_parents_kernel(kind, width):
-    """The parents kernel pointer-jumps through memory. A broom of 128 nodes (root, node 1, then 126 children of
-    node 1: one sibling chain in a 128-row tile, whose parent is not the root's 0 a pending node starts with)
-    takes all LOG_TP rounds; a chain takes none. int64 arrays, as SGLang's."""
+    """The parents kernel pointer-jumps through memory. A broom of 128 nodes (root, node 1, then 126 children
+    of node 1: one sibling chain in a 128-row tile, whose parent is not the root's 0 a pending node starts
+    with) takes all LOG_TP rounds; a chain takes none. int64 arrays, as SGLang's."""
     rng = random.Random(SEED + width)
     first = [-1, 0] + [1] * (width - 2) if kind == "broom" else _tree(rng, width, kind)
     trees = [first, _tree(rng, width, "ddtree")]
@@ -249,8 +251,8 @@ def test_parents_of_the_widest_trees_come_out_of_the_parents_kernel(kind, width)
 
 def test_refuses_trees_wider_than_its_packed_node_indices():
     with pytest.raises(ValueError, match="10 bits"):
-        conv_tree.tree_conv_verify(torch.zeros(1, 4, 1025), torch.zeros(1, 4, 3), torch.ones(4, 4), None, None,
-                                   conv_state_indices=torch.zeros(1, dtype=torch.int32),
+        conv_tree.tree_conv_verify(torch.zeros(1, 4, 1025), torch.zeros(1, 4, 3), torch.ones(4, 4),
+                                   None, None, conv_state_indices=torch.zeros(1, dtype=torch.int32),
                                    intermediate_conv_window=torch.zeros(1, 1025, 4, 3),
                                    intermediate_state_indices=torch.zeros(1, dtype=torch.int32),
                                    retrieve_next_token=torch.full((1, 1025), -1),

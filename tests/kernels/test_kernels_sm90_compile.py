@@ -142,15 +142,16 @@ CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
     verify = {"x": "*bf16", "w": "*bf16", "bias": "*bf16", "state": "*bf16", "state_idx": "*i32",
               "out": "*bf16", "rec": "*bf16", "rec_idx": "*i32", "parent": "*i64", **{k: "i32" for k in ints}}
     # Qwen3.6-27B's conv (W = 4, bf16): the server's launch, with and without bias, and a wider one
-    for bt, bn, bias in ((C.VERIFY_BLOCK_T, C.VERIFY_BLOCK_N, True), (C.VERIFY_BLOCK_T, C.VERIFY_BLOCK_N, False),
-                         (32, 128, False)):
+    server = (C.VERIFY_BLOCK_T, C.VERIFY_BLOCK_N)
+    for bt, bn, bias in ((*server, True), (*server, False), (32, 128, False)):
         comp(C._tree_conv_verify_kernel, verify, {"W": 4, "BT": bt, "BN": bn, "HAS_BIAS": bias, "SILU": True,
                                                   "SAME_DTYPE": True}, 4)
     # the parents at the verify widths the budget allows (17 / 33 / 65 / 129 nodes), int64 as SGLang's arrays
     parents = {"next_tok": "*i64", "next_sib": "*i64", "parent": "*i64", "T": "i32", "s_nt": "i32",
                "s_ns": "i32", "s_par": "i32"}
     for tp in (32, 64, 128, 256):
-        comp(C._tree_parents_kernel, parents, {"TP": tp, "LOG_TP": (tp - 1).bit_length()}, 4 if tp <= 32 else 8)
+        comp(C._tree_parents_kernel, parents, {"TP": tp, "LOG_TP": (tp - 1).bit_length()},
+             4 if tp <= 32 else 8)
     commit = {"state": "*bf16", "rec": "*bf16", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
               "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32", "dim": "i32",
               "s_st_layer": "i64", "s_st_slot": "i32", "s_st_dim": "i32", "s_st_win": "i32",
