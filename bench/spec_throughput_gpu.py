@@ -376,6 +376,7 @@ def plan(args) -> list[Bench]:
         (args.extend_budgets, "extend", {"DDTREE_VERIFY_ATTN": "extend"}),  # SGLang's prefill kernel, tree mask
         (args.compact_budgets, "compact", {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}),
         (args.anc_budgets, "anc", {"DDTREE_GDN_ANCESTORS": "shared"}),  # hybrid: one ancestor matrix a forward
+        (args.derive_budgets, "derive", {"DDTREE_GDN_ANCESTORS": "derive"}),  # hybrid: per layer
     )
     for spec in getattr(args, "env_variant", None) or []:
         variants += (parse_env_variant(spec),)
@@ -423,7 +424,11 @@ def main() -> int:
                     "DDTREE servers run")
     ap.add_argument("--anc-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with the compact GDN verify's ancestor matrix "
-                    "built once per verify forward for all layers (DDTREE_GDN_ANCESTORS=shared; opt-in)")
+                    "built once per verify forward for all layers named (DDTREE_GDN_ANCESTORS=shared; the "
+                    "payload's default since 2026-12-01, so this variant runs what the plain DDTREE servers run)")
+    ap.add_argument("--derive-budgets", default="",
+                    help="hybrid targets: DDTREE budgets also run with the ancestor matrix derived in every GDN "
+                    "layer's kernel call (DDTREE_GDN_ANCESTORS=derive), the contrast to the shared default")
     ap.add_argument("--env-variant", action="append", default=[], metavar="NAME:BUDGETS:KEY=VALUE[;...]",
                     help="DDTREE budgets also run with these payload switches, e.g. "
                     "sglangconv-anc:64:DDTREE_CONV_TREE=sglang;DDTREE_GDN_ANCESTORS=shared (repeatable)")

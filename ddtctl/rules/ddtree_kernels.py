@@ -13,9 +13,10 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              otherwise SGLang's kernel and its full-state scratch stay.
   DDTREE_GDN_TREE_PRECISION  the compact kernels' Triton dot precision (hybrid.py CompactTreeVerify, default
                              tf32; commit_tree_states, default tf32x3); read only with the compact GDN verify.
-  DDTREE_GDN_ANCESTORS=shared (default "derive"; hybrid.py shared_ancestors_wanted, opt-in until its GPU
-                             run) the compact GDN verify's ancestor matrix built once per verify forward and
-                             shared by the layers' kernel calls; read only with the compact GDN verify.
+  DDTREE_GDN_ANCESTORS=shared (the default; hybrid.py shared_ancestors_wanted, ANCESTORS_DEFAULT; "derive"
+                             turns it off) the compact GDN verify's ancestor matrix built once per verify
+                             forward and shared by the layers' kernel calls; read only with the compact GDN
+                             verify.
   DDTREE_CONV_TREE=compact   (the default; hybrid.py conv_compact_wanted, CONV_TREE_DEFAULT; "sglang"
                              turns it off) the compact tree conv, which keeps SGLang's deduplicated
                              conv-window layout (hybrid.py dense_conv_windows).
@@ -40,8 +41,8 @@ from ddtctl.rules import ddtree_core
 from ddtctl.rules.engine import ERROR, INFO, WARNING, Context, Hit, rule
 
 GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_GDN_TREE_PRECISION"
-# hybrid.py shared_ancestors_wanted: "shared" builds the ancestor matrix once per verify forward (any other
-# value: each layer's kernel derives it, "derive" by name)
+# hybrid.py shared_ancestors_wanted: "shared" (ANCESTORS_DEFAULT, since its H200 server runs) builds the
+# ancestor matrix once per verify forward (any other value: each layer's kernel derives it, "derive" by name)
 ANCESTORS = "DDTREE_GDN_ANCESTORS"
 ANCESTORS_CHOICES = ("derive", "shared")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
@@ -211,8 +212,8 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     `DDTREE_GDN_TREE` (compact by default: the compact GDN tree verify, per-node records instead of per-node
     SSM states in the verify scratch, ~60 x smaller on Qwen3.6-27B; `sglang` keeps SGLang's kernel),
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee),
-    `DDTREE_GDN_ANCESTORS=shared` (opt-in until its GPU run: its ancestor matrix built once per verify
-    forward and shared by the layers, instead of derived in every layer's kernel call) and
+    `DDTREE_GDN_ANCESTORS` (shared by default: its ancestor matrix built once per verify forward and shared
+    by the layers; `derive` has every layer's kernel call derive it) and
     `DDTREE_CONV_TREE` (compact by default: the compact tree conv, one input per node in SGLang's
     deduplicated conv-window layout, bit-equal to SGLang's tree conv on the H200; `sglang` keeps SGLang's).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
@@ -222,7 +223,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
     cannot take effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe
     chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 128
-    (compact GDN verify only); so is a precision or shared ancestors without the compact GDN verify, which
+    (compact GDN verify only); so is a precision or an ancestor mode without the compact GDN verify, which
     alone reads them. Under --enable-unified-memory the kernels run but the unified pool's scratch
     keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
     a host's inventory env)."""
@@ -258,11 +259,11 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
         why = reason if name == CONV_TREE else gdn_kept
         if ctx.env.get(name) == "compact" and why is not None:
             yield _kept(name, why)
-    # a precision or shared ancestors without the compact GDN verify are unused; with the verify asked for by
+    # a precision or an ancestor mode without the compact GDN verify is unused; with the verify asked for by
     # name but kept, its own warning says why
     for name, used in (
         (PRECISION, ctx.env.get(PRECISION) in PRECISION_CHOICES),
-        (ANCESTORS, ctx.env.get(ANCESTORS) == "shared"),
+        (ANCESTORS, ctx.env.get(ANCESTORS) in ANCESTORS_CHOICES),
     ):
         if used and switch(ctx.env, GDN_TREE) != "compact":
             yield _unused_with_gdn_verify(name, reason or f"{GDN_TREE} is not compact")

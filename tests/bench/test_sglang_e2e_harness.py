@@ -263,6 +263,21 @@ def test_no_common_request_leaves_the_claim_to_the_branch_nodes(e2e):
     assert not claim["ok"]
 
 
+def test_a_basis_of_a_few_steps_leaves_the_claim_to_the_branch_nodes(e2e):
+    """Only DFLASH's 2-step request has DDTREE's output (the hybrid suite of 2026-12-01: 3.5 = 3.5 there): too few
+    steps to compare acceptance; eight steps are a basis again."""
+    short = [[9, 2], [9, 4], [5, 6]]
+    [claim] = e2e.tree_claims(_claim_rows(short, [1.0, 1.0, 4.0], [48, 48, 2]))
+    assert claim["ok"] and claim["acceptance_basis"].startswith(e2e.TOO_FEW_STEPS)
+    assert claim["mean_accept_len"] is None and "2 DFLASH steps on the 1 requests" in claim["acceptance_basis"]
+    [claim] = e2e.tree_claims(_claim_rows(short, [1.0, 1.0, 4.0], [48, 48, 2], branch=0))
+    assert not claim["ok"]
+    rows = _claim_rows(short, [1.0, 1.0, 4.0], [48, 48, 8])
+    rows[0]["verify_cts"] = [40, 40, e2e.MIN_COMPARABLE_STEPS]
+    [claim] = e2e.tree_claims(rows)  # a basis again: 4.0 tokens/step against DFLASH's 4.0 is not more
+    assert not claim["ok"] and claim["acceptance_basis"].startswith("tokens/step on the 1/3 requests")
+
+
 @pytest.mark.parametrize("env, budget, want", [
     ({}, 15, ("compact", "compact")),  # the payload's defaults
     ({}, 64, ("compact", "compact")),  # 65 nodes (the flagship's budget): the compact two-block kernel
@@ -285,7 +300,7 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     assert servers["ddtree-b15-g1"].extra_env == {}
     assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
     assert servers["ddtree-b32-g1-sglangconv"].extra_env == {"DDTREE_CONV_TREE": "sglang"}
-    assert servers["ddtree-b32-g1-anc"].extra_env == {"DDTREE_GDN_ANCESTORS": "shared"}
+    assert servers["ddtree-b32-g1-derive"].extra_env == {"DDTREE_GDN_ANCESTORS": "derive"}
 
 
 def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):

@@ -19,7 +19,8 @@ def st():
 
 def _args(**kw):
     base = dict(port_base=100, drafter="random,calibrated", budgets="16,64", servers="", sync_budgets="",
-                sglang_gdn_budgets="", compact_budgets="", extend_budgets="", anc_budgets="")
+                sglang_gdn_budgets="", compact_budgets="", extend_budgets="", anc_budgets="",
+                derive_budgets="")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -126,14 +127,16 @@ def test_compact_servers_run_both_compact_kernels(st):
     assert both.variant == "compact" and both.budget == 32 and not by["ddtree-b16-random"].extra_env
 
 
-def test_anc_servers_share_one_ancestor_matrix_per_verify_forward(st):
-    """--anc-budgets: the opt-in shared ancestor matrix (DDTREE_GDN_ANCESTORS=shared), its own variant beside the
-    default (which derives it in every layer's kernel call)."""
-    by = {b.name: b for b in st.plan(_args(budgets="32", drafter="random,calibrated", anc_budgets="32"))}
-    for name in ("ddtree-b32-random-anc", "ddtree-b32-calibrated-anc"):
-        assert by[name].extra_env == {"DDTREE_GDN_ANCESTORS": "shared"} and by[name].variant == "anc"
+@pytest.mark.parametrize("flag, variant, mode", [("anc_budgets", "anc", "shared"),
+                                                  ("derive_budgets", "derive", "derive")])
+def test_ancestor_variants_name_the_mode_beside_the_default(st, flag, variant, mode):
+    """--anc-budgets names the shared ancestor matrix (the payload's default: one a verify forward),
+    --derive-budgets the contrast (derived in every layer's kernel call); the plain DDTREE servers set neither."""
+    by = {b.name: b for b in st.plan(_args(budgets="32", drafter="random,calibrated", **{flag: "32"}))}
+    for name in (f"ddtree-b32-random-{variant}", f"ddtree-b32-calibrated-{variant}"):
+        assert by[name].extra_env == {"DDTREE_GDN_ANCESTORS": mode} and by[name].variant == variant
         assert by[name].algo == "DDTREE" and by[name].budget == 32
-    assert not by["ddtree-b32-random"].extra_env and by["ddtree-b32-random"].variant != "anc"
+    assert not by["ddtree-b32-random"].extra_env and by["ddtree-b32-random"].variant != variant
     assert len({b.port for b in by.values()}) == len(by)
 
 

@@ -94,8 +94,9 @@ def test_known_values_that_take_effect_are_quiet():
         {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact", "DDTREE_GDN_TREE_PRECISION": "tf32x3"},
         {"DDTREE_GDN_TREE": "sglang", "DDTREE_CONV_TREE": "sglang"},
         {"DDTREE_GDN_ANCESTORS": "shared"},  # the compact GDN verify runs by default
+        {"DDTREE_GDN_ANCESTORS": "derive"},
         {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_ANCESTORS": "derive"},
-        {"DDTREE_GDN_TREE": "sglang", "DDTREE_GDN_ANCESTORS": "derive"},  # the default: nothing to warn of
+        {"DDTREE_GDN_TREE": "sglang"},  # the ancestor mode unset: nothing to warn of
         {"NCCL_P2P_LEVEL": "SYS"},
         {},
     ):
@@ -230,15 +231,16 @@ def test_a_precision_without_the_compact_verify_is_unused():
         ),
     ],
 )
-def test_shared_ancestors_without_the_compact_verify_are_a_warning_with_the_reason(env, server, reason):
-    doc, r = _validate({**env, "DDTREE_GDN_ANCESTORS": "shared"}, **server)
+@pytest.mark.parametrize("mode", ["shared", "derive"])
+def test_an_ancestor_mode_without_the_compact_verify_is_a_warning_with_the_reason(env, server, reason, mode):
+    doc, r = _validate({**env, "DDTREE_GDN_ANCESTORS": mode}, **server)
     (f,) = _of(r, "DDT116")
     assert f.severity == "warning" and f.key == "env.DDTREE_GDN_ANCESTORS", f.message
     assert reason in f.message
     assert f.message.startswith("DDTREE_GDN_ANCESTORS has no effect: it sets how the compact GDN tree")
     assert f.line == doc.lines["env.DDTREE_GDN_ANCESTORS"] and f.edits == {}
-    # the kernel's own derivation (the default) needs no compact verify to be harmless
-    _, r = _validate({**env, "DDTREE_GDN_ANCESTORS": "derive"}, **server)
+    # unset, the mode (shared by default) warns of nothing: a default that cannot apply is no one's mistake
+    _, r = _validate(env, **server)
     assert not [x for x in _of(r, "DDT116") if x.key == "env.DDTREE_GDN_ANCESTORS"]
 
 
@@ -255,6 +257,8 @@ def test_the_ancestor_switchs_values_are_the_payloads(hybrid, monkeypatch):
     for value in ANCESTORS_CHOICES:
         monkeypatch.setenv(ANCESTORS, value)
         assert hybrid.shared_ancestors_wanted() is (value == "shared")
+    monkeypatch.delenv(ANCESTORS)
+    assert hybrid.shared_ancestors_wanted() and hybrid.ANCESTORS_DEFAULT == "shared"  # the default since 2026-12-01
 
 
 def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():

@@ -111,8 +111,17 @@ def test_shared_ancestors_give_the_outputs_and_records_of_the_derived_ones(monke
     assert max(_depth(t) for t in trees) <= depth_bound
     parents = _parents(trees, rng)
     layers = [_layer(gen, len(trees), len(trees[0])) for _ in range(3)]
-    derived = _forward(_kernel(monkeypatch, None, depth_bound), layers, parents)
+    derived = _forward(_kernel(monkeypatch, "derive", depth_bound), layers, parents)
     assert hybrid.STATE["ancestor_builds"] == 0
+
+
+def test_unset_the_matrix_is_shared(monkeypatch):
+    """DDTREE_GDN_ANCESTORS unset: the shared matrix, the default since its H200 server runs (2026-12-01)."""
+    rng, gen = random.Random(SEED + 4), torch.Generator().manual_seed(SEED + 4)
+    kernel = _kernel(monkeypatch, None, 4)
+    assert kernel.ancestors is not None
+    _forward(kernel, [_layer(gen, 2, 9) for _ in range(2)], _parents([_random_tree(rng, 9, 4)] * 2, rng))
+    assert hybrid.STATE["ancestor_builds"] == 1
     shared = _kernel(monkeypatch, "shared", depth_bound)
     _assert_same(_forward(shared, layers, parents), derived)
     assert hybrid.STATE["ancestor_builds"] == 1  # one matrix for the three layers
@@ -125,7 +134,7 @@ def _two_forwards(monkeypatch):
     rng, gen = random.Random(SEED + 1), torch.Generator().manual_seed(SEED + 1)
     first, second = [_random_tree(rng, 12, 5) for _ in range(2)], [_random_tree(rng, 12, 5) for _ in range(2)]
     layers = [_layer(gen, 2, 12) for _ in range(3)]
-    derive = _kernel(monkeypatch, None, 5)
+    derive = _kernel(monkeypatch, "derive", 5)
     expect_second = _forward(derive, layers, _parents(second, rng))
     kernel = _kernel(monkeypatch, "shared", 5)
     parents = _parents(first, rng)
@@ -192,10 +201,19 @@ def test_an_out_of_range_parent_is_no_parent():
     assert torch.equal(hybrid.ancestor_matrix(parents, 3)[0], expect)
 
 
-@pytest.mark.parametrize("switch", [None, "derive", "Shared", "off"])
+@pytest.mark.parametrize("switch", ["derive", "Shared", "off"])
 def test_without_the_switch_no_matrix_is_built(monkeypatch, switch):
     rng, gen = random.Random(SEED + 3), torch.Generator().manual_seed(SEED + 3)
     kernel = _kernel(monkeypatch, switch, 4)
     assert kernel.ancestors is None
     _forward(kernel, [_layer(gen, 2, 9) for _ in range(2)], _parents([_random_tree(rng, 9, 4)] * 2, rng))
     assert hybrid.STATE["ancestor_builds"] == 0
+
+
+def test_unset_the_matrix_is_shared(monkeypatch):
+    """DDTREE_GDN_ANCESTORS unset: the shared matrix, the default since its H200 server runs (2026-12-01)."""
+    rng, gen = random.Random(SEED + 4), torch.Generator().manual_seed(SEED + 4)
+    kernel = _kernel(monkeypatch, None, 4)
+    assert kernel.ancestors is not None
+    _forward(kernel, [_layer(gen, 2, 9) for _ in range(2)], _parents([_random_tree(rng, 9, 4)] * 2, rng))
+    assert hybrid.STATE["ancestor_builds"] == 1

@@ -34,8 +34,9 @@ function) the scratch holds those records only, and `honest_mamba_budget` budget
 the per-node states goes to the KV cache. Needs fp32 SSM states and at most 128 verify nodes (one [64, 64]
 tile pair: kernels/gdn_tree.py MAX_WIDTH); otherwise SGLang's kernel and scratch stay.
 
-Shared ancestor matrix (opt-in, `DDTREE_GDN_ANCESTORS=shared`, until its GPU run; the default "derive" lets
-every layer's kernel derive it): each compact verify call derives the tree's ancestor matrix from
+Shared ancestor matrix (the default since the H200 runs of 2026-12-01: the hybrid exactness suite's server
+equal to plain greedy at measured ties, the 27B B=64 step 1.17 x DFLASH's; `DDTREE_GDN_ANCESTORS=derive` lets
+every layer's kernel derive it): without it each compact verify call derives the tree's ancestor matrix from
 retrieve_parent_token by squarings, 48 times a step on Qwen3.6-27B; given the matrix, the kernel ran 12-21 %
 faster per layer (H200, bench/gdn_tree_gpu.py, block_v 64). `SharedAncestors` builds it at the first GDN
 layer's call of each verify forward, with fixed-shape device ops (`ancestor_matrix`), so a captured CUDA graph
@@ -75,6 +76,8 @@ COMPACT_MAX_WIDTH = 128
 # the compact tree conv: bit-equal to SGLang's tree conv and faster at every shape measured (H200, 2026-12-01,
 # bench/conv_tree_gpu.py; a Qwen3.6-27B step at budget 64: 0.30 against 4.44 ms of conv)
 CONV_TREE_DEFAULT = "compact"
+# DDTREE_GDN_ANCESTORS unset: one ancestor matrix a verify forward, shared by the GDN layers (SharedAncestors)
+ANCESTORS_DEFAULT = "shared"
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
@@ -185,7 +188,7 @@ class CompactTreeVerify:
 
 
 def shared_ancestors_wanted() -> bool:
-    return os.environ.get("DDTREE_GDN_ANCESTORS", "derive") == "shared"
+    return os.environ.get("DDTREE_GDN_ANCESTORS", ANCESTORS_DEFAULT) == "shared"
 
 
 def ancestor_matrix(parents: torch.Tensor, depth_bound: int) -> torch.Tensor:
