@@ -113,15 +113,6 @@ def test_shared_ancestors_give_the_outputs_and_records_of_the_derived_ones(monke
     layers = [_layer(gen, len(trees), len(trees[0])) for _ in range(3)]
     derived = _forward(_kernel(monkeypatch, "derive", depth_bound), layers, parents)
     assert hybrid.STATE["ancestor_builds"] == 0
-
-
-def test_unset_the_matrix_is_shared(monkeypatch):
-    """DDTREE_GDN_ANCESTORS unset: the shared matrix, the default since its H200 server runs (2026-12-01)."""
-    rng, gen = random.Random(SEED + 4), torch.Generator().manual_seed(SEED + 4)
-    kernel = _kernel(monkeypatch, None, 4)
-    assert kernel.ancestors is not None
-    _forward(kernel, [_layer(gen, 2, 9) for _ in range(2)], _parents([_random_tree(rng, 9, 4)] * 2, rng))
-    assert hybrid.STATE["ancestor_builds"] == 1
     shared = _kernel(monkeypatch, "shared", depth_bound)
     _assert_same(_forward(shared, layers, parents), derived)
     assert hybrid.STATE["ancestor_builds"] == 1  # one matrix for the three layers
