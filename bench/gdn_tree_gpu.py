@@ -45,7 +45,7 @@ from ddtctl.kernels.reference import build, visibility_from_parents  # noqa: E40
 GDN_LAYERS = 48
 TOL_OUT = 2e-2  # bf16 outputs of O(1): a few bf16 ulps
 TOL_STATE = 1e-3  # fp32 states
-VARIANTS = ("anc", "bv64", "bv128", "tf32x3", "anc_bv64", "anc_tf32x3_bv64", "scratch")
+VARIANTS = ("anc", "bv64", "bv128", "tf32x3", "anc_bv64", "anc_tf32x3_bv64", "scratch", "b2_64", "b2_64_bv64")
 
 
 def ddtree_parents(rng: random.Random, width: int, depth: int = 15) -> list[int]:
@@ -172,7 +172,10 @@ def variant_launches(inp: SimpleNamespace, keys) -> list[tuple[str, dict]]:
              "anc_tf32x3_bv64": lambda: {"ancestors": anc, "block_v": bv, "precision": "tf32x3"},
              # the records-only scratch a compact pool allocates (hybrid.compact_scratch)
              "scratch": lambda: {"intermediate_states_buffer": torch.zeros(gdn_tree.compact_scratch_shape(
-                 1, inp.bs + 1, inp.width, inp.HV, inp.V, inp.K), device=dev)[0]}}
+                 1, inp.bs + 1, inp.width, inp.HV, inp.V, inp.K), device=dev)[0]},
+             # 65..128 nodes: block 2 on the full 64-row tile (the kernel before block 2 took only its rows)
+             "b2_64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE},
+             "b2_64_bv64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE, "block_v": bv}}  # as the server (bv64)
     return [(key, known[key]()) for key in keys]
 
 
@@ -340,8 +343,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1201)
     ap.add_argument("--variants", default="anc,anc_bv64,bv64,bv128,tf32x3,scratch",
                     help="other compact launches to check and time, held to the same tolerances (anc, bv64, "
-                    "bv128, tf32x3, anc_bv64, anc_tf32x3_bv64, scratch = the records-only scratch; empty: "
-                    "the default launch only)")
+                    "bv128, tf32x3, anc_bv64, anc_tf32x3_bv64, scratch = the records-only scratch, b2_64 "
+                    "and b2_64_bv64 = block 2 of 65..128 nodes on a 64-row tile, raise at <= 64 nodes; "
+                    "empty: the default launch only)")
     args = ap.parse_args(argv)
     variants = tuple(v for v in args.variants.split(",") if v)
     print(f"seed {args.seed}; {torch.cuda.get_device_name()}; "

@@ -5,7 +5,8 @@
 #   2. bench/gdn_tree_gpu.py        the compact GDN tree verify's TF32 launch variants (64-wide value tiles, the
 #                                   ancestor matrix given), each checked and timed, against the default launch
 #                                   and SGLang's kernels;
-#      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 runs);
+#      (gdn_wide: the same at 65..128 nodes, the two-block kernel the flagship's budget 64 runs, and b2_64,
+#      b2_64_bv64: block 2 on the full 64-row tile against the default and bv64 launches' rows-only one);
 #   3. bench/conv_tree_gpu.py       the compact tree conv against SGLang's tree and chain convs (exact + time),
 #                                   at tp 1 and at one tp 8 rank's 1280 channels (conv_tree_tp8);
 #   4. bench/hybrid_tree_kernels.py the compact conv + GDN verify + commit through hybrid.py's hooks, against
@@ -47,7 +48,7 @@ step tree_attn 40 python3 bench/tree_attn_gpu.py
 step gdn_tree 45 python3 bench/gdn_tree_gpu.py --widths 33,64 --heads 16x48 --variants anc,bv64,anc_bv64,scratch
 # the two-block path (65..128 nodes); batch 4: the 48-layer commit timing copies the scratch per layer
 step gdn_wide 60 python3 bench/gdn_tree_gpu.py --widths 65,96,128 --batches 1,4 --heads 16x48 \
-  --variants bv64,anc_bv64
+  --variants bv64,anc_bv64,b2_64,b2_64_bv64
 step conv_tree 50 python3 bench/conv_tree_gpu.py --launches 64x16,64x32,128x16  # each launch compiles
 # one rank of the flagship: 1280 channels
 step conv_tree_tp8 50 python3 bench/conv_tree_gpu.py --tp 8 --launches 64x16,128x16

@@ -25,11 +25,13 @@ A is nilpotent (A^m = 0 once m exceeds the deepest path), so (I + A)^-1 = prod_{
 way from the parent one-hot P: sum_{m < 2^S} P^m = prod_{s < S} (I + P^(2^s)).
 
 A single [TP, TP] tile of 128 nodes needs more shared memory than an H200 block has, so 65..128 nodes take a
-second kernel with [64, 64] tiles only: nodes come in topological order (a parent precedes its children: the
-best-first build), so with block 1 = nodes 0..63 and block 2 = the rest, A, the ancestor matrix and P are
+second kernel with tiles of at most 64 rows: nodes come in topological order (a parent precedes its children:
+the best-first build), so with block 1 = nodes 0..63 and block 2 = the rest, A, the ancestor matrix and P are
 block lower-triangular (no node of block 1 descends from one of block 2) and
     U_1 = (I + A_11)^-1 R_1,  U_2 = (I + A_22)^-1 (R_2 - A_21 U_1),  O_1 = ... W_11 U_1,
-    O_2 = ... W_21 U_1 + W_22 U_2  (W = the ancestor-masked, decay-weighted q.k products)."""
+    O_2 = ... W_21 U_1 + W_22 U_2  (W = the ancestor-masked, decay-weighted q.k products).
+Block 1 takes [64, 64] tiles; block 2 only the rows it has, the next power of two >= T - 64 (at least 16, what
+a dot takes): [16, ...] at 65 nodes (budget 64), not a [64, ...] tile of 63 padding rows."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ SOFTPLUS_THRESHOLD = 20.0  # SGLang's verify call: softplus_beta 1.0, threshold 
 # (Triton 3.6, tf32x3; bench/gdn_tree_probe.py): wider trees take the two-block kernel's [64, 64] tiles.
 MAX_SINGLE_TILE = 64
 TWO_BLOCK_TILE = 64  # block 1 = nodes 0..63, block 2 = nodes 64..T-1
+MIN_DOT = 16  # tl.dot's smallest tile side: the floor of block 2's rows
 MAX_WIDTH = 2 * TWO_BLOCK_TILE
 
 
@@ -148,11 +151,12 @@ def _unit_rows(x, rows, live, stride, col0, cols, scale):
 
 
 @triton.jit
-def _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, live1, live2,
+def _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, t2, live1, live2,
                      BT: tl.constexpr, S: tl.constexpr, ANC_GIVEN: tl.constexpr):  # fmt: skip
-    """The ancestors-or-self matrix in its three non-zero [BT, BT] blocks (11, 21, 22): given, or from the
-    parents by squaring block lower-triangular products ((XY)_21 = X_21 Y_11 + X_22 Y_21)."""
-    r2 = BT + t
+    """The ancestors-or-self matrix in its three non-zero blocks, 11 [BT, BT], 21 [BT2, BT] and 22 [BT2, BT2]
+    (t2 = arange(BT2), block 2's rows BT + t2): given, or from the parents by squaring block lower-triangular
+    products ((XY)_21 = X_21 Y_11 + X_22 Y_21)."""
+    r2 = BT + t2
     if ANC_GIVEN:
         base = anc_in + i_n * s_anc
         in1, in2 = live1[None, :], live2[None, :]
@@ -163,17 +167,18 @@ def _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, live1, live2,
         p1 = tl.load(parent + i_n * s_par + t, mask=live1 & (t > 0), other=-1)
         p2 = tl.load(parent + i_n * s_par + r2, mask=live2, other=-1)
         eye = (t[:, None] == t[None, :]).to(tl.float16)
+        eye2 = (t2[:, None] == t2[None, :]).to(tl.float16)
         h11 = ((p1[:, None] == t[None, :]) & (t[:, None] > 0)).to(tl.float16)
         h21 = (p2[:, None] == t[None, :]).to(tl.float16)
         h22 = (p2[:, None] == r2[None, :]).to(tl.float16)
-        f11, f21, f22 = eye + h11, h21, eye + h22
+        f11, f21, f22 = eye + h11, h21, eye2 + h22
         for _ in tl.static_range(S - 1):
             h21 = (tl.dot(h21, h11) + tl.dot(h22, h21)).to(tl.float16)
             h11 = tl.dot(h11, h11).to(tl.float16)
             h22 = tl.dot(h22, h22).to(tl.float16)
             f21 = (tl.dot(f21, eye + h11) + tl.dot(f22, h21)).to(tl.float16)
             f11 = tl.dot(f11, eye + h11).to(tl.float16)
-            f22 = tl.dot(f22, eye + h22).to(tl.float16)
+            f22 = tl.dot(f22, eye2 + h22).to(tl.float16)
         a11, a21, a22 = f11 > 0.5, f21 > 0.5, f22 > 0.5
     return a11, a21, a22
 
@@ -216,29 +221,30 @@ def _tree_gdn_verify_two_block_kernel(
     h0, h0_idx, rec, rec_idx, parent, cu, anc_in,
     scale, T,
     sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_rec_step, s_par, s_anc,
-    BT: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-    S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
+    BT: tl.constexpr, BT2: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BV: tl.constexpr, S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
 ):  # fmt: skip
-    """_tree_gdn_verify_kernel for BT < T <= 2 BT nodes with [BT, BT] tiles: block 1 = nodes 0..BT-1 solved
-    and written first, then block 2 against it (the module docstring)."""
+    """_tree_gdn_verify_kernel for BT < T <= BT + BT2 nodes: block 1 = nodes 0..BT-1 on [BT, BT] tiles solved
+    and written first, then block 2 = nodes BT..T-1 against it on BT2 rows (the module docstring)."""
     i_v = tl.program_id(0)
     i_n = tl.program_id(1).to(tl.int64)
     i_hv = tl.program_id(2)
     i_h = i_hv // (HV // H)
     bos = tl.load(cu + i_n).to(tl.int64)
-    t = tl.arange(0, BT)
-    live1, live2 = t < T, BT + t < T
-    rows1, rows2 = bos + t, bos + BT + t
+    t, t2 = tl.arange(0, BT), tl.arange(0, BT2)
+    live1, live2 = t < T, BT + t2 < T
+    rows1, rows2 = bos + t, bos + BT + t2
     ok = tl.arange(0, K)
     ov = i_v * BV + tl.arange(0, BV)
     g1, beta1 = _node_gates(a, b, A_log, dt_bias, rows1, live1, i_hv, sa_t, sb_t, THRESHOLD)
     g2, beta2 = _node_gates(a, b, A_log, dt_bias, rows2, live2, i_hv, sa_t, sb_t, THRESHOLD)
-    a11, a21, a22 = _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, live1, live2, BT, S, ANC_GIVEN)
+    a11, a21, a22 = _block_ancestors(parent, anc_in, i_n, s_par, s_anc, T, t, t2, live1, live2, BT, S,
+                                     ANC_GIVEN)  # fmt: skip
     gc1 = tl.sum(tl.where(a11, g1[None, :], 0.0), 1)
     gc2 = tl.sum(tl.where(a21, g1[None, :], 0.0), 1) + tl.sum(tl.where(a22, g2[None, :], 0.0), 1)
     egc1, egc2 = tl.exp(gc1), tl.exp(gc2)
-    not_self = t[:, None] != t[None, :]
-    ones = tl.full([BT], 1.0, tl.float32)
+    not_self, not_self2 = t[:, None] != t[None, :], t2[:, None] != t2[None, :]
+    ones, ones2 = tl.full([BT], 1.0, tl.float32), tl.full([BT2], 1.0, tl.float32)
 
     idx = tl.load(h0_idx + i_n).to(tl.int64)
     h0t = tl.load(h0 + tl.maximum(idx, 0) * s_h0 + i_hv * V * K + ov[:, None] * K + ok[None, :])
@@ -265,14 +271,14 @@ def _tree_gdn_verify_two_block_kernel(
     neg_a21 = _decayed(a21, tl.dot(k2, tl.trans(k1), input_precision=PREC), gc2, gc1, -beta2)
     r2 += tl.dot(neg_a21, u1, input_precision=PREC)
     kk22 = tl.dot(k2, tl.trans(k2), input_precision=PREC)
-    u2 = _nilpotent_solve(_decayed(a22 & not_self, kk22, gc2, gc2, -beta2), r2, S, PREC)
+    u2 = _nilpotent_solve(_decayed(a22 & not_self2, kk22, gc2, gc2, -beta2), r2, S, PREC)
     q2 = _unit_rows(q, rows2, live2, sq_t, i_h * K, ok, scale)
-    w21 = _decayed(a21, tl.dot(q2, tl.trans(k1), input_precision=PREC), gc2, gc1, ones)
-    w22 = _decayed(a22, tl.dot(q2, tl.trans(k2), input_precision=PREC), gc2, gc2, ones)
+    w21 = _decayed(a21, tl.dot(q2, tl.trans(k1), input_precision=PREC), gc2, gc1, ones2)
+    w22 = _decayed(a22, tl.dot(q2, tl.trans(k2), input_precision=PREC), gc2, gc2, ones2)
     out2 = egc2[:, None] * tl.dot(q2, tl.trans(h0t), input_precision=PREC)
     out2 += tl.dot(w21, u1, input_precision=PREC) + tl.dot(w22, u2, input_precision=PREC)
-    _store_block(o, rec, rows2, live2, BT + t, u2, out2, gc2, k2, ridx, s_rec, s_rec_step, i_v, i_hv, i_h, ok,
-                 ov, H, HV, K, V)  # fmt: skip
+    _store_block(o, rec, rows2, live2, BT + t2, u2, out2, gc2, k2, ridx, s_rec, s_rec_step, i_v, i_hv, i_h,
+                 ok, ov, H, HV, K, V)  # fmt: skip
 
 
 @triton.jit
@@ -323,6 +329,20 @@ def _pow2(x: int, floor: int = 16) -> int:
     return max(floor, 1 << max(0, (int(x) - 1).bit_length()))
 
 
+def _block2_rows(width: int, block2: int | None) -> int:
+    """The two-block kernel's block-2 tile rows BT2 for `width` nodes: the next power of two >= width - 64 (at
+    least MIN_DOT), or `block2` when forced (e.g. 64, the full tile, to time it against the automatic one)."""
+    rows = width - TWO_BLOCK_TILE
+    if block2 is None:
+        return _pow2(rows, MIN_DOT)
+    if block2 < rows or block2 < MIN_DOT or block2 > TWO_BLOCK_TILE or block2 & (block2 - 1):
+        lo = max(MIN_DOT, rows)  # a dot's smallest side; nodes 64..T-1
+        raise ValueError(
+            f"block2 must be a power of two from {lo} to {TWO_BLOCK_TILE} at {width} nodes, not {block2}"
+        )
+    return block2
+
+
 def _squarings(depth_bound: int) -> int:
     """S with 2^S > depth_bound: the factors that make the nilpotent series exact."""
     return max(1, int(depth_bound).bit_length())
@@ -347,14 +367,15 @@ def record_width(h: int, hv: int, k: int, v: int) -> int:
 def tree_gdn_verify(
     *, A_log, dt_bias, q, k, v, a, b, ssm_states, cache_indices, query_start_loc, intermediate_states_buffer,
     intermediate_state_indices, retrieve_parent_token, depth_bound: int, precision: str = "tf32",
-    block_v: int = 32, ancestors: torch.Tensor | None = None,
+    block_v: int = 32, ancestors: torch.Tensor | None = None, block2: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Outputs [1, tokens, HV, V] of the verify window (every request has the same node count T), and each
     node's records in its `intermediate_states_buffer` row. q, k [1, tokens, H, K]; v [1, tokens, HV, V];
     a, b [tokens, HV]; states [slots, HV, V, K] fp32. TF32 dots by default, as SGLang's own ReplaySSM verify
     reconstructs outputs on fp32 checkpoints (3-5x faster than tf32x3 on the H200: bench/gdn_tree_gpu.py);
     `precision="tf32x3"` for fp32-level results. `ancestors` (bool [bs, T, T], row i = the ancestors of i
-    and i, contiguous rows) replaces the in-kernel derivation from the parents."""
+    and i, contiguous rows) replaces the in-kernel derivation from the parents. `block2` forces the two-block
+    kernel's block-2 tile rows (65..128 nodes; a power of two, 16..64, >= T - 64); None: the smallest."""
     _, total, n_heads, dim_k = k.shape
     n_vheads, dim_v = v.shape[2], v.shape[3]
     n_req = query_start_loc.shape[0] - 1
@@ -368,16 +389,24 @@ def tree_gdn_verify(
             raise ValueError(f"{name} must have contiguous heads")
     if width > MAX_WIDTH:
         raise ValueError(f"the compact tree verify takes at most {MAX_WIDTH} nodes per request, not {width}")
+    if block2 is not None and width <= MAX_SINGLE_TILE:
+        raise ValueError(
+            f"block2 sets the two-block kernel's tile ({MAX_SINGLE_TILE + 1}..{MAX_WIDTH} "
+            f"nodes), not the single tile of {width}"
+        )
     out = q.new_empty(1, total, n_vheads, dim_v)
     block_v = min(block_v, dim_v)
     if dim_k < 64:  # tf32x3 dots over K < 64 gave wrong values on the H200 (Triton 3.6): exact fp32 there
         precision = "ieee"
     grid = (triton.cdiv(dim_v, block_v), n_req, n_vheads)
-    if width > MAX_SINGLE_TILE:  # block lower-triangular: [64, 64] tiles for 65..128 nodes
-        if precision == "tf32x3":  # sm_90: 240 KiB of shared memory at BV = 32, 216 KiB at 16 (227 KiB)
+    if width > MAX_SINGLE_TILE:  # block lower-triangular: [64, 64] tiles, [BT2, ...] for block 2
+        # sm_90, block 2 on 64 rows: 240 KiB of shared memory at BV = 32, 216 KiB at 16 (227 KiB). On 16 or 32
+        # rows BV = 32 compiles to 160 KiB, but was never run on the device: the clamp stays for every block 2
+        if precision == "tf32x3":
             block_v = min(block_v, 16)
         grid = (triton.cdiv(dim_v, block_v), n_req, n_vheads)
-        kernel, tile, warps = _tree_gdn_verify_two_block_kernel, {"BT": TWO_BLOCK_TILE}, 8
+        tile = {"BT": TWO_BLOCK_TILE, "BT2": _block2_rows(width, block2)}
+        kernel, warps = _tree_gdn_verify_two_block_kernel, 8
     else:
         tp = _pow2(width)
         kernel, tile, warps = _tree_gdn_verify_kernel, {"TP": tp}, 4 if tp <= 32 else (8 if tp <= 64 else 16)

@@ -94,6 +94,7 @@ def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
         ("all_visible", {"ancestors": everything}),
         ("no_records", {"intermediate_state_indices": torch.full_like(inp.rows, -1)}),
         ("too_small", {"intermediate_states_buffer": torch.zeros(inp.bs + 1, inp.width, 1)}),
+        *gtg.variant_launches(inp, ["b2_64"]),  # the two-block kernel's tile: 9 nodes take the single one
     ]
     row = {
         "out_err_vs_sglang": 0.0,
@@ -111,8 +112,31 @@ def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
     assert row["out_err_vs_sglang_no_records"] == 0.0
     assert row["state_err_vs_sglang_no_records"] > gtg.TOL_STATE
     assert "records do not fit" in row["error_too_small"] and "out_err_vs_sglang_too_small" not in row
+    assert "block2 sets the two-block kernel's tile" in row["error_b2_64"]
     assert not gtg.ok_of(row)
     row["variants"].remove("all_visible")
     assert not gtg.ok_of(row)
     row["variants"].remove("no_records")
     assert gtg.ok_of(row)  # the correct ones pass; the one that raised does not count
+
+
+def test_block_2_on_the_full_64_row_tile_agrees_with_its_rows_only_tile_in_the_interpreter(gtg):
+    """65 nodes (block 2 = one node): b2_64 and b2_64_bv64, the two-block kernel's earlier 64-row block 2,
+    give the default launch's outputs and records (its 16-row block 2), the same committed states, and both
+    equal the float64 reference; they are the launches the gdn_wide step times against the default ones."""
+    block = 16
+    inp = gtg.make_inputs(1, 2, 1, 65, seed=78, dev="cpu", dtype=torch.float32, dim=16)
+    o_ref = gtg.compact_verify(inp, block, inp.inter_compact[0])
+    ref_out0 = gtg.reference_output(inp)
+    accepted = gtg.accepted_paths(inp, block)
+    want = gtg.compact_commit(inp, inp.inter_compact, accepted)
+    tried = gtg.variant_launches(inp, ["b2_64", "b2_64_bv64"])
+    assert dict(tried) == {"b2_64": {"block2": 64}, "b2_64_bv64": {"block2": 64, "block_v": 16}}
+    row = {"out_err_vs_sglang": 0.0, "out_err_vs_f64": gtg.max_err(o_ref[0, : inp.width], ref_out0),
+           "state_err_vs_sglang": 0.0, "variants": [key for key, _ in tried]}
+    row.update(gtg.check_variants(inp, tried, block, o_ref, ref_out0, want, accepted))
+    assert row["out_err_vs_f64"] < 1e-4
+    for key, _ in tried:
+        assert row[f"out_err_vs_sglang_{key}"] < 1e-6 and row[f"out_err_vs_f64_{key}"] < 1e-4, key
+        assert row[f"state_err_vs_sglang_{key}"] < 1e-6, key
+    assert gtg.ok_of(row)

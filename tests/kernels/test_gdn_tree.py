@@ -212,7 +212,21 @@ def _last_of_block1(path: list[int]) -> int:
     return max(n for n in path[:-1] if n < gdn_tree.TWO_BLOCK_TILE)
 
 
-WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles)
+def _cross_tree(width: int) -> list[int]:
+    """Block 1 a chain 0..47 with nodes 48..63 on it; in block 2 a chain from node 47 (64, 65, ...) with every
+    third node hung on block 1 instead (nodes 64..T-1 have parents in both blocks, depth up to 64)."""
+    parents = [-1, *range(47)] + [(7 * i) % 47 for i in range(48, 64)]
+    last = 47
+    for i in range(64, width):
+        if i % 3 == 2:
+            parents.append((5 * i) % 64)
+        else:
+            parents.append(last)
+            last = i
+    return parents
+
+
+WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles; block 2 on BT2 rows)
     "deep128_gqa_padding_compact": dict(width=128, kind="deep", bs=3, heads=(2, 4, 16), padding=True,
                                         compact_scratch=True, ancestors=False),
     "deep96_given_ancestors_full_rows": dict(width=96, kind="deep", bs=2, heads=(1, 2, 16), padding=False,
@@ -226,6 +240,17 @@ WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles)
     # K = 64 keeps tf32x3 (below 64 the verify takes exact fp32): the two-block launch caps BV at 16
     "deep112_tf32x3_k64": dict(width=112, kind="deep", bs=1, heads=(1, 2, 64), padding=False,
                                compact_scratch=True, ancestors=False, precision="tf32x3"),
+    # block 2 on 16 rows (65, 72, 80 nodes) and on 64 (97): parents in both blocks, derived and given
+    "deep65_given_ancestors": dict(width=65, kind="deep", bs=2, heads=(2, 4, 16), padding=True,
+                                   compact_scratch=True, ancestors=True),
+    "cross72_parents": dict(width=72, kind="cross", bs=2, heads=(1, 2, 16), padding=False,
+                            compact_scratch=True, ancestors=False),
+    "cross80_given_ancestors": dict(width=80, kind="cross", bs=1, heads=(2, 4, 16), padding=False,
+                                    compact_scratch=False, ancestors=True),
+    "cross97_parents": dict(width=97, kind="cross", bs=1, heads=(1, 2, 16), padding=False,
+                            compact_scratch=True, ancestors=False),
+    "deep97_given_ancestors": dict(width=97, kind="deep", bs=1, heads=(1, 2, 16), padding=False,
+                                   compact_scratch=True, ancestors=True),
 }
 
 
@@ -233,7 +258,8 @@ WIDE = {  # trees of 65..128 nodes: the two-block kernel ([64, 64] tiles)
 def test_trees_wider_than_one_tile_equal_the_node_by_node_recurrence(name):
     """65..128 nodes: outputs, the committed state of the deepest node (its path in both blocks) and a track
     snapshot at the path's last block-1 node equal the float64 recurrence; depth 15 (deep: a DDTREE tree whose
-    depth-15 node is in block 2), 3 (bushy) or 64 (chain: every block-1 node is an ancestor of node 64)."""
+    depth-15 node is in block 2), 3 (bushy), 64 (chain: every block-1 node is an ancestor of node 64) or up to
+    64 (cross: block-2 nodes with parents in block 1 and in block 2)."""
     c = WIDE[name]
     rng = random.Random(SEED + sorted(WIDE).index(name))
     torch.manual_seed(SEED + sorted(WIDE).index(name))
@@ -242,6 +268,10 @@ def test_trees_wider_than_one_tile_equal_the_node_by_node_recurrence(name):
         trees, depth = [_deep_tree(rng, width) for _ in range(c["bs"])], 15
     elif kind == "bushy":
         trees, depth = [_tree(rng, width, 3) for _ in range(c["bs"])], 3
+    elif kind == "cross":
+        trees = [_cross_tree(width) for _ in range(c["bs"])]
+        depth = max(_depths(trees[0]))
+        assert {trees[0][i] < gdn_tree.TWO_BLOCK_TILE for i in range(65, width)} == {True, False}
     else:
         trees, depth = [[-1, *range(width - 1)] for _ in range(c["bs"])], width - 1
     assert max(max(_depths(t)) for t in trees) == depth
@@ -279,6 +309,64 @@ def test_a_given_ancestor_matrix_of_a_wide_tree_is_what_the_outputs_follow():
         got = verify(wrong)
         assert not torch.allclose(derived[node], got[node], atol=1e-4)
         assert torch.allclose(derived[:node], got[:node], atol=1e-6)
+
+
+def _wide_call(width: int, tree: list[int], seed: int) -> dict:
+    """tree_gdn_verify's keywords for one request of `tree` (GQA 2 x 4 heads, K = V = 16), scratch aside."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    q, k, v, a, b, A_log, dt_bias, par = _inputs(rng, 1, width, 2, 4, 16, [tree])
+    return dict(A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=torch.randn(2, 4, 16, 16),
+                cache_indices=torch.tensor([1], dtype=torch.int32), query_start_loc=torch.tensor([0, width]),
+                retrieve_parent_token=par, depth_bound=max(_depths(tree)),
+                intermediate_state_indices=torch.tensor([0], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("width, ancestors", [(65, False), (72, True), (80, False), (97, True), (128, False)])
+def test_block_2_on_its_own_rows_gives_what_the_full_64_row_tile_gives(width, ancestors):
+    """The automatic block-2 tile (16 rows up to 80 nodes, 32 or 64 beyond) and a forced one of 64 rows (the
+    earlier kernel) and of every power of two between: the same outputs and the same records in the scratch
+    rows (what the commit reads), to float tolerance (padding rows only dropped), on a tree with block-2 nodes
+    hung on both blocks."""
+    tree = _cross_tree(width)
+    call = _wide_call(width, tree, SEED + width)
+    if ancestors:
+        call["ancestors"] = torch.from_numpy(visibility_from_parents(np.asarray(tree)))[None]
+    auto = gdn_tree._block2_rows(width, None)
+    assert auto == max(16, 1 << (width - 65).bit_length())
+
+    def verify(block2):
+        scratch = torch.zeros(gdn_tree.compact_scratch_shape(1, 2, width, 4, 16, 16))
+        return gdn_tree.tree_gdn_verify(intermediate_states_buffer=scratch[0], block2=block2, **call), scratch
+
+    out, records = verify(None)
+    ref, _ = gdn_tree.tree_gdn_reference(call["q"][0], call["k"][0], call["v"][0], call["a"], call["b"],
+                                         call["A_log"], call["dt_bias"], call["ssm_states"][1], tree)
+    assert (out[0].double() - ref).abs().max() < 1e-4
+    assert records[0, 0].abs().amax(-1).min() > 0 and not records[0, 1].any()  # every node's row, only ours
+    forced = [b2 for b2 in (16, 32, 64) if b2 >= auto]
+    assert forced[-1] == gdn_tree.TWO_BLOCK_TILE and (auto < 64) == (len(forced) > 1)
+    for block2 in forced:
+        out2, records2 = verify(block2)
+        assert torch.allclose(out2, out, atol=1e-6, rtol=0), block2
+        assert torch.allclose(records2, records, atol=1e-6, rtol=0), block2
+
+
+def test_a_bad_forced_block_2_tile_is_refused():
+    """block2 must cover nodes 64..T-1, be a power of two from 16 (a dot's smallest side) to 64, and
+    applies to the two-block kernel only."""
+    def call(width, block2):
+        tree = [-1, *range(width - 1)]
+        common = _wide_call(width, tree, SEED)
+        return gdn_tree.tree_gdn_verify(intermediate_states_buffer=torch.zeros(1, width, 4, 16, 16),
+                                        block2=block2, **common)
+
+    for width, block2 in ((97, 16), (97, 32), (65, 8), (65, 1), (80, 24), (72, 0), (65, 128)):
+        with pytest.raises(ValueError, match="block2 must be a power of two"):
+            call(width, block2)
+    with pytest.raises(ValueError, match="block2 sets the two-block kernel's tile"):
+        call(33, 64)
+    assert call(97, 64).shape == (1, 97, 4, 16)  # what is allowed runs
 
 
 def test_a_deep_64_node_tree_on_the_single_tile_kernel_is_exact_and_129_nodes_are_refused():

@@ -101,13 +101,16 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
                                                  "BV": bv, "S": 4, "PREC": prec, "THRESHOLD": 20.0,
                                                  "ANC_GIVEN": anc}, 4 if tp <= 32 else 8)
     # 65..128 nodes: the two-block kernel's [64, 64] tiles as tree_gdn_verify launches them (8 warps; tf32x3
-    # with BV 16: 240 KiB at BV 32 does not fit); a single 128-node tile needs 264-288 KiB
-    for heads, prec, bv, anc in (((16, 48), "tf32", 32, False), ((8, 24), "tf32", 32, True),
-                                 ((16, 48), "tf32", SERVER_BV, False),
-                                 ((16, 48), "tf32x3", min(SERVER_BV, 16), False)):
-        comp(G._tree_gdn_verify_two_block_kernel, verify,
-             {"BT": G.TWO_BLOCK_TILE, "H": heads[0], "HV": heads[1], "K": 128, "V": 128, "BV": bv, "S": 4,
-              "PREC": prec, "THRESHOLD": 20.0, "ANC_GIVEN": anc}, 8)
+    # with BV 16: 240 KiB at BV 32 does not fit); a single 128-node tile needs 264-288 KiB. Block 2 on 64 rows
+    # (97..128 nodes, or forced), 16 (65..80: the flagship's budget 64) and 32 (81..96; the server's launch)
+    for heads, prec, bv, anc, rows2 in (((16, 48), "tf32", 32, False, (64, 16)),
+                                        ((8, 24), "tf32", 32, True, (64, 16)),
+                                        ((16, 48), "tf32", SERVER_BV, False, (64, 32, 16)),
+                                        ((16, 48), "tf32x3", min(SERVER_BV, 16), False, (64, 16))):
+        for bt2 in rows2:
+            comp(G._tree_gdn_verify_two_block_kernel, verify,
+                 {"BT": G.TWO_BLOCK_TILE, "BT2": bt2, "H": heads[0], "HV": heads[1], "K": 128, "V": 128,
+                  "BV": bv, "S": 4, "PREC": prec, "THRESHOLD": 20.0, "ANC_GIVEN": anc}, 8)
     commit = {"state": "*fp32", "rec": "*fp32", "state_idx": "*i32", "rec_idx": "*i32", "acc_idx": "*i64",
               "acc_len": "*i32", "track_idx": "*i32", "track_node": "*i64", "T": "i32",
               "s_state_layer": "i64",
@@ -121,14 +124,14 @@ GDN_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
 
 def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory(monkeypatch):
     """The compact GDN tree verify fits an H200 block: the single-tile kernel (<= 64 nodes) and the two-block
-    kernel (65..128 nodes) at the launches tree_gdn_verify makes, with its default block_v and the server's
-    (the payload's CompactTreeVerify)."""
+    kernel (65..128 nodes, block 2 on 16, 32 or 64 rows) at the launches tree_gdn_verify makes, with its
+    default block_v and the server's (the payload's CompactTreeVerify)."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
     from ddtree_sglang import hybrid
 
     script = f"SERVER_BV = {hybrid.CompactTreeVerify.BLOCK_V}\n" + GDN_TREE_SCRIPT
-    assert _compile_for_sm90(script).count("compiled") == 12
+    assert _compile_for_sm90(script).count("compiled") == 17
 
 
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
