@@ -287,14 +287,14 @@ class VerifyScratch:
     `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the
     verify width. Tree verify keeps the conv windows dense (one per token); the chain kernels share one
     [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled). The payload's
-    compact kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed ("" for SGLang's own)."""
+    compact kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed (none for SGLang's own)."""
 
     linear_layers: int
     width: int  # n = max(block size, budget + 1)
     ssm_bytes_per_token: int  # per request, all linear layers
     conv_bytes_per_request: int  # all linear layers, all n tokens
     linear_tp: int
-    kernels: str = ""  # e.g. "DDTREE_GDN_TREE=compact": the payload's compact kernels this scratch assumes
+    kernels: tuple[str, ...] = ()  # e.g. ("DDTREE_GDN_TREE=compact",): the payload's compact kernels assumed
 
     @property
     def per_request(self) -> int:
@@ -323,7 +323,7 @@ def verify_scratch(
     conv_dtype_bytes: int = CONV_DTYPE_BYTES,
     dense_conv: bool = True,
     compact_ssm: bool = False,
-    kernels: str = "",
+    kernels: tuple[str, ...] = (),
 ) -> VerifyScratch:
     """One GPU's scratch (its linear-attention TP shard): HV = value heads / tp, conv_dim = (2 x key heads x
     key dim + value heads x value dim) / tp, as configs/mamba_utils.py Mamba2StateShape.create shards them.
@@ -391,7 +391,7 @@ def _scratch_for(
         conv_dtype_bytes=conv_dtype_bytes(ctx.env if env is None else env),
         dense_conv=plan.dense_conv,
         compact_ssm=plan.compact_ssm_scratch,
-        kernels=" and ".join(
+        kernels=tuple(
             [f"{GDN_TREE}=compact"] * plan.compact_ssm_scratch
             + [f"{CONV_TREE}=compact"] * (plan.conv_compact and not plan.dense_conv)
         ),
@@ -503,9 +503,9 @@ def verify_scratch_fits(ctx: Context):
 
 def _figure(ctx: Context, scratch: VerifyScratch, reqs: int) -> str:
     """The scratch in words: per request, in all, the kernels it assumes and, then, SGLang's own size."""
-    total = scratch.total(reqs)
+    total, kernels = scratch.total(reqs), " and ".join(scratch.kernels)
     figure = (
-        f"DDTREE's recurrent verify scratch{' with ' + scratch.kernels if scratch.kernels else ''}: "
+        f"DDTREE's recurrent verify scratch{' with ' + kernels if kernels else ''}: "
         f"{scratch.per_request / MIB:,.0f} MiB per request "
         f"({scratch.linear_layers} linear layers, verify width {scratch.width}, linear-attention tp "
         f"{scratch.linear_tp}), {total / MIB:,.0f} MiB for {reqs} running requests + 1 slot, per GPU"
@@ -578,8 +578,7 @@ def _largest_budget(ctx: Context, space: float, reqs: int) -> int | None:
 
 def _budget_fix(ctx: Context, scratch: VerifyScratch, budget: int) -> str:
     narrower = _scratch_for(ctx, budget=budget)
-    have = scratch.kernels.split(" and ")
-    added = [k for k in narrower.kernels.split(" and ") if k and k not in have] if narrower else []
+    added = [k for k in narrower.kernels if k not in scratch.kernels] if narrower else []
     if added:  # e.g. the compact GDN verify, where the compact conv runs at either budget
         return f"set speculative-ddtree-budget: {budget} (then the {' and '.join(added)} kernels apply)"
     return f"set speculative-ddtree-budget: {budget}"
