@@ -852,6 +852,10 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         derive = mk("ddtree-b32-g1-derive", "DDTREE", True, 32, oracle=True)
         derive.extra_env = {"DDTREE_GDN_ANCESTORS": "derive"}
         wave2.append(derive)
+        # 65 nodes with the two-block kernel's block 2 on its own rows (opt-in until this server's H200 run)
+        rows = mk("ddtree-b64-g1-rows", "DDTREE", True, 64, oracle=True)
+        rows.extra_env = {"DDTREE_GDN_BLOCK2": "rows"}
+        wave2.append(rows)
         # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
         # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor
         extras = ("dflash-g0", "dflash-g1", "ddtree-b15-g0", "ddtree-b32-g1")

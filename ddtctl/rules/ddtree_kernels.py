@@ -17,6 +17,9 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              turns it off) the compact GDN verify's ancestor matrix built once per verify
                              forward and shared by the layers' kernel calls; read only with the compact GDN
                              verify.
+  DDTREE_GDN_BLOCK2=rows     (default "full"; hybrid.py BLOCK2_DEFAULT, opt-in until its H200 run) the
+                             compact GDN verify of 65..128 nodes with block 2 on its own rows (16 at 65 nodes)
+                             instead of a full 64-row tile; read only with the compact GDN verify.
   DDTREE_CONV_TREE=compact   (the default; hybrid.py conv_compact_wanted, CONV_TREE_DEFAULT; "sglang"
                              turns it off) the compact tree conv, which keeps SGLang's deduplicated
                              conv-window layout (hybrid.py dense_conv_windows).
@@ -45,6 +48,10 @@ GDN_TREE, CONV_TREE, PRECISION = "DDTREE_GDN_TREE", "DDTREE_CONV_TREE", "DDTREE_
 # ancestor matrix once per verify forward (any other value: each layer's kernel derives it, "derive" by name)
 ANCESTORS = "DDTREE_GDN_ANCESTORS"
 ANCESTORS_CHOICES = ("derive", "shared")
+# hybrid.py CompactTreeVerify: "rows" sizes the two-block kernel's block 2 to its nodes (any other value: the
+# full 64-row tile, "full" by name)
+BLOCK2 = "DDTREE_GDN_BLOCK2"
+BLOCK2_CHOICES = ("full", "rows")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
 VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
@@ -189,7 +196,7 @@ def _verify_width(ctx: Context) -> int:
 
 
 def _uses_switches(ctx: Context) -> bool:
-    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, ANCESTORS, VERIFY_ATTN))
+    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, ANCESTORS, BLOCK2, VERIFY_ATTN))
 
 
 @rule(
@@ -213,7 +220,8 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     SSM states in the verify scratch, ~60 x smaller on Qwen3.6-27B; `sglang` keeps SGLang's kernel),
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee),
     `DDTREE_GDN_ANCESTORS` (shared by default: its ancestor matrix built once per verify forward and shared
-    by the layers; `derive` has every layer's kernel call derive it) and
+    by the layers; `derive` has every layer's kernel call derive it), `DDTREE_GDN_BLOCK2` (`rows`, opt-in:
+    the 65..128-node kernel's second block on its own rows instead of a full 64-row tile) and
     `DDTREE_CONV_TREE` (compact by default: the compact tree conv, one input per node in SGLang's
     deduplicated conv-window layout, bit-equal to SGLang's tree conv on the H200; `sglang` keeps SGLang's).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
@@ -223,15 +231,16 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     kernel (and a precision other than these reaches Triton's dots untried). A switch set to compact that
     cannot take effect is a warning naming the reason, SGLang's kernel running instead: not DDTREE, the unsafe
     chain mode, a model without Gated-DeltaNet layers, non-float32 SSM states or a verify width above 128
-    (compact GDN verify only); so is a precision or an ancestor mode without the compact GDN verify, which
-    alone reads them. Under --enable-unified-memory the kernels run but the unified pool's scratch
-    keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is read (not
-    a host's inventory env)."""
+    (compact GDN verify only); so is a precision, an ancestor mode or a block-2 tile without the compact
+    GDN verify, which alone reads them. Under --enable-unified-memory the kernels run but the unified pool's
+    scratch keeps full size (info). The switches are choices: no automatic fix. Only the profile's `env:` is
+    read (not a host's inventory env)."""
     switches = (
         (GDN_TREE, KERNEL_CHOICES),
         (CONV_TREE, KERNEL_CHOICES),
         (PRECISION, PRECISION_CHOICES),
         (ANCESTORS, ANCESTORS_CHOICES),
+        (BLOCK2, BLOCK2_CHOICES),
         (VERIFY_ATTN, VERIFY_ATTN_CHOICES),
     )
     for name, choices in switches:
@@ -264,6 +273,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     for name, used in (
         (PRECISION, ctx.env.get(PRECISION) in PRECISION_CHOICES),
         (ANCESTORS, ctx.env.get(ANCESTORS) in ANCESTORS_CHOICES),
+        (BLOCK2, ctx.env.get(BLOCK2) in BLOCK2_CHOICES),
     ):
         if used and switch(ctx.env, GDN_TREE) != "compact":
             yield _unused_with_gdn_verify(name, reason or f"{GDN_TREE} is not compact")
@@ -292,6 +302,7 @@ def _kept(name: str, reason: str) -> Hit:
 _SETS = {
     PRECISION: "the compact GDN tree verify's precision",
     ANCESTORS: "how the compact GDN tree verify gets its ancestor matrix",
+    BLOCK2: "the compact GDN tree verify's second block of 65..128 nodes",
 }
 
 

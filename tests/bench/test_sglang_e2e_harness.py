@@ -301,6 +301,8 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     assert servers["ddtree-b15-g1-sglanggdn"].extra_env == {"DDTREE_GDN_TREE": "sglang"}
     assert servers["ddtree-b32-g1-sglangconv"].extra_env == {"DDTREE_CONV_TREE": "sglang"}
     assert servers["ddtree-b32-g1-derive"].extra_env == {"DDTREE_GDN_ANCESTORS": "derive"}
+    assert servers["ddtree-b64-g1-rows"].extra_env == {"DDTREE_GDN_BLOCK2": "rows"}
+    assert servers["ddtree-b64-g1-rows"].budget == 64  # 65 nodes: the two-block kernel
 
 
 def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):

@@ -77,6 +77,7 @@ def _of(result, rule_id):
         ("DDTREE_CONV_TREE", "on", "sglang, compact"),
         ("DDTREE_GDN_TREE_PRECISION", "fp64", "tf32, tf32x3, ieee"),
         ("DDTREE_GDN_ANCESTORS", "Shared", "derive, shared"),  # hybrid.py compares with "shared" exactly
+        ("DDTREE_GDN_BLOCK2", "16", "full, rows"),  # hybrid.py compares with "rows" exactly
     ],
 )
 def test_an_unknown_value_is_an_error_at_the_env_key(name, value, allowed):
@@ -97,6 +98,8 @@ def test_known_values_that_take_effect_are_quiet():
         {"DDTREE_GDN_ANCESTORS": "derive"},
         {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_ANCESTORS": "derive"},
         {"DDTREE_GDN_TREE": "sglang"},  # the ancestor mode unset: nothing to warn of
+        {"DDTREE_GDN_BLOCK2": "rows"},
+        {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_BLOCK2": "full"},
         {"NCCL_P2P_LEVEL": "SYS"},
         {},
     ):
@@ -231,17 +234,24 @@ def test_a_precision_without_the_compact_verify_is_unused():
         ),
     ],
 )
-@pytest.mark.parametrize("mode", ["shared", "derive"])
-def test_an_ancestor_mode_without_the_compact_verify_is_a_warning_with_the_reason(env, server, reason, mode):
-    doc, r = _validate({**env, "DDTREE_GDN_ANCESTORS": mode}, **server)
+@pytest.mark.parametrize("name, mode, sets", [
+    ("DDTREE_GDN_ANCESTORS", "shared", "how the compact GDN tree verify gets its ancestor matrix"),
+    ("DDTREE_GDN_ANCESTORS", "derive", "how the compact GDN tree verify gets its ancestor matrix"),
+    ("DDTREE_GDN_BLOCK2", "rows", "the compact GDN tree verify's second block of 65..128 nodes"),
+    ("DDTREE_GDN_BLOCK2", "full", "the compact GDN tree verify's second block of 65..128 nodes"),
+])
+def test_a_gdn_verify_setting_without_the_compact_verify_is_a_warning_with_the_reason(
+    env, server, reason, name, mode, sets
+):
+    doc, r = _validate({**env, name: mode}, **server)
     (f,) = _of(r, "DDT116")
-    assert f.severity == "warning" and f.key == "env.DDTREE_GDN_ANCESTORS", f.message
+    assert f.severity == "warning" and f.key == f"env.{name}", f.message
     assert reason in f.message
-    assert f.message.startswith("DDTREE_GDN_ANCESTORS has no effect: it sets how the compact GDN tree")
-    assert f.line == doc.lines["env.DDTREE_GDN_ANCESTORS"] and f.edits == {}
-    # unset, the mode (shared by default) warns of nothing: a default that cannot apply is no one's mistake
+    assert f.message.startswith(f"{name} has no effect: it sets {sets}, which does not run")
+    assert f.line == doc.lines[f"env.{name}"] and f.edits == {}
+    # unset, the setting warns of nothing: a default that cannot apply is no one's mistake
     _, r = _validate(env, **server)
-    assert not [x for x in _of(r, "DDT116") if x.key == "env.DDTREE_GDN_ANCESTORS"]
+    assert not [x for x in _of(r, "DDT116") if x.key == f"env.{name}"]
 
 
 def test_shared_ancestors_with_a_kept_compact_verify_asked_for_by_name_give_one_finding():
@@ -259,6 +269,16 @@ def test_the_ancestor_switchs_values_are_the_payloads(hybrid, monkeypatch):
         assert hybrid.shared_ancestors_wanted() is (value == "shared")
     monkeypatch.delenv(ANCESTORS)
     assert hybrid.shared_ancestors_wanted() and hybrid.ANCESTORS_DEFAULT == "shared"  # the default since 2026-12-01
+
+
+def test_the_block2_switchs_values_are_the_payloads(hybrid, monkeypatch):
+    """"rows" sizes block 2 to its nodes, "full" (hybrid.py BLOCK2_DEFAULT until the H200 run) keeps 64 rows."""
+    from ddtctl.rules.ddtree_kernels import BLOCK2, BLOCK2_CHOICES
+
+    assert BLOCK2_CHOICES == ("full", "rows") and hybrid.BLOCK2_DEFAULT == "full"
+    for value in BLOCK2_CHOICES:
+        monkeypatch.setenv(BLOCK2, value)
+        assert hybrid.CompactTreeVerify(depth_bound=4).full_block2 is (value == "full")
 
 
 def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():

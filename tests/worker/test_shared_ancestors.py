@@ -208,3 +208,41 @@ def test_unset_the_matrix_is_shared(monkeypatch):
     assert kernel.ancestors is not None
     _forward(kernel, [_layer(gen, 2, 9) for _ in range(2)], _parents([_random_tree(rng, 9, 4)] * 2, rng))
     assert hybrid.STATE["ancestor_builds"] == 1
+
+
+@pytest.mark.parametrize("switch, width, want", [
+    (None, 65, 64), ("full", 65, 64), ("Rows", 65, 64),  # the full 64-row block 2 unless "rows" exactly
+    ("rows", 65, None), ("rows", 97, None),  # the kernel's own choice: block 2 on its rows
+    (None, 33, None), ("rows", 64, None),  # one tile: no block 2 to size
+])
+def test_the_block2_switch_reaches_the_two_block_kernel_only(monkeypatch, switch, width, want):
+    """DDTREE_GDN_BLOCK2 (hybrid.py BLOCK2_DEFAULT "full": the tile the H200 servers ran exact) sets the compact
+    verify's block-2 tile at 65..128 nodes; the kernel refuses a block2 at <= 64 nodes, so none is passed there."""
+    real, seen = hybrid._gdn_tree(), []
+
+    def spy(**kw):
+        seen.append(kw["block2"])
+        return torch.zeros(1)
+
+    if switch is None:
+        monkeypatch.delenv("DDTREE_GDN_BLOCK2", raising=False)
+    else:
+        monkeypatch.setenv("DDTREE_GDN_BLOCK2", switch)
+    rng, gen = random.Random(SEED + 5), torch.Generator().manual_seed(SEED + 5)
+    layers, kernel = [_layer(gen, 1, width)], _kernel(monkeypatch, "derive", 15)
+    monkeypatch.setattr(hybrid, "_gdn_tree", lambda: SimpleNamespace(
+        MAX_SINGLE_TILE=real.MAX_SINGLE_TILE, TWO_BLOCK_TILE=real.TWO_BLOCK_TILE, tree_gdn_verify=spy))
+    _forward(kernel, layers, _parents([_random_tree(rng, width, 15)], rng))
+    assert seen == [want]
+
+
+def test_both_block2_tiles_give_the_same_outputs_and_records(monkeypatch):
+    rng, gen = random.Random(SEED + 6), torch.Generator().manual_seed(SEED + 6)
+    trees, layers = [_random_tree(rng, 65, 15)], [_layer(gen, 1, 65)]
+    parents = _parents(trees, rng)
+    got = {}
+    for switch in ("full", "rows"):
+        monkeypatch.setenv("DDTREE_GDN_BLOCK2", switch)
+        got[switch] = _forward(_kernel(monkeypatch, "derive", 15), layers, parents)
+    for (out, rec), (out_full, rec_full) in zip(got["rows"], got["full"], strict=True):
+        assert torch.allclose(out, out_full, atol=1e-6) and torch.allclose(rec, rec_full, atol=1e-6)
