@@ -75,6 +75,14 @@ def test_the_default_launch_still_decides(gtg):
     assert gtg.ok_of(dict(ROW, variants=[]))
 
 
+def _default_launch(gtg, inp, block: int):
+    """The default compact launch's outputs, the float64 outputs of request 0, the accepted paths and the states
+    a commit of them gives: what check_variants holds every variant to."""
+    o_ref = gtg.compact_verify(inp, block, inp.inter_compact[0])
+    accepted = gtg.accepted_paths(inp, block)
+    return o_ref, gtg.reference_output(inp), accepted, gtg.compact_commit(inp, inp.inter_compact, accepted)
+
+
 def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
     """Small fp32 shapes (K = V = 32, two requests of 9 nodes); the default compact launch stands in for
     SGLang's kernel and its commit for SGLang's scatter. 16-wide value tiles, the ancestor matrix given and
@@ -83,10 +91,7 @@ def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
     states, as the records are zeroed first; a scratch too small for the records raises and is reported."""
     block = 16
     inp = gtg.make_inputs(1, 2, 2, 9, seed=77, dev="cpu", dtype=torch.float32, dim=32)
-    o_ref = gtg.compact_verify(inp, block, inp.inter_compact[0])
-    ref_out0 = gtg.reference_output(inp)
-    accepted = gtg.accepted_paths(inp, block)
-    want = gtg.compact_commit(inp, inp.inter_compact, accepted)
+    o_ref, ref_out0, accepted, want = _default_launch(gtg, inp, block)
     everything = torch.ones(inp.bs, inp.width, inp.width, dtype=torch.bool)
     tried = [
         *gtg.variant_launches(inp, ["anc", "scratch"]),
@@ -126,10 +131,7 @@ def test_block_2_on_the_full_64_row_tile_agrees_with_its_rows_only_tile_in_the_i
     equal the float64 reference; they are the launches the gdn_wide step times against the default ones."""
     block = 16
     inp = gtg.make_inputs(1, 2, 1, 65, seed=78, dev="cpu", dtype=torch.float32, dim=16)
-    o_ref = gtg.compact_verify(inp, block, inp.inter_compact[0])
-    ref_out0 = gtg.reference_output(inp)
-    accepted = gtg.accepted_paths(inp, block)
-    want = gtg.compact_commit(inp, inp.inter_compact, accepted)
+    o_ref, ref_out0, accepted, want = _default_launch(gtg, inp, block)
     tried = gtg.variant_launches(inp, ["b2_64", "b2_64_bv64"])
     assert dict(tried) == {"b2_64": {"block2": 64}, "b2_64_bv64": {"block2": 64, "block_v": 16}}
     row = {"out_err_vs_sglang": 0.0, "out_err_vs_f64": gtg.max_err(o_ref[0, : inp.width], ref_out0),
