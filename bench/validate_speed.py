@@ -6,7 +6,8 @@ Prints one table. Columns measured side by side in this run:
   - SGLang 0.5.23's own prepare_server_args + resolve_once over the same profiles, in one process of the managed env
     (import + all resolves), when the env exists (`ddtctl env create`); otherwise that column says "n/a".
 Also checks with `python -X importtime` that the validate path imports no torch, sglang or paramiko.
-Goals (issue #2): 1 profile < 0.15 s, 50 profiles < 0.4 s.
+  - ddtctl validate --format json of one hostile 1 MB profile of ~29k unknown keys (every key reported), 3 runs.
+Goals (issue #2): 1 profile < 0.15 s, 50 profiles < 0.4 s; (issue #14) the 1 MB profile < 5 s.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ def make_profiles(root: Path, n: int) -> list[Path]:
         path.write_text(text)
         out.append(path)
     return out
+
+
+def make_hostile_profile(path: Path, size: int = 1_000_000) -> Path:
+    """A profile of one unknown server key per line, `size` bytes in all (issue #14 defect 11)."""
+    lines, total, i = ["name: t", "model: {path: /m}", "server:"], 40, 0
+    while total < size - 64:
+        lines.append(f"  unknown-flag-number-{i}: {i}")
+        total += len(lines[-1]) + 1
+        i += 1
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def time_cmd(cmd: list[str], runs: int, env=None) -> float:
@@ -109,19 +121,24 @@ def main() -> None:
                                   dict(env, DDTCTL_NO_FASTPATH="1"))
             sg = sglang_time(paths)
             rows.append((label, fast, typer_path, sg, goal))
+        hostile = [str(make_hostile_profile(tmp / "hostile.yaml"))]
+        json_cmd = [ddtctl, "validate", "--format", "json", *hostile]
+        hostile_runs = min(3, args.runs)
+        rows.append(("1 MB unknown keys", time_cmd(json_cmd, hostile_runs, env),
+                     time_cmd(json_cmd, hostile_runs, dict(env, DDTCTL_NO_FASTPATH="1")), None, 5.0))
         heavy = heavy_imports()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"python -c pass (floor): {bare * 1000:.0f} ms; runs per cell: {args.runs} (median)")
     print(f"heavy imports on the validate path: {', '.join(heavy) if heavy else 'none (no torch, sglang, paramiko)'}")
     print()
-    print(f"| {'case':<12} | {'ddtctl validate':>16} | {'via typer (no fast path)':>24} | {'SGLang parse+resolve':>21} "
+    print(f"| {'case':<17} | {'ddtctl validate':>16} | {'via typer (no fast path)':>24} | {'SGLang parse+resolve':>21} "
           f"| {'goal':>6} | {'met':>4} | {'SGLang / ddtctl':>15} |")
-    print(f"|{'-' * 14}|{'-' * 18}|{'-' * 26}|{'-' * 23}|{'-' * 8}|{'-' * 6}|{'-' * 17}|")
+    print(f"|{'-' * 19}|{'-' * 18}|{'-' * 26}|{'-' * 23}|{'-' * 8}|{'-' * 6}|{'-' * 17}|")
     for label, fast, typer_path, sg, goal in rows:
         sg_cell = f"{sg:.2f} s" if sg is not None else "n/a (no env)"
         ratio = f"{sg / fast:.0f}x" if sg is not None else "n/a"
-        print(f"| {label:<12} | {fast * 1000:>13.0f} ms | {typer_path * 1000:>21.0f} ms | {sg_cell:>21} "
+        print(f"| {label:<17} | {fast * 1000:>13.0f} ms | {typer_path * 1000:>21.0f} ms | {sg_cell:>21} "
               f"| {goal:>4.2f} s | {'yes' if fast < goal else 'no':>4} | {ratio:>15} |")
 
 

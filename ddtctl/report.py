@@ -138,19 +138,30 @@ class FindingRecord:
         return asdict(self)
 
 
+def line_first_columns(key_columns: dict[str, tuple[int, int]]) -> dict[int, int]:
+    """Line -> the column of that line's first key, from a document's key columns."""
+    firsts: dict[int, int] = {}
+    for line, column in key_columns.values():
+        if column < firsts.get(line, column + 1):
+            firsts[line] = column
+    return firsts
+
+
 def finding_record(
     finding: Any,
     *,
     file: str | None,
     key_columns: dict[str, tuple[int, int]] | None = None,
+    first_columns: dict[int, int] | None = None,
 ) -> FindingRecord:
     """A rule-engine Finding (ddtctl.rules.engine) as a record. `key_columns` ("server.tp-size" -> (line,
     column)) places its column: the finding's own key's when that key is on the finding's line (two keys of a
-    one-line flow map each get their own), else the line's first key's."""
+    one-line flow map each get their own), else the line's first key's. Callers that turn many findings of one
+    document into records pass `first_columns(key_columns)` too, so each record costs O(1), not O(keys)."""
     line = finding.line
     known = key_columns or {}
-    on_line = [col for at, col in known.values() if at == line] if line else []
-    column = min(on_line) if on_line else None
+    firsts = first_columns if first_columns is not None else line_first_columns(known)
+    column = firsts.get(line) if line else None
     for path in (f"server.{finding.key}", str(finding.key)) if finding.key and line else ():
         if path in known and known[path][0] == line:
             column = known[path][1]

@@ -43,10 +43,13 @@ class ValidationResult:
 
     def as_json(self) -> dict[str, Any]:
         """One profile's part of `validate --format json` (ddtctl.report: findings have one shape)."""
-        from ddtctl.report import finding_record
+        from ddtctl.report import finding_record, line_first_columns
+
+        firsts = line_first_columns(self.key_columns)
 
         def record(f: Finding) -> dict[str, Any]:
-            return finding_record(f, file=self.path, key_columns=self.key_columns).to_json()
+            rec = finding_record(f, file=self.path, key_columns=self.key_columns, first_columns=firsts)
+            return rec.to_json()
 
         return {
             "source": self.source,

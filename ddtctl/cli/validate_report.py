@@ -79,7 +79,7 @@ def _line_column(path: str | None, where: str | None) -> tuple[int | None, int |
 
 def _print_annotations(results) -> None:
     """--format github: one workflow command per finding (and per profile that could not be read)."""
-    from ddtctl.report import FindingRecord, finding_record, github_annotation
+    from ddtctl.report import FindingRecord, finding_record, github_annotation, line_first_columns
 
     lines = []
     for r in results:
@@ -107,8 +107,10 @@ def _print_annotations(results) -> None:
                     )
                 )
             )
+        firsts = line_first_columns(r.key_columns)
         lines += [
-            github_annotation(finding_record(f, file=r.path, key_columns=r.key_columns)) for f in r.findings
+            github_annotation(finding_record(f, file=r.path, key_columns=r.key_columns, first_columns=firsts))
+            for f in r.findings
         ]
     sys.stdout.write("".join(line + "\n" for line in lines))
 

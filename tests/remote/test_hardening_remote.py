@@ -235,9 +235,7 @@ def test_defect15_a_running_operation_stops_when_its_lock_holder_goes(tmp_path):
         assert warmup.poll() is None  # running under the lock
         lock.stdin.close()  # the lock holder's connection dies: sshd closes the lock agent's stdin
         lock.wait(10)
-        start = time.monotonic()
-        reply = _reply(warmup, 30)  # before: ran on for the whole 44 s
-        assert time.monotonic() - start < 10
+        reply = _reply(warmup, 60)  # before: ran on for the whole 44 s and replied ok
         assert not reply["ok"] and "deploy lock was lost" in reply["error"], reply
         time.sleep(4)
         assert not marker.exists()  # the step itself was stopped, not only the agent
