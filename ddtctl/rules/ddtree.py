@@ -16,6 +16,7 @@ from ddtctl.rules.ddtree_kernels import (
     COMPACT_MAX_WIDTH,
     CONV_TREE,
     GDN_TREE,
+    SGLANG_KERNELS,
     conv_dtype_bytes,
     kernel_plan,
     record_floats,
@@ -520,7 +521,7 @@ def _figure(ctx: Context, scratch: VerifyScratch, reqs: int) -> str:
 
 def _without_switches(env: dict[str, str]) -> dict[str, str]:
     """The server's environment with SGLang's own kernels (both compact kernels are the defaults)."""
-    return {**env, GDN_TREE: "sglang", CONV_TREE: "sglang"}
+    return {**env, **SGLANG_KERNELS}
 
 
 def _compact_option(ctx: Context, scratch: VerifyScratch, space: float, reqs: int) -> str | None:

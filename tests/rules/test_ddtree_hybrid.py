@@ -9,6 +9,7 @@ import pytest
 
 from ddtctl.model_facts import read_model_facts
 from ddtctl.rules.ddtree import MIB, verify_scratch
+from ddtctl.rules.ddtree_kernels import SGLANG_KERNELS
 from ddtctl.validate import validate_argv
 
 MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"
@@ -82,9 +83,8 @@ def test_allow_hybrid_unsafe_alone_is_a_warning():
 # the compact GDN verify (the default) takes at most 128 nodes: budget 127 brings it in
 COMPACT_AT_127 = "set speculative-ddtree-budget: 127 (then the DDTREE_GDN_TREE=compact kernels apply)"
 SGLANG_GDN = {"DDTREE_GDN_TREE": "sglang"}  # the server keeps SGLang's GDN tree kernel and its full states
-# ... and SGLang's tree conv with its dense windows (the default compact tree conv: deduplicated windows)
+# ... or SGLang's tree conv with its dense windows (the default compact tree conv: deduplicated windows)
 SGLANG_CONV = {"DDTREE_CONV_TREE": "sglang"}
-SGLANG_KERNELS = {**SGLANG_GDN, **SGLANG_CONV}
 QWEN36_27B = dict(linear_layers=48, num_key_heads=16, num_value_heads=48, key_head_dim=128, value_head_dim=128,
                   conv_kernel=4)
 

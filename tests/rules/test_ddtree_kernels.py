@@ -14,6 +14,7 @@ import pytest
 from ddtctl.profile import parse_profile_text
 from ddtctl.report import finding_record
 from ddtctl.rules.ddtree import MIB, verify_scratch
+from ddtctl.rules.ddtree_kernels import SGLANG_KERNELS
 from ddtctl.validate import validate_document
 
 REPO = Path(__file__).resolve().parents[2]
@@ -291,8 +292,6 @@ def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():
 
 
 # -- DDT114 with the compact kernels -------------------------------------------------------------------------
-SGLANG_KERNELS = {"DDTREE_GDN_TREE": "sglang", "DDTREE_CONV_TREE": "sglang"}
-
 
 def test_the_scratch_names_the_kernels_it_assumes_and_sglangs_size():
     _, stock = _validate(SGLANG_KERNELS)
