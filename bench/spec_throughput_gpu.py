@@ -21,7 +21,8 @@ Per server and batch (1, 8, 32 concurrent requests of `--new-tokens` greedy toke
 measured batch after a warm-up batch, tokens/s, mean accepted length (the server's own spec_accept_length) and
 ms/step = wall / verify steps of the slowest request (plain: / tokens).
 `--profile` asks SGLang's /start_profile for a few decode steps of one DFLASH and one DDTREE server (batch 1) and
-keeps the top kernels/ops by self time.
+keeps the top kernels/ops by self time, plus GPU time per step by kind (GEMM, attention, GDN, conv, ...) and the
+GPU's busy time against the window: the side-by-side table says where DDTREE's extra step time goes.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class Bench:
     startup_s: float | None = None
     results: dict = field(default_factory=dict)  # batch -> measurement
     profile: list | None = None
+    profile_kinds: dict | None = None  # GPU time per step by kind of kernel (kernel_kinds)
     extra_args: list = field(default_factory=list)  # e.g. --disable-overlap-schedule
     extra_env: dict = field(default_factory=dict)  # e.g. DDTREE_GDN_TREE=compact
     # "" | "sync" | "sglanggdn" | "extend" | "compact" | "anc": a DDTREE configuration beside the default
@@ -246,6 +248,7 @@ def profile(b: Bench, req: list[int], steps: int) -> None:
         load.join(timeout=120)
         time.sleep(2)
         b.profile = summarise_traces(trace_dir)
+        b.profile_kinds = kernel_kinds(trace_dir, steps)
     except Exception as exc:  # noqa: BLE001
         b.profile = [{"error": f"{type(exc).__name__}: {exc}"}]
 
@@ -273,6 +276,80 @@ def summarise_traces(trace_dir: Path, top: int = 40) -> list[dict]:
     rows = [{"cat": c, "name": n, "total_us": t, "count": k} for (c, n), (t, k) in totals.items()]
     rows.sort(key=lambda r: -r["total_us"])
     return rows[:top]
+
+
+# What a GPU kernel is, by its name (first match wins): the step's cost by kind, DFLASH beside DDTREE
+KERNEL_KINDS = (
+    ("gemm", r"nvjet|gemm|cutlass|splitKreduce|cublas|sm90_xmma"),
+    ("gdn", r"delta_rule|gdn"),
+    ("conv", r"conv"),
+    ("attention", r"_fwd_kernel|attn|attention|prefix_partials|tree_combine|flash|merge_state|decode_kernel|fmha"),
+    ("ddtree prep", r"_build_kernel|_compile_kernel|_follow_kernel|_move_chain_rows|_tree_parents"),
+    ("norm", r"norm|MeanOps"),
+    ("sample/topk", r"topk|sort|softmax|argmax|sampling|radix|scan|cumsum"),
+    ("copy/elementwise", r"elementwise|copy|memcpy|memset|fill|index|scatter|gather|cat_|Memcpy|Memset"),
+)
+
+
+def kernel_kind(name: str) -> str:
+    import re
+
+    return next((kind for kind, pattern in KERNEL_KINDS if re.search(pattern, name)), "other")
+
+
+def kernel_kinds(trace_dir: Path, steps: int) -> dict:
+    """GPU time per step (us) by kind of kernel, and the GPU's busy time (overlapping kernels of several streams
+    counted once) against the window from the first kernel's start to the last one's end, per step."""
+    import gzip
+
+    per_kind: dict[str, float] = {}
+    spans: list[tuple[float, float]] = []
+    files = 0
+    for path in sorted(trace_dir.rglob("*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+        events = [ev for ev in (doc.get("traceEvents", []) if isinstance(doc, dict) else doc)
+                  if ev.get("ph") == "X" and ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in ev]
+        if not events:
+            continue
+        files += 1  # one trace per TP rank: per-step figures are per rank
+        for ev in events:
+            kind = kernel_kind(str(ev.get("name", ""))) if ev["cat"] == "kernel" else "copy/elementwise"
+            per_kind[kind] = per_kind.get(kind, 0.0) + float(ev["dur"])
+            spans.append((float(ev.get("ts", 0.0)), float(ev.get("ts", 0.0)) + float(ev["dur"])))
+    spans.sort()
+    busy, window, end = 0.0, 0.0, None
+    for start, stop in spans:
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    if spans:
+        window = max(stop for _, stop in spans) - spans[0][0]
+    per = max(1, steps) * max(1, files)
+    return {"steps": steps, "ranks": files, "kinds": {k: v / per for k, v in per_kind.items()},
+            "busy_us": busy / per, "window_us": window / per}
+
+
+def kinds_table(benches: list[Bench]) -> str:
+    """The profiled servers side by side: ms per step by kernel kind, GPU busy and the trace window."""
+    cols = [b for b in benches if b.profile_kinds]
+    if not cols:
+        return ""
+    kinds = [k for k, _ in KERNEL_KINDS] + ["other"]
+    width = max(14, *(len(b.name) for b in cols))
+    lines = [f"{'ms per step':<18}" + "".join(f"{b.name:>{width + 2}}" for b in cols),
+             "-" * (18 + (width + 2) * len(cols))]
+    for kind in kinds:
+        values = [b.profile_kinds["kinds"].get(kind, 0.0) / 1000 for b in cols]
+        if any(values):
+            lines.append(f"{kind:<18}" + "".join(f"{v:>{width + 2}.2f}" for v in values))
+    for label, key in (("GPU busy", "busy_us"), ("trace window", "window_us")):
+        lines.append(f"{label:<18}" + "".join(f"{b.profile_kinds[key] / 1000:>{width + 2}.2f}" for b in cols))
+    return "\n".join(lines)
 
 
 def profiled(b: Bench, args) -> bool:
@@ -520,6 +597,7 @@ def main() -> int:
     (OUT / "spec_throughput.json").write_text(json.dumps(
         {"meta": meta, "rows": rows, "servers": [{"name": b.name, "status": b.status, "error": b.error,
                                                   "startup_s": b.startup_s, "argv": b.argv, "profile": b.profile,
+                                                  "profile_kinds": b.profile_kinds,
                                                   "gdn_tree_kernel": b.gdn_tree_kernel,
                                                   "results": b.results} for b in benches]}, default=str))
     (OUT / "spec_throughput_table.txt").write_text(text + "\n")
@@ -531,6 +609,10 @@ def main() -> int:
             for p in b.profile[:30]:
                 print(f"  {p.get('total_us', 0):>12.0f} {p.get('count', 0):>6} {p.get('cat', '')[:12]:<12} "
                       f"{p.get('name', p.get('error', ''))}", flush=True)
+    by_kind = kinds_table(benches)
+    if by_kind:
+        print("\nGPU time per step by kind of kernel (profiled steps; busy = any kernel running):\n" + by_kind,
+              flush=True)
     kernels = {b.name: b.gdn_tree_kernel for b in benches if b.gdn_tree_kernel}
     if kernels:
         print("GDN tree kernel: " + ", ".join(f"{k}={v}" for k, v in kernels.items()), flush=True)

@@ -179,3 +179,32 @@ def test_only_this_runs_server_logs_come_back(st, tmp_path, monkeypatch):
     assert sorted(p.name for p in written) == ["dflash-calibrated.first.log", "dflash-calibrated.log"]
     kept = (tmp_path / "out" / "dflash-calibrated.log").read_text().splitlines()
     assert kept[0] == "line 20" and kept[-1] == "line 99"
+
+
+def test_kernel_kinds_name_the_step_costs_of_both_algorithms(st):
+    names = {"nvjet_sm90_tst_384x72_64x3_4x1_v_bz_coopA_TNT": "gemm", "cublasLt::splitKreduce_kernel<32>": "gemm",
+             "_tree_gdn_verify_two_block_kernel": "gdn", "fused_sigmoid_gating_delta_rule_update_kernel": "gdn",
+             "_tree_gdn_commit_kernel": "gdn", "_tree_conv_verify_kernel": "conv", "_tree_conv_commit_kernel": "conv",
+             "_causal_conv1d_update_kernel": "conv", "_fwd_kernel": "attention", "_prefix_partials_kernel": "attention",
+             "_tree_combine_kernel": "attention", "_layer_norm_fwd_1pass_kernel": "norm",
+             "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<flo": "norm",
+             "_topk_pass1": "sample/topk", "_build_kernel": "ddtree prep", "_follow_kernel": "ddtree prep",
+             "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda": "copy/elementwise",
+             "something_new": "other"}
+    assert {n: st.kernel_kind(n) for n in names} == names
+
+
+def test_kernel_kinds_count_overlapping_streams_once_per_step(st, tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "nvjet_a", "ts": 0.0, "dur": 10.0},
+              {"ph": "X", "cat": "kernel", "name": "_fwd_kernel", "ts": 5.0, "dur": 10.0},  # overlaps: busy 0..15
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 30.0, "dur": 2.0},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 100.0}]  # host side: not GPU time
+    (tmp_path / "TP-0.trace.json").write_text(json.dumps({"traceEvents": events}))
+    got = st.kernel_kinds(tmp_path, steps=2)
+    assert got["kinds"] == {"gemm": 5.0, "attention": 5.0, "copy/elementwise": 1.0}
+    assert (got["busy_us"], got["window_us"], got["ranks"]) == (8.5, 16.0, 1)
+    a, b = st.Bench("dflash-x", "DFLASH", None, "random", 1), st.Bench("ddtree-b64-x", "DDTREE", 64, "random", 2)
+    a.profile_kinds, b.profile_kinds = got, dict(got, kinds={"gemm": 5000.0, "gdn": 3230.0})
+    text = st.kinds_table([a, b])
+    gdn = next(line for line in text.splitlines() if line.startswith("gdn"))
+    assert gdn.split() == ["gdn", "0.00", "3.23"] and "GPU busy" in text and "trace window" in text
