@@ -38,17 +38,6 @@ def make_profiles(root: Path, n: int) -> list[Path]:
     return out
 
 
-def make_hostile_profile(path: Path, size: int = 1_000_000) -> Path:
-    """A profile of one unknown server key per line, `size` bytes in all (issue #14 defect 11)."""
-    lines, total, i = ["name: t", "model: {path: /m}", "server:"], 40, 0
-    while total < size - 64:
-        lines.append(f"  unknown-flag-number-{i}: {i}")
-        total += len(lines[-1]) + 1
-        i += 1
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def time_cmd(cmd: list[str], runs: int, env=None) -> float:
     samples = []
     for _ in range(runs):
@@ -121,7 +110,11 @@ def main() -> None:
                                   dict(env, DDTCTL_NO_FASTPATH="1"))
             sg = sglang_time(paths)
             rows.append((label, fast, typer_path, sg, goal))
-        hostile = [str(make_hostile_profile(tmp / "hostile.yaml"))]
+        sys.path.insert(0, str(REPO / "tests"))
+        from hostile_profiles import unknown_keys_profile  # the profile the hardening tests feed to validate
+
+        unknown_keys_profile(tmp / "hostile.yaml")
+        hostile = [str(tmp / "hostile.yaml")]
         json_cmd = [ddtctl, "validate", "--format", "json", *hostile]
         hostile_runs = min(3, args.runs)
         rows.append(("1 MB unknown keys", time_cmd(json_cmd, hostile_runs, env),

@@ -157,7 +157,8 @@ def finding_record(
     """A rule-engine Finding (ddtctl.rules.engine) as a record. `key_columns` ("server.tp-size" -> (line,
     column)) places its column: the finding's own key's when that key is on the finding's line (two keys of a
     one-line flow map each get their own), else the line's first key's. Callers that turn many findings of one
-    document into records pass `first_columns(key_columns)` too, so each record costs O(1), not O(keys)."""
+    document into records pass `line_first_columns(key_columns)` as `first_columns`: O(1) a record, not
+    O(keys)."""
     line = finding.line
     known = key_columns or {}
     firsts = first_columns if first_columns is not None else line_first_columns(known)

@@ -331,13 +331,10 @@ def test_defect11_a_1mb_profile_of_unknown_keys_reports_every_key(tmp_path):
     """Every one of ~29k unknown keys is reported, with its own line. How long it takes is bench/validate_speed.py's
     `1 MB unknown keys` row (tests assert no wall-clock times). The did-you-mean count above and the key-column
     scan count below hold the work per key bounded."""
+    from hostile_profiles import unknown_keys_profile
+
     path = tmp_path / "huge.yaml"
-    lines, size, i = ["name: t", "model: {path: /m}", "server:"], 40, 0
-    while size < 1_000_000 - 64:
-        lines.append(f"  unknown-flag-number-{i}: {i}")
-        size += len(lines[-1]) + 1
-        i += 1
-    path.write_text("\n".join(lines) + "\n")
+    i = unknown_keys_profile(path)
     run = ddtctl("validate", "--format", "json", path, timeout=300)
     assert run.returncode == 1 and run.stdout.count('"DDT001"') == i
     import json

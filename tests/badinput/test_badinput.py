@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hostile_profiles import unknown_keys_profile
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -92,12 +93,7 @@ def _make_profile(case: dict, tmp: Path) -> Path:
         path.write_text('name: t\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  cuda-graph-bs-decode: '
                         + "[" * 900 + "]" * 900 + "\n")
     elif kind == "unknown-keys":
-        lines, size, i = ['name: t', 'sglang: "0.5.23"', "model: {path: /m}", "server:"], 60, 0
-        while size < 1_000_000 - 64:
-            lines.append(f"  unknown-flag-number-{i}: {i}")
-            size += len(lines[-1]) + 1
-            i += 1
-        path.write_text("\n".join(lines) + "\n")
+        unknown_keys_profile(path, ("name: t", 'sglang: "0.5.23"', "model: {path: /m}"))
     elif kind == "ctrl-name":
         path = tmp / "bad\n\x1b[31m.yaml"
         path.write_text('name: bad\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  tp-size: -8\n')
