@@ -59,9 +59,9 @@ VERIFY_ATTN_CHOICES = ("extend", "splitkv")
 KERNEL_CHOICES = ("sglang", "compact")
 # hybrid.py GDN_TREE_DEFAULT (the compact GDN verify since its H200 server-level exactness run) and
 # CONV_TREE_DEFAULT (the compact tree conv since its H200 runs: bit-equal to SGLang's, faster at every shape)
-DEFAULTS = {"DDTREE_GDN_TREE": "compact", "DDTREE_CONV_TREE": "compact"}
+DEFAULTS = {GDN_TREE: "compact", CONV_TREE: "compact"}
 # the switches that keep SGLang's own tree kernels (GDN verify with full states, dense conv windows)
-SGLANG_KERNELS = {"DDTREE_GDN_TREE": "sglang", "DDTREE_CONV_TREE": "sglang"}
+SGLANG_KERNELS = {GDN_TREE: "sglang", CONV_TREE: "sglang"}
 # The Triton dot precisions the compact kernels are written for (ddtctl/kernels/gdn_tree.py: tf32 by default,
 # tf32x3 for fp32-level results, ieee where tf32x3 is wrong)
 PRECISION_CHOICES = ("tf32", "tf32x3", "ieee")
