@@ -297,8 +297,12 @@ def time_case(inp: SimpleNamespace, block: int, sglang_tree, compact, tried: lis
             out[f"us_compact_{key}"] = timed(lambda: compact_verify(inp, block, records, **others))  # noqa: B023
         except Exception as exc:  # noqa: BLE001 - e.g. a graph capture it does not survive: reported
             out[f"error_{key}"] = f"{type(exc).__name__}: {str(exc)[:120]}"
-    layers_state = inp.states.expand(GDN_LAYERS, *inp.states.shape[1:]).contiguous()
-    layers_inter = inp.inter_compact.expand(GDN_LAYERS, *inp.inter_compact.shape[1:]).contiguous()
+    try:  # all layers' states and records at once: 162 GiB at batch 8 x 128 nodes, so it may not fit
+        layers_state = inp.states.expand(GDN_LAYERS, *inp.states.shape[1:]).contiguous()
+        layers_inter = inp.inter_compact.expand(GDN_LAYERS, *inp.inter_compact.shape[1:]).contiguous()
+    except torch.OutOfMemoryError:
+        out["error_commit_all_layers"] = "OutOfMemoryError: every layer's records at once do not fit"
+        return out
     out["us_commit_sglang_all_layers"] = timed(lambda: fused_mamba_state_scatter_with_mask(
         layers_state, layers_inter, inp.cache_idx, accepted.last, None), 20)
     out["us_commit_compact_all_layers"] = timed(lambda: gdn_tree.tree_gdn_commit(

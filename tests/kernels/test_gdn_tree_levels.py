@@ -165,7 +165,7 @@ def test_refuses_too_wide_trees_and_unknown_step_sizes():
                                           **dict(common, q=q[:, :128], k=q[:, :128], v=q[:, :128]))
 
 
-@pytest.mark.parametrize("solve, levels", [("levels", 1), ("levels2", 2)])
+@pytest.mark.parametrize("solve, levels", [("levels", 1), ("levels2", 2), ("auto", 2)])
 def test_the_servers_level_launch_is_exact(monkeypatch, solve, levels):
     """DDTREE_GDN_SOLVE=levels / levels2: the payload's CompactTreeVerify launches the level kernel (one / two
     levels a step, block_v 64, TF32), exact at 128 nodes with Qwen3.6-27B's dims at tp 8."""

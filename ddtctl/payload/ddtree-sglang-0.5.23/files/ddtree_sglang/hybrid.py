@@ -81,10 +81,14 @@ ANCESTORS_DEFAULT = "shared"
 # DDTREE_GDN_BLOCK2 unset: 65..128 nodes verify with block 2 on the full 64-row tile, the launch the H200 servers
 # ran exact; "rows" sizes block 2 to its nodes (gdn_tree.py block2=None: 16 rows at 65), opt-in until its H200 run
 BLOCK2_DEFAULT = "full"
-# DDTREE_GDN_SOLVE unset: the squarings (gdn_tree.py); "levels" / "levels2" solve one / two tree levels a step
-# (gdn_levels.py: as many steps as the tree is deep, one tile up to 128 nodes), opt-in until its H200 run
-SOLVE_DEFAULT = "squarings"
+# DDTREE_GDN_SOLVE: "squarings" (gdn_tree.py) or "levels" / "levels2", one / two tree levels a step (gdn_levels.py:
+# as many steps as the tree is deep, one tile up to 128 nodes). "auto", the default, takes levels2 from
+# LEVELS_FROM_NODES verify nodes on. H200, 2026-12-04, bench/gdn_tree_gpu.py --levels, Qwen3.6-27B's GDN at tp 1,
+# us a layer at batch 1 / 8 (squarings with shared ancestors vs levels2): 65 nodes 29.1 / 178 vs 42.8 / 270;
+# 97 nodes 56.4 / 492 vs 43.7 / 286; 128 nodes 52.2 vs 37.5 (batch 1); both as exact against SGLang's kernel.
+SOLVE_DEFAULT = "auto"
 SOLVE_LEVELS = {"levels": 1, "levels2": 2}
+LEVELS_FROM_NODES = 81  # block 2 of the squarings grows past 16 rows here; levels2 is flat in the node count
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
@@ -179,9 +183,12 @@ class CompactTreeVerify:
         self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32")
         self.ancestors = SharedAncestors() if shared_ancestors_wanted() else None
         self.full_block2 = os.environ.get("DDTREE_GDN_BLOCK2", BLOCK2_DEFAULT) != "rows"
-        self.levels_per_step = SOLVE_LEVELS.get(os.environ.get("DDTREE_GDN_SOLVE", SOLVE_DEFAULT))
+        self.solve = os.environ.get("DDTREE_GDN_SOLVE", SOLVE_DEFAULT)
+        self.levels_per_step = SOLVE_LEVELS.get(self.solve)
         if self.levels_per_step is not None:
             logger.info("DDTREE compact GDN verify: %d tree level(s) a step (gdn_levels.py)", self.levels_per_step)
+        elif self.solve == "auto":
+            logger.info("DDTREE compact GDN verify: two tree levels a step from %d nodes", LEVELS_FROM_NODES)
         if self.ancestors is not None:
             logger.info("DDTREE compact GDN verify: one ancestor matrix a verify forward, for all layers")
 
@@ -199,8 +206,11 @@ class CompactTreeVerify:
                     intermediate_state_indices=intermediate_state_indices,
                     retrieve_parent_token=retrieve_parent_token, depth_bound=self.depth_bound,
                     precision=self.precision, block_v=self.BLOCK_V, ancestors=ancestors)
-        if self.levels_per_step is not None:
-            return _gdn_levels().tree_gdn_verify_levels(levels_per_step=self.levels_per_step, **call)
+        levels = self.levels_per_step
+        if levels is None and self.solve == "auto" and kernel_nodes[1] >= LEVELS_FROM_NODES:
+            levels = 2
+        if levels is not None:
+            return _gdn_levels().tree_gdn_verify_levels(levels_per_step=levels, **call)
         kernels = _gdn_tree()
         two_block = kernel_nodes[1] > kernels.MAX_SINGLE_TILE
         return kernels.tree_gdn_verify(
