@@ -183,6 +183,7 @@ class StopResult:
     was_running: bool
     release: str | None
     forced: bool
+    lock_findings: list[str] = field(default_factory=list)  # a stale lock taken over, a deploy undone
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -193,10 +194,10 @@ def stop_server(
 ) -> StopResult:
     with (
         _open(host, trust_new_host) as conn,
-        RemoteLock(conn, holder=f"{getpass.getuser()} stop", wait_s=lock_wait_s),
+        RemoteLock(conn, holder=f"{getpass.getuser()} stop", wait_s=lock_wait_s) as lock,
     ):
         r = locked_call(conn, Stop(grace_s), timeout=grace_s + STOP_TIMEOUT_EXTRA_S)
-        return StopResult(host.name, r.was_running, r.release, r.forced)
+        return StopResult(host.name, r.was_running, r.release, r.forced, lock.findings())
 
 
 @dataclass

@@ -132,7 +132,7 @@ def test_kill9_during_ship_then_status_deploy_rollback(lab):
     assert again.proc.returncode == 0 and doc["status"] == "deployed", doc["error"]
     took = [m for m in lock_events(doc) if "stale deploy lock" in m]
     assert took and "deploy lab" in took[0] and "pid" in took[0], lock_events(doc)
-    assert 0 < doc["shipped"]["lo"]["files_sent"] < 23  # verified leftovers were not sent again
+    assert doc["shipped"]["lo"]["files_sent"] <= 23 - 5  # the 5+ complete uploads were verified, not sent again
     rid2 = doc["release"]["lo"]
     assert_serves(lab, rid2)
     assert "# payload 2" in (lab.sglang_root / "sglang/srt/speculative/spec_info.py").read_text()
@@ -216,13 +216,13 @@ def test_sshd_killed_mid_transfer_then_deploy_resumes(lab):
     cut.resume()
     assert cut.finish() == 3
     err = error(cut.stdout, "deploy", 3)
-    assert "connection lost while shipping" in err["message"] and "\n" not in err["message"]
+    assert err["message"].startswith("connection lost") and "\n" not in err["message"]  # shipping, or the verifier
 
     st = assert_serves(lab, rid1, via_cli=True)
     assert releases_on_disk(lab) == {rid1} and [r["id"] for r in st["releases"]] == [rid1]
     again = cli(lab, "again", *deploy_args(lab, lab.profile()))
     doc = results(again.stdout, "deploy")
-    assert doc["status"] == "deployed" and 0 < doc["shipped"]["lo"]["files_sent"] < 23, doc
+    assert doc["status"] == "deployed" and doc["shipped"]["lo"]["files_sent"] <= 23 - 5, doc
     assert_serves(lab, doc["release"]["lo"])
 
 
