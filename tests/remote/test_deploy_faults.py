@@ -310,3 +310,16 @@ def test_two_deploys_at_once_one_refused_one_queued_nothing_interleaves(lab):
     a_done = max(ev["time"] for ev in recs[ra]["events"])
     assert recs[rc]["created"] > a_done  # C's release was made after A had recorded its own
     assert [r["profile"]["name"] for r in (recs[ra], recs[rc])] == ["first", "third"]
+
+
+def test_status_text_names_a_stale_lock_and_an_interrupted_deploy():
+    from ddtctl.cli.remote import _lock_lines
+    from ddtctl.deploy.hostops import HostStatus
+
+    st = HostStatus("lo", "R1", None, None, None, None, None, [],
+                    lock={"holder": "ann@laptop deploy lab", "pid": 4242, "since": 0, "stale": True},
+                    interrupted={"release": "R2", "previous": "R1", "holder": "ann@laptop deploy lab"})
+    stale, undo = _lock_lines(st)
+    assert stale.startswith("  stale deploy lock of ann@laptop deploy lab (pid 4242 on the host") and "died" in stale
+    assert "interrupted deploy of R2 by ann@laptop deploy lab" in undo and "puts R1 back" in undo
+    assert _lock_lines(HostStatus("lo", "R1", None, None, None, None, None, [])) == []
