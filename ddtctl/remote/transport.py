@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
-from ddtctl.errors import RemoteError
+from ddtctl.errors import RemoteError, printable
 from ddtctl.remote import rgroup
 from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here
     AGENT_BOOT,
@@ -82,6 +82,7 @@ class Connection:
         self.host = host
         self.trust_new_host = trust_new_host
         self.log = log or (lambda msg: None)
+        self._log_given = log is not None
         self.client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self.work_dir: str | None = None
@@ -105,10 +106,11 @@ class Connection:
         """Connect (through the host's ProxyJump hops or ProxyCommand, if any); `sock`: an already open path
         to the host (the channel a previous hop opened)."""
         hops: list[Connection] = []
+        client = self._client()  # the local files first: a bad known_hosts or key file is not a remote error
         try:
             if sock is None:
                 sock = self._route(hops)
-            self._connect(sock)
+            self._connect(sock, client)
         except BaseException:
             _close_quietly(sock)
             for hop in reversed(hops):
@@ -182,13 +184,20 @@ class Connection:
                 f"{what}: {err or type(err).__name__}", where=dest.name, fix=fix_hint(dest)
             ) from None
 
-    def _connect(self, sock: Any) -> None:
+    def _client(self) -> paramiko.SSHClient:
+        """An SSH client holding the keys of the host's known_hosts files (read bounded, bad lines skipped
+        with a warning), after a check of its key files (hostkeys.py)."""
+        h = self.host
+        client = paramiko.SSHClient()
+        warn = self.log if self._log_given else _warn
+        for path in (h.known_hosts, *h.more_known_hosts):
+            load_known_hosts(client.get_host_keys(), os.path.expanduser(path), warn)
+        check_key_files(h)
+        return client
+
+    def _connect(self, sock: Any, client: paramiko.SSHClient) -> None:
         h = self.host
         known = Path(os.path.expanduser(h.known_hosts))
-        client = paramiko.SSHClient()
-        for path in (str(known), *(os.path.expanduser(p) for p in h.more_known_hosts)):
-            load_known_hosts(client.get_host_keys(), path, self.log)  # bounded; bad lines skipped, warned
-        check_key_files(h)
         policy = _Policy(h, known, self.trust_new_host)
         client.set_missing_host_key_policy(policy)
         try:
@@ -518,6 +527,12 @@ class Connection:
         payload = dict(params or {}, work_dir=self._remote_work_dir())
         blob = base64.b64encode(json.dumps(payload).encode()).decode()
         return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    sys.stderr.write(f"ddtctl: warning: {printable(message)}\n")
 
 
 def _read_stderr(chan: paramiko.Channel, streams: rgroup.Streams) -> None:
