@@ -18,7 +18,7 @@ from typing import Callable
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
-from ddtctl.errors import RemoteError
+from ddtctl.errors import RemoteError, UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.safeio import read_regular
 
@@ -45,9 +45,12 @@ def load_known_hosts(keys: paramiko.HostKeys, path: str, log: Callable[[str], No
     """Add the host keys of one known_hosts file to `keys`; lines that are not host keys are skipped."""
     if not _present(path):
         return
-    raw = read_regular(
-        path, MAX_KNOWN_HOSTS, what="known_hosts", fix="point known_hosts (inventory) at a known_hosts file"
-    )
+    try:
+        fix = "point known_hosts (inventory) at a known_hosts file"
+        raw = read_regular(path, MAX_KNOWN_HOSTS, what="known_hosts", fix=fix)
+    except UsageError as err:  # read_regular's "{what}s are limited to", in English
+        text = err.message.replace("known_hostss are", "known_hosts files are")
+        raise UsageError(text, where=err.where, fix=err.fix) from None
     for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):

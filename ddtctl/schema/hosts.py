@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCHEMA_PATH = Path(__file__).resolve().parent / "hosts.schema.json"
-
 from ddtctl.remote.inventory.names import ADDRESS_SCHEMA_PATTERN, HOST_PATTERN, USER_PATTERN
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "hosts.schema.json"
 
 _STR = {"type": "string"}
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
@@ -26,8 +26,8 @@ _COMMAND_S = {"type": "number", "minimum": 0.1, "maximum": 7 * 86400}
 HOST_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
     "address": (
         {"type": "string", "pattern": ADDRESS_SCHEMA_PATTERN},
-        "Host name or IP to connect to, or an ~/.ssh/config alias (default: the host's name); letters, digits, "
-        "'.', '_', '-' (not first), or an IP address",
+        "Host name or IP to connect to, or an ~/.ssh/config alias (default: the host's name); letters, "
+        "digits, '.', '_', '-' (not first), or an IP address",
     ),
     "user": (
         {"type": "string", "pattern": USER_PATTERN},

@@ -86,8 +86,8 @@ def test_an_inventory_address_or_user_with_shell_metacharacters_is_refused(tmp_p
     # a HostName that ssh_config expands from %h, or sets with metacharacters itself
     ("Host target\n  HostName x$(touch${{IFS}}{pwned})y\n" + PROXY_ALL, "invalid ssh_config HostName"),
     # a ProxyJump hop, which is itself looked up in ssh_config (and reached through the ProxyCommand)
-    ("Host target\n  HostName 127.0.0.1\n  ProxyJump j$(touch${{IFS}}{pwned})\n" + PROXY_ALL,
-     "invalid ProxyJump host"),
+    ("Host target\n  HostName 127.0.0.1\n  ProxyJump j$(touch${{IFS}}{pwned})\n"
+     "Host j*\n  ProxyCommand sh -c 'exec true' %h %r\n", "invalid ProxyJump host"),
 ])
 def test_names_ssh_config_resolves_to_are_checked_before_any_proxycommand(tmp_path, config, needle):
     pwned = tmp_path / "PWNED"
