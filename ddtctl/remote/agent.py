@@ -33,6 +33,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -318,16 +319,52 @@ def op_facts(params: dict):
     # model configs (cached by the caller for validation and dry-run)
     models = {}
     for path in params.get("model_paths") or []:
-        cfg = os.path.join(os.path.expanduser(path), "config.json")
+        cfg = os.path.join(os.path.expanduser(str(path)), "config.json")
         try:
-            with open(cfg) as f:
-                models[path] = {"config": json.load(f)}
+            models[path] = {"config": _read_model_config(cfg)}
         except FileNotFoundError:
             models[path] = {"error": "no config.json at %s" % cfg}
-        except (OSError, ValueError) as err:
-            models[path] = {"error": "%s: %s" % (cfg, err)}
+        except (OSError, ValueError, RecursionError) as err:
+            models[path] = {"error": "%s: %s" % (cfg, str(err)[:200])}
     facts["models"] = models
     return facts
+
+
+MAX_MODEL_CONFIG = 4 * 1024 * 1024
+MAX_MODEL_CONFIG_DEPTH = 32
+
+
+def _read_model_config(path: str):
+    """A model's config.json, bounded (issue #31: a FIFO hung facts, /dev/zero filled the host's memory):
+    a regular file (opened without blocking, checked on the open descriptor) of at most MAX_MODEL_CONFIG
+    bytes, a JSON object at most MAX_MODEL_CONFIG_DEPTH deep. ValueError / OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = b""
+        while len(data) <= MAX_MODEL_CONFIG:
+            chunk = os.read(fd, MAX_MODEL_CONFIG + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_MODEL_CONFIG:
+        raise ValueError("larger than %d MiB" % (MAX_MODEL_CONFIG >> 20))
+    depth = deepest = 0
+    for c in data.decode("utf-8", errors="replace"):  # brackets in strings count too: an upper bound
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    if deepest > MAX_MODEL_CONFIG_DEPTH:
+        raise ValueError("JSON nested more than %d deep" % MAX_MODEL_CONFIG_DEPTH)
+    config = json.loads(data.decode("utf-8", errors="replace"))
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    return config
 
 
 def _num(text: str):
