@@ -253,6 +253,16 @@ def _not_a_choice(spec: FlagSpec, given: Any, line: int | None, key: str, where:
     )
 
 
+def _yaml_typing(spec: FlagSpec, err: YamlTypingError, line: int | None, key: str, where: str) -> Finding:
+    return _finding(
+        "DDT012",
+        f"{where}: --{spec.name}: {err}",
+        line,
+        key,
+        fix="write the number in plain decimal (no leading 0, 0x, 0o, 0b, or ':')",
+    )
+
+
 def _accept(
     out: FlagValues,
     catalog: Catalog,
@@ -264,7 +274,7 @@ def _accept(
     *,
     launch: bool = False,
 ) -> None:
-    """`launch`: the value is a profile's, which ddtctl writes into the launch argv (DDT011 when it cannot)."""
+    """`launch`: a profile's value, which ddtctl writes into the launch argv (DDT011 when it cannot)."""
     if spec.dest in RESERVED:
         out.findings.append(
             _finding(
@@ -306,15 +316,7 @@ def _accept(
         out.findings.append(_not_a_choice(spec, err.args[0], line, key, where))
         return
     except YamlTypingError as err:
-        out.findings.append(
-            _finding(
-                "DDT012",
-                f"{where}: --{spec.name}: {err}",
-                line,
-                key,
-                fix="write the number in plain decimal (no leading 0, 0x, 0o, 0b, or ':')",
-            )
-        )
+        out.findings.append(_yaml_typing(spec, err, line, key, where))
         return
     except ValueError as err:
         out.findings.append(
@@ -366,7 +368,7 @@ def _unlaunchable(
                 f"{where}: --{spec.name}: {err}",
                 line,
                 key,
-                fix=f"remove that value from {spec.name} (a value SGLang would read as a flag is not a value)",
+                fix=f"remove that value from {spec.name} (SGLang would read it as a flag, not a value)",
             )
         )
         return True
@@ -455,7 +457,11 @@ def launch_value_findings(profile: Any, lines: dict[str, int], catalog: Catalog)
     try:
         single_tokens("--model-path", profile.model.path, catalog)
     except UnsafeValue as err:
-        out.append(_finding("DDT011", f"model.path: {err}", lines.get("model.path"), "model.path", fix="fix model.path"))
+        out.append(
+            _finding(
+                "DDT011", f"model.path: {err}", lines.get("model.path"), "model.path", fix="fix model.path"
+            )
+        )
     for name, value in profile.env.items():
         if "\x00" in value:
             out.append(

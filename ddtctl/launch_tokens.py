@@ -1,4 +1,4 @@
-"""One flag's value as `python -m sglang.launch_server` argv tokens that SGLang's argparse reads back as that value.
+"""A flag's value as `python -m sglang.launch_server` argv tokens that SGLang's argparse reads back.
 
 SGLang parses its command line with a stock `argparse.ArgumentParser` (Python 3.11: prefix "-", abbreviations
 allowed, `-h/--help` added). Argparse decides for every token whether it is an option or a value *before* it
@@ -9,9 +9,9 @@ looks like an option is read as one: `--allowed-media-domains example.com --trus
   * a single value (nargs None or "?") as `--flag value` when it does not start with "-" or is a negative
     number argparse reads as a value, else as `--flag=value` (argparse splits at the first "=" of a known
     option and takes the rest whole);
-  * the items of a list flag (nargs "+", "*", N) as separate tokens only: argparse takes one item after "=", so
-    an item that starts with "-" (but a negative number) cannot be passed safely and is refused (UnsafeValue,
-    DDT011);
+  * the items of a list flag (nargs "+", "*", N) as separate tokens only: argparse takes one item after
+    "=", so an item that starts with "-" (but a negative number) cannot be passed safely and is refused
+    (UnsafeValue, DDT011);
   * nothing that no command line can carry: a NUL byte, or the token "--" (argparse drops it from the values).
 
 Negative numbers are values to argparse when they match its `_negative_number_matcher` and no option of the
@@ -38,7 +38,7 @@ class UnsafeValue(ValueError):
 
 @functools.lru_cache(maxsize=16)
 def _parser_options(catalog: Catalog) -> tuple[frozenset[str], bool]:
-    """The option strings of SGLang's parser for this catalog, and whether any looks like a negative number."""
+    """SGLang's parser's option strings for this catalog, and whether any looks like a negative number."""
     options = frozenset({o for spec in catalog.flags for o in spec.option_strings} | set(_HELP))
     return options, any(NEGATIVE_NUMBER.match(o) for o in options)
 
@@ -94,7 +94,12 @@ def float_text(value: float) -> str:
     """A float as a token that argparse reads as a value and float() reads back exactly: `-1e-05` is an option
     to argparse, `-0.00001` a negative number."""
     text = repr(value)
-    if text.startswith("-") and not NEGATIVE_NUMBER.match(text) and value == value and abs(value) != float("inf"):
+    if (
+        text.startswith("-")
+        and not NEGATIVE_NUMBER.match(text)
+        and value == value
+        and abs(value) != float("inf")
+    ):
         plain = format(Decimal(text), "f")
         if float(plain) == value:
             return plain
@@ -147,8 +152,8 @@ def list_tokens(option: str, items: list[str], catalog: Catalog, *, secret: bool
             raise UnsafeValue(f"item {_shown(item, secret)} {problem}")
         if not safe_alone(item, catalog):
             raise UnsafeValue(
-                f"item {_shown(item, secret)} starts with '-': SGLang's parser would read it as an option, and a list "
-                f"flag's items cannot be written --{option.lstrip('-')}=ITEM"
+                f"item {_shown(item, secret)} starts with '-': SGLang's parser would read it as an option, "
+                f"and a list flag's items cannot be written --{option.lstrip('-')}=ITEM"
             )
     return [option, *items]
 
@@ -178,7 +183,7 @@ def flag_tokens(spec: FlagSpec, value: Any, catalog: Catalog, *, strict: bool = 
         return single_tokens(option, _raw_text(value), catalog, secret=secret)
     if isinstance(typed, list):
         raws = value if isinstance(value, list) else [value]
-        items = [value_text(spec, t, r) for t, r in zip(typed, raws)]
+        items = [value_text(spec, t, r) for t, r in zip(typed, raws, strict=True)]
         return list_tokens(option, items, catalog, secret=secret)
     return single_tokens(option, value_text(spec, typed, value), catalog, secret=secret)
 

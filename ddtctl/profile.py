@@ -143,8 +143,8 @@ class ProfileDocument:
     )
     # key path ("server.tp-size") -> (line, 1-based column) of that key (findings point at their key's column)
     key_columns: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # path -> (container, key, text) of each plain scalar YAML 1.1 typed as a bool, number or date: its text as
-    # written, for the string-typed values that must get it (`revision: 0123` is "0123", not 83)
+    # path -> (container, key, text) of each plain scalar YAML 1.1 typed as a bool, number or date: its text
+    # as written, for the string-typed values that must get it (`revision: 0123` is "0123", not 83)
     plain: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
 
 
@@ -172,7 +172,10 @@ def canonical_flag_key(key: str) -> str:
 
 
 _STR_TAG = "tag:yaml.org,2002:str"  # a plain scalar's style is None (PyYAML) or "" (libyaml)
-_COLLECTION_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+_COLLECTION_TAGS: dict[type, str] = {
+    yaml.MappingNode: "tag:yaml.org,2002:map",
+    yaml.SequenceNode: "tag:yaml.org,2002:seq",
+}
 
 
 def _refuse_tag(node: yaml.Node, loader: Any, source: str) -> None:
@@ -194,7 +197,13 @@ def _refuse_tag(node: yaml.Node, loader: Any, source: str) -> None:
 
 def _note_plain(plain: dict | None, path: str, container: Any, key: Any, node: yaml.Node, value: Any) -> None:
     """Remember a plain scalar's text where YAML 1.1 typed it (a bool, number or date; not null)."""
-    if plain is not None and isinstance(node, yaml.ScalarNode) and not node.style and value is not None and not isinstance(value, str):
+    if (
+        plain is not None
+        and isinstance(node, yaml.ScalarNode)
+        and not node.style
+        and value is not None
+        and not isinstance(value, str)
+    ):
         plain[path] = (container, key, node.value)
 
 
@@ -398,7 +407,11 @@ def _duplicate_hosts(profile: Profile, lines: dict[str, int]) -> list[tuple[str,
     for i, host in enumerate(profile.hosts or []):
         if host in seen:
             errors.append(
-                (f"hosts[{i}]", f"host {host!r} is listed twice (first as hosts[{seen[host]}])", lines.get(f"hosts[{i}]"))
+                (
+                    f"hosts[{i}]",
+                    f"host {host!r} is listed twice (first as hosts[{seen[host]}])",
+                    lines.get(f"hosts[{i}]"),
+                )
             )
         seen.setdefault(host, i)
     return errors

@@ -50,7 +50,9 @@ def launch_groups(profile: Profile, catalog: Catalog) -> list[LaunchGroup]:
         raise ProfileError(f"model.path: {err}", fix="set model.path to the model directory") from None
     for name, value in profile.env.items():
         if "\x00" in value:
-            raise ProfileError(f"env.{name}: the value holds a NUL byte", fix="run `ddtctl validate` (DDT011)")
+            raise ProfileError(
+                f"env.{name}: the value holds a NUL byte", fix="run `ddtctl validate` (DDT011)"
+            )
     for key, value in profile.server.items():
         spec = catalog.get(key)
         if spec is None:
@@ -94,7 +96,7 @@ def _same(a: Any, b: Any, spec: FlagSpec | None = None) -> bool:
         except ValueError:
             return a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -109,7 +111,9 @@ def check_round_trip(
     parsed = flags_from_argv(list(argv), catalog)
     problems = [f.message for f in parsed.findings if f.rule == "DDT001"]
     dests = Counter(g.spec.dest for g in groups if g.spec is not None and g.tokens)
-    problems += [f"--{d.replace('_', '-')} appears, not rendered" for d in sorted(set(parsed.given) - set(dests))]
+    problems += [
+        f"--{d.replace('_', '-')} appears, not rendered" for d in sorted(set(parsed.given) - set(dests))
+    ]
     for g in groups:
         if g.spec is None or g.typed is _UNTYPED or not g.tokens or dests[g.spec.dest] != 1:
             continue
@@ -117,12 +121,15 @@ def check_round_trip(
             continue  # not read back by the parser's model (validate reports them)
         got = parsed.given.get(g.spec.dest, _UNTYPED)
         if not _same(got, g.typed, g.spec):
-            problems.append(f"{g.key}: rendered {g.typed!r}, parsed back {'nothing' if got is _UNTYPED else repr(got)}")
+            problems.append(
+                f"{g.key}: rendered {g.typed!r}, parsed back {'nothing' if got is _UNTYPED else repr(got)}"
+            )
     if flag_value(argv, MODEL_PATH) != model_path:
         problems.append(f"model.path: rendered {model_path!r}, parsed back {flag_value(argv, MODEL_PATH)!r}")
     if problems:
         raise RenderMismatch(
-            f"the rendered {form} does not parse back into the profile (a ddtctl bug): {'; '.join(problems)[:300]}"
+            f"the rendered {form} does not parse back into the profile (a ddtctl bug): "
+            + "; ".join(problems)[:300]
         )
 
 
@@ -193,8 +200,8 @@ def _config_values_carried(config: dict[str, Any], catalog: Catalog) -> None:
             if carry_problem(token) or not safe_alone(token, catalog):
                 raise ProfileError(
                     f"{key}: SGLang's --config would pass "
-                    f"{'the value' if is_secret_flag(key) else repr(token[:40])} as its own argument, which its "
-                    "parser reads as an option",
+                    + ("the value" if is_secret_flag(key) else repr(token[:40]))
+                    + " as its own argument, which its parser reads as an option",
                     fix="render --as argv or --as shell (they write it --flag=value)",
                 )
 

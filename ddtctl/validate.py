@@ -180,21 +180,22 @@ BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
 BUILTIN_DOCS: dict[str, tuple[str, str]] = {
     "DDT011": (
         "a value SGLang's parser would read as an option",
-        "SGLang parses its command line with argparse, which decides whether a token is an option or a value "
-        "before it knows which option wants a value: a list item such as `--trust-remote-code` in "
-        "`allowed-media-domains: [example.com, --trust-remote-code]` would turn that switch on. ddtctl writes "
-        "a single value that starts with '-' as `--flag=value`, which argparse takes whole; a list flag's "
-        "items cannot be written that way, so an item that starts with '-' (other than a negative number) is "
-        "refused, as is a value holding a NUL byte or the token '--'. `ddtctl render`, `dry-run`, `deploy` "
-        "and `tune` refuse such a profile too.\nFix: remove the value, or correct it.",
+        "SGLang parses its command line with argparse, which decides whether a token is an option "
+        "or a value before it knows which option wants a value: a list item such as "
+        "`--trust-remote-code` in `allowed-media-domains: [example.com, --trust-remote-code]` would "
+        "turn that switch on. ddtctl writes a single value that starts with '-' as `--flag=value`, "
+        "which argparse takes whole; a list flag's items cannot be written that way, so an item that "
+        "starts with '-' (other than a negative number) is refused, as is a value holding a NUL byte "
+        "or the token '--'. `ddtctl render`, `dry-run`, `deploy` and `tune` refuse such a profile "
+        "too.\nFix: remove the value, or correct it.",
     ),
     "DDT012": (
         "a YAML 1.1 number SGLang's parser would read otherwise",
-        "Profiles are YAML 1.1: `0123` is octal 83, `0x1F` is 31, `1:20` (base 60) is 80, but SGLang's parser, "
-        "given the text, reads 123 or refuses it. ddtctl launches neither reading silently: a numeric flag "
-        "whose text YAML and argparse read differently is an error. String flags get the text as written "
-        "(`revision: 0123` launches `--revision 0123`, `served-model-name: no` launches `no`).\nFix: write "
-        "the number in plain decimal.",
+        "Profiles are YAML 1.1: `0123` is octal 83, `0x1F` is 31, `1:20` (base 60) is 80, but "
+        "SGLang's parser, given the text, reads 123 or refuses it. ddtctl launches neither reading "
+        "silently: a numeric flag whose text YAML and argparse read differently is an error. String "
+        "flags get the text as written (`revision: 0123` launches `--revision 0123`, "
+        "`served-model-name: no` launches `no`).\nFix: write the number in plain decimal.",
     ),
 }
 
