@@ -175,8 +175,11 @@ def read_results(path: str | Path) -> dict[str, PointResult]:
             d = loads_json(line, where=str(path))
         except UsageError:  # a torn, deep or garbled line
             continue
-        if isinstance(d, dict) and d.get("key"):
-            out[d["key"]] = PointResult.from_json(d)
+        if isinstance(d, dict) and isinstance(d.get("key"), str) and d["key"]:
+            try:
+                out[d["key"]] = PointResult.from_json(d)
+            except (TypeError, ValueError, AttributeError, KeyError):  # not a record this file holds: redo it
+                continue
     return out
 
 

@@ -336,3 +336,31 @@ def test_a_recursive_glob_does_not_follow_symlink_loops(tmp_path):
     assert glob_paths(f"{tmp_path}/d/**/*.yaml") == [f"{tmp_path}/d/p.yaml"]
     run = ddtctl("validate", f"{tmp_path}/d/**/*.yaml", timeout=60)
     assert run.returncode == 0 and run.stdout.count("p.yaml") == 1, run.stdout + run.stderr
+
+
+# -- tune's files ----------------------------------------------------------------------------------------------
+def test_tune_results_skip_deep_or_torn_lines_and_refuse_a_fifo(tmp_path):
+    """Before: a 10k-deep line was a RecursionError and a record without `status` a TypeError (exit 70); a
+    FIFO results file was appended to."""
+    from ddtctl.tune_results import read_results
+
+    good = {"key": "k1", "label": "p", "kind": "point", "flags": {}, "status": "ok", "runs": []}
+    path = tmp_path / "r.jsonl"
+    lines = ["[" * 10000 + "]" * 10000, "{torn", '{"key": "no-status"}', '{"key": "k2", "runs": 7}', json.dumps(good)]
+    path.write_text("\n".join(lines) + "\n")
+    assert list(read_results(path)) == ["k1"]
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="is a FIFO"):
+        read_results(fifo)
+
+
+def test_a_deep_prompt_file_is_one_line(tmp_path):
+    """Before: json.loads raised RecursionError (exit 70)."""
+    from ddtctl.tune_bench import load_prompts
+
+    path = tmp_path / "p.json"
+    path.write_text("[" * 10000 + "]" * 10000)
+    with pytest.raises(UsageError) as err:
+        load_prompts(str(path))
+    assert "nests more than 64 levels deep" in one_line(err.value)
