@@ -112,6 +112,9 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
 
 def _overrun(proc: subprocess.Popen, error: type[DdtctlError], message: str, where: str) -> DdtctlError:
     kill_group(proc)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     return error(message, where=where)
 
 
