@@ -495,7 +495,9 @@ def discover_profiles(paths: list[str]) -> list[Path]:
     """Files, directories (recursively, *.yaml / *.yml) and globs -> profile files, in a stable order."""
     found: list[Path] = []
     for raw in paths:
-        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        from ddtctl.safeio import glob_paths
+
+        matches = glob_paths(raw) if glob.has_magic(raw) else [raw]  # never follows a symlink loop
         if not matches:
             raise ProfileError("no file matches this pattern", where=raw)
         for item in matches:

@@ -71,7 +71,7 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
 
 
 def load_config(path: str) -> dict[str, Any]:
-    import yaml
+    from ddtctl.safeio import load_yaml
 
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml"):
@@ -81,12 +81,8 @@ def load_config(path: str) -> dict[str, Any]:
         )
     if not p.exists():
         raise ProfileError(f"{path}: config file not found", fix="check the path given to --config")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(
-            f"{path}: not readable as YAML: {str(exc).splitlines()[0]}", fix="fix the YAML syntax"
-        ) from None
+    # bounded, regular files only, no aliases, limited nesting (issue #31): a FIFO or a bomb is one line
+    data = load_yaml(p, 1024 * 1024, what="SGLang --config", error=ProfileError)
     if data is None:
         return {}
     if not isinstance(data, dict):

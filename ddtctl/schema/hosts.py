@@ -103,7 +103,9 @@ def render() -> str:
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
-        SCHEMA_PATH.write_text(render())
+        from ddtctl.safeio import write_new
+
+        write_new(SCHEMA_PATH, render())
         print(f"wrote {SCHEMA_PATH}")
     else:
         sys.stdout.write(render())

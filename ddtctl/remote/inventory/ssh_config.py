@@ -37,7 +37,6 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import UsageError
@@ -271,7 +270,9 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
 
     def walk(file: str, depth: int, block: str | None) -> None:
         try:
-            text = Path(file).read_text(errors="replace")
+            from ddtctl.safeio import read_regular
+
+            text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
         except OSError as err:
             raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
         current = block
