@@ -49,7 +49,7 @@ FUNCTIONS = {
     ("ddtctl/remote/proxy.py", "__init__"): "a ProxyCommand: a byte stream SSH speaks over, not read to its end",
     ("ddtctl/remote/ship.py", "_send"): "streams a payload file ddtctl built to the host, in bounded chunks",
     ("ddtctl/remote/ship.py", "__init__"): "an SFTP file on the host (paramiko), not a local file",
-    ("ddtctl/remote/transport.py", "missing_host_key"): "appends a host key the user accepted to known_hosts",
+    ("ddtctl/render.py", "_sglang_config"): "reads back the YAML the render re-check dumped in memory, not a file",
 }
 
 

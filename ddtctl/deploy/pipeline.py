@@ -26,6 +26,7 @@ from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import Batch, Gc, Journal, LockHolder, SetStatus, Start
 from ddtctl.remote.ship import ShipResult
 from ddtctl.remote.transport import Connection
+from ddtctl.safeio import write_new
 
 from .events import Event, EventLog, Level, Stage, Status
 from .health import HealthResult, check_alive, expected_identity, wait_healthy
@@ -484,8 +485,7 @@ def _test_pause_hook(opts: DeployOptions) -> DeployOptions:
             return
         seen[0] += 1
         if seen[0] == int(nth or 1):
-            with open(marker, "w") as f:
-                f.write(str(os.getpid()))
+            write_new(marker, str(os.getpid()))
             while os.path.exists(marker):
                 time.sleep(0.02)
 

@@ -20,7 +20,7 @@ from paramiko.hostkeys import HostKeyEntry
 
 from ddtctl.errors import RemoteError, UsageError
 from ddtctl.remote.inventory import Host
-from ddtctl.safeio import read_regular
+from ddtctl.safeio import append_text, read_regular
 
 MAX_KNOWN_HOSTS = 8 * 1024 * 1024
 MAX_KEY_FILE = 1024 * 1024
@@ -101,7 +101,6 @@ class _Policy(paramiko.MissingHostKeyPolicy):
                 ),
             )
         self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+        append_text(self.known_hosts, f"{name} {key.get_name()} {key.get_base64()}\n")
         client.get_host_keys().add(name, key.get_name(), key)
         self.trusted = f"{key.get_name()} {fp}"

@@ -58,8 +58,8 @@ ANCESTORS_CHOICES = ("derive", "shared")
 BLOCK2 = "DDTREE_GDN_BLOCK2"
 BLOCK2_CHOICES = ("full", "rows")
 # hybrid.py CompactTreeVerify (SOLVE_LEVELS): "levels" / "levels2" solve one / two tree levels a step
-# (kernels/gdn_levels.py); "auto" (the default) levels2 from LEVELS_FROM_NODES verify nodes on; any other value:
-# the squarings of kernels/gdn_tree.py, "squarings" by name
+# (kernels/gdn_levels.py); "auto" (the default) levels2 from LEVELS_FROM_NODES verify nodes on; any other
+# value: the squarings of kernels/gdn_tree.py, "squarings" by name
 SOLVE = "DDTREE_GDN_SOLVE"
 SOLVE_CHOICES = ("auto", "squarings", "levels", "levels2")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
