@@ -60,6 +60,13 @@ sys.path.insert(0, str(REPO / "tests" / "gpu_standins"))
 import drafter_profiles  # noqa: E402  (standard library only: the drafter kinds' one home)
 
 sys.path.pop(0)
+# the budget schedule's syntax, from the rules' one source of truth (standard library only, loaded by its path: the
+# device's python has none of ddtctl's dependencies)
+_core_spec = importlib.util.spec_from_file_location("ddtree_core", REPO / "ddtctl" / "rules" / "ddtree_core.py")
+ddtree_core = importlib.util.module_from_spec(_core_spec)
+sys.modules[_core_spec.name] = ddtree_core  # its dataclasses look their module up
+_core_spec.loader.exec_module(ddtree_core)
+parse_budget_schedule = ddtree_core.parse_budget_schedule
 ORACLE_DRAFTERS = drafter_profiles.KINDS
 DRAFTERS = ("random",) + ORACLE_DRAFTERS
 
@@ -146,8 +153,9 @@ def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, 
         argv += e2e.HYBRID_FLAGS
     if b.algo != "plain":
         argv += ["--speculative-algorithm", b.algo, "--speculative-draft-model-path", str(draft)]
-    if b.algo == "DDTREE":
+    if b.algo == "DDTREE" and b.budget:
         argv += ["--speculative-ddtree-budget", str(b.budget)]
+    if b.algo == "DDTREE":
         if hybrid:
             argv += ["--speculative-ddtree-shadow-linear"]
     return argv + list(b.extra_args)
@@ -179,7 +187,7 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
     b._t_start = time.monotonic()  # type: ignore[attr-defined]
 
 
-def wait_gpu_idle(gpu: str | None, timeout: float = 60.0, below_mib: int = 4000) -> float:
+def wait_gpu_idle(gpu: str | None, timeout: float = 240.0, below_mib: int = 4000) -> float:
     """Seconds waited until the GPU's used memory is below `below_mib` (the previous server's processes gone):
     a server started while its predecessor still holds the card fails its memory check."""
     if gpu is None:
@@ -372,7 +380,7 @@ def profiled(b: Bench, args) -> bool:
         return False
     if b.algo == "DFLASH":
         return not b.variant
-    return b.algo == "DDTREE" and budget is not None and b.budget == int(budget)
+    return b.algo == "DDTREE" and b.variant != "sched" and budget is not None and b.budget == int(budget)
 
 
 def ratios(benches: list[Bench]) -> list[dict]:
@@ -402,6 +410,19 @@ def ratios(benches: list[Bench]) -> list[dict]:
                     row["projected_vs_dflash"] = (r["mean_accept_len"] / mine) / (ref["mean_accept_len"] / base)
             rows.append(row)
     return rows
+
+
+def agreement(benches: list[Bench]) -> str:
+    """Per DDTREE server and batch: how many requests decoded exactly DFLASH's output (the same drafter)."""
+    ref = {(b.drafter, bs): r.get("outputs") for b in benches if b.algo == "DFLASH" and not b.variant
+           for bs, r in b.results.items()}
+    parts = []
+    for b in benches:
+        for bs, r in sorted(b.results.items()):
+            theirs, mine = ref.get((b.drafter, bs)), r.get("outputs")
+            if b.algo == "DDTREE" and theirs and mine:
+                parts.append(f"{b.name}@{bs} {sum(x == y for x, y in zip(mine, theirs))}/{len(mine)}")
+    return ", ".join(parts)
 
 
 def table(rows: list[dict], meta: dict) -> str:
@@ -453,8 +474,19 @@ def plan(args) -> list[Bench]:
 
     if not getattr(args, "skip_plain", False) or set(args.drafter.split(",")) & set(ORACLE_DRAFTERS):
         mk("plain", "plain", None, "-")  # the calibrated drafter's oracle (and plain's step time)
+    schedule = getattr(args, "budget_schedule", "")
+    widest = None
+    if schedule:
+        try:
+            widest = max(b for _, b in parse_budget_schedule(schedule)) or None  # none: a chain-only schedule
+        except ValueError as err:
+            raise SystemExit(f"--budget-schedule {schedule!r}: {err}") from None
     for drafter in args.drafter.split(","):
         mk(f"dflash-{drafter}", "DFLASH", None, drafter)
+        if schedule:  # right after DFLASH: a DDTREE server whose verify width follows the live batch
+            mk(f"ddtree-sched-{drafter}", "DDTREE", widest, drafter)
+            out[-1].extra_args = ["--speculative-ddtree-budget-schedule", schedule]
+            out[-1].variant = "sched"
         for budget in (int(x) for x in args.budgets.split(",") if x):
             mk(f"ddtree-b{budget}-{drafter}", "DDTREE", budget, drafter)
     for budget in (int(x) for x in args.sync_budgets.split(",") if x):  # the synchronous scheduler, for contrast
@@ -522,6 +554,10 @@ def main() -> int:
     ap.add_argument("--env-variant", action="append", default=[], metavar="NAME:BUDGETS:KEY=VALUE[;...]",
                     help="DDTREE budgets also run with these payload switches, e.g. "
                     "sglangconv-anc:64:DDTREE_CONV_TREE=sglang;DDTREE_GDN_ANCESTORS=shared (repeatable)")
+    ap.add_argument("--budget-schedule", default="", metavar="MAX_BS:BUDGET,...,BUDGET",
+                    help="also run, per drafter, a DDTREE server (ddtree-sched-<drafter>) with "
+                    "--speculative-ddtree-budget-schedule, e.g. 2:127,4:64,8:16,0: its verify width follows the live "
+                    "batch (0: the chain), beside the fixed budgets")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
@@ -628,6 +664,10 @@ def main() -> int:
     by_kind = kinds_table(benches)
     if by_kind:
         print("\nGPU time per step by kind of kernel (profiled steps; busy = any kernel running):\n" + by_kind,
+              flush=True)
+    same = agreement(benches)
+    if same:
+        print("\nrequests whose output equals DFLASH's (same drafter and batch; bf16 ties may part them): " + same,
               flush=True)
     kernels = {b.name: b.gdn_tree_kernel for b in benches if b.gdn_tree_kernel}
     if kernels:

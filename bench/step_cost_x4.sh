@@ -10,7 +10,9 @@
 # Env: TARGET (qwen3-8b | qwen36-27b), LANES (GPU ids for the throughput lanes), BUDGETS, SYNC_BUDGETS, BATCHES,
 #      DRAFTERS (a comma list of random, calibrated, public, public-flat: the i.i.d. oracle drafter and the public
 #      acceptance profile by depth with its two miss splits, tests/gpu_standins/drafter_profiles.py), SKIP_E2E=1,
-#      CALL_S (seconds this call may use).
+#      CALL_S (seconds this call may use), SCHEDULE (a DDTREE budget schedule, e.g. 2:127,4:64,8:16,0: one more
+#      DDTREE server per drafter, ddtree-sched-<drafter>, whose verify width follows the live batch), PROFILE= (empty:
+#      no profiler steps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0
@@ -29,7 +31,8 @@ fi
 OUT=$OUT/throughput DDTREE_E2E_WORK=/tmp/spec-throughput timeout $((CALL_S - 5)) python3 bench/spec_throughput_gpu.py \
   --target "${TARGET:-qwen3-8b}" --gpus "${LANES:-1,2,3}" --drafter "${DRAFTERS:-random,calibrated}" \
   --budgets "${BUDGETS:-16,32,64}" --sync-budgets "${SYNC_BUDGETS-16}" --batches "${BATCHES:-1,8,32}" \
-  --profile --port-base 30000 --budget-s $((CALL_S - 25)) ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
+  ${SCHEDULE:+--budget-schedule "$SCHEDULE"} ${PROFILE---profile} --port-base 30000 --budget-s $((CALL_S - 25)) \
+  ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 wait $tp || rc=1

@@ -128,6 +128,8 @@ class TuneResult:
         return dict(point.to_json(), stats=stats)
 
     def to_json(self) -> dict:
+        from ddtctl.tune_schedule import budget_schedule
+
         v = verdict(self)
         return {
             "host": self.host,
@@ -146,6 +148,7 @@ class TuneResult:
             ],
             "winner": self._point_json(self.winner) if self.winner else None,
             "winner_ratio": self.winner_ratio,
+            "budget_schedule": budget_schedule(self),
             "verdict": v.to_json() if v else None,
             "results_path": self.results_path,
             "start_release": self.start_release,

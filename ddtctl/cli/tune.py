@@ -74,6 +74,12 @@ def tune(
         help="Put the winner into the profile (comments kept); refused (exit 6) when, with --repeats 2 or "
         "more, the winner is not ahead of the baseline beyond the run-to-run spread",
     ),
+    schedule: bool = typer.Option(
+        False,
+        "--schedule",
+        help="With --write (DDTREE, two or more concurrencies): write the budget schedule, the fastest "
+        "budget per concurrency (the DFLASH baseline as the chain), as speculative-ddtree-budget-schedule",
+    ),
     write_anyway: bool = typer.Option(
         False,
         "--write-anyway",
@@ -177,6 +183,7 @@ def tune(
             profile,
             write=write,
             write_anyway=write_anyway,
+            schedule=schedule,
             plot=plot,
             plot_terminal=plot_terminal,
             fmt=fmt,
@@ -237,19 +244,21 @@ def _report(
     plot_terminal: bool,
     fmt: OutputFormat,
     write_anyway: bool = False,
+    schedule: bool = False,
 ) -> int:
     """Write the winner / plots as asked, print the result; the exit code."""
     import sys
 
     from ddtctl.errors import ExitCode
     from ddtctl.tune import write_point
+    from ddtctl.tune_schedule import schedule_point
     from ddtctl.tune_stats import verdict, write_refusal
 
     written, refused = None, None
     if write and result.winner is not None:
         refused = None if write_anyway else write_refusal(verdict(result))
         if refused is None:
-            written = write_point(profile, result.winner)
+            written = write_point(profile, (schedule_point(result) if schedule else None) or result.winner)
     plotted = None
     if plot:
         from ddtctl.tune_plot import plot_png
@@ -332,6 +341,8 @@ def _print_text(result, written) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from ddtctl.tune_schedule import budget_schedule
+
     con = stdout_console()
     table = Table(
         box=None,
@@ -377,6 +388,13 @@ def _print_text(result, written) -> None:
             + "[/green]"
         )
         _print_verdict(con, result)
+        schedule = budget_schedule(result)
+        if schedule:
+            con.print(
+                f"budget schedule (the fastest budget per concurrency, 0: the chain): {schedule}"
+                + (" (--write --schedule writes it)" if written is None else ""),
+                markup=False,
+            )
     if written is not None:
         con.print(
             f"{written.path}: "

@@ -28,6 +28,7 @@ DDTREE_FLAGS = {
     "speculative_ddtree_topk_cap": ("--speculative-ddtree-topk-cap", int, None),
     "speculative_ddtree_shadow_linear": ("--speculative-ddtree-shadow-linear", bool, False),
     "speculative_ddtree_allow_hybrid_unsafe": ("--speculative-ddtree-allow-hybrid-unsafe", bool, False),
+    "speculative_ddtree_budget_schedule": ("--speculative-ddtree-budget-schedule", str, None),
 }
 
 TARGET_CONFIG = {
@@ -237,6 +238,8 @@ def check_flags(ctx) -> str:
             "8",
             "--speculative-ddtree-shadow-linear",
             "--speculative-ddtree-allow-hybrid-unsafe",
+            "--speculative-ddtree-budget-schedule",
+            "2:64,0",
         ]
     )
     got = {d: getattr(ns, d) for d in DDTREE_FLAGS}
@@ -245,6 +248,7 @@ def check_flags(ctx) -> str:
         "speculative_ddtree_topk_cap": 8,
         "speculative_ddtree_shadow_linear": True,
         "speculative_ddtree_allow_hybrid_unsafe": True,
+        "speculative_ddtree_budget_schedule": "2:64,0",
     }
     if got != want:
         raise Failed(f"parsed {got}, expected {want}")

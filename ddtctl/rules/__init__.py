@@ -9,6 +9,15 @@ def load_rules() -> None:
     global _loaded
     if _loaded:
         return
-    from ddtctl.rules import ddtree, ddtree_kernels, eagle, hooks, mamba, parallel, speculative  # noqa: F401
+    from ddtctl.rules import (  # noqa: F401
+        ddtree,
+        ddtree_kernels,
+        ddtree_schedule,
+        eagle,
+        hooks,
+        mamba,
+        parallel,
+        speculative,
+    )
 
     _loaded = True

@@ -1,9 +1,9 @@
-"""DDTREE rules. DDT101-DDT115 are small checks over `ddtree_core`, the one source of truth shared with the
-SGLang payload (which ships that file byte for byte and enforces it inside SGLang's resolution): each check
-here gives a rule its id, title, reads and doc, and reports the core's verdict for that id, message and fix
-included. DDT120 (the bundled worker's refusals) and DDT114 (the recurrent verify scratch) are ddtctl's own,
-stricter than SGLang; so is DDT116 (the payload's hybrid kernels as the profile's `env:` switches
-them), in ddtree_kernels.py, whose decisions DDT114 sizes the scratch with.
+"""DDTREE rules. DDT101-DDT115 (and DDT117, ddtree_schedule.py) are small checks over `ddtree_core`, the one
+source of truth shared with the SGLang payload (which ships that file byte for byte and enforces it inside
+SGLang's resolution): each check here gives a rule its id, title, reads and doc, and reports the core's
+verdict for that id, message and fix included. DDT120 (the bundled worker's refusals) and DDT114 (the
+recurrent verify scratch) are ddtctl's own, stricter than SGLang; so is DDT116 (the payload's hybrid kernels
+as the profile's `env:` switches them), in ddtree_kernels.py, whose decisions DDT114 sizes the scratch with.
 """
 
 from __future__ import annotations

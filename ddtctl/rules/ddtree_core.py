@@ -25,9 +25,14 @@ DDTREE_FLAGS: dict[str, Any] = {
     "speculative_ddtree_topk_cap": None,  # default: the budget (no cap beyond the budget)
     "speculative_ddtree_shadow_linear": False,
     "speculative_ddtree_allow_hybrid_unsafe": False,
+    "speculative_ddtree_budget_schedule": None,  # default: one budget at every batch size
 }
 # Above this many nodes a verify pass stops being one target forward of reasonable width.
 MAX_VERIFY_BUDGET = 4096
+# The widest tree the payload's compact GDN tree verify takes on hybrid targets (128 verify nodes, hybrid.py
+# COMPACT_MAX_WIDTH); a schedule serves the batches it exists for with the compact kernels, so it stays under it.
+COMPACT_MAX_BUDGET = 127
+CHAIN = 0  # a schedule's budget 0 ("chain"): DFLASH's chain of the block, the drafter's top-1 at every depth
 ERROR, WARNING, INFO = "error", "warning", "info"
 ATTENTION_BACKEND_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
@@ -68,10 +73,62 @@ def max_tree_nodes(depth: int, topk: int) -> int:
     return total
 
 
+def parse_budget_schedule(text: Any) -> tuple[tuple[int | None, int], ...]:
+    """`--speculative-ddtree-budget-schedule "2:127,4:64,8:16,0"` -> ((2, 127), (4, 64), (8, 16), (None, 0)): a
+    batch of at most 2 requests verifies a 127-node tree, at most 4 a 64-node one, at most 8 a 16-node one, any
+    larger batch the chain (budget 0, or the word `chain`: the drafter's top-1 at every depth, DFLASH's block).
+    MAX_BS:BUDGET entries with increasing MAX_BS, then one bare BUDGET for every larger batch. ValueError (one
+    line, what is wrong) for anything else."""
+    entries = [e.strip() for e in str(text).split(",")]
+    if not entries or not all(entries):
+        raise ValueError(f"{text!r} has an empty entry; want MAX_BS:BUDGET,...,BUDGET (e.g. 2:127,4:64,8:16,0)")
+    out: list[tuple[int | None, int]] = []
+    for i, entry in enumerate(entries):
+        max_bs, sep, budget = entry.rpartition(":")
+        try:
+            value = CHAIN if budget.strip().lower() == "chain" else int(budget)
+            bound = int(max_bs) if sep else None
+        except ValueError:
+            raise ValueError(f"{entry!r} is not MAX_BS:BUDGET or BUDGET (whole numbers; budget 0 or chain: the "
+                             "chain)") from None
+        if value < 0 or (bound is not None and bound < 1):
+            raise ValueError(f"{entry!r}: batch sizes start at 1 and budgets at 0 (the chain)")
+        if (bound is None) != (i == len(entries) - 1):
+            raise ValueError("the last entry, and only the last, is a bare BUDGET (for every larger batch), "
+                             f"got {entry!r} at position {i + 1}")
+        if bound is not None and out and bound <= (out[-1][0] or 0):
+            raise ValueError(f"batch sizes must increase: {entry!r} follows {out[-1][0]}:{out[-1][1]}")
+        out.append((bound, value))
+    return tuple(out)
+
+
+def schedule_budget(schedule: tuple[tuple[int | None, int], ...], batch_size: int) -> int:
+    """The budget a schedule gives a batch of `batch_size` requests (0: the chain)."""
+    for bound, budget in schedule:
+        if bound is None or batch_size <= bound:
+            return budget
+    return schedule[-1][1]
+
+
+def _schedule(flags: Mapping[str, Any]) -> tuple[tuple[int | None, int], ...] | None:
+    text = flags.get("speculative_ddtree_budget_schedule")
+    if text is None:
+        return None
+    try:
+        return parse_budget_schedule(text)
+    except ValueError:
+        return None
+
+
 def resolve_ddtree(flags: Mapping[str, Any], model: Mapping[str, Any]) -> dict[str, Any]:
-    """The DDTree values a server would run with: budget, topk cap, verify width (budget + 1), block size."""
+    """The DDTree values a server would run with: budget, topk cap, verify width (budget + 1), block size, and
+    the budget schedule (None: the budget at every batch size). With a schedule and no budget, the budget is its
+    widest tree: the verify width, the scratch (DDT114) and the draft top-K are sized for it."""
     block = block_size_of(flags, model)
     budget = flags.get("speculative_ddtree_budget")
+    schedule = _schedule(flags)
+    if budget is None and schedule is not None and max(b for _, b in schedule) > CHAIN:
+        budget = max(b for _, b in schedule)
     if budget is None and block is not None:
         budget = max(block - 1, 1)
     cap = flags.get("speculative_ddtree_topk_cap")
@@ -84,7 +141,54 @@ def resolve_ddtree(flags: Mapping[str, Any], model: Mapping[str, Any]) -> dict[s
         "verify_width": None if budget is None else budget + 1,
         "shadow_linear": bool(flags.get("speculative_ddtree_shadow_linear")),
         "allow_hybrid_unsafe": bool(flags.get("speculative_ddtree_allow_hybrid_unsafe")),
+        "budget_schedule": schedule,
     }
+
+
+def _schedule_violation(flags: Mapping[str, Any], model: Mapping[str, Any]) -> DdtreeViolation | None:
+    """DDT117: a budget schedule that parses, whose every tree the drafter can fill within the budget (the
+    widest tree the server is sized for) and, on hybrid targets, the compact GDN verify takes."""
+    text = flags.get("speculative_ddtree_budget_schedule")
+    if text is None:
+        return None
+    fix = ("write it as MAX_BS:BUDGET entries with increasing batch sizes, then the budget for larger batches, "
+           "e.g. speculative-ddtree-budget-schedule: \"2:127,4:64,8:16,0\" (0: the chain)")
+    try:
+        schedule = parse_budget_schedule(text)
+    except ValueError as err:
+        return DdtreeViolation(
+            "DDT117", f"--speculative-ddtree-budget-schedule {text!r}: {err}.", fix,
+            reads=("speculative_ddtree_budget_schedule", "speculative_ddtree_budget", "speculative_ddtree_topk_cap"))
+    resolved = resolve_ddtree(flags, model)
+    given = flags.get("speculative_ddtree_budget")
+    block, cap = resolved["block_size"], flags.get("speculative_ddtree_topk_cap")
+    vocab = model.get("vocab_size")
+    for bound, budget in schedule:
+        where = f"batches of at most {bound}" if bound is not None else "larger batches"
+        problem = None
+        if budget > MAX_VERIFY_BUDGET:
+            problem = f"budget {budget} exceeds {MAX_VERIFY_BUDGET}", f"at most {MAX_VERIFY_BUDGET}"
+        elif isinstance(given, int) and given >= 1 and budget > given:
+            problem = (f"budget {budget} is wider than --speculative-ddtree-budget {given} (the widest tree the "
+                       "server is sized for)", f"at most {given}, or raise speculative-ddtree-budget (or remove it: "
+                       "the schedule's widest tree)")
+        elif model.get("is_hybrid") and budget > COMPACT_MAX_BUDGET:
+            problem = (f"budget {budget} is wider than the {COMPACT_MAX_BUDGET} nodes the compact GDN tree verify "
+                       "takes on this hybrid target", f"at most {COMPACT_MAX_BUDGET}")
+        elif budget > CHAIN and block is not None and (cap is None or cap >= 1):
+            k = min(cap if cap is not None else budget, vocab) if isinstance(vocab, int) and vocab > 0 else (
+                cap if cap is not None else budget)
+            limit = max_tree_nodes(block - 1, k)
+            if budget > limit:
+                problem = (f"budget {budget} cannot be filled: {block - 1} depths with at most {k} candidates each "
+                           f"(--speculative-ddtree-topk-cap) give {limit} nodes", f"at most {limit}, or raise "
+                           "speculative-ddtree-topk-cap")
+        if problem is not None:
+            return DdtreeViolation(
+                "DDT117", f"--speculative-ddtree-budget-schedule {text!r}: {where}: {problem[0]}.",
+                f"make every budget of the schedule {problem[1]}",
+                reads=("speculative_ddtree_budget_schedule", "speculative_ddtree_budget", "speculative_ddtree_topk_cap"))
+    return None
 
 
 def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> list[DdtreeViolation]:
@@ -150,6 +254,10 @@ def ddtree_violations(flags: Mapping[str, Any], model: Mapping[str, Any]) -> lis
                 f"set speculative-ddtree-budget to at most {limit}, or raise speculative-ddtree-topk-cap",
                 edits={"speculative_ddtree_budget": limit},
                 reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size")))
+
+    schedule_violation = _schedule_violation(flags, model)
+    if schedule_violation is not None:
+        out.append(schedule_violation)
 
     pp = flags.get("pp_size")
     if pp is not None and pp != 1:

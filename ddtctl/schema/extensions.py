@@ -41,6 +41,15 @@ DDTREE_FLAG_SPECS: tuple[FlagSpec, ...] = (
         "Cap on candidates per tree depth (K = min(cap, budget, vocab)). Default: the budget.",
     ),
     _flag(
+        "speculative-ddtree-budget-schedule",
+        "str",
+        "store",
+        None,
+        "DDTree budget per batch size, e.g. 2:127,4:64,8:16,0: batches of at most 2 requests verify a "
+        "127-node tree, at most 4 a 64-node one, at most 8 a 16-node one, larger batches the chain (0 or "
+        "chain). Default: the budget at every batch size; unset budget: the schedule's widest.",
+    ),
+    _flag(
         "speculative-ddtree-shadow-linear",
         None,
         "store_true",

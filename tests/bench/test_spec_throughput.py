@@ -208,3 +208,28 @@ def test_kernel_kinds_count_overlapping_streams_once_per_step(st, tmp_path):
     text = st.kinds_table([a, b])
     gdn = next(line for line in text.splitlines() if line.startswith("gdn"))
     assert gdn.split() == ["gdn", "0.00", "3.23"] and "GPU busy" in text and "trace window" in text
+
+
+def test_a_budget_schedule_adds_one_scheduled_ddtree_server_per_drafter(st):
+    """--budget-schedule: ddtree-sched-<drafter>, launched with the schedule and its widest budget (none for a
+    chain-only schedule: the server resolves it), its own variant; a malformed schedule stops the plan."""
+    by = {b.name: b for b in st.plan(_args(drafter="random,public", budgets="127",
+                                           budget_schedule="2:127,4:64,8:16,0"))}
+    sched = by["ddtree-sched-public"]
+    assert "ddtree-sched-random" in by and sched.variant == "sched" and sched.budget == 127
+    argv = st.server_argv(sched, st.Path("/t"), st.Path("/d"), True, 32, False)
+    assert argv[argv.index("--speculative-ddtree-budget") + 1] == "127"
+    assert argv[argv.index("--speculative-ddtree-budget-schedule") + 1] == "2:127,4:64,8:16,0"
+    chain = st.plan(_args(drafter="random", budgets="", budget_schedule="chain"))[-1]
+    assert chain.budget is None and "--speculative-ddtree-budget" not in st.server_argv(
+        chain, st.Path("/t"), st.Path("/d"), False, 8, False)
+    with pytest.raises(SystemExit, match="batch sizes must increase"):
+        st.plan(_args(budget_schedule="4:64,2:127,0"))
+    assert not st.profiled(sched, SimpleNamespace(drafter="public", budgets="127"))
+
+
+def test_agreement_counts_requests_equal_to_dflash(st):
+    by = {b.name: b for b in st.plan(_args(drafter="random", budgets="16"))}
+    by["dflash-random"].results = {1: {"outputs": [[1, 2], [3]]}}
+    by["ddtree-b16-random"].results = {1: {"outputs": [[1, 2], [4]]}}
+    assert st.agreement(list(by.values())) == "ddtree-b16-random@1 1/2"

@@ -157,6 +157,9 @@ CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT114": (HDDTREE + HYBRID_OK + ["--tp-size", "1", "--speculative-ddtree-budget", "128"],
                HDDTREE + HYBRID_OK + ["--tp-size", "1", "--speculative-ddtree-budget", "64"], "RTX_PRO_6000_BLACKWELL"),
     "DDT115": (DDTREE, DDTREE + ["--attention-backend", "triton"], None),
+    # a budget schedule whose batch sizes do not increase; then the example schedule
+    "DDT117": (DDTREE + ["--speculative-ddtree-budget-schedule", "4:64,2:127,0"],
+               DDTREE + ["--speculative-ddtree-budget-schedule", "2:127,4:64,8:16,0"], None),
     # the same launch; its env (ENV_OF) names an unknown GDN tree kernel, then the compact one
     "DDT116": (HDDTREE + HYBRID_OK, HDDTREE + HYBRID_OK, None),
     "DDT120": (DDTREE + ["--attention-backend", "triton", "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",

@@ -10,6 +10,14 @@ mask instead:
   * after `TritonAttnBackend.__init__` of the target runner, `num_draft_tokens` is widened to the verify width so
     the mask buffer holds `B + 1` rows per request.
 Without them (DDTREE_VERIFY_GRAPH=0) the algo reports a capture width no tree verify has and every verify runs eager.
+
+With a budget schedule (schedule.py) the target's own runner, captured at startup, serves the widest width; for
+each narrower width `capture_width_runners` builds one more target attention backend and verify graph runner under
+that width (the spec's verify width overridden while they are built, so the algo's capture width, the mask
+buffer and the GDN backend follow it), capturing only the batch sizes that width serves, as SGLang's adaptive
+speculative decoding builds one runtime state per step count. The worker swaps them in per step
+(`use_width_runner`). A width without a runner, or a batch size its runner did not capture, verifies eagerly
+(SGLang's runner refuses a batch whose width is not its capture width).
 """
 
 from __future__ import annotations
@@ -71,3 +79,61 @@ def register_hooks(HookRegistry, HookType) -> None:
     HookRegistry.register(
         "sglang.srt.layers.attention.triton_backend.TritonAttnBackend.__init__", widen_triton_backend,
         HookType.AFTER)
+
+
+def capture_width_runners(model_runner, schedule, *, block: int) -> dict:
+    """Verify width -> (attention backend, graph runner) for the target: the startup runner for its own width,
+    one new pair per other width of `schedule` capturing that width's batch sizes. Empty when the target has no
+    verify graphs (DDTREE_VERIFY_GRAPH=0, CUDA graphs off)."""
+    import logging
+
+    import sglang.srt.model_executor.runner.decode_cuda_graph_runner as dcgr
+    from sglang.srt.runtime_context import get_spec
+
+    base = getattr(model_runner, "decode_cuda_graph_runner", None)
+    if base is None or not verify_graphs_enabled() or not getattr(base, "capture_bs", None):
+        return {}
+    base_width = int(base.captured_req_width)
+    out = {base_width: (model_runner.attn_backend, base)}
+    original = dcgr.get_batch_sizes_to_capture
+    for width, sizes in sorted(schedule.capture_buckets(list(base.capture_bs)).items()):
+        if width == base_width or not sizes:
+            continue
+
+        def only(mr, captured_req_width=1, *args, _sizes=tuple(sizes), **kwargs):
+            capture_bs, compile_bs = original(mr, captured_req_width, *args, **kwargs)
+            keep = [b for b in capture_bs if b in _sizes] or list(_sizes)
+            return keep, [b for b in compile_bs if b in keep]
+
+        backup = getattr(model_runner, "init_new_workspace", None)
+        dcgr.get_batch_sizes_to_capture = only
+        try:
+            with get_spec().override(speculative_ddtree_verify_width=width):
+                backend = model_runner._get_attention_backend(init_new_workspace=True)
+                runner = type(base)(model_runner, attn_backend=backend, speculative_num_draft_tokens=block)
+        finally:
+            dcgr.get_batch_sizes_to_capture = original
+            if backup is not None:
+                model_runner.init_new_workspace = backup
+        if int(runner.captured_req_width) != width:
+            raise RuntimeError(f"DDTREE: the verify graph runner for width {width} captured width "
+                               f"{runner.captured_req_width}")
+        out[width] = (backend, runner)
+        logging.getLogger(__name__).info("DDTREE verify graphs at width %d: batch sizes %s", width,
+                                         list(runner.capture_bs))
+    return out
+
+
+def use_width_runner(model_runner, runners: dict, width: int):
+    """Make the target verify at `width` on its own attention backend and graph runner; returns the undo. A width
+    without one (no schedule, no graphs) keeps the target's own (its verify then runs eagerly at a foreign width)."""
+    pair = runners.get(width)
+    if pair is None or pair[1] is model_runner.decode_cuda_graph_runner:
+        return lambda: None
+    saved = (model_runner.attn_backend, model_runner.decode_cuda_graph_runner)
+    model_runner.attn_backend, model_runner.decode_cuda_graph_runner = pair
+
+    def restore():
+        model_runner.attn_backend, model_runner.decode_cuda_graph_runner = saved
+
+    return restore

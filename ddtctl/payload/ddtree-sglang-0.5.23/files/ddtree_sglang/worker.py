@@ -42,8 +42,9 @@ from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
 from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, draft_tp_context
 
 from ddtree_sglang import draft_head, tree_prep
-from ddtree_sglang import hybrid
+from ddtree_sglang import graphs, hybrid
 from ddtree_sglang.graphs import verify_graph_ready, verify_graphs_enabled
+from ddtree_sglang.schedule import WidthSchedule
 from ddtree_sglang.metrics import DdtreeMetrics, register
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,17 @@ class DDTreeWorker(DFlashWorkerV2):
             depth=self.depth, vocab=self.vocab_size, budget=self.budget, topk_cap=self.topk_cap,
             mode=prep_mode, device=self.device,
         )
+        # the verify width per batch size (--speculative-ddtree-budget-schedule; none: the budget at every size).
+        # The draft top-K, the KV window and the reservations stay sized for the budget, the widest tree.
+        try:
+            self.schedule = WidthSchedule(
+                _spec_value(server_args, "speculative_ddtree_budget_schedule", None), depth=self.depth,
+                vocab=self.vocab_size, budget=self.budget, topk_cap=self.topk_cap, mode=prep_mode,
+                device=self.device)
+        except ValueError as err:
+            raise DdtreeWorkerRefused(f"DDTREE budget schedule: {err}") from None
+        self._width_runners: dict = {}  # verify width -> (target attention backend, its verify graph runner)
+        self.width_steps: dict[str, int] = {}  # steps per verify width (host counts), for the log line
         self.metrics = DdtreeMetrics(
             budget=self.budget, verify_width=self.verify_width, prep_mode=prep_mode,
             accept_mode=self.accept_mode, interval=int(os.environ.get("DDTREE_LOG_INTERVAL", "50")),
@@ -178,6 +190,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 "DDTREE worker ready: block_size=%d depth=%d budget=%d topk=%d verify_width=%d prep=%s accept=%s tp=%d "
                 "hybrid=%s", block, self.depth, self.budget, self.preparer.k, self.verify_width, prep_mode,
                 self.accept_mode, self.tp_size, self.hybrid_mode)
+            if self.schedule.scheduled:
+                logger.info("DDTREE budget schedule %r: %s", self.schedule.text, self.schedule.describe())
 
     # DFLASH folds its greedy head into the draft graph; DDTREE folds its top-K + log-sum-exp there instead
     # (draft_head.DraftTopK: static buffers the worker reads after a replayed draft pass).
@@ -196,6 +210,15 @@ class DDTreeWorker(DFlashWorkerV2):
         if get_parallel().tp_rank == 0:
             logger.info("DDTREE draft top-%d head: %s", k, why)
         return head
+
+    def init_cuda_graphs(self):
+        """DFLASH's draft graphs, then (with a budget schedule) one target verify graph runner per narrower width,
+        each capturing the batch sizes that width serves (graphs.capture_width_runners); the target's own runner,
+        captured at the widest width, serves the rest."""
+        super().init_cuda_graphs()
+        if self.schedule.scheduled:
+            self._width_runners = graphs.capture_width_runners(
+                self.target_worker.model_runner, self.schedule, block=int(self.block_size))
 
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return _make_input(bonus_tokens, seq_lens)
@@ -431,12 +454,24 @@ class DDTreeWorker(DFlashWorkerV2):
     def _ddtree_decode(self, batch, on_publish):
         if self.hybrid_mode == "tree" and not self._tree_backend_checked:
             self._check_tree_backend()
-        draft_input = batch.spec_info
         # carried over from the previous overlap iteration; may have been produced on another stream
         batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         bs = len(batch.seq_lens)
+        width = self.schedule.pick(bs)
+        self.width_steps[width.label] = self.width_steps.get(width.label, 0) + 1
+        # a scheduled width verifies on its own attention backend and graph runner (restored after the commit,
+        # which still reads the verify's metadata)
+        restore = graphs.use_width_runner(self.target_worker.model_runner, self._width_runners, width.width)
+        try:
+            return self._ddtree_decode_at(batch, on_publish, width)
+        finally:
+            restore()
+
+    def _ddtree_decode_at(self, batch, on_publish, width):
+        draft_input = batch.spec_info
+        bs = len(batch.seq_lens)
         block = int(self.block_size)
-        n = self.verify_width
+        n = width.width
         window = self.window
         device = self.device
         prefix_lens = batch.seq_lens
@@ -467,7 +502,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # 2) tree + verify inputs
         t0 = time.perf_counter()
         roots = draft_input.bonus_tokens.view(-1).to(torch.int64)
-        vi = self.preparer.prepare_from_topk(lp, ids, roots, prefix_lens)
+        vi = self.schedule.prepare(width, lp, ids, roots, prefix_lens)
         if self._metrics_sync:
             torch.cuda.synchronize()
         prep_s = time.perf_counter() - t0
@@ -582,7 +617,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self.metrics.record_device(acc.accept_len, tree_prep.branch_accepts(acc, vi.retrive_next_token), prep_s,
                                    max_depth=self.depth, graph=bool(graph))
         if self.metrics.steps % self.metrics.interval == 0 and get_parallel().tp_rank == 0:
-            logger.info(self.metrics.line())
+            logger.info(self.metrics.line() + (f" widths={self.width_steps}" if self.schedule.scheduled else ""))
 
         return GenerationBatchResult(
             logits_output=logits_output,
