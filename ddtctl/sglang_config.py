@@ -70,8 +70,28 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
     return at[0], argv[at[0] + 1]
 
 
-def load_config(path: str) -> dict[str, Any]:
+MAX_CONFIG_BYTES = 1 << 20  # a mapping of flags; SGLang's own configs are a few hundred bytes
+
+
+def _refuse_aliases(text: str, path: str) -> None:
+    """Anchors and aliases are how YAML bombs expand (SGLang's safe_load expands them; ddtctl refuses)."""
     import yaml
+
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else "?"
+            raise ProfileError(
+                "YAML anchors/aliases (&, *) are not allowed in an SGLang config",
+                where=f"{path}:{line}",
+                fix="write the values out",
+            )
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The mapping SGLang's `--config FILE` reads (yaml.safe_load typing), from a bounded regular file."""
+    import yaml
+
+    from ddtctl.safeio import read_regular
 
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml"):
@@ -81,11 +101,19 @@ def load_config(path: str) -> dict[str, Any]:
         )
     if not p.exists():
         raise ProfileError(f"{path}: config file not found", fix="check the path given to --config")
+    raw = read_regular(path, MAX_CONFIG_BYTES, error=ProfileError, what="SGLang config")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        text = raw.decode("utf-8")
+        if "&" in text or "*" in text:
+            _refuse_aliases(text, path)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ProfileError(
             f"{path}: not readable as YAML: {str(exc).splitlines()[0]}", fix="fix the YAML syntax"
+        ) from None
+    except RecursionError:
+        raise ProfileError(
+            f"{path}: YAML nested too deeply", fix="an SGLang config is a flat mapping"
         ) from None
     if data is None:
         return {}
@@ -124,14 +152,34 @@ def config_to_argv(config: dict[str, Any], catalog: Catalog, *, where: str = "co
     return out
 
 
-def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
-    """argv with SGLang's `--config FILE` expanded (argv unchanged without one)."""
+def expand_config(argv: list[str], catalog: Catalog) -> tuple[list[str], str | None, int]:
+    """(argv with SGLang's `--config FILE` expanded, the file, how many leading tokens came from it).
+    Unchanged argv, None, 0 without one."""
     found = _config_path(argv)
     if found is None:
-        return list(argv)
+        return list(argv), None, 0
     at, path = found
     config_args = config_to_argv(load_config(path), catalog, where=path)
-    return config_args + argv[:at] + argv[at + 2 :]
+    return config_args + argv[:at] + argv[at + 2 :], path, len(config_args)
+
+
+def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
+    """argv with SGLang's `--config FILE` expanded (argv unchanged without one)."""
+    return expand_config(argv, catalog)[0]
+
+
+def is_sglang_config(data: Any, catalog: Catalog, profile_keys: frozenset[str] | set[str]) -> bool:
+    """Whether a YAML mapping is an SGLang `--config` file (flag keys, as `render --as sglang-config` writes)
+    rather than a ddtctl profile: no profile key (`model` only as a mapping: SGLang's `--model` is a path) and
+    a flag key first (`model-path` in what render writes; an unknown key later is an error to report)."""
+    if not isinstance(data, dict) or not data:
+        return False
+    keys = [k for k in data if isinstance(k, str)]
+    if len(keys) != len(data) or isinstance(data.get("model"), dict):
+        return False
+    if any(k in profile_keys and k != "model" for k in keys):
+        return False
+    return catalog.get_option("--" + keys[0]) is not None
 
 
 def profile_to_config(model_path: str, server: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
