@@ -1,14 +1,14 @@
-"""Reading and masking an SGLang server argv (`--flag value`, `--flag=value`, `--switch`), in one place.
+"""Reading an SGLang server argv as SGLang does, and masking its secrets, in one place.
 
-Which occurrence counts: SGLang parses its argv with argparse, where a store option given twice keeps the LAST
-value. `flag_value` and `argv_to_flags` follow argparse, so ddtctl reads what the server will run with (deploy
-read the first occurrence until issue #19; a rendered profile never repeats a flag, DDT009 refuses that, so
-only a hand-written argv could tell the difference). `flag_occurrences` and `flag_values` return every
-occurrence, for callers that rewrite each one (dry-run's model paths) or must notice any of them (the DDTREE
-overlay).
+`parse_server_argv` is the one reader of an argv ddtctl reads back: `validate --argv` / `--argv-file`,
+`dry-run --argv`, deploy (spec, preflight, plan, health), render's re-check and tune. It is SGLang's own
+argparse parser rebuilt from the release's flag catalog (ddtctl/argv_parser.py): prefixes (`--tp 8`), aliases
+(`--model`), `--no-` forms, nargs and choices behave as in SGLang, a flag given twice keeps its last value,
+`--config FILE` is expanded first so the command line overrides it (ddtctl/sglang_config.py), and a pasted
+launch line's `sglang serve` / `python3 -m sglang.launch_server` and `ENV=x` prefix are split off.
 
-These helpers know nothing of the flag catalog (nargs, switches); ddtctl.flags and ddtctl.diffflags parse an
-argv against the catalog where that matters.
+`flag_occurrences` finds every occurrence of exact flag spellings, for the one caller that rewrites each
+value in place (dry-run's model paths); it reads nothing back. The secret helpers mask by flag words.
 """
 
 from __future__ import annotations
@@ -57,51 +57,6 @@ def flag_occurrences(argv: Sequence[str], flags: Iterable[str]) -> list[FlagOccu
                 out.append(FlagOccurrence(i + 1, flag, False))
             elif token.startswith(flag + "="):
                 out.append(FlagOccurrence(i, flag, True))
-    return out
-
-
-def flag_values(argv: Sequence[str], *flags: str) -> list[str]:
-    """The values of every occurrence of any of `flags` (aliases of one option), in argv order."""
-    return [occ.value(argv) for occ in flag_occurrences(argv, flags)]
-
-
-def flag_value(argv: Sequence[str], *flags: str) -> str | None:
-    """The value argparse would keep for an option spelled as any of `flags`: the last occurrence wins. A last
-    occurrence with no value (a bare flag at the end) gives None, as argparse would refuse it."""
-    value = None
-    for i, token in enumerate(argv):
-        name, eq, inline = token.partition("=")
-        if name in flags:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
-
-
-def has_flag(argv: Sequence[str], flag: str) -> bool:
-    """Whether `flag` appears at all (`--flag`, `--flag value` or `--flag=value`)."""
-    return any(token == flag or token.startswith(flag + "=") for token in argv)
-
-
-def argv_to_flags(argv: Sequence[str]) -> dict[str, str | bool]:
-    """`--a 1 --b --c x` -> {"a": "1", "b": True, "c": "x"} (first-seen key order; a repeated flag keeps its
-    last value, as argparse does). A token after `--x` that does not start with `--` is its value; positionals
-    are skipped."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("--"):
-            i += 1
-            continue
-        key, eq, inline = token[2:].partition("=")
-        if eq:
-            out[key] = inline
-            i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[key] = argv[i + 1]
-            i += 2
-        else:
-            out[key] = True
-            i += 1
     return out
 
 
@@ -170,7 +125,7 @@ _SHELL_OPERATORS = frozenset({"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "
 class Occurrence:
     """One option as argparse matched it: how it was written, the flag it resolved to, the strings it took."""
 
-    option: str  # as written, up to `=` (a prefix such as `--tp` stays a prefix)
+    option: str  # the spelling argparse matched (an alias stays itself; a prefix `--tp` is `--tp-size`)
     spec: FlagSpec
     raw: tuple[str, ...]  # the value strings argparse consumed (empty for a switch)
     from_config: bool  # from SGLang's `--config FILE`, not the command line
@@ -203,6 +158,7 @@ class ParsedArgv:
     namespace: dict[str, Any]  # every dest, defaults included, typed as argparse types them
     occurrences: list[Occurrence]
     unknown: list[str] = field(default_factory=list)  # options argparse did not recognise
+    unknown_tokens: list[str] = field(default_factory=list)  # every token argparse left (options and values)
     positional: list[str] = field(default_factory=list)  # stray non-option tokens
     errors: list[str] = field(default_factory=list)  # argparse's own messages, first = what SGLang prints
     missing: list[FlagSpec] = field(default_factory=list)  # required flags not given (--model-path)
@@ -238,6 +194,24 @@ class ParsedArgv:
         value = self.namespace.get(dest, default)
         return default if value is BAD else value
 
+    def flags(self) -> dict[str, Any]:
+        """Flag name -> value as written, argparse's last occurrence deciding (`--tp 8` -> {"tp-size": "8"}; a
+        switch true, its `--no-` form false; several values space-joined); then the options argparse did not
+        know, by their spelling (with the token after them, or true)."""
+        out: dict[str, Any] = {}
+        for occ in self.occurrences:
+            key = occ.spec.name
+            out.pop(key, None)  # the deciding occurrence's place in the order
+            out[key] = " ".join(occ.raw) if occ.raw else not occ.negated
+        extras = self.unknown_tokens
+        for i, token in enumerate(extras):
+            if not _is_option(token):
+                continue
+            key, eq, inline = token.lstrip("-").partition("=")
+            following = extras[i + 1] if i + 1 < len(extras) and not _is_option(extras[i + 1]) else None
+            out[key] = inline if eq else (following if following is not None else True)
+        return out
+
     def last(self, dest: str) -> Occurrence | None:
         """The occurrence that decided `dest` (argparse: the last)."""
         for occ in reversed(self.occurrences):
@@ -255,6 +229,20 @@ class ParsedArgv:
             )
         extra = self.unknown + self.positional
         return f"unrecognized arguments: {' '.join(extra)}" if extra else None
+
+
+def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config: bool = True) -> ParsedArgv:
+    """`parse_server_argv` with the flag catalog of SGLang `sglang` (default: the pinned release) plus the
+    DDTREE payload's flags: how deploy, render's re-check and tune read back a launch they rendered."""
+    from ddtctl import PINNED_SGLANG
+    from ddtctl.errors import UsageError
+    from ddtctl.schema.extensions import extended_catalog
+
+    try:
+        catalog = extended_catalog(sglang or PINNED_SGLANG)
+    except UsageError:  # a release without a catalog (validate refuses it): read with the pinned one
+        catalog = extended_catalog(PINNED_SGLANG)
+    return parse_server_argv(argv, catalog, config=config)
 
 
 def parse_server_argv(argv: Sequence[str], catalog: Catalog, *, config: bool = True) -> ParsedArgv:
@@ -331,6 +319,7 @@ def _parse(tokens: list[str], catalog: Catalog, n_config: int) -> ParsedArgv:
         namespace={k: v for k, v in vars(namespace).items() if k != "help"},
         occurrences=occurrences,
         unknown=unknown,
+        unknown_tokens=list(extras),
         positional=positional,
         errors=state["errors"],
         missing=missing,
@@ -357,7 +346,7 @@ def _split_extras(extras: list[str]) -> tuple[list[str], list[str]]:
     positional: list[str] = []
     after_option = False
     for token in extras:
-        if token.startswith("-") and len(token) > 1 and not _NUMBER.fullmatch(token):
+        if _is_option(token):
             unknown.append(token)
             after_option = True
         elif not after_option:
@@ -366,6 +355,10 @@ def _split_extras(extras: list[str]) -> tuple[list[str], list[str]]:
 
 
 _NUMBER = re.compile(r"-\d+$|-\d*\.\d+$")
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _NUMBER.fullmatch(token)
 
 
 # ------------------------------------------------------------------------------------------ launch lines
