@@ -227,8 +227,7 @@ class ParsedArgv:
             return "the following arguments are required: " + ", ".join(
                 "/".join(s.option_strings) for s in self.missing
             )
-        extra = self.unknown + self.positional
-        return f"unrecognized arguments: {' '.join(extra)}" if extra else None
+        return f"unrecognized arguments: {' '.join(self.unknown_tokens)}" if self.unknown_tokens else None
 
 
 def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config: bool = True) -> ParsedArgv:

@@ -46,7 +46,9 @@ def human_readable_int(value: str) -> int:
         if suffix in iec:
             if "." in number:
                 raise argparse.ArgumentTypeError(
-                    f"Decimals are not allowed with IEC suffixes like '{suffix}'."
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
+                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
+                    f"or an SI value such as '{number}{suffix[0]}'."
                 )
             return int(number) * iec[suffix]
         return int(Decimal(number) * si[suffix])
