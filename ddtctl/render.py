@@ -33,7 +33,8 @@ def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
 
 
 RENDER_FORMATS = ("argv", "shell", "sglang-config")
-DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+# SGLang 0.5.23's recommended entry point (`python -m sglang.launch_server` warns that it is deprecated)
+DEFAULT_LAUNCHER = ("sglang", "serve")
 
 
 @dataclass
