@@ -211,7 +211,7 @@ def bench_argv(
 
 def api_key(argv: list[str]) -> str | None:
     """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one:
-    read as SGLang reads it (the last one, any spelling argparse takes); `argv` may start with the launcher."""
+    read as SGLang reads it (the last one, in any spelling argparse takes); `argv` may carry the launcher."""
     from ddtctl.argv import parse_launch_argv
 
     key = parse_launch_argv(argv, config=False).get("api_key")
