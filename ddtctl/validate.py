@@ -281,6 +281,8 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
         return _finish(doc.source, findings, {})
     catalog = extended_catalog(profile.sglang)
     flags = flags_from_server(profile.server, doc.lines, catalog)
+    if "config" in flags.given:
+        _merge_sglang_config(flags, doc, catalog)
     extra: list[Finding] = []
     model = _model_facts(profile.model.path, profile.model.architecture, profile.host)
     if (
@@ -319,6 +321,38 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
         env=dict(profile.env),
         env_lines={key: line for key, line in doc.lines.items() if key.startswith("env.")},
     )
+
+
+def _merge_sglang_config(flags: FlagValues, doc: ProfileDocument, catalog: Any) -> None:
+    """A profile's `server: {config: FILE}`: SGLang reads the file's flags first and the rendered command line
+    over them, so the file is read by the same reader (`validate --argv -- --config FILE`) and its values fill
+    in what `server:` does not set. A relative path is taken from the profile's directory."""
+    path = Path(str(flags.given["config"]))
+    if not path.is_absolute():
+        path = Path(doc.source).parent / path
+    line = doc.lines.get("server.config")
+    try:
+        parsed = parse_server_argv(["--config", str(path)], catalog)
+    except DdtctlError as err:
+        flags.findings.append(
+            Finding(
+                rule="DDT002",
+                severity=ERROR,
+                message=f"server.config: {err.message}",
+                line=line,
+                fix=err.fix,
+                key="config",
+            )  # fmt: skip
+        )
+        return
+    from_file = flags_from_parsed(parsed, catalog)
+    flags.findings += [f for f in from_file.findings if f.rule != "DDT008"]  # model.path overrides it
+    for dest, value in from_file.given.items():
+        if dest not in flags.given and dest != "model_path":
+            flags.given[dest] = value
+            flags.specs[dest] = from_file.specs[dest]
+            flags.keys[dest] = from_file.keys[dest]
+            flags.lines[dest] = line
 
 
 def _schema_fix(loc: str, msg: str) -> str | None:

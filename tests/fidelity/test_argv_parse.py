@@ -185,3 +185,75 @@ def test_the_reader_parses_as_sglangs_own_parser(managed_python, tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q", "-s"]))
+
+
+QWEN = str(HERE / "models" / "qwen3-8b")
+
+
+def _five_cases(tmp: Path) -> dict[str, list[str]]:
+    """Issue #34 item 1: the launches where validate and dry-run disagreed."""
+    cfg = tmp / "s.yaml"
+    cfg.write_text(f"model-path: {QWEN}\ntp-size: 2\n")
+    return {
+        "tp-alias": ["--model-path", QWEN, "--tp", "8"],
+        "config-then-cmdline": ["--config", str(cfg), "--tp-size", "4"],
+        "python-m": ["python", "-m", "sglang.launch_server", "--model-path", QWEN, "--tp", "2"],
+        "python3-m-env": [
+            "FOO=1",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            QWEN,
+            "--tp-size",
+            "2",
+        ],
+        "sglang-serve": ["sglang", "serve", QWEN, "--tp-size", "2"],
+        # and one each way that both must refuse
+        "ambiguous-prefix": ["--model-path", QWEN, "--h", "2"],
+        "bad-choice": ["sglang", "serve", QWEN, "--grammar-backend", "xgramar"],
+    }
+
+
+@pytest.mark.sglang
+def test_validate_and_dry_run_give_the_five_cases_one_verdict(tmp_path):
+    from ddtctl.argv import split_launcher
+    from ddtctl.dryrun import dry_run_argvs
+    from ddtctl.validate import validate_argv
+
+    cases = _five_cases(tmp_path)
+    items = []
+    for name, line in cases.items():
+        launch = split_launcher(line)  # as `dry-run --argv` does
+        items.append((name, launch.argv, "H200", launch.env))
+    dry = dry_run_argvs([(n, a, g) for n, a, g, _ in items], envs=[e or None for *_, e in items])
+    verdicts = {}
+    for (name, line), result in zip(cases.items(), dry):
+        valid = validate_argv(line, gpu="H200", source=name)
+        verdicts[name] = (valid.valid, result.accepted)
+    assert verdicts == {
+        "tp-alias": (True, True),
+        "config-then-cmdline": (True, True),
+        "python-m": (True, True),
+        "python3-m-env": (True, True),
+        "sglang-serve": (True, True),
+        "ambiguous-prefix": (False, False),
+        "bad-choice": (False, False),
+    }
+    assert dry[0].resolved["tp_size"] == 8 and dry[1].resolved["tp_size"] == 4  # the command line wins
+
+
+@pytest.mark.sglang
+def test_a_pasted_launch_file_gets_one_verdict_from_both_commands(tmp_path):
+    launch = tmp_path / "launch.sh"
+    launch.write_text(
+        f"HF_HUB_OFFLINE=1 python3 -m sglang.launch_server \\\n  --model-path {QWEN} \\\n  --tp 2\n"
+    )
+    env = {"PYTHONPATH": str(HERE.parents[1])}
+    run = [sys.executable, "-m", "ddtctl"]
+    v = subprocess.run([*run, "validate", "--gpu", "H200", "--argv-file", str(launch)], capture_output=True,
+                       text=True, timeout=120, env={**__import__("os").environ, **env})  # fmt: skip
+    d = subprocess.run([*run, "dry-run", "--gpu", "H200", "--argv-file", str(launch), "--format", "json"],
+                       capture_output=True, text=True, timeout=300, env={**__import__("os").environ, **env})  # fmt: skip
+    assert v.returncode == 0 and d.returncode == 0, (v.stdout + v.stderr, d.stderr[-2000:])
+    assert '"tp_size": 2' in d.stdout.replace("'", '"')
