@@ -17,7 +17,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ddtctl.argv_parser import BAD, run, server_parser
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
 MASK = "***"
@@ -112,6 +111,17 @@ def mask_text(text: str, secrets: Iterable[str]) -> str:
 # ------------------------------------------------------------------------------------------ the argv reader
 # One reader for every SGLang argv ddtctl reads back (validate/dry-run --argv, deploy, render's re-check,
 # tune): `parse_server_argv`, on SGLang's parser rebuilt from the catalog (ddtctl/argv_parser.py).
+
+
+class _Bad:
+    """A value argparse's type or choices refused (kept so the parse can go on)."""
+
+    def __repr__(self) -> str:
+        return "<refused>"
+
+
+BAD = _Bad()
+
 
 LAUNCHERS = ("python -m sglang.launch_server", "python3 -m sglang.launch_server", "sglang serve")
 ARGV_FILE_LIMIT = 1 << 20  # a pasted launch line, not a data file
@@ -281,6 +291,8 @@ def _without(tokens: list[str], option: str) -> list[str]:
 
 
 def _run_recovering(parser: Any, tokens: list[str]) -> tuple[dict[str, Any], Any, list[str], bool]:
+    from ddtctl.argv_parser import run
+
     """argparse reads the options' spellings before any value, so one ambiguous prefix loses the whole parse:
     it is reported, taken out, and the rest read again. (state, namespace, extras, whether a structural
     error remains after the ambiguous ones)."""
@@ -300,6 +312,11 @@ def _run_recovering(parser: Any, tokens: list[str]) -> tuple[dict[str, Any], Any
 
 
 def _parse(tokens: list[str], catalog: Catalog, n_config: int) -> ParsedArgv:
+    from ddtctl.argv_parser import (
+        run,
+        server_parser,
+    )  # argparse stays off validate's profile path (cold start)
+
     parser = server_parser(catalog)
     state, namespace, extras, broken = _run_recovering(parser, tokens)
     # the config part comes first and is read on its own the same way: its occurrences lead the list
