@@ -71,10 +71,29 @@ def is_secret_env(name: str) -> bool:
     return bool(SECRET_ENV.search(name))
 
 
+_LONG_OPTIONS: list[str] = []
+
+
+def _abbreviates_secret(token: str) -> bool:
+    """`--api-ke`: SGLang's argparse takes a prefix of a flag, so a prefix of a secret flag is secret too (any
+    flag it could complete to being secret is enough: over-masking is harmless)."""
+    name = token.split("=", 1)[0]
+    if len(name) < 4:
+        return False
+    if not _LONG_OPTIONS:
+        from ddtctl import PINNED_SGLANG
+        from ddtctl.schema.extensions import extended_catalog
+
+        _LONG_OPTIONS.extend(o for s in extended_catalog(PINNED_SGLANG) for o in s.option_strings)
+    if name in _LONG_OPTIONS:
+        return False
+    return any(o.startswith(name) and is_secret_flag(o) for o in _LONG_OPTIONS)
+
+
 def _secret_value_positions(argv: Sequence[str]) -> Iterable[tuple[int, bool]]:
     """(index, inline) of each secret flag's value; a secret flag followed by another flag is a switch."""
     for i, token in enumerate(argv):
-        if not (token.startswith("--") and is_secret_flag(token)):
+        if not (token.startswith("--") and (is_secret_flag(token) or _abbreviates_secret(token))):
             continue
         if "=" in token:
             yield i, True

@@ -212,3 +212,11 @@ def test_masking_and_secret_values():
         "PATH": "/bin",
     }
     assert mask_text("key sekrit1 and sekrit1", {"sekrit1"}) == "key *** and ***"
+
+
+def test_a_prefix_of_a_secret_flag_is_masked_as_sglang_reads_it_as_the_flag():
+    argv = ["--api-ke", "sekrit1", "--ssl-keyfile-pass=tok12345", "--port", "1", "--max-total", "5"]
+    given = parse_launch_argv(argv, config=False).given
+    assert given["api_key"] == "sekrit1" and given["ssl_keyfile_password"] == "tok12345"  # SGLang takes both
+    assert mask_argv(argv) == ["--api-ke", "***", "--ssl-keyfile-pass=***", "--port", "1", "--max-total", "5"]
+    assert secret_values(argv) == {"sekrit1", "tok12345"}
