@@ -105,7 +105,15 @@ def test_launcher_and_env_prefixes_are_split_off():
         ["python", "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "2"],
         ["/usr/bin/python3.11", "-u", "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "2"],
         ["sglang", "serve", "--model-path", "/m", "--tp", "2"],
-        ["sglang", "serve", "/m", "--model-type", "llm", "--tp", "2"],  # serve's positional model, backend pick
+        [
+            "sglang",
+            "serve",
+            "/m",
+            "--model-type",
+            "llm",
+            "--tp",
+            "2",
+        ],  # serve's positional model, backend pick
         ["FOO=1", "BAR=a=b", "sglang", "serve", "/m", "--tp", "2"],
         ["env", "FOO=1", "python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp=2"],
     ):
@@ -220,3 +228,40 @@ def test_a_prefix_of_a_secret_flag_is_masked_as_sglang_reads_it_as_the_flag():
     assert given["api_key"] == "sekrit1" and given["ssl_keyfile_password"] == "tok12345"  # SGLang takes both
     assert mask_argv(argv) == ["--api-ke", "***", "--ssl-keyfile-pass=***", "--port", "1", "--max-total", "5"]
     assert secret_values(argv) == {"sekrit1", "tok12345"}
+
+
+QWEN = str(__import__("pathlib").Path(__file__).resolve().parent / "fidelity" / "models" / "qwen3-8b")
+
+
+def _profile(tmp_path, server: str):
+    path = tmp_path / "p.yaml"
+    path.write_text(f'name: p\nsglang: "0.5.23"\nhardware: {{gpu: H200, count: 8}}\nmodel: {{path: {QWEN}}}\n'
+                    f"server:\n{server}")  # fmt: skip
+    return path
+
+
+def test_a_profiles_server_config_is_read_and_merged_under_server(tmp_path):
+    from ddtctl.validate import validate_path
+
+    (tmp_path / "inc.yaml").write_text("tp-size: 3\ngrammar-backend: xgramar\nno-such-flag: 1\n")
+    r = validate_path(_profile(tmp_path, "  config: inc.yaml\n  tp-size: 2\n"))
+    msgs = [f.message for f in r.findings]
+    assert any("unknown SGLang 0.5.23 flag --no-such-flag" in m and "inc.yaml" in m for m in msgs), msgs
+    assert any("'xgramar' is not a choice of --grammar-backend" in m for m in msgs), msgs
+    assert not any(f.rule == "DDT009" for f in r.findings)  # server: over the file is how SGLang merges it
+    missing = validate_path(_profile(tmp_path, "  config: nope.yaml\n"))
+    assert not missing.valid and any("server.config" in f.message and "not found" in f.message
+                                     for f in missing.findings)  # fmt: skip
+
+
+def test_an_sglang_config_given_as_a_path_is_checked_as_one(tmp_path):
+    from ddtctl.render import render_profile
+    from ddtctl.validate import validate_path
+
+    prof = _profile(tmp_path, "  tp-size: 2\n  attention-backend: fa3\n")
+    written = tmp_path / "server.yaml"
+    written.write_text(render_profile(str(prof), "sglang-config", show_secrets=True).text)
+    r = validate_path(written)
+    assert r.valid and not r.error, [f.message for f in r.findings]
+    written.write_text(f"model-path: {QWEN}\ntp-sise: 2\n")
+    assert [f.rule for f in validate_path(written).findings if f.severity == "error"] == ["DDT001"]
