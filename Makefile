@@ -59,8 +59,12 @@ fidelity: setup sglang-env
 N ?= 2000
 SEED ?=
 DDTREE ?=
+# It first runs the whole pairwise covering array over the catalog (tests/fidelity/cover.py: every pair of flag
+# settings in some case, per model family and GPU generation; ~7000 cases, an hour here), then the random sampler.
+# PRESCREEN=1 re-derives which settings SGLang rejects alone (cover_alone.json) first.
 fidelity-fuzz: setup sglang-env
-	$(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED)) $(if $(DDTREE),--ddtree)
+	$(BIN)/python tests/fidelity/cover.py $(if $(PRESCREEN),--prescreen) $(if $(SEED),--seed $(SEED)); \
+	  $(BIN)/python tests/fidelity/fuzz.py --n $(N) $(if $(SEED),--seed $(SEED)) $(if $(DDTREE),--ddtree)
 
 # Long random runs of every property test (the kernels', the unified-diff round trip's): a fresh seed each run
 # (printed), 20x the examples. CI's `make test` runs the same tests from a fixed, printed seed

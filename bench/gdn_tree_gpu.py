@@ -39,13 +39,26 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ddtctl.kernels import gdn_tree  # noqa: E402
+from ddtctl.kernels import gdn_levels, gdn_tree  # noqa: E402
 from ddtctl.kernels.reference import build, visibility_from_parents  # noqa: E402
 
 GDN_LAYERS = 48
 TOL_OUT = 2e-2  # bf16 outputs of O(1): a few bf16 ulps
 TOL_STATE = 1e-3  # fp32 states
-VARIANTS = ("anc", "bv64", "bv128", "tf32x3", "anc_bv64", "anc_tf32x3_bv64", "scratch", "b2_64", "b2_64_bv64")
+# lv1_* / lv2_*: the level-step verify (gdn_levels.py, one / two tree levels a step; DDTREE_GDN_SOLVE=levels
+# / levels2); anc_b2_64_bv64: today's server launch at 65..128 nodes (shared ancestors, block 2 on 64 rows,
+# bv 64). Key: (levels a step, ancestors given, block_v, num_warps or None: the launch's own)
+LEVEL_VARIANTS = {
+    "lv1_anc_bv64": (1, True, 64, None), "lv2_anc_bv64": (2, True, 64, None),
+    "lv1_anc_bv32": (1, True, 32, None), "lv2_anc_bv32": (2, True, 32, None),
+    "lv1_bv64": (1, False, 64, None), "lv1_anc_bv64_w4": (1, True, 64, 4),
+    "lv1_anc_bv64_w16": (1, True, 64, 16),
+}
+VARIANTS = ("anc", "bv64", "bv128", "tf32x3", "anc_bv64", "anc_tf32x3_bv64", "scratch", "b2_64", "b2_64_bv64",
+            "anc_b2_64_bv64", *LEVEL_VARIANTS)
+# the depth-follows-nodes bench (issue #30 item 2): chain16 vs today's server launch vs the level verify
+LEVELS_COMMAND = ("--widths 17,65,97,128 --batches 1,8 --heads 16x48 --variants "
+                  "anc_bv64,anc_b2_64_bv64,lv1_anc_bv64,lv2_anc_bv64,lv1_anc_bv32,lv2_anc_bv32")
 
 
 def ddtree_parents(rng: random.Random, width: int, depth: int = 15) -> list[int]:
@@ -142,6 +155,8 @@ def compact_verify(inp: SimpleNamespace, block: int, records: torch.Tensor, **la
                 intermediate_states_buffer=records, intermediate_state_indices=inp.rows,
                 retrieve_parent_token=inp.par, depth_bound=block - 1)
     call.update(launch)
+    if "levels_per_step" in call:
+        return gdn_levels.tree_gdn_verify_levels(**call)
     return gdn_tree.tree_gdn_verify(**call)
 
 
@@ -175,7 +190,11 @@ def variant_launches(inp: SimpleNamespace, keys) -> list[tuple[str, dict]]:
                  1, inp.bs + 1, inp.width, inp.HV, inp.V, inp.K), device=dev)[0]},
              # 65..128 nodes: block 2 on the full 64-row tile (the kernel before block 2 took only its rows)
              "b2_64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE},
-             "b2_64_bv64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE, "block_v": bv}}  # as the server (bv64)
+             "b2_64_bv64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE, "block_v": bv},  # as the server (bv64)
+             "anc_b2_64_bv64": lambda: {"block2": gdn_tree.TWO_BLOCK_TILE, "block_v": bv, "ancestors": anc}}
+    for key, (levels, given, block_v, warps) in LEVEL_VARIANTS.items():
+        launch = {"levels_per_step": levels, "block_v": min(block_v, inp.V), "num_warps": warps}
+        known[key] = lambda launch=launch, given=given: dict(launch, **({"ancestors": anc} if given else {}))
     return [(key, known[key]()) for key in keys]
 
 
@@ -278,8 +297,12 @@ def time_case(inp: SimpleNamespace, block: int, sglang_tree, compact, tried: lis
             out[f"us_compact_{key}"] = timed(lambda: compact_verify(inp, block, records, **others))  # noqa: B023
         except Exception as exc:  # noqa: BLE001 - e.g. a graph capture it does not survive: reported
             out[f"error_{key}"] = f"{type(exc).__name__}: {str(exc)[:120]}"
-    layers_state = inp.states.expand(GDN_LAYERS, *inp.states.shape[1:]).contiguous()
-    layers_inter = inp.inter_compact.expand(GDN_LAYERS, *inp.inter_compact.shape[1:]).contiguous()
+    try:  # all layers' states and records at once: 162 GiB at batch 8 x 128 nodes, so it may not fit
+        layers_state = inp.states.expand(GDN_LAYERS, *inp.states.shape[1:]).contiguous()
+        layers_inter = inp.inter_compact.expand(GDN_LAYERS, *inp.inter_compact.shape[1:]).contiguous()
+    except torch.OutOfMemoryError:
+        out["error_commit_all_layers"] = "OutOfMemoryError: every layer's records at once do not fit"
+        return out
     out["us_commit_sglang_all_layers"] = timed(lambda: fused_mamba_state_scatter_with_mask(
         layers_state, layers_inter, inp.cache_idx, accepted.last, None), 20)
     out["us_commit_compact_all_layers"] = timed(lambda: gdn_tree.tree_gdn_commit(
@@ -335,8 +358,33 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def levels_table(rows: list[dict]) -> str:
+    """Per-layer us: SGLang's chain at 16 tokens (DFLASH), today's server launch (shared ancestors, bv 64,
+    block 2 on 64 rows at 65..128 nodes), each level-step variant; the best level variant against both."""
+    keys = [k for k in LEVEL_VARIANTS if any(k in r.get("variants", ()) for r in rows)]
+    if not keys:
+        return ""
+    hdr = f"{'heads':>6} {'bs':>3} {'T':>3} | {'chain16':>8} {'server':>8} | "
+    hdr += " ".join(f"{k:>13}" for k in keys)
+    lines = [hdr + " | best/chain16 best/server", "-" * (len(hdr) + 26)]
+    for r in rows:
+        nan = float("nan")
+        wide = r["width"] > gdn_tree.MAX_SINGLE_TILE
+        server = r.get("us_compact_anc_b2_64_bv64", nan) if wide else r.get("us_compact_anc_bv64", nan)
+        lv = [r.get(f"us_compact_{k}", float("nan")) if _within(r, f"_{k}") else float("nan") for k in keys]
+        best = min((x for x in lv if x == x), default=float("nan"))
+        chain = r["us_sglang_chain16"]
+        head = f"{r['H']:>2}x{r['HV']:<3} {r['bs']:>3} {r['width']:>3} | {chain:>8.1f} {server:>8.1f} | "
+        lv_us = " ".join(f"{x:>13.1f}" for x in lv)
+        lines.append(f"{head}{lv_us} | {best / chain:>12.2f} {best / server:>11.2f}")
+    lines.append("level variants out of tolerance show nan; server = anc_b2_64_bv64 above 64 nodes, "
+                 "anc_bv64 at 64 or fewer")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--levels", action="store_true", help=f"issue #30's level-step table: {LEVELS_COMMAND}")
     ap.add_argument("--widths", default="17,33,64")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--heads", default="16x48,8x24", help="key x value heads per GPU (tp 1, tp 2)")
@@ -347,6 +395,8 @@ def main(argv=None) -> int:
                     "and b2_64_bv64 = block 2 of 65..128 nodes on a 64-row tile, raise at <= 64 nodes; "
                     "empty: the default launch only)")
     args = ap.parse_args(argv)
+    if args.levels:
+        args = ap.parse_args([*LEVELS_COMMAND.split(), *(argv if argv is not None else sys.argv[1:])])
     variants = tuple(v for v in args.variants.split(",") if v)
     print(f"seed {args.seed}; {torch.cuda.get_device_name()}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
@@ -361,6 +411,8 @@ def main(argv=None) -> int:
                 rows.append(r)
                 print(json.dumps(r), flush=True)
     text = table(rows)
+    if any(k in variants for k in LEVEL_VARIANTS):
+        text += "\n\nthe level-step verify (gdn_levels.py), us per layer:\n" + levels_table(rows)
     print("\nper-layer verify (us, device time in CUDA graphs), per-step x48 GDN layers (ms), commit of 48 "
           "layers (us); variants: time, max error of the outputs vs SGLang's and vs float64 (request 0), of "
           "the states a commit from its records gives vs SGLang's scatter")

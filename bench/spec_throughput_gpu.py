@@ -16,7 +16,10 @@ first: its outputs are the calibrated drafter's oracle). `--sync-budgets 16` add
 Drafters (the same for DFLASH and DDTREE):
   random      the dummy drafter: about one token per step, so 1 / throughput is the step time;
   calibrated  the test-only oracle drafter (tests/gpu_standins/oracle_drafter.py) with rank probabilities that put
-              DFLASH's mean accepted length in the paper's 6-8 range (DDTREE_TEST_ORACLE_RANK_P).
+              DFLASH's mean accepted length in the paper's 6-8 range (DDTREE_TEST_ORACLE_RANK_P), i.i.d. by depth;
+  public      the same oracle with public serving's acceptance by depth (tests/gpu_standins/drafter_profiles.py):
+              rank 0 with 0.82, 0.76, 0.68, 0.71, 0.77, then 0.75; misses 0.6/0.3/0.1 at ranks 1-3 (DFLASH ~4.1);
+  public-flat the same rank 0 by depth, misses 0.4/0.3/0.2 at ranks 1-3 and 0.1 outside the top 4 (sensitivity).
 Per server and batch (1, 8, 32 concurrent requests of `--new-tokens` greedy tokens, ignore_eos): wall time of a
 measured batch after a warm-up batch, tokens/s, mean accepted length (the server's own spec_accept_length) and
 ms/step = wall / verify steps of the slowest request (plain: / tokens).
@@ -51,6 +54,14 @@ _spec.loader.exec_module(e2e)  # setup / overlay install / http / health / stop:
 
 CALIBRATED_RANK_P = "0.88,0.08,0.02"  # DFLASH: expected accepted drafts sum(0.88^k, k=1..15) = 6.3, length 7.3
 MASK_ID = 151669
+# drafters that are the test-only oracle (they need the plain server's continuations): the i.i.d. one and the rank
+# profiles by depth of tests/gpu_standins/drafter_profiles.py
+sys.path.insert(0, str(REPO / "tests" / "gpu_standins"))
+import drafter_profiles  # noqa: E402  (standard library only: the drafter kinds' one home)
+
+sys.path.pop(0)
+ORACLE_DRAFTERS = drafter_profiles.KINDS
+DRAFTERS = ("random",) + ORACLE_DRAFTERS
 
 TARGETS = {
     "qwen3-8b": {
@@ -100,7 +111,7 @@ class Bench:
     name: str
     algo: str  # plain | DFLASH | DDTREE
     budget: int | None
-    drafter: str  # random | calibrated | - (plain)
+    drafter: str  # random | calibrated | public | public-flat | - (plain)
     port: int
     proc: subprocess.Popen | None = None
     argv: list = field(default_factory=list)
@@ -152,7 +163,9 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
     if b.algo == "DDTREE":
         e["DDTREE_LOG_INTERVAL"] = "200"
     e.update(b.extra_env)
-    if b.drafter == "calibrated":
+    if b.drafter in ORACLE_DRAFTERS:
+        if b.drafter != "calibrated":  # a rank profile by draft depth
+            e["DDTREE_TEST_ORACLE_DRAFTER"] = b.drafter
         e["DDTREE_TEST_DRAFT_HOOK"] = "oracle_drafter:override"
         e["DDTREE_TEST_ORACLE"] = str(oracle)
         e["DDTREE_TEST_ORACLE_RANK_P"] = args.rank_p
@@ -382,7 +395,7 @@ def ratios(benches: list[Bench]) -> list[dict]:
             # calibrated drafter: its accepted length over the random drafter's step time of the same server kind,
             # against DFLASH's. The test-only oracle hook runs per request on the host inside each step, which the
             # measured ratio pays and a real drafter does not.
-            if b.drafter == "calibrated" and ref and r["mean_accept_len"] and ref["mean_accept_len"]:
+            if b.drafter in ORACLE_DRAFTERS and ref and r["mean_accept_len"] and ref["mean_accept_len"]:
                 mine = step.get((b.algo, b.budget, b.variant, bs))
                 base = step.get(("DFLASH", None, "", bs))
                 if mine and base:
@@ -438,7 +451,7 @@ def plan(args) -> list[Bench]:
         port[0] += 1
         out.append(Bench(name, algo, budget, drafter, port[0]))
 
-    if not getattr(args, "skip_plain", False) or "calibrated" in args.drafter.split(","):
+    if not getattr(args, "skip_plain", False) or set(args.drafter.split(",")) & set(ORACLE_DRAFTERS):
         mk("plain", "plain", None, "-")  # the calibrated drafter's oracle (and plain's step time)
     for drafter in args.drafter.split(","):
         mk(f"dflash-{drafter}", "DFLASH", None, drafter)
@@ -513,6 +526,9 @@ def main() -> int:
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
     args.batches = [int(x) for x in str(args.batches).split(",") if x]
+    unknown = [d for d in args.drafter.split(",") if d not in DRAFTERS]
+    if unknown:
+        raise SystemExit(f"--drafter {','.join(unknown)}: unknown; want a comma list of {', '.join(DRAFTERS)}")
     deadline = time.monotonic() + args.budget_s
     spec = TARGETS[args.target]
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "argv": sys.argv, "target": args.target}
@@ -532,7 +548,7 @@ def main() -> int:
         vocab = spec["target"]["vocab_size"]
         reqs = prompts(max(args.batches), vocab)
         # plain first (the calibrated drafter's oracle), then the random drafter's servers, calibrated last
-        queue = sorted(benches, key=lambda b: (b.algo != "plain", b.drafter == "calibrated"))
+        queue = sorted(benches, key=lambda b: (b.algo != "plain", b.drafter in ORACLE_DRAFTERS))
         lock, oracle_ready = threading.Lock(), threading.Event()
 
         def lane(gpu):
@@ -566,7 +582,7 @@ def main() -> int:
                         seqs = {",".join(map(str, ids)): ids + r.get("output_ids", []) for ids, r in zip(reqs, out)}
                         oracle.write_text(json.dumps({"sequences": seqs}))
                         oracle_ready.set()
-                    elif b.drafter == "calibrated" and not oracle_ready.wait(max(0.0, deadline - time.monotonic())):
+                    elif b.drafter in ORACLE_DRAFTERS and not oracle_ready.wait(max(0.0, deadline - time.monotonic())):
                         b.status, b.error = "skipped", "the plain server's oracle never came"
                         continue
                     measure(b, reqs, args.batches, args.new_tokens)

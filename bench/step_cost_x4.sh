@@ -8,7 +8,9 @@
 #              --disable-overlap-schedule for contrast.
 # Needs .carry/ (tools/fetch_gpu_carry.sh) carried. Usage on the device: bash bench/step_cost_x4.sh
 # Env: TARGET (qwen3-8b | qwen36-27b), LANES (GPU ids for the throughput lanes), BUDGETS, SYNC_BUDGETS, BATCHES,
-#      DRAFTERS, SKIP_E2E=1, CALL_S (seconds this call may use).
+#      DRAFTERS (a comma list of random, calibrated, public, public-flat: the i.i.d. oracle drafter and the public
+#      acceptance profile by depth with its two miss splits, tests/gpu_standins/drafter_profiles.py), SKIP_E2E=1,
+#      CALL_S (seconds this call may use).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0

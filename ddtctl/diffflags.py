@@ -12,15 +12,14 @@ Library API (the CLI only parses and prints):
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.procs import run_bounded
 from ddtctl.profilediff import (  # noqa: F401 - two profiles' launches, importable from here as before
     RANDOM_WHEN_UNSET,
     ProfileDiff,
@@ -28,6 +27,7 @@ from ddtctl.profilediff import (  # noqa: F401 - two profiles' launches, importa
     argv_to_mapping,
     diff_profiles,
 )
+from ddtctl.safeio import load_json
 from ddtctl.schema.catalog import Catalog, FlagSpec, available_versions, catalog_from_dict, load_catalog
 
 # Fields compared for flags present on both sides (help text changes are noise for a launch).
@@ -410,6 +410,8 @@ def diff_versions(from_version: str, to_version: str) -> CatalogDiff:
 
 # -- an installed sglang -------------------------------------------------------------------------------------
 DUMP_SCRIPT = Path(__file__).resolve().parent / "schema" / "argparse_dump.py"
+LIVE_OUTPUT_LIMIT = 8 * 1024 * 1024  # what the dump may print: warnings of an import, not a catalog
+LIVE_CATALOG_LIMIT = 32 * 1024 * 1024  # the dump itself (a shipped catalog is ~0.5 MB)
 
 
 def live_catalog(
@@ -423,14 +425,14 @@ def live_catalog(
     with tempfile.TemporaryDirectory(prefix="ddtctl-live-catalog-") as tmp:
         out = Path(tmp) / "catalog.json"
         cmd = [str(py), str(DUMP_SCRIPT), "--out", str(out)] + (["--keep-env"] if keep_env else [])
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise EnvironmentMissing(
-                f"{py} did not dump its sglang parser within {timeout_s:.0f} s"
-            ) from None
-        except OSError as err:
-            raise EnvironmentMissing(f"cannot run {py}: {err.strerror}") from None
+        # stdout + stderr bounded, the process group killed at the deadline (a flood ran out of memory)
+        proc = run_bounded(
+            cmd,
+            timeout_s=timeout_s,
+            limit=LIVE_OUTPUT_LIMIT,
+            what=f"{py} (dumping its sglang parser)",
+            cwd=tmp,
+        )
         if proc.returncode != 0 or not out.exists():
             lines = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"exit {proc.returncode}"
@@ -438,8 +440,14 @@ def live_catalog(
                 f"{py} cannot build the sglang parser: {last}",
                 fix="check that sglang imports in that interpreter (`ddtctl env show`)",
             )
-        doc = json.loads(out.read_text(encoding="utf-8"))
-    return catalog_from_dict(doc, source=f"{py} (live)")
+        doc = load_json(out, LIVE_CATALOG_LIMIT, what="parser dump", error=EnvironmentMissing)
+    try:
+        return catalog_from_dict(doc, source=f"{py} (live)")
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise EnvironmentMissing(
+            f"{py} wrote a parser dump ddtctl cannot read ({type(err).__name__}: {str(err)[:100]})",
+            fix="check that it is the interpreter of an SGLang install",
+        ) from None
 
 
 @dataclass

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,8 @@ from typing import Callable, TextIO
 
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import cache_root
+from ddtctl.procs import run_bounded
+from ddtctl.safeio import load_json, read_text, write_new
 
 DEFAULT_SGLANG = "0.5.23"
 STAMP_NAME = ".ddtctl-env.json"
@@ -61,7 +62,7 @@ def _recipe(version: str) -> dict:
 
 def requirement_lines(version: str) -> list[str]:
     """The lock file's requirement lines (comments and blanks dropped)."""
-    text = (BRIDGE_DIR / _recipe(version)["lock"]).read_text(encoding="utf-8")
+    text = read_text(BRIDGE_DIR / _recipe(version)["lock"], 1 << 20, what="requirements lock")
     return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
@@ -120,9 +121,10 @@ def env_root(version: str = DEFAULT_SGLANG) -> Path:
 
 def _read_stamp(root: Path) -> dict | None:
     try:
-        return json.loads((root / STAMP_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        stamp = load_json(root / STAMP_NAME, 1 << 20, what="env stamp", error=EnvironmentMissing)
+    except EnvironmentMissing:
         return None
+    return stamp if isinstance(stamp, dict) else None
 
 
 def managed_env(version: str = DEFAULT_SGLANG, *, with_size: bool = False) -> ManagedEnv:
@@ -230,18 +232,29 @@ class _Lock:
         self.fh.close()
 
 
+PIP_STEP_TIMEOUT_S = 3600.0  # one pip step (torch's CPU wheel is ~200 MB); a stalled index is killed
+PIP_STEP_LIMIT = 64 * 1024 * 1024  # bytes of pip's output in one step (a verbose torch install is ~1 MB)
+
+
 def _run(cmd: list[str], log, *, env: dict | None = None, verbose: bool = False) -> None:
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, errors="replace"
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(line)
+
+    def show(chunk: bytes) -> None:
+        text = chunk.decode("utf-8", "replace")
+        log.write(text)
         if verbose:
-            sys.stderr.write("    " + line)
-    rc = proc.wait()
+            sys.stderr.write(text)
+
+    rc = run_bounded(
+        cmd,
+        timeout_s=PIP_STEP_TIMEOUT_S,
+        limit=PIP_STEP_LIMIT,
+        what=os.path.basename(cmd[0]) + (f" {cmd[1]} {cmd[2]}" if len(cmd) > 2 else ""),
+        merge_stderr=True,
+        on_output=show,
+        env=env,
+    ).returncode
     log.flush()
     if rc != 0:
         raise EnvironmentMissing(
@@ -316,7 +329,7 @@ def create_env(
             "versions": versions,
             "build_seconds": round(time.monotonic() - t0, 1),
         }
-        (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+        write_new(tmp / STAMP_NAME, json.dumps(stamp, indent=2) + "\n")
         # Swap into place: the old env (if any) is moved aside first, then removed.
         old = None
         if root.exists():
@@ -333,10 +346,12 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
     if step < 2:
         return
     code = "import importlib.metadata as m; print(m.version('torch'))"
-    out = subprocess.run([venv_py, "-c", code], capture_output=True, text=True)
+    out = run_bounded([venv_py, "-c", code], timeout_s=120, limit=1 << 20, what="the env's python")
     ver = out.stdout.strip()
     if out.returncode == 0 and "+cpu" not in ver:
-        deps = subprocess.run([venv_py, "-m", "pip", "list"], capture_output=True, text=True).stdout
+        deps = run_bounded(
+            [venv_py, "-m", "pip", "list"], timeout_s=300, limit=8 << 20, what="pip list"
+        ).stdout
         if "nvidia-" in deps:
             raise EnvironmentMissing(
                 f"a CUDA build of torch ({ver}) was installed into the managed env",

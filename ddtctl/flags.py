@@ -92,9 +92,38 @@ def _json_value(value: Any) -> str:
     raise ValueError(f"expected a JSON mapping or list, got {value!r}")
 
 
+class YamlTypingError(ValueError):
+    """A YAML 1.1 scalar whose YAML reading differs from what SGLang's parser makes of the text (DDT012)."""
+
+
+class YamlNumberText(str):
+    """The text of a plain YAML number that YAML 1.1 reads otherwise than SGLang's parser reads the text
+    (`0123` is octal 83 to YAML, 123 to argparse's int; `0x1F`, `1:20` are numbers to YAML only). The profile
+    reader puts it in place of the number under a numeric flag, so every reader of the value refuses it
+    (DDT012) instead of launching either reading."""
+
+    yaml_value: Any = None
+
+    def __new__(cls, text: str, yaml_value: Any) -> YamlNumberText:
+        obj = super().__new__(cls, text)
+        obj.yaml_value = yaml_value
+        return obj
+
+
+def _ambiguous_number(spec: FlagSpec, value: YamlNumberText) -> YamlTypingError:
+    convert = float if spec.type == "float" else int
+    try:
+        reading = f"{convert(str(value).strip())!r} to SGLang's parser"
+    except ValueError:
+        reading = f"not {'a number' if convert is float else 'an integer'} to SGLang's parser"
+    return YamlTypingError(f"{str(value)[:40]!r} is {value.yaml_value!r} to YAML 1.1 but {reading}")
+
+
 def _scalar(spec: FlagSpec, value: Any) -> Any:
     """One value typed as the flag's argparse type would produce; ValueError with the reason otherwise."""
     kind = spec.type
+    if isinstance(value, YamlNumberText):
+        raise _ambiguous_number(spec, value)
     if isinstance(value, (dict, list)) and kind != "json":
         got = "mapping" if isinstance(value, dict) else "list"
         raise ValueError(f"expected a single {kind or 'value'}, got a {got}")
@@ -143,7 +172,7 @@ def coerce(spec: FlagSpec, value: Any) -> Any:
     return typed
 
 
-def _out_of_range(spec: FlagSpec, value: Any) -> str | None:
+def out_of_range(spec: FlagSpec, value: Any) -> str | None:
     """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without
     building the typed model; a list is checked item by item."""
     from ddtctl.schema.flag_models import domain_problem
@@ -225,9 +254,28 @@ def _not_a_choice(spec: FlagSpec, given: Any, line: int | None, key: str, where:
     )
 
 
+def _yaml_typing(spec: FlagSpec, err: YamlTypingError, line: int | None, key: str, where: str) -> Finding:
+    return _finding(
+        "DDT012",
+        f"{where}: --{spec.name}: {err}",
+        line,
+        key,
+        fix="write the number in plain decimal (no leading 0, 0x, 0o, 0b, or ':')",
+    )
+
+
 def _accept(
-    out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None, where: str
+    out: FlagValues,
+    catalog: Catalog,
+    key: str,
+    spec: FlagSpec,
+    value: Any,
+    line: int | None,
+    where: str,
+    *,
+    launch: bool = False,
 ) -> None:
+    """`launch`: a profile's value, which ddtctl writes into the launch argv (DDT011 when it cannot)."""
     if spec.dest in RESERVED:
         out.findings.append(
             _finding(
@@ -268,6 +316,9 @@ def _accept(
     except LookupError as err:
         out.findings.append(_not_a_choice(spec, err.args[0], line, key, where))
         return
+    except YamlTypingError as err:
+        out.findings.append(_yaml_typing(spec, err, line, key, where))
+        return
     except ValueError as err:
         out.findings.append(
             _finding(
@@ -279,7 +330,7 @@ def _accept(
             )
         )
         return
-    problem = _out_of_range(spec, typed)
+    problem = out_of_range(spec, typed)
     if problem:
         need = problem.rpartition("must be ")[2]
         out.findings.append(
@@ -294,10 +345,37 @@ def _accept(
             )
         )
         return
+    if launch and _unlaunchable(out, catalog, key, spec, value, line, where):
+        return
     out.given[spec.dest] = typed
     out.specs[spec.dest] = spec
     out.lines[spec.dest] = line
     out.keys[spec.dest] = key
+
+
+def _unlaunchable(
+    out: FlagValues, catalog: Catalog, key: str, spec: FlagSpec, value: Any, line: int | None, where: str
+) -> bool:
+    """DDT011 when the value cannot be written into SGLang's argv so that its parser reads it back
+    (ddtctl.launch_tokens: a list item that starts with '-', a NUL byte)."""
+    from ddtctl.launch_tokens import UnsafeValue, flag_tokens
+
+    try:
+        flag_tokens(spec, value, catalog)
+    except UnsafeValue as err:
+        out.findings.append(
+            _finding(
+                "DDT011",
+                f"{where}: --{spec.name}: {err}",
+                line,
+                key,
+                fix=f"remove that value from {spec.name} (SGLang would read it as a flag, not a value)",
+            )
+        )
+        return True
+    except (ValueError, LookupError):  # already reported by coerce's caller
+        return False
+    return False
 
 
 def flags_from_server(server: dict[str, Any], lines: dict[str, int], catalog: Catalog) -> FlagValues:
@@ -309,7 +387,7 @@ def flags_from_server(server: dict[str, Any], lines: dict[str, int], catalog: Ca
         if spec is None:
             out.findings.append(_unknown_flag(catalog, key, line, where, out))
             continue
-        _accept(out, catalog, key, spec, value, line, where)
+        _accept(out, catalog, key, spec, value, line, where, launch=True)
     return out
 
 
@@ -418,21 +496,29 @@ def _accept_occurrences(
         out.findings.append(_finding("DDT002", f"{where}: {last.error}", None, last.option))
 
 
-def render_flag(spec: FlagSpec, value: Any) -> list[str]:
-    """Profile value -> argv tokens (empty when a switch is false)."""
-    option = f"--{spec.name}"
-    if Catalog.is_boolean_switch(spec):
-        if spec.action == "boolean_optional" and value is False:
-            return [f"--no-{spec.name}"]
-        return [option] if value else []
-    if isinstance(value, list):
-        return [option, *[_render_scalar(spec, v) for v in value]]
-    return [option, _render_scalar(spec, value)]
+def launch_value_findings(profile: Any, lines: dict[str, int], catalog: Catalog) -> list[Finding]:
+    """DDT011 for the launch values outside `server:`: a model path no command line carries (a NUL byte,
+    '--'), an environment value with a NUL byte (no process environment holds one)."""
+    from ddtctl.launch_tokens import UnsafeValue, single_tokens
 
-
-def _render_scalar(spec: FlagSpec, value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    out = []
+    try:
+        single_tokens("--model-path", profile.model.path, catalog)
+    except UnsafeValue as err:
+        out.append(
+            _finding(
+                "DDT011", f"model.path: {err}", lines.get("model.path"), "model.path", fix="fix model.path"
+            )
+        )
+    for name, value in profile.env.items():
+        if "\x00" in value:
+            out.append(
+                _finding(
+                    "DDT011",
+                    f"env.{name}: the value holds a NUL byte, which no process environment can carry",
+                    lines.get(f"env.{name}"),
+                    f"env.{name}",
+                    fix=f"remove the NUL byte from env.{name}",
+                )
+            )
+    return out

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ddtctl.errors import UsageError
+from ddtctl.safeio import load_json
 
 # Hybrid linear-attention (Mamba / GDN / KDA) architectures whose KV cache includes recurrent state
 # (sglang 0.5.23 arg_groups/overrides.py _MAMBA_RADIX_CACHE_ARCHS and _MAMBA_EXTRA_BUFFER_ARCHS).
@@ -134,48 +136,125 @@ class ModelFacts:
         }
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# What a config.json field may hold (issue #31: `num_hidden_layers: 10**15` made num_linear_layers loop for
+# hours, `architectures` as a mapping or an infinite `total_size` crashed). Far above any real model.
+_INT_BOUNDS = {
+    "num_hidden_layers": 100_000,
+    "num_attention_heads": 1_000_000,
+    "num_key_value_heads": 1_000_000,
+    "vocab_size": 100_000_000,
+    "hidden_size": 10_000_000,
+    "block_size": 1_000_000,
+    "linear_num_key_heads": 1_000_000,
+    "linear_num_value_heads": 1_000_000,
+    "linear_key_head_dim": 1_000_000,
+    "linear_value_head_dim": 1_000_000,
+    "linear_conv_kernel_dim": 1_000_000,
+    "full_attention_interval": 100_000,
+}
+MAX_LIST = 100_000  # entries of `architectures` / `layer_types`
+MAX_WEIGHTS_BYTES = 1 << 52  # 4 PiB: a safetensors index's total_size beyond this is not a checkpoint
 
 
-def _sub_dict(config: dict[str, Any], key: str) -> dict[str, Any]:
+class ModelConfigError(UsageError):
+    """A config.json (or its safetensors index) readable here but unusable: one line, where=the file."""
+
+
+def _int(config: dict[str, Any], key: str, where: str) -> int | None:
     value = config.get(key)
-    return value if isinstance(value, dict) else {}
+    if value is None:
+        return None
+    bound = _INT_BOUNDS[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ModelConfigError(
+            f"config.json field {key} is {shown}; expected an integer in 0..{bound:,}",
+            where=where,
+            fix="is this the model's own config.json?",
+        )
+    return value
+
+
+def _sub_dict(config: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = config.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ModelConfigError(
+            f"config.json field {key} is {type(value).__name__}; expected a mapping", where=where
+        )
+    return value
+
+
+def _str_list(value: Any, key: str, where: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_LIST or not all(isinstance(v, str) for v in value):
+        raise ModelConfigError(
+            f"config.json field {key} must be a list of strings (at most {MAX_LIST:,})", where=where
+        )
+    return value
+
+
+def _str(value: Any, key: str, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ModelConfigError(
+        f"config.json field {key} is {type(value).__name__}; expected a string", where=where
+    )
 
 
 def facts_from_config(config: dict[str, Any], source: str = "config.json") -> ModelFacts:
-    text = _sub_dict(config, "text_config")
+    """The facts of a parsed config.json; every field read is type- and range-checked (ModelConfigError)."""
+    text = _sub_dict(config, "text_config", source)
 
-    def pick(key: str) -> Any:
-        return config.get(key) if config.get(key) is not None else text.get(key)
+    def pick(key: str) -> int | None:
+        own = _int(config, key, source)
+        return own if own is not None else _int(text, key, source)
 
-    archs = config.get("architectures") or []
-    dflash = _sub_dict(config, "dflash_config")
-    block = _int(config.get("block_size")) or _int(dflash.get("block_size"))
-    layer_types = pick("layer_types")
-    ssm_dtype = text.get("mamba_ssm_dtype") or config.get("mamba_ssm_dtype")  # SGLang reads text_config first
+    archs = _str_list(config.get("architectures"), "architectures", source)
+    dflash = _sub_dict(config, "dflash_config", source)
+    block = _int(config, "block_size", source) or _int(dflash, "block_size", source)
+    layer_types = _str_list(
+        config.get("layer_types") if config.get("layer_types") is not None else text.get("layer_types"),
+        "layer_types",
+        source,
+    )
+    _str_list(text.get("layer_types"), "text_config.layer_types", source)  # is_hybrid reads it from raw
+    ssm_dtype = _str(text.get("mamba_ssm_dtype"), "text_config.mamba_ssm_dtype", source) or _str(
+        config.get("mamba_ssm_dtype"), "mamba_ssm_dtype", source
+    )  # SGLang reads text_config first
     return ModelFacts(
-        architecture=archs[0] if archs and isinstance(archs[0], str) else None,
+        architecture=archs[0] if archs else None,
         source=source,
-        num_hidden_layers=_int(pick("num_hidden_layers")),
-        num_attention_heads=_int(pick("num_attention_heads")),
-        num_key_value_heads=_int(pick("num_key_value_heads")) or _int(pick("num_attention_heads")),
-        vocab_size=_int(pick("vocab_size")),
-        hidden_size=_int(pick("hidden_size")),
+        num_hidden_layers=pick("num_hidden_layers"),
+        num_attention_heads=pick("num_attention_heads"),
+        num_key_value_heads=pick("num_key_value_heads") or pick("num_attention_heads"),
+        vocab_size=pick("vocab_size"),
+        hidden_size=pick("hidden_size"),
         block_size=block,
-        is_dflash_draft=bool(dflash) or any("DFlash" in a for a in archs if isinstance(a, str)),
-        linear_num_key_heads=_int(pick("linear_num_key_heads")),
-        linear_num_value_heads=_int(pick("linear_num_value_heads")),
-        linear_key_head_dim=_int(pick("linear_key_head_dim")),
-        linear_value_head_dim=_int(pick("linear_value_head_dim")),
-        linear_conv_kernel_dim=_int(pick("linear_conv_kernel_dim")),
-        full_attention_interval=_int(pick("full_attention_interval")),
-        layer_types=tuple(t for t in layer_types if isinstance(t, str))
-        if isinstance(layer_types, list)
-        else (),
-        mamba_ssm_dtype=ssm_dtype if isinstance(ssm_dtype, str) else None,
+        is_dflash_draft=bool(dflash) or any("DFlash" in a for a in archs),
+        linear_num_key_heads=pick("linear_num_key_heads"),
+        linear_num_value_heads=pick("linear_num_value_heads"),
+        linear_key_head_dim=pick("linear_key_head_dim"),
+        linear_value_head_dim=pick("linear_value_head_dim"),
+        linear_conv_kernel_dim=pick("linear_conv_kernel_dim"),
+        full_attention_interval=pick("full_attention_interval"),
+        layer_types=tuple(layer_types),
+        mamba_ssm_dtype=ssm_dtype,
         raw=config,
     )
+
+
+def _load(path: Path, limit: int, what: str) -> Any | None:
+    """The JSON of `path`, None when there is no such file here (or it may not be read); a file that is there
+    but is not a bounded, regular JSON file is a ModelConfigError."""
+    try:
+        return load_json(path, limit, what=what, error=ModelConfigError)
+    except ModelConfigError as err:
+        if err.message in ("no such file", "permission denied") or err.message.startswith("cannot read"):
+            return None
+        raise
 
 
 def weights_bytes_of(model_dir: Path) -> int | None:
@@ -183,30 +262,45 @@ def weights_bytes_of(model_dir: Path) -> int | None:
     `metadata.total_size`, else the sum of its *.safetensors files. None when there are none
     (a config-only directory, or a remote path's cached config)."""
     index = model_dir / "model.safetensors.index.json"
+    doc = _load(index, 16 * MAX_CONFIG_BYTES, "safetensors index")
+    if doc is not None:
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        total = meta.get("total_size") if isinstance(meta, dict) else None
+        if total is not None:
+            if (
+                isinstance(total, bool)
+                or not isinstance(total, (int, float))
+                or not 0 < total <= MAX_WEIGHTS_BYTES
+            ):
+                raise ModelConfigError(
+                    f"metadata.total_size is {str(total)[:40]}; expected bytes up to {MAX_WEIGHTS_BYTES:,}",
+                    where=str(index),
+                )
+            return int(total)
     try:
-        if index.is_file() and index.stat().st_size <= 16 * MAX_CONFIG_BYTES:
-            total = (json.loads(index.read_text(encoding="utf-8")).get("metadata") or {}).get("total_size")
-            if isinstance(total, (int, float)) and total > 0:
-                return int(total)
         sizes = [f.stat().st_size for f in model_dir.glob("*.safetensors") if f.is_file()]
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+    except OSError:
         return None
     return sum(sizes) or None
 
 
 def read_model_facts(path: str | Path | None) -> ModelFacts | None:
-    """Facts from `<path>/config.json` when it is readable here; None when the path is not local."""
+    """Facts from `<path>/config.json` when it is readable here; None when the path is not local. A
+    config.json that is there but hostile (a FIFO, /dev/zero, over 4 MiB, not JSON, nested too deep, a field
+    of the wrong type or out of range) is a one-line ModelConfigError (exit 2), never a hang or a crash."""
     if not path:
         return None
-    config_path = Path(path).expanduser() / "config.json"
     try:
-        if not config_path.is_file() or config_path.stat().st_size > MAX_CONFIG_BYTES:
-            return None
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        config_path = Path(path).expanduser() / "config.json"
+    except (RuntimeError, ValueError, TypeError):  # `~nobody/...`, a NUL byte
+        return None
+    config = _load(config_path, MAX_CONFIG_BYTES, "model config")
+    if config is None:
         return None
     if not isinstance(config, dict):
-        return None
+        raise ModelConfigError(
+            f"model config.json holds a JSON {type(config).__name__}, not an object", where=str(config_path)
+        )
     facts = facts_from_config(config, source=str(config_path))
     facts.weights_bytes = weights_bytes_of(config_path.parent)
     return facts

@@ -7,6 +7,7 @@ they are checked against the flag catalog of the profile's SGLang release by `dd
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -142,6 +143,9 @@ class ProfileDocument:
     )
     # key path ("server.tp-size") -> (line, 1-based column) of that key (findings point at their key's column)
     key_columns: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # path -> (container, key, text) of each plain scalar YAML 1.1 typed as a bool, number or date: its text
+    # as written, for the string-typed values that must get it (`revision: 0123` is "0123", not 83)
+    plain: dict[str, tuple[Any, Any, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,6 +171,42 @@ def canonical_flag_key(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-").lower()
 
 
+_STR_TAG = "tag:yaml.org,2002:str"  # a plain scalar's style is None (PyYAML) or "" (libyaml)
+_COLLECTION_TAGS: dict[type, str] = {
+    yaml.MappingNode: "tag:yaml.org,2002:map",
+    yaml.SequenceNode: "tag:yaml.org,2002:seq",
+}
+
+
+def _refuse_tag(node: yaml.Node, loader: Any, source: str) -> None:
+    """An explicit YAML tag (`!!binary`, `!!python/...`, `!!float 1`, `!custom`) is refused: a profile holds
+    plain text, numbers, booleans, lists and mappings; `!!str` (as quoting) is the one tag allowed."""
+    if isinstance(node, yaml.ScalarNode):
+        implicit = loader.resolve(yaml.ScalarNode, node.value, (True, False)) if not node.style else _STR_TAG
+        if node.tag in (implicit, _STR_TAG):
+            return
+    elif node.tag == _COLLECTION_TAGS.get(type(node)):
+        return
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise ProfileError(
+        f"YAML tag {tag[:60]} is not allowed in profiles",
+        where=f"{source}:{node.start_mark.line + 1}",
+        fix="remove the tag and write the value as plain text (quote it to keep it a string)",
+    )
+
+
+def _note_plain(plain: dict | None, path: str, container: Any, key: Any, node: yaml.Node, value: Any) -> None:
+    """Remember a plain scalar's text where YAML 1.1 typed it (a bool, number or date; not null)."""
+    if (
+        plain is not None
+        and isinstance(node, yaml.ScalarNode)
+        and not node.style
+        and value is not None
+        and not isinstance(value, str)
+    ):
+        plain[path] = (container, key, node.value)
+
+
 def _build(
     node: yaml.Node,
     path: str,
@@ -175,6 +215,7 @@ def _build(
     source: str,
     depth: int = 0,
     key_columns: dict[str, tuple[int, int]] | None = None,
+    plain: dict[str, tuple[Any, Any, str]] | None = None,
 ) -> Any:
     if depth > MAX_NESTING:
         raise ProfileError(
@@ -182,6 +223,8 @@ def _build(
             where=f"{source}:{node.start_mark.line + 1}",
             fix="profiles need only a few levels (server: flag: value)",
         )
+    if node.tag != _STR_TAG:
+        _refuse_tag(node, loader, source)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -195,6 +238,8 @@ def _build(
                 raise ProfileError(
                     "mapping keys must be plain names", where=f"{source}:{key_node.start_mark.line + 1}"
                 )
+            if key_node.tag != _STR_TAG:
+                _refuse_tag(key_node, loader, source)
             key = str(_construct(loader, key_node, source))
             norm = canonical_flag_key(key) if path == "server" else key
             child = f"{path}.{norm}" if path else norm
@@ -207,13 +252,16 @@ def _build(
             lines[child] = key_node.start_mark.line + 1
             if key_columns is not None:
                 key_columns[child] = (lines[child], key_node.start_mark.column + 1)
-            out[norm] = _build(value_node, child, loader, lines, source, depth + 1, key_columns)
+            out[norm] = _build(value_node, child, loader, lines, source, depth + 1, key_columns, plain)
+            _note_plain(plain, child, out, norm, value_node, out[norm])
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [
-            _build(item, f"{path}[{i}]", loader, lines, source, depth + 1, key_columns)
-            for i, item in enumerate(node.value)
-        ]
+        items: list[Any] = []
+        for i, item in enumerate(node.value):
+            lines[f"{path}[{i}]"] = item.start_mark.line + 1
+            items.append(_build(item, f"{path}[{i}]", loader, lines, source, depth + 1, key_columns, plain))
+            _note_plain(plain, f"{path}[{i}]", items, i, item, items[i])
+        return items
     return _construct(loader, node, source)
 
 
@@ -265,7 +313,8 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
             )
         lines: dict[str, int] = {}
         key_columns: dict[str, tuple[int, int]] = {}
-        data = _build(node, "", loader, lines, source, key_columns=key_columns)
+        plain: dict[str, tuple[Any, Any, str]] = {}
+        data = _build(node, "", loader, lines, source, key_columns=key_columns, plain=plain)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -274,7 +323,9 @@ def parse_profile_text(text: str, source: str) -> ProfileDocument:
         raise ProfileError(f"invalid YAML: {err}", where=source) from None
     finally:
         loader.dispose()
-    return ProfileDocument(source=source, data=data, lines=lines, text=text, key_columns=key_columns)
+    return ProfileDocument(
+        source=source, data=data, lines=lines, text=text, key_columns=key_columns, plain=plain
+    )
 
 
 def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
@@ -296,10 +347,81 @@ def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
     return doc
 
 
+# Values that are text whatever YAML 1.1 makes of them: the profile's own string fields and the environment.
+_STRING_FIELDS = re.compile(
+    r"^(name|description|sglang|host|hosts\[\d+\]|hardware\.gpu|model\.(path|architecture)|env\.[^.\[]+"
+    r"|launch\.launcher\[\d+\]|ignore\[\d+\]\.(rule|reason))$"
+)
+_SERVER_VALUE = re.compile(r"^server\.([^.\[]+)(\[\d+\])?$")  # a flag's value, or an item of its list
+
+
+def _server_catalog(data: dict[str, Any]) -> Any:
+    from ddtctl.schema.extensions import extended_catalog
+
+    version = data.get("sglang", PINNED_SGLANG)
+    try:
+        return extended_catalog(version) if isinstance(version, str) else None
+    except Exception:  # noqa: BLE001 - an unknown release is reported by validate itself
+        return None
+
+
+def _numbers_differ(kind: str, text: str, value: Any) -> bool:
+    """Whether argparse's int / float reads `text` otherwise than YAML 1.1 read it as `value` (`0123`: 123
+    against 83; `0x1F`, `1:20`, `0b11`: no number at all to argparse)."""
+    if isinstance(value, bool) or not isinstance(value, int if kind == "int" else (int, float)):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False  # .inf / .nan: the flag's domain refuses them
+    try:
+        return (int if kind == "int" else float)(text.strip()) != value
+    except ValueError:
+        return True
+
+
+def _as_written(doc: ProfileDocument) -> None:
+    """Give every string-typed value the text written in the file, not YAML 1.1's reading of it: the
+    profile's string fields, `env:`, and the flags whose argparse type is str (the release's catalog);
+    a numeric flag whose text argparse reads otherwise than YAML gets a YamlNumberText (DDT012)."""
+    from ddtctl.flags import YamlNumberText
+    from ddtctl.schema.catalog import Catalog
+
+    catalog = _server_catalog(doc.data) if any(p.startswith("server.") for p in doc.plain) else None
+    for path, (container, key, text) in doc.plain.items():
+        if _STRING_FIELDS.match(path):
+            container[key] = text
+            continue
+        match = _SERVER_VALUE.match(path)
+        spec = catalog.get(match.group(1)) if match and catalog is not None else None
+        if spec is None or Catalog.is_boolean_switch(spec):
+            continue
+        value = container[key]
+        if spec.type == "str":
+            container[key] = text
+        elif spec.type in ("int", "float") and _numbers_differ(spec.type, text, value):
+            container[key] = YamlNumberText(text, value)
+
+
+def _duplicate_hosts(profile: Profile, lines: dict[str, int]) -> list[tuple[str, str, int | None]]:
+    seen: dict[str, int] = {}
+    errors = []
+    for i, host in enumerate(profile.hosts or []):
+        if host in seen:
+            errors.append(
+                (
+                    f"hosts[{i}]",
+                    f"host {host!r} is listed twice (first as hosts[{seen[host]}])",
+                    lines.get(f"hosts[{i}]"),
+                )
+            )
+        seen.setdefault(host, i)
+    return errors
+
+
 def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str, str, int | None]]]:
     """The profile model, or the schema errors as (location, message, line)."""
+    _as_written(doc)
     try:
-        return Profile.model_validate(doc.data), []
+        profile = Profile.model_validate(doc.data)
     except ValidationError as err:
         errors = []
         for item in err.errors(include_url=False):
@@ -314,6 +436,8 @@ def build_profile(doc: ProfileDocument) -> tuple[Profile | None, list[tuple[str,
                 msg = msg.removeprefix("Value error, ")
             errors.append((loc, msg, line))
         return None, errors
+    duplicates = _duplicate_hosts(profile, doc.lines)
+    return (None, duplicates) if duplicates else (profile, [])
 
 
 def _suggest_top_level(loc: str) -> str:
@@ -371,7 +495,9 @@ def discover_profiles(paths: list[str]) -> list[Path]:
     """Files, directories (recursively, *.yaml / *.yml) and globs -> profile files, in a stable order."""
     found: list[Path] = []
     for raw in paths:
-        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        from ddtctl.safeio import glob_paths
+
+        matches = glob_paths(raw) if glob.has_magic(raw) else [raw]  # never follows a symlink loop
         if not matches:
             raise ProfileError("no file matches this pattern", where=raw)
         for item in matches:

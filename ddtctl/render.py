@@ -1,26 +1,58 @@
 """A profile rendered to what `ddtctl deploy` launches: the argv of `python -m sglang.launch_server`, one
-shell command, or the YAML SGLang's own `--config` reads back into the same argv (ddtctl/sglang_config.py)."""
+shell command, or the YAML SGLang's own `--config` reads back into the same argv (ddtctl/sglang_config.py).
+
+`render_argv` is the one place a profile becomes SGLang argv (render, dry-run, deploy, tune and diff-flags all
+call it). Each value is written by ddtctl.launch_tokens so that SGLang's argparse reads it back as that value
+(`--flag=value` where a value alone would read as an option; refused where no command line can carry it), and
+the argv is parsed back (ddtctl.flags.flags_from_argv) and compared with the profile's typed values: a
+difference is a ddtctl bug (RenderMismatch, exit 70), never a launch.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.errors import ProfileError
-from ddtctl.flags import render_flag
 from ddtctl.profile import Profile
-from ddtctl.schema.catalog import Catalog
+from ddtctl.schema.catalog import Catalog, FlagSpec
+
+MODEL_PATH = "--model-path"
 
 
-def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
-    """`--model-path` first, then the server flags in profile order,
-    with the options SGLang's parser knows."""
-    if catalog is None:
-        from ddtctl.schema.extensions import extended_catalog
+class RenderMismatch(RuntimeError):
+    """The rendered argv does not parse back into the profile's values: a ddtctl bug (exit 70)."""
 
-        catalog = extended_catalog(profile.sglang)
-    argv = ["--model-path", profile.model.path]
+
+_UNTYPED = object()  # a value the flag's type refuses (validate reports it; diff-flags still shows it)
+
+
+@dataclass
+class LaunchGroup:
+    """One flag of the launch: its tokens, and the typed value SGLang must read back from them."""
+
+    key: str  # the profile key ("server.tp-size", "model.path")
+    spec: FlagSpec | None  # None: --model-path
+    tokens: list[str]
+    typed: Any = _UNTYPED
+
+
+def launch_groups(profile: Profile, catalog: Catalog) -> list[LaunchGroup]:
+    """`--model-path` first, then the server flags in profile order, each as its argv tokens."""
+    from ddtctl.flags import YamlTypingError, coerce
+    from ddtctl.launch_tokens import UnsafeValue, flag_tokens, single_tokens
+
+    try:
+        groups = [LaunchGroup("model.path", None, single_tokens(MODEL_PATH, profile.model.path, catalog))]
+    except UnsafeValue as err:
+        raise ProfileError(f"model.path: {err}", fix="set model.path to the model directory") from None
+    for name, value in profile.env.items():
+        if "\x00" in value:
+            raise ProfileError(
+                f"env.{name}: the value holds a NUL byte", fix="run `ddtctl validate` (DDT011)"
+            )
     for key, value in profile.server.items():
         spec = catalog.get(key)
         if spec is None:
@@ -28,8 +60,78 @@ def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
                 f"server.{key}: unknown SGLang {catalog.version} flag",
                 fix="run `ddtctl validate` on the profile",
             )
-        argv.extend(render_flag(spec, value))
+        try:
+            tokens = flag_tokens(spec, value, catalog, strict=False)
+        except (UnsafeValue, YamlTypingError) as err:
+            rule = "DDT011" if isinstance(err, UnsafeValue) else "DDT012"
+            raise ProfileError(
+                f"server.{key}: --{spec.name}: {err}", fix=f"run `ddtctl validate` on the profile ({rule})"
+            ) from None
+        group = LaunchGroup(f"server.{key}", spec, tokens)
+        try:
+            group.typed = coerce(spec, value)
+        except (ValueError, LookupError):
+            pass
+        groups.append(group)
+    return groups
+
+
+def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
+    """`--model-path` first, then the server flags in profile order, with the options SGLang's parser knows;
+    checked by parsing it back (RenderMismatch on any difference)."""
+    if catalog is None:
+        from ddtctl.schema.extensions import extended_catalog
+
+        catalog = extended_catalog(profile.sglang)
+    groups = launch_groups(profile, catalog)
+    argv = [token for group in groups for token in group.tokens]
+    check_round_trip(argv, groups, catalog, profile.model.path)
     return argv
+
+
+def _same(a: Any, b: Any, spec: FlagSpec | None = None) -> bool:
+    if spec is not None and spec.type == "json" and isinstance(a, str) and isinstance(b, str):
+        try:
+            return json.loads(a) == json.loads(b)  # the argv and --config forms space JSON differently
+        except ValueError:
+            return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def check_round_trip(
+    argv: list[str], groups: list[LaunchGroup], catalog: Catalog, model_path: str, *, form: str = "argv"
+) -> None:
+    """Parse `argv` back as SGLang would and compare with the typed values it was rendered from: no option
+    appears that was not rendered, no token is left unplaced, every value comes back equal and of its type."""
+    from ddtctl.argv import parse_server_argv
+    from ddtctl.flags import RESERVED, flags_from_parsed, out_of_range
+
+    read = parse_server_argv(list(argv), catalog, config=False)  # the one argv reader: SGLang's parser
+    parsed = flags_from_parsed(read, catalog)
+    problems = [f.message for f in parsed.findings if f.rule == "DDT001"]
+    dests = Counter(g.spec.dest for g in groups if g.spec is not None and g.tokens)
+    problems += [
+        f"--{d.replace('_', '-')} appears, not rendered" for d in sorted(set(parsed.given) - set(dests))
+    ]
+    for g in groups:
+        if g.spec is None or g.typed is _UNTYPED or not g.tokens or dests[g.spec.dest] != 1:
+            continue
+        if g.spec.dest in RESERVED or out_of_range(g.spec, g.typed):
+            continue  # not read back by the parser's model (validate reports them)
+        got = parsed.given.get(g.spec.dest, _UNTYPED)
+        if not _same(got, g.typed, g.spec):
+            problems.append(
+                f"{g.key}: rendered {g.typed!r}, parsed back {'nothing' if got is _UNTYPED else repr(got)}"
+            )
+    if read.get("model_path") != model_path:
+        problems.append(f"model.path: rendered {model_path!r}, parsed back {read.get('model_path')!r}")
+    if problems:
+        raise RenderMismatch(
+            f"the rendered {form} does not parse back into the profile (a ddtctl bug): "
+            + "; ".join(problems)[:300]
+        )
 
 
 RENDER_FORMATS = ("argv", "shell", "sglang-config")
@@ -61,10 +163,68 @@ class Rendered:
         }
 
 
-def _masked_argv(argv: list[str]) -> list[str]:
-    from ddtctl.argv import mask_argv
+def masked_tokens(group: LaunchGroup) -> list[str]:
+    """A group's tokens with a secret flag's value(s) masked, however they were written (`--api-key X`,
+    `--api-key=--X`)."""
+    from ddtctl.argv import MASK, is_secret_flag
 
-    return mask_argv(argv)
+    tokens = group.tokens
+    if group.spec is None or not tokens or not is_secret_flag(group.spec.name):
+        return list(tokens)
+    if len(tokens) == 1:
+        option, eq, _ = tokens[0].partition("=")
+        return [f"{option}={MASK}"] if eq else list(tokens)
+    return [tokens[0]] + [MASK] * (len(tokens) - 1)
+
+
+def _shell_text(launcher: list[str], groups: list[list[str]], assigns: list[str]) -> str:
+    import shlex
+
+    lines = [" ".join((["env", *assigns] if assigns else []) + [shlex.quote(w) for w in launcher])]
+    lines += ["    " + " ".join(shlex.quote(w) for w in group) for group in groups if group]
+    return " \\\n".join(lines)
+
+
+def _config_values_carried(config: dict[str, Any], catalog: Catalog) -> None:
+    """SGLang's --config passes every value as its own argument (ConfigArgumentMerger): refuse a value its
+    parser would read as an option there (the argv and shell forms write it `--flag=value`)."""
+    from ddtctl.argv import is_secret_flag
+    from ddtctl.launch_tokens import carry_problem, safe_alone
+    from ddtctl.sglang_config import config_to_argv
+
+    for key, value in config.items():
+        if value == []:
+            raise ProfileError(
+                f"{key}: SGLang's --config leaves out a flag whose list is empty",
+                fix="remove the empty list, or render --as argv or --as shell",
+            )
+        for token in config_to_argv({key: value}, catalog)[1:]:
+            if carry_problem(token) or not safe_alone(token, catalog):
+                raise ProfileError(
+                    f"{key}: SGLang's --config would pass "
+                    + ("the value" if is_secret_flag(key) else repr(token[:40]))
+                    + " as its own argument, which its parser reads as an option",
+                    fix="render --as argv or --as shell (they write it --flag=value)",
+                )
+
+
+def _sglang_config(prof: Profile, groups: list[LaunchGroup], catalog: Catalog) -> dict[str, Any]:
+    """The --config mapping, checked the way SGLang reads it: the YAML text loaded back, expanded into argv by
+    SGLang's merger (sglang_config.config_to_argv) and parsed back into the profile's values."""
+    import yaml
+
+    from ddtctl.sglang_config import config_to_argv, profile_to_config
+
+    config = profile_to_config(prof.model.path, prof.server, catalog)
+    for key, value in config.items():
+        spec = catalog.get(key)
+        if spec is not None and spec.type == "json" and isinstance(value, list):
+            # SGLang's merger splits a YAML list into one argument per item; a JSON flag takes one JSON text
+            config[key] = json.dumps(value, separators=(",", ":"))
+    _config_values_carried(config, catalog)
+    loaded = yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+    check_round_trip(config_to_argv(loaded, catalog), groups, catalog, prof.model.path, form="sglang-config")
+    return config
 
 
 def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) -> Rendered:
@@ -79,15 +239,21 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
     from ddtctl.argv import SECRET_ENV
     from ddtctl.profile import load_profile
     from ddtctl.schema.extensions import extended_catalog
-    from ddtctl.sglang_config import profile_to_config
 
     if fmt not in RENDER_FORMATS:
         raise ProfileError(f"unknown render format {fmt!r}", fix=f"use one of {', '.join(RENDER_FORMATS)}")
     loaded = load_profile(path)
     prof = loaded.profile
     catalog = extended_catalog(prof.sglang)
-    argv = render_argv(prof, catalog)
-    shown = argv if show_secrets else _masked_argv(argv)
+    try:
+        groups = launch_groups(prof, catalog)
+    except ProfileError as err:
+        err.where = err.where or loaded.source
+        raise
+    argv = [token for group in groups for token in group.tokens]
+    check_round_trip(argv, groups, catalog, prof.model.path)
+    shown_groups = [group.tokens if show_secrets else masked_tokens(group) for group in groups]
+    shown = [token for group in shown_groups for token in group]
     launcher = list(prof.launch.launcher or DEFAULT_LAUNCHER)
     env = dict(prof.env)
     secret_env = {k for k in env if SECRET_ENV.search(k)}
@@ -100,21 +266,9 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
             f"{k}={shlex.quote(v)}" if show_secrets or k not in secret_env else f'{k}="${{{k}}}"'
             for k, v in env.items()
         ]
-        words = [shlex.quote(w) for w in launcher] + [shlex.quote(w) for w in shown]
-        lines, line = [], (["env", *assigns] if assigns else []) + words[: len(launcher)]
-        i = 0
-        while i < len(shown):  # one flag (and its values) per line
-            group = [words[len(launcher) + i]]
-            i += 1
-            while i < len(shown) and not shown[i].startswith("--"):
-                group.append(words[len(launcher) + i])
-                i += 1
-            lines.append(" ".join(line))
-            line = ["   ", *group]
-        lines.append(" ".join(line))
-        text = " \\\n".join(lines)
+        text = _shell_text(launcher, shown_groups, assigns)
     else:
-        config = profile_to_config(prof.model.path, prof.server, catalog)
+        config = _sglang_config(prof, groups, catalog)
         if not show_secrets:
             from ddtctl.argv import is_secret_flag
 

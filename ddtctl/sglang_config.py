@@ -70,28 +70,9 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
     return at[0], argv[at[0] + 1]
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a mapping of flags; SGLang's own configs are a few hundred bytes
-
-
-def _refuse_aliases(text: str, path: str) -> None:
-    """Anchors and aliases are how YAML bombs expand (SGLang's safe_load expands them; ddtctl refuses)."""
-    import yaml
-
-    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            line = event.start_mark.line + 1 if event.start_mark else "?"
-            raise ProfileError(
-                "YAML anchors/aliases (&, *) are not allowed in an SGLang config",
-                where=f"{path}:{line}",
-                fix="write the values out",
-            )
-
-
 def load_config(path: str) -> dict[str, Any]:
-    """The mapping SGLang's `--config FILE` reads (yaml.safe_load typing), from a bounded regular file."""
-    import yaml
-
-    from ddtctl.safeio import read_regular
+    """The mapping SGLang's `--config FILE` reads, from a bounded regular file (safeio.load_yaml)."""
+    from ddtctl.safeio import load_yaml
 
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml"):
@@ -101,20 +82,8 @@ def load_config(path: str) -> dict[str, Any]:
         )
     if not p.exists():
         raise ProfileError(f"{path}: config file not found", fix="check the path given to --config")
-    raw = read_regular(path, MAX_CONFIG_BYTES, error=ProfileError, what="SGLang config")
-    try:
-        text = raw.decode("utf-8")
-        if "&" in text or "*" in text:
-            _refuse_aliases(text, path)
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(
-            f"{path}: not readable as YAML: {str(exc).splitlines()[0]}", fix="fix the YAML syntax"
-        ) from None
-    except RecursionError:
-        raise ProfileError(
-            f"{path}: YAML nested too deeply", fix="an SGLang config is a flat mapping"
-        ) from None
+    # bounded, regular files only, no aliases, limited nesting (issue #31): a FIFO or a bomb is one line
+    data = load_yaml(p, 1024 * 1024, what="SGLang --config", error=ProfileError)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -118,15 +118,10 @@ class PointSpec:
 
 def load_space(path: str) -> dict[str, list[Any]]:
     """A `--space` YAML: a mapping flag -> list of values (a scalar is a list of one; null = leave unset)."""
-    import yaml
+    from ddtctl.safeio import load_yaml
 
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise UsageError(f"cannot read the search space: {err.strerror}", where=path) from None
-    except yaml.YAMLError as err:
-        raise UsageError(f"the search space is not YAML: {str(err).splitlines()[0]}", where=path) from None
-    return normalize_space(data, path)
+    # bounded, regular files only, no aliases, limited nesting (issue #31)
+    return normalize_space(load_yaml(path, 1 << 20, what="search space"), path)
 
 
 def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
@@ -312,6 +307,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     from ddtctl.deploy import default_payload_dir, host_status, mask_argv, secret_values
     from ddtctl.profile import load_profile, read_profile_document
     from ddtctl.render import render_argv
+    from ddtctl.safeio import write_new
 
     opts = opts or TuneOptions()
     t0 = time.monotonic()
@@ -355,7 +351,7 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     opts.on_start(i, pt)
                 data = variant_data(doc.data, pt.flags, pt.label)
                 path = Path(tmp) / f"point-{i}.yaml"
-                path.write_text(yaml.safe_dump(data, sort_keys=False))
+                write_new(path, yaml.safe_dump(data, sort_keys=False))
                 variants[pt.label] = path
                 try:
                     argv = render_argv(load_profile(path).profile)

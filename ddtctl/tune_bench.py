@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import UsageError
+from ddtctl.safeio import loads_json, read_regular
 
 DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
 BENCH_MARK = "DDTCTL-TUNE "
@@ -89,16 +89,16 @@ class Prompts:
 def load_prompts(path: str) -> Prompts:
     """`--prompts FILE`: JSON lines (SGLang's custom dataset: `conversations` of `content`/`value` turns, or
     one `{"prompt": ...}` per line) or a ShareGPT-style JSON array. Every record must give a user turn."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise UsageError(f"cannot read the prompt file: {err.strerror}", where=path) from None
-    if len(raw) > PROMPTS_MAX_BYTES:
+    try:  # a regular file, bounded (a FIFO or /dev/zero is refused, never read)
+        raw = read_regular(path, PROMPTS_MAX_BYTES, what="prompt file")
+    except UsageError as err:
         raise UsageError(
-            f"the prompt file is over {PROMPTS_MAX_BYTES >> 20} MiB",
+            f"cannot read the prompt file: {err.message}",
             where=path,
-            fix="keep the prompts the benchmark needs (--num-prompts of them)",
-        )
+            fix=err.fix
+            if "KiB" not in err.message
+            else "keep the prompts the benchmark needs (--num-prompts)",
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -124,18 +124,17 @@ def load_prompts(path: str) -> Prompts:
 def _records(text: str, path: str) -> list[tuple[str, Any]]:
     """(where, record) for each record: a JSON array's items, or each non-empty line of JSON lines."""
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as err:
-            raise UsageError(f"the prompt file is not valid JSON ({err})", where=path) from None
+        items = loads_json(text, where=path, what="prompt file")
+        if not isinstance(items, list):
+            raise UsageError("the prompt file is not a JSON array", where=path)
         return [(f"{path}: item {i}", item) for i, item in enumerate(items)]
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append((f"{path}:{number}", json.loads(line)))
-        except ValueError:
+            out.append((f"{path}:{number}", loads_json(line, where=path)))
+        except UsageError:
             raise UsageError(
                 "not a JSON line",
                 where=f"{path}:{number}",

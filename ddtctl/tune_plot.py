@@ -154,7 +154,11 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
+    import io
+
+    from ddtctl.safeio import write_bytes_new
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    return out
+    return write_bytes_new(path, png.getvalue())  # a regular file or a new name only (issue #31)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddtctl.errors import UsageError
+from ddtctl.safeio import append_text, check_output, loads_json, read_regular
 from ddtctl.tune_bench import BenchRun
 from ddtctl.tune_stats import Spread, median_of, verdict
 
@@ -155,24 +157,32 @@ class TuneResult:
         }
 
 
+RESULTS_MAX_BYTES = 256 << 20  # a sweep writes ~2 KiB a point
+
+
 def read_results(path: str | Path) -> dict[str, PointResult]:
     """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
     out: dict[str, PointResult] = {}
-    p = Path(path)
-    if not p.is_file():
-        return out
-    for line in p.read_text().splitlines():
+    check_output(path, what="tune results")  # appended to after each point: a FIFO or device is refused now
+    try:
+        raw = read_regular(path, RESULTS_MAX_BYTES, what="tune results")
+    except UsageError as err:
+        if err.message == "no such file":
+            return out
+        raise
+    for line in raw.decode("utf-8", "replace").splitlines():
         try:
-            d = json.loads(line)
-        except ValueError:
+            d = loads_json(line, where=str(path))
+        except UsageError:  # a torn, deep or garbled line
             continue
-        if isinstance(d, dict) and d.get("key"):
-            out[d["key"]] = PointResult.from_json(d)
+        if isinstance(d, dict) and isinstance(d.get("key"), str) and d["key"]:
+            try:
+                out[d["key"]] = PointResult.from_json(d)
+            except (TypeError, ValueError, AttributeError, KeyError):  # not a record this file holds: redo it
+                continue
     return out
 
 
 def append_result(path: str | Path, host: str, profile: str, point: PointResult) -> None:
     line = json.dumps(dict(point.to_json(), host=host, profile=profile, time=time.time()), default=str)
-    with open(path, "a") as f:
-        f.write(line + "\n")
-        f.flush()
+    append_text(path, line + "\n")

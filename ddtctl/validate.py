@@ -12,7 +12,7 @@ from typing import Any
 from ddtctl import PINNED_SGLANG
 from ddtctl.argv import parse_server_argv
 from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError
-from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server
+from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launch_value_findings
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
 from ddtctl.rules.engine import ERROR, INFO, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
@@ -172,6 +172,31 @@ BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
     "DDT008": (ERROR, True),  # reserved flag in server:
     "DDT009": (ERROR, True),  # flag given twice
     "DDT010": (ERROR, False),  # model.architecture differs from config.json
+    "DDT011": (ERROR, False),  # a value no SGLang command line carries as a value (ddtctl.launch_tokens)
+    "DDT012": (ERROR, False),  # a YAML 1.1 number SGLang's parser would read otherwise from its text
+}
+
+# `ddtctl rules` / `ddtctl explain` documentation of the built-in checks that have one: id -> (title, doc).
+BUILTIN_DOCS: dict[str, tuple[str, str]] = {
+    "DDT011": (
+        "a value SGLang's parser would read as an option",
+        "SGLang parses its command line with argparse, which decides whether a token is an option "
+        "or a value before it knows which option wants a value: a list item such as "
+        "`--trust-remote-code` in `allowed-media-domains: [example.com, --trust-remote-code]` would "
+        "turn that switch on. ddtctl writes a single value that starts with '-' as `--flag=value`, "
+        "which argparse takes whole; a list flag's items cannot be written that way, so an item that "
+        "starts with '-' (other than a negative number) is refused, as is a value holding a NUL byte "
+        "or the token '--'. `ddtctl render`, `dry-run`, `deploy` and `tune` refuse such a profile "
+        "too.\nFix: remove the value, or correct it.",
+    ),
+    "DDT012": (
+        "a YAML 1.1 number SGLang's parser would read otherwise",
+        "Profiles are YAML 1.1: `0123` is octal 83, `0x1F` is 31, `1:20` (base 60) is 80, but "
+        "SGLang's parser, given the text, reads 123 or refuses it. ddtctl launches neither reading "
+        "silently: a numeric flag whose text YAML and argparse read differently is an error. String "
+        "flags get the text as written (`revision: 0123` launches `--revision 0123`, "
+        "`served-model-name: no` launches `no`).\nFix: write the number in plain decimal.",
+    ),
 }
 
 
@@ -283,7 +308,7 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
     flags = flags_from_server(profile.server, doc.lines, catalog)
     if "config" in flags.given:
         _merge_sglang_config(flags, doc, catalog)
-    extra: list[Finding] = []
+    extra: list[Finding] = launch_value_findings(profile, doc.lines, catalog)
     model = _model_facts(profile.model.path, profile.model.architecture, profile.host)
     if (
         model is not None

@@ -13,7 +13,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ddtctl.errors import DdtctlError
+from ddtctl.procs import MAX_LINE, OVERFLOW, kill_group, pump_lines, spawn
+
 WORKER_SCRIPT = Path(__file__).resolve().parent / "resolver_worker.py"
+# Characters on stdout that are not protocol lines (each counted 1 KiB more), before the worker is killed:
+# the worker writes only protocol lines there (fd 1 goes to stderr): this is a broken interpreter.
+MAX_NOISE = 8 * 1024 * 1024
+_QUEUE_LINES = 16  # lines read ahead of the reader: a flood waits on the pipe, not in memory
 
 
 def stderr_cause(stderr: str) -> str:
@@ -73,8 +80,9 @@ class ResolverClient:
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self.starts = 0
-        self._lines: queue.Queue = queue.Queue()
+        self._lines: queue.Queue = queue.Queue(maxsize=_QUEUE_LINES)
         self._stderr: collections.deque[str] = collections.deque(maxlen=200)
+        self._noise = 0  # characters of non-protocol output on stdout since the start
         self._next_id = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -92,12 +100,15 @@ class ResolverClient:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("PYTHONWARNINGS", "ignore")
-        self._lines = queue.Queue()
+        self._lines = queue.Queue(maxsize=_QUEUE_LINES)
         self._stderr = collections.deque(maxlen=200)
+        self._noise = 0
+        # -I: do not put the script's directory or the user's site-packages on sys.path. Its own process
+        # group, tied to ddtctl's life (procs.spawn): a kill ends whatever it started too.
         try:
-            # -I: do not put the script's directory or the user's site-packages on sys.path.
-            self.proc = subprocess.Popen(
+            self.proc = spawn(
                 [self.python, "-I", "-u", self.script],
+                what="the resolver",
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -106,14 +117,9 @@ class ResolverClient:
                 encoding="utf-8",
                 errors="replace",
                 bufsize=1,
-                # PR_SET_PDEATHSIG follows the creating *thread*: only
-                # tie the worker to the main thread's life.
-                preexec_fn=_die_with_parent
-                if threading.current_thread() is threading.main_thread()
-                else None,
             )
-        except OSError as exc:
-            raise WorkerStartError(f"cannot start the resolver with {self.python}: {exc}") from None
+        except DdtctlError as exc:
+            raise WorkerStartError(f"cannot start the resolver with {self.python}: {exc.message}") from None
         self.starts += 1
         proc = self.proc
         threading.Thread(target=self._pump, args=(proc.stdout, self._lines), daemon=True).start()
@@ -148,12 +154,7 @@ class ResolverClient:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_group(proc)
         self.proc = None
 
     def __enter__(self) -> "ResolverClient":
@@ -216,6 +217,13 @@ class ResolverClient:
                 line = self._lines.get(timeout=remaining)
             except queue.Empty:
                 continue
+            if line is OVERFLOW:
+                self.kill()
+                cls = WorkerStartError if start else WorkerCrashed
+                raise cls(
+                    f"the resolver printed a line over {MAX_LINE >> 20} MiB during {what} (killed)",
+                    stderr_tail=self.stderr_tail(),
+                )
             if line is None:  # EOF: the process died
                 proc = self.proc
                 code = None
@@ -235,41 +243,30 @@ class ResolverClient:
                 )
             try:
                 return json.loads(line)
-            except ValueError:
-                self._stderr.append(f"[non-protocol output] {line.rstrip()}")
+            except (ValueError, RecursionError):
+                self._stderr.append(f"[non-protocol output] {line.rstrip()[:500]}")
+                self._noise += len(line) + 1024  # a line costs a queue hop: many short ones count too
+                if self._noise > MAX_NOISE:
+                    self.kill()
+                    cls = WorkerStartError if start else WorkerCrashed
+                    raise cls(
+                        f"the resolver printed over {MAX_NOISE >> 20} MiB (or {MAX_NOISE >> 10} lines) that "
+                        f"are not its protocol during {what} (killed)",
+                        stderr_tail=self.stderr_tail(),
+                    ) from None
 
     @staticmethod
     def _pump(stream, sink: queue.Queue) -> None:
-        try:
-            for line in stream:
-                sink.put(line)
-        except (OSError, ValueError):
-            pass
-        sink.put(None)
+        pump_lines(stream, sink)
 
     @staticmethod
     def _drain(stream, sink: collections.deque) -> None:
+        """Keep the last lines of stderr, each cut at 4 KiB: a flood without newlines costs no memory."""
         try:
-            for line in stream:
-                sink.append(line.rstrip("\n"))
+            while chunk := stream.readline(4096):
+                sink.append(chunk.rstrip("\n"))
         except (OSError, ValueError):
             pass
-
-
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): SIGKILL it when ddtctl dies, so an interrupted run leaves no resolver
-    importing sglang in the background."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def _describe_status(code: int | None) -> str:

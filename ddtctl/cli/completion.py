@@ -97,7 +97,9 @@ def write_tree(path: Path = TREE_FILE) -> str:
         'Do not edit by hand."""\n\n'
         f"TREE = {body}\n"
     )
-    path.write_text(text)
+    from ddtctl.safeio import write_new
+
+    write_new(path, text)
     return text
 
 

@@ -314,7 +314,30 @@ def status(
             f"  payload installed: {inst.get('hash', '')[:12] or 'none'}"
             + (f" (from {inst.get('release')})" if inst else "")
         )
+        for line in _lock_lines(st):
+            con.print(line, markup=False)
     raise typer.Exit(ExitCode.OK if healthy else ExitCode.DEPLOY)
+
+
+def _lock_lines(st) -> list[str]:
+    """The deploy lock as status shows it: held, or stale (its holder died), and a deploy left half-done."""
+    from ddtctl.remote.protocol import LockHolder
+
+    out = []
+    if st.lock:
+        who = LockHolder.from_json(st.lock).describe()
+        out.append(
+            f"  stale deploy lock of {who}: its holder died; the next deploy, rollback or stop takes it over"
+            if st.lock.get("stale")
+            else f"  deploy lock held by {who}"
+        )
+    if st.interrupted:
+        i = st.interrupted
+        out.append(
+            f"  interrupted deploy of {i.get('release')} by {i.get('holder')}: the next deploy, rollback or "
+            f"stop puts {i.get('previous') or 'no release (payload removed)'} back"
+        )
+    return out
 
 
 def _healthy(st) -> bool:

@@ -135,6 +135,10 @@ def tune(
     from ddtctl.tune_plot import check_extras
 
     check_extras(png=bool(plot), terminal=plot_terminal)
+    if plot:  # refused now, not after the sweep: a FIFO, a device, a missing directory
+        from ddtctl.safeio import check_output
+
+        check_output(plot, what="plot")
     if baseline not in BASELINES:
         raise UsageError(f"--baseline {baseline!r}", fix=f"one of: {', '.join(BASELINES)}")
     inv = load_inventory(inventory)

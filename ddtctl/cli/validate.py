@@ -112,8 +112,9 @@ def list_rules(
         raise typer.Exit(code)
 
     rules = all_rules()
+    builtin = _builtin_rules()
     if output == OutputFormat.json:
-        emit_json("rules", {"rules": [_rule_json(r) for r in rules]})
+        emit_json("rules", {"rules": [_rule_json(r) for r in builtin + rules]})
         return
     from rich.table import Table
 
@@ -122,7 +123,7 @@ def list_rules(
     table.add_column("severity")
     table.add_column("what")
     table.add_column("SGLang", justify="center")
-    for r in rules:
+    for r in builtin + rules:
         table.add_row(
             r.id,
             f"[{_STYLE[r.severity]}]{r.severity}[/]",
@@ -130,6 +131,25 @@ def list_rules(
             "✓" if r.sglang_enforces else "[magenta]stricter[/]",
         )
     stdout_console().print(table)
+
+
+def _builtin_rules() -> list:
+    """The documented checks of the flag reader (ddtctl.validate.BUILTIN_DOCS), shaped as rules."""
+    from ddtctl.rules.engine import Rule
+    from ddtctl.validate import BUILTIN_CHECKS, BUILTIN_DOCS
+
+    return [
+        Rule(
+            id=rule_id,
+            title=title,
+            severity=BUILTIN_CHECKS[rule_id][0],
+            reads=(),
+            check=lambda ctx: (),
+            doc=doc,
+            sglang_enforces=BUILTIN_CHECKS[rule_id][1],
+        )
+        for rule_id, (title, doc) in BUILTIN_DOCS.items()
+    ]
 
 
 def _rule_json(r) -> dict:
@@ -181,7 +201,7 @@ def explain(
             return
         typer.echo(f"DDT000  rules that could not run\n\n{_DDT000_DOC}")
         return
-    r = RULES.get(key)
+    r = RULES.get(key) or next((b for b in _builtin_rules() if b.id == key), None)
     if r is None:
         import difflib
 

@@ -13,6 +13,7 @@ from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
 from ddtctl.remote.protocol import (
     Install,
+    Journal,
     Logs,
     Probe,
     ReleaseRecord,
@@ -25,7 +26,7 @@ from ddtctl.remote.protocol import (
 )
 from ddtctl.remote.transport import Connection
 
-from .events import Event, EventLog, Stage
+from .events import Event, EventLog, Level, Stage
 from .health import HealthResult, expected_identity, wait_healthy
 from .launch import INSTALL_TIMEOUT_S, STOP_TIMEOUT_EXTRA_S, target_from_release
 from .lock import RemoteLock, locked_call
@@ -45,6 +46,8 @@ class HostStatus:
     server_info: dict | None
     installed_payload: dict | None
     releases: list[dict]
+    lock: dict | None = None  # who holds the deploy lock; `stale`: its holder died holding it
+    interrupted: dict | None = None  # a deploy that changed the server and died: release, previous, holder
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -100,7 +103,19 @@ def host_status(host: Host, *, trust_new_host: bool = False, probe: bool = True)
             info,
             st.state.installed_payload,
             [r.raw for r in st.releases],
+            st.lock,
+            interrupted_deploy(st),
         )
+
+
+def interrupted_deploy(st: StateReply) -> dict | None:
+    """The host's deploy journal when its deploy is not running any more (its lock is free, stale, or held by
+    another session): the next deploy, rollback or stop puts `previous` back."""
+    j, lock = st.journal, st.lock
+    if j is None or (lock and not lock.get("stale") and lock.get("session") == j.get("session")):
+        return None
+    keys = ("release", "previous", "holder", "since")
+    return {k: j.get(k) for k in keys}
 
 
 def host_releases(host: Host, *, trust_new_host: bool = False) -> list[dict]:
@@ -168,6 +183,7 @@ class StopResult:
     was_running: bool
     release: str | None
     forced: bool
+    lock_findings: list[str] = field(default_factory=list)  # a stale lock taken over, a deploy undone
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -178,10 +194,10 @@ def stop_server(
 ) -> StopResult:
     with (
         _open(host, trust_new_host) as conn,
-        RemoteLock(conn, holder=f"{getpass.getuser()} stop", wait_s=lock_wait_s),
+        RemoteLock(conn, holder=f"{getpass.getuser()} stop", wait_s=lock_wait_s) as lock,
     ):
         r = locked_call(conn, Stop(grace_s), timeout=grace_s + STOP_TIMEOUT_EXTRA_S)
-        return StopResult(host.name, r.was_running, r.release, r.forced)
+        return StopResult(host.name, r.was_running, r.release, r.forced, lock.findings())
 
 
 @dataclass
@@ -236,32 +252,56 @@ def rollback(
     """Make an earlier release current again: reinstall its payload, restart its server, wait for health."""
     emit = EventLog(on_event)
     holder = f"{getpass.getuser()} rollback"
-    with _open(host, trust_new_host) as conn, RemoteLock(conn, holder=holder, wait_s=lock_wait_s):
+    with _open(host, trust_new_host) as conn, RemoteLock(conn, holder=holder, wait_s=lock_wait_s) as lock:
+        for found in lock.findings():
+            emit(Stage.LOCK, found, host.name, Level.WARN)
         st = conn.call(State())
+        undone = lock.recovered
+        if release is None and undone is not None and undone.previous:
+            # the lock's take-over already undid an interrupted deploy: that was the rollback asked for
+            rel = rollback_target(st, undone.previous, host.name)
+            emit.secrets |= secret_values(rel.argv, rel.env)
+            h = _wait_restored(conn, host, rel, health_timeout_s, emit, started_offset=None)
+            return RollbackResult(host.name, undone.release, rel.id, h, emit.items)
         cur = st.state.current
         rel = rollback_target(st, release, host.name)
         emit.secrets |= secret_values(rel.argv, rel.env)
         facts = gather_facts(conn, cache=False)
         emit(Stage.ROLLBACK, f"{cur} -> {rel.id}", host.name)
+        locked_call(conn, Journal("begin", rel.id, cur, facts.sglang_root))
         locked_call(conn, Stop(stop_grace_s), timeout=stop_grace_s + STOP_TIMEOUT_EXTRA_S)
         if rel.payload_hash:
             locked_call(conn, Install(rel.id, facts.sglang_root), timeout=INSTALL_TIMEOUT_S)
         else:
             locked_call(conn, Uninstall(facts.sglang_root), timeout=INSTALL_TIMEOUT_S)
         started = locked_call(conn, Start(rel.id))
-        target = target_from_release(host, rel)
-        h = wait_healthy(
-            conn,
-            target,
-            rel.id,
-            timeout_s=health_timeout_s or rel.health_timeout_s or DEFAULT_ROLLBACK_HEALTH_TIMEOUT_S,
-            expected=expected_identity(target.argv, None),
-            emit=emit,
-            log_offset=started.log_offset,
-        )
-        if h.ok:
+        h = _wait_restored(conn, host, rel, health_timeout_s, emit, started_offset=started.log_offset)
+        if h.ok:  # also ends the journal
             locked_call(conn, SetStatus(rel.id, "ok", make_current=True, note=f"rollback from {cur}"))
+        else:  # reported as it is: nothing for the next lock holder to undo
+            locked_call(conn, Journal("end"))
         return RollbackResult(host.name, cur, rel.id, h, emit.items)
+
+
+def _wait_restored(
+    conn: Connection,
+    host: Host,
+    rel: ReleaseRecord,
+    health_timeout_s: float | None,
+    emit: EventLog,
+    *,
+    started_offset: int | None,
+) -> HealthResult:
+    target = target_from_release(host, rel)
+    return wait_healthy(
+        conn,
+        target,
+        rel.id,
+        timeout_s=health_timeout_s or rel.health_timeout_s or DEFAULT_ROLLBACK_HEALTH_TIMEOUT_S,
+        expected=expected_identity(target.argv, None),
+        emit=emit,
+        log_offset=started_offset or 0,
+    )
 
 
 # ------------------------------------------------------------------------------------------ inventory helper

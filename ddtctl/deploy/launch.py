@@ -7,6 +7,7 @@ from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import (
     Batch,
     Install,
+    Journal,
     ReleaseRecord,
     Request,
     SetStatus,
@@ -72,16 +73,17 @@ def stop_and_install(
     grace_s: float,
     emit: EventLog,
 ) -> None:
-    """Stop the running server and (un)install the payload in one round trip (the new one starts later)."""
-    ops: list[Request] = []
+    """Stop the running server and (un)install the payload in one round trip (the new one starts later). The
+    journal goes first: if this deploy dies before its release is recorded, the next lock holder puts the
+    current release back."""
+    previous = hp.current_release if hp.current_release != hp.release_id else None
+    ops: list[Request] = [Journal("begin", hp.release_id, previous, sglang_root)]
     if hp.stop:
         ops.append(Stop(grace_s))
     if hp.install or hp.uninstall:
         ops.append(Install(hp.release_id, sglang_root))
-    if not ops:
-        return
     replies = locked_call(conn, Batch(tuple(ops)), timeout=grace_s + INSTALL_TIMEOUT_S + STOP_TIMEOUT_EXTRA_S)
-    for reply in replies:
+    for reply in replies[1:]:
         if isinstance(reply, StopReply):
             if reply.was_running:
                 forced = ", forced with SIGKILL" if reply.forced else ""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import uuid
 from typing import Any, Callable, TypeVar
 
 import paramiko
 
 from ddtctl.errors import RemoteError
-from ddtctl.remote.protocol import Lock, LockHolder, LockMessage, Request
+from ddtctl.remote.protocol import Lock, LockHolder, LockMessage, Recovered, Request
 from ddtctl.remote.transport import AGENT_SOURCE, Connection, ConnectionLost, LockHeld
 
 ReplyT = TypeVar("ReplyT")
@@ -35,10 +34,13 @@ class RemoteLock:
         self.wait_s = wait_s
         self.on_wait = on_wait
         self.token = uuid.uuid4().hex
+        self.session = uuid.uuid4().hex  # the same across reacquire(): this holder resumes its own deploy
         self.chan: paramiko.Channel | None = None
+        self.took_over: LockHolder | None = None  # the stale lock of a holder that died, taken over
+        self.recovered: Recovered | None = None  # an interrupted deploy undone before the lock was granted
 
     def acquire(self) -> "RemoteLock":
-        request = Lock(self.token, self.holder, self.wait_s)
+        request = Lock(self.token, self.holder, self.wait_s, self.session)
         chan = self.conn.open_channel(self.conn.agent_argv(request.OP.value, request.params()))
         chan.settimeout(self.wait_s + self.conn.host.command_timeout_s)
         try:
@@ -85,15 +87,15 @@ class RemoteLock:
 
     def _answered(self, msg: LockMessage) -> bool:
         if msg.locked:
+            self.took_over, self.recovered = msg.took_over, msg.recovered
             return True
         if msg.waiting:
             if self.on_wait:
                 self.on_wait(msg.held_by)
             return False
         if msg.error == "locked":
-            since = time.strftime("%H:%M:%S", time.localtime(msg.held_by.since))
             raise LockHeld(
-                f"another deploy holds the lock on this host ({msg.held_by.holder}, since {since})",
+                f"locked by {msg.held_by.describe()}: another deploy holds the lock on this host",
                 where=self.conn.host.name,
                 fix="wait for it to finish, or pass --lock-wait SECONDS to queue behind it",
             )
@@ -112,9 +114,26 @@ class RemoteLock:
         self.conn.log("deploy lock re-taken after the reconnect")
         return self
 
+    def findings(self) -> list[str]:
+        """What taking the lock found, one line each: a dead holder's stale lock, an interrupted deploy
+        undone."""
+        out = []
+        if self.took_over:
+            out.append(
+                f"took over the stale deploy lock of {self.took_over.describe()}: its holder died without "
+                "releasing it"
+            )
+        r = self.recovered
+        if r:
+            back = f"restored release {r.previous}" if r.previous else "no previous release, payload removed"
+            done = f" ({', '.join(r.actions)})" if r.actions else ""
+            out.append(f"the interrupted deploy of {r.release} by {r.holder} was undone: {back}{done}")
+        return out
+
     def release(self) -> None:
         if self.chan is not None:
             try:
+                self.chan.sendall(b"RELEASE\n")  # a clean end: the host forgets this holder
                 self.chan.shutdown_write()
                 self.chan.close()
             except Exception:

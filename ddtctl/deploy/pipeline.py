@@ -8,8 +8,10 @@ a host changes before the plan is confirmed and the deploy lock is held.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
+import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +23,7 @@ from ddtctl.argv import secret_values
 from ddtctl.errors import ExitCode
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host
-from ddtctl.remote.protocol import Batch, Gc, LockHolder, SetStatus, Start
+from ddtctl.remote.protocol import Batch, Gc, Journal, LockHolder, SetStatus, Start
 from ddtctl.remote.ship import ShipResult
 from ddtctl.remote.transport import Connection
 
@@ -249,6 +251,8 @@ def take_locks(run: DeployRun) -> Outcome:
 
         lock = RemoteLock(run.conns[t.name], holder=holder, wait_s=run.opts.lock_wait_s, on_wait=on_wait)
         run.locks.append(lock.acquire())
+        for found in lock.findings():
+            run.emit(Stage.LOCK, found, t.name, Level.WARN)
         run.emit(Stage.LOCK, "deploy lock taken", t.name)
     return CONTINUE
 
@@ -423,6 +427,8 @@ def roll_back(run: DeployRun, error: str) -> bool:
         interval_s=run.opts.health_interval_s,
         emit=run.emit,
     )
+    for t in run.targets:  # rolled back as reported: nothing left for the next lock holder to undo
+        locked_call(run.conns[t.name], Journal("end"))
     return ok and any(run.result.rolled_back_to.values())
 
 
@@ -460,9 +466,48 @@ STAGES: tuple[StageFn, ...] = (
 )
 
 
+# Test-only hook (tests/remote/test_deploy_faults.py): DDTCTL_TEST_PAUSE_AT=STAGE[:N] pauses the deploy at
+# the Nth event of STAGE (`ship:N`: after N uploaded files): it writes DDTCTL_TEST_PAUSE_FILE and waits until
+# that file is gone, so a test can kill this process, or the host's sshd, or fill its disk at a known point.
+TEST_PAUSE_ENV, TEST_PAUSE_FILE_ENV = "DDTCTL_TEST_PAUSE_AT", "DDTCTL_TEST_PAUSE_FILE"
+
+
+def _test_pause_hook(opts: DeployOptions) -> DeployOptions:
+    at, marker = os.environ.get(TEST_PAUSE_ENV), os.environ.get(TEST_PAUSE_FILE_ENV)
+    if not at or not marker:
+        return opts
+    stage, _, nth = at.partition(":")
+    seen = [0]
+
+    def pause(stage_seen: str) -> None:
+        if stage_seen != stage:
+            return
+        seen[0] += 1
+        if seen[0] == int(nth or 1):
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            while os.path.exists(marker):
+                time.sleep(0.02)
+
+    on_event, on_ship = opts.on_event, opts.on_ship_progress
+
+    def event(ev: Event) -> None:
+        if on_event:
+            on_event(ev)
+        if ev.stage != Stage.SHIP:
+            pause(str(ev.stage))
+
+    def ship_progress(host: str, done: int, total: int) -> None:
+        if on_ship:
+            on_ship(host, done, total)
+        pause("ship")
+
+    return dataclasses.replace(opts, on_event=event, on_ship_progress=ship_progress)
+
+
 def deploy(spec: DeploySpec, hosts: list[Host], opts: DeployOptions | None = None) -> DeployResult:
     """Take the hosts from whatever they run to `spec` serving, or leave them as they were."""
-    opts = opts or DeployOptions()
+    opts = _test_pause_hook(opts or DeployOptions())
     t0 = time.monotonic()
     targets = spec.targets(hosts)
     emit = EventLog(opts.on_event, set().union(*(secret_values(t.argv, t.env) for t in targets)))

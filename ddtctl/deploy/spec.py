@@ -4,7 +4,6 @@ the per-host Target (argv with the multi-node flags, launcher, env, port) it bec
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,7 +119,9 @@ def load_payload(payload_dir: str) -> Manifest:
     expected = None
     mf = Path(payload_dir) / PAYLOAD_MANIFEST
     if mf.is_file():
-        data = json.loads(mf.read_text())
+        from ddtctl.safeio import load_json
+
+        data = load_json(mf, 64 << 20, what="payload manifest")  # bounded (issue #31)
         expected = {f"files/{e['path']}": e["sha256"] for e in data.get("files", [])}
     payload = build_manifest(payload_dir)
     if expected:

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,13 +29,18 @@ from ddtctl.overlay import installer
 from ddtctl.overlay.source import (
     FORMAT,
     SourceManifest,
+    load_built_manifest,
     load_source_manifest,
     payload_id,
+    read_file,
+    read_file_text,
     rewrite_imports,
     sha256_bytes,
     sha256_file,
 )
 from ddtctl.overlay.udiff import PatchError, apply_patch
+from ddtctl.procs import run_bounded
+from ddtctl.safeio import load_json, write_bytes_new, write_new
 
 TOOLS = ("installer.py", "smoke.py")
 _HERE = Path(__file__).resolve().parent
@@ -100,10 +104,7 @@ def _site_of(python: Path) -> Path:
         "import importlib.util,os;s=importlib.util.find_spec('sglang');"
         "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')"
     )
-    try:
-        out = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60)
-    except OSError as exc:
-        raise EnvironmentMissing(f"cannot run {python}: {exc}") from None
+    out = run_bounded([str(python), "-I", "-c", code], timeout_s=60, limit=1 << 20, what=str(python))
     root = out.stdout.strip()
     if out.returncode != 0 or not root:
         raise EnvironmentMissing(
@@ -178,13 +179,13 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
             raise OverlayError(
                 f"{p.path} does not exist in {target.sglang_root}", fix="is this an SGLang install?"
             )
-        base = base_path.read_bytes()
+        base = read_file(base_path)
         have = sha256_bytes(base)
         if have != p.base_sha256:
             raise OverlayError(_describe_mismatch(p.path, have, p.base_sha256, p.result_sha256, m.sglang))
         patch_file = m.patch_path(p)
         try:
-            patch_text = patch_file.read_text(encoding="utf-8")
+            patch_text = read_file_text(patch_file)
             result = apply_patch(base.decode("utf-8"), patch_text, label=p.path).encode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise OverlayError(f"cannot read {p.patch}: {exc}", where=str(m.path)) from None
@@ -200,14 +201,14 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
             )
         dst = files_dir / p.path
         dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_bytes(result)
+        write_bytes_new(dst, result)
         entries.append(
             {"path": p.path, "kind": "patched", "sha256": got, "base_sha256": p.base_sha256, "patch": p.patch}
         )
     skipped = [a.source for a in m.added if a.optional and not m.source_path(a).exists()]
     stale: list[str] = []
     for rel, src, a in m.expand_added():
-        data = src.read_bytes()
+        data = read_file(src)
         if a.sha256 and not a.tree and sha256_bytes(data) != a.sha256:
             stale.append(rel)
         if (target.sglang_root / rel).exists():
@@ -220,7 +221,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
             data = rewrite_imports(data.decode("utf-8"), a.rewrite).encode("utf-8")
         dst = files_dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_bytes(data)
+        write_bytes_new(dst, data)
         shutil.copystat(src, dst)
         entries.append({"path": rel, "kind": "added", "sha256": sha256_bytes(data), "source": a.source})
     for tool in TOOLS:
@@ -237,9 +238,7 @@ def stage(m: SourceManifest, target: Target, out: Path) -> tuple[dict[str, Any],
         "smoke": m.smoke,
         "stale_pins": stale,
     }
-    (out / installer.MANIFEST_NAME).write_text(
-        json.dumps(built, indent=1, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    write_new(out / installer.MANIFEST_NAME, json.dumps(built, indent=1, sort_keys=True) + "\n")
     return built, skipped
 
 
@@ -256,12 +255,15 @@ def byte_compile(python: Path, pairs: list[tuple[Path, Path]]) -> None:
         "        print(e.msg.strip().splitlines()[-1] + ' in ' + src); sys.exit(1)\n"
     )
     payload = json.dumps([[str(s), str(d)] for s, d in pairs])
-    try:
-        out = subprocess.run(
-            [str(python), "-I", "-c", code], input=payload, capture_output=True, text=True, timeout=300
-        )
-    except OSError as exc:
-        raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
+    out = run_bounded(
+        [str(python), "-I", "-c", code],
+        input=payload,
+        timeout_s=300,
+        limit=8 << 20,
+        what=f"the target interpreter {python} (byte-compiling)",
+        error=OverlayError,
+        start_error=EnvironmentMissing,
+    )
     if out.returncode != 0:
         msg = ((out.stdout.strip() or out.stderr.strip()).splitlines() or ["failed"])[-1]
         raise OverlayError(f"byte-compiling with {python} failed: {msg}")
@@ -273,9 +275,10 @@ def _build_info_path(build_dir: Path) -> Path:
 
 def read_build(build_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(_build_info_path(build_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = load_json(_build_info_path(build_dir), 1 << 20, what="build record", error=OverlayError)
+    except OverlayError:
         return None
+    return info if isinstance(info, dict) else None
 
 
 def build(
@@ -372,8 +375,8 @@ def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: boo
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "skipped_optional": skipped,
         }
-        _build_info_path(tmp).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-        (tmp / BUILD_MARKER).write_text("made by `ddtctl overlay build`\n", encoding="utf-8")
+        write_new(_build_info_path(tmp), json.dumps(info, indent=1) + "\n")
+        write_new(tmp / BUILD_MARKER, "made by `ddtctl overlay build`\n")
         _swap_in(tmp, build_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -384,15 +387,12 @@ def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: boo
 def _retag(python: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
     if Path(python).resolve() == Path(sys.executable).resolve():
         return pairs
-    try:
-        tag = subprocess.run(
-            [str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.strip()
-    except OSError as exc:
-        raise EnvironmentMissing(f"cannot run the target interpreter {python}: {exc}") from None
+    tag = run_bounded(
+        [str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
+        timeout_s=60,
+        limit=1 << 20,
+        what=f"the target interpreter {python}",
+    ).stdout.strip()
     ours = sys.implementation.cache_tag
     if not tag or tag == ours:
         return pairs
@@ -410,7 +410,7 @@ def _swap_in(tmp: Path, build_dir: Path) -> None:
 
 
 def _result(m: SourceManifest, target: Target, build_dir: Path, info: dict, *, reused: bool) -> BuildResult:
-    built = json.loads((build_dir / "payload" / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+    built = load_built_manifest(build_dir / "payload" / installer.MANIFEST_NAME)
     return BuildResult(
         name=m.name,
         version=m.version,

@@ -57,9 +57,10 @@ def view_for(spec: str | Path, *, python: str | Path | None = None) -> Path:
         return build(p, python=python, reuse=True).view_dir
     if (p / installer.MANIFEST_NAME).is_file():
         import hashlib
-        import json
 
-        built = json.loads((p / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+        from ddtctl.overlay.source import load_built_manifest
+
+        built = load_built_manifest(p / installer.MANIFEST_NAME)
         target = resolve_target(built["sglang"], None, python)
         out = (
             cache_root()

@@ -28,9 +28,12 @@ from ddtctl.overlay.source import (
     check_rel,
     load_source_manifest,
     patch_name,
+    read_file,
+    read_file_text,
     sha256_bytes,
 )
 from ddtctl.overlay.udiff import PatchError, apply_patch, make_patch
+from ddtctl.safeio import write_new
 
 DEFAULT_SMOKE = [
     {"id": "registered", "what": "SpeculativeAlgorithm.from_string('DDTREE') resolves"},
@@ -64,8 +67,8 @@ def record_hashes(sglang_root: Path, version: str) -> dict[str, str]:
     """path -> sha256 hex from the release's dist-info RECORD ({} when there is none)."""
     record = sglang_root / f"sglang-{version}.dist-info" / "RECORD"
     try:
-        text = record.read_text(encoding="utf-8")
-    except OSError:
+        text = read_file_text(record)
+    except OverlayError:
         return {}
     out = {}
     for row in csv.reader(io.StringIO(text)):
@@ -159,7 +162,7 @@ def _stage_file(
 ) -> None:
     """One hand-patched file into the staged payload: a patch against its pristine counterpart, or an added
     file when SGLang has none; a file equal to its pristine counterpart is only counted."""
-    new = f.read_bytes()
+    new = read_file(f)
     pristine_path = sglang_root / rel
     if not pristine_path.is_file():
         dst = m.root / "files" / rel
@@ -168,7 +171,7 @@ def _stage_file(
         m.added.append(AddedFile(rel, f"files/{rel}", sha256_bytes(new)))
         result.added.append(rel)
         return
-    base = pristine_path.read_bytes()
+    base = read_file(pristine_path)
     if record and rel in record and record[rel] != sha256_bytes(base):
         raise OverlayError(
             f"{rel} in {sglang_root} is not the pristine sglang {m.sglang} file "
@@ -179,7 +182,7 @@ def _stage_file(
         result.unchanged.append(rel)
         return
     entry, patch = patched_entry(rel, base, new)
-    (m.root / entry.patch).write_text(patch, encoding="utf-8")
+    write_new(m.root / entry.patch, patch)
     m.patched.append(entry)
     changed = sum(1 for ln in patch.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---")))
     result.patched.append(
@@ -237,8 +240,8 @@ def import_dir(
         if not m.patched and not m.added:
             raise OverlayError(f"nothing to import: every file in {src} equals its pristine counterpart")
         m.write()
-        (stage / IMPORT_MARKER).write_text(
-            json.dumps({"made_by": "ddtctl overlay import", "source": str(src)}) + "\n", encoding="utf-8"
+        write_new(
+            stage / IMPORT_MARKER, json.dumps({"made_by": "ddtctl overlay import", "source": str(src)}) + "\n"
         )
         old = None
         if state != "absent":  # empty, or an earlier import (checked above, again just before the swap)
@@ -280,7 +283,7 @@ def check_manifest(
         if a.tree or a.source.startswith("ddtctl:"):
             continue
         src = m.source_path(a)
-        have = sha256_bytes(src.read_bytes()) if src.is_file() else None
+        have = sha256_bytes(read_file(src)) if src.is_file() else None
         if have != a.sha256:
             report.stale.append(a.path)
             a.sha256 = have
@@ -289,7 +292,7 @@ def check_manifest(
         for p in m.patched:
             if target is None:
                 target = resolve_target(m.sglang, sglang_root, python)
-            base = (target.sglang_root / p.path).read_bytes()
+            base = read_file(target.sglang_root / p.path)
             record = record_hashes(target.sglang_root, m.sglang)
             if record.get(p.path) not in (None, sha256_bytes(base)):
                 raise OverlayError(
@@ -298,7 +301,7 @@ def check_manifest(
                 )
             try:
                 result = apply_patch(
-                    base.decode("utf-8"), m.patch_path(p).read_text(encoding="utf-8"), label=p.path
+                    base.decode("utf-8"), read_file_text(m.patch_path(p)), label=p.path
                 ).encode("utf-8")
             except PatchError as exc:
                 raise OverlayError(str(exc), where=str(m.patch_path(p))) from None

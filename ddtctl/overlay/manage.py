@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any
 from ddtctl.errors import EnvironmentMissing, OverlayError
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import BuildResult, Target, build, cache_root, resolve_target
-from ddtctl.overlay.source import load_source_manifest
+from ddtctl.overlay.source import load_built_manifest, load_source_manifest
+from ddtctl.procs import run_bounded
 
 _HERE = Path(__file__).resolve().parent
 
@@ -29,20 +29,32 @@ def default_state_dir(sglang_root: Path) -> Path:
     return cache_root() / "state" / key
 
 
+RUN_OUTPUT_LIMIT = 32 * 1024 * 1024  # an installer's or smoke check's output: a JSON line and its logs
+
+
 def _run_json(
     cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None
 ) -> tuple[int, dict[str, Any], str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise OverlayError(f"{what} did not finish within {timeout:.0f}s") from None
-    except OSError as exc:
-        raise EnvironmentMissing(f"cannot run {cmd[0]}: {exc}") from None
+    proc = run_bounded(
+        cmd,
+        timeout_s=timeout,
+        limit=RUN_OUTPUT_LIMIT,
+        what=what,
+        env=env,
+        error=OverlayError,
+        start_error=EnvironmentMissing,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise OverlayError(f"{what} failed (exit {proc.returncode}): {tail}")
-    return proc.returncode, json.loads(lines[-1]), proc.stderr
+    try:
+        reply = json.loads(lines[-1])
+    except (ValueError, RecursionError):
+        reply = None
+    if not isinstance(reply, dict):
+        raise OverlayError(f"{what} printed a reply that is not a JSON object (exit {proc.returncode})")
+    return proc.returncode, reply, proc.stderr
 
 
 def run_installer(
@@ -127,9 +139,7 @@ def _staged_payload(
 
 def _payload_sglang(payload: str | Path | None) -> str:
     if payload is not None and (Path(payload) / installer.MANIFEST_NAME).is_file():
-        return str(
-            json.loads((Path(payload) / installer.MANIFEST_NAME).read_text(encoding="utf-8"))["sglang"]
-        )
+        return load_built_manifest(Path(payload) / installer.MANIFEST_NAME)["sglang"]
     return load_source_manifest(payload).sglang
 
 
@@ -222,7 +232,7 @@ def verify(
     else:
         build_result = build(payload, sglang_root=sglang_root, python=python, reuse=True)
         target = Target(build_result.sglang_root, build_result.python)
-        built = json.loads((build_result.payload_dir / installer.MANIFEST_NAME).read_text(encoding="utf-8"))
+        built = load_built_manifest(build_result.payload_dir / installer.MANIFEST_NAME)
         wanted = checks or [c["id"] for c in built.get("smoke", [])]
         view = build_result.view_dir
         smoke = build_result.payload_dir / "smoke.py"

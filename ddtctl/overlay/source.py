@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ddtctl.errors import OverlayError
+from ddtctl.safeio import load_json, read_regular, read_text, write_new
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -52,8 +53,28 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MAX_FILE_BYTES = 64 << 20  # one source file, patch or manifest of a payload (SGLang's largest is ~0.5 MB)
+
+
+def read_file(path: str | Path) -> bytes:
+    """A payload or SGLang file: regular, at most MAX_FILE_BYTES (safeio.read_regular), else OverlayError."""
+    return read_regular(path, MAX_FILE_BYTES, error=OverlayError, what="payload source")
+
+
+def read_file_text(path: str | Path) -> str:
+    return read_text(path, MAX_FILE_BYTES, error=OverlayError, what="payload source")
+
+
+def load_built_manifest(path: str | Path) -> dict[str, Any]:
+    """A built payload's manifest (JSON object with "sglang"), bounded; OverlayError otherwise."""
+    data = load_json(path, MAX_FILE_BYTES, what="built payload manifest", error=OverlayError)
+    if not isinstance(data, dict) or not isinstance(data.get("sglang"), str):
+        raise OverlayError("not a built payload manifest (a JSON object naming its sglang)", where=str(path))
+    return data
+
+
 def sha256_file(path: Path) -> str:
-    return sha256_bytes(Path(path).read_bytes())
+    return sha256_bytes(read_file(path))
 
 
 def default_payload_dir() -> Path:
@@ -158,7 +179,7 @@ class SourceManifest:
         }
 
     def write(self) -> None:
-        self.path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        write_new(self.path, json.dumps(self.to_json(), indent=2) + "\n")
 
     def source_path(self, a: AddedFile) -> Path:
         if a.source.startswith("ddtctl:"):
@@ -196,11 +217,11 @@ class SourceManifest:
     def fingerprint(self) -> str:
         """Hash of everything a build reads from the payload side (manifest, patches, added sources)."""
         h = hashlib.sha256()
-        h.update(self.path.read_bytes())
+        h.update(read_file(self.path))
         for p in self.patched:
-            h.update(p.path.encode() + b"\0" + self.patch_path(p).read_bytes())
+            h.update(p.path.encode() + b"\0" + read_file(self.patch_path(p)))
         for rel, src, _ in self.expand_added():
-            h.update(rel.encode() + b"\0" + src.read_bytes())
+            h.update(rel.encode() + b"\0" + read_file(src))
         return h.hexdigest()
 
 
@@ -208,7 +229,9 @@ def load_source_manifest(payload_dir: str | Path | None = None) -> SourceManifes
     root = Path(payload_dir) if payload_dir else default_payload_dir()
     path = root / MANIFEST
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if not path.exists() and not path.is_symlink():
+            raise FileNotFoundError(path)
+        data = load_json(path, MAX_FILE_BYTES, what="payload manifest", error=OverlayError)
     except FileNotFoundError:
         raise OverlayError(
             f"no {MANIFEST} in {root}", fix="pass a payload directory (see `ddtctl overlay import`)"

@@ -15,7 +15,11 @@ Layout under the work dir W:
     state.json                  current release, history, installed payload
     run/server.json             pid, start time and release of the server we launched
     logs/<id>.log               server output per release
-    lock, lock.json             the deploy lock (flock) and who holds it
+    lock, lock.json             the deploy lock (flock) and who holds it (left behind by a holder that died:
+                                a stale lock, taken over by the next holder with its name)
+    ops.lock                    shared by every lock-holding operation in flight; the next holder waits on it
+    deploy-journal.json         a deploy (or rollback) that has touched the running server and not finished:
+                                the next lock holder of another session puts `previous` back
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -175,8 +180,17 @@ def _lock_held_by(token) -> bool:
     return bool(st) and st[0] == held.get("starttime") and st[1] not in ("Z", "X") and _flock_held()
 
 
+_OPS_FD = None  # this process's shared hold on W/ops.lock (see _quiesce)
+
+
 def _require_lock(params: dict) -> None:
-    """Mutating operations run only under the deploy lock held by the caller."""
+    """Mutating operations run only under the deploy lock held by the caller. Each also holds W/ops.lock
+    shared while it runs, so that a new lock holder can wait for the operations of a dead one to end
+    (_quiesce)."""
+    global _OPS_FD
+    if _OPS_FD is None:
+        _OPS_FD = os.open(_p("ops.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(_OPS_FD, fcntl.LOCK_SH)
     if not _lock_held_by(params.get("lock_token")):
         raise AgentError("the deploy lock is not held by this caller; refusing to change the host")
 
@@ -305,16 +319,52 @@ def op_facts(params: dict):
     # model configs (cached by the caller for validation and dry-run)
     models = {}
     for path in params.get("model_paths") or []:
-        cfg = os.path.join(os.path.expanduser(path), "config.json")
+        cfg = os.path.join(os.path.expanduser(str(path)), "config.json")
         try:
-            with open(cfg) as f:
-                models[path] = {"config": json.load(f)}
+            models[path] = {"config": _read_model_config(cfg)}
         except FileNotFoundError:
             models[path] = {"error": "no config.json at %s" % cfg}
-        except (OSError, ValueError) as err:
-            models[path] = {"error": "%s: %s" % (cfg, err)}
+        except (OSError, ValueError, RecursionError) as err:
+            models[path] = {"error": "%s: %s" % (cfg, str(err)[:200])}
     facts["models"] = models
     return facts
+
+
+MAX_MODEL_CONFIG = 4 * 1024 * 1024
+MAX_MODEL_CONFIG_DEPTH = 32
+
+
+def _read_model_config(path: str):
+    """A model's config.json, bounded (issue #31: a FIFO hung facts, /dev/zero filled the host's memory):
+    a regular file (opened without blocking, checked on the open descriptor) of at most MAX_MODEL_CONFIG
+    bytes, a JSON object at most MAX_MODEL_CONFIG_DEPTH deep. ValueError / OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = b""
+        while len(data) <= MAX_MODEL_CONFIG:
+            chunk = os.read(fd, MAX_MODEL_CONFIG + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_MODEL_CONFIG:
+        raise ValueError("larger than %d MiB" % (MAX_MODEL_CONFIG >> 20))
+    depth = deepest = 0
+    for c in data.decode("utf-8", errors="replace"):  # brackets in strings count too: an upper bound
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    if deepest > MAX_MODEL_CONFIG_DEPTH:
+        raise ValueError("JSON nested more than %d deep" % MAX_MODEL_CONFIG_DEPTH)
+    config = json.loads(data.decode("utf-8", errors="replace"))
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    return config
 
 
 def _num(text: str):
@@ -410,7 +460,7 @@ def op_commit_stream(params: dict):
         bad += res["bad"]
     if not ended:
         raise AgentError("the upload stream ended early (connection lost?); nothing was activated")
-    results = [{"stored": stored, "bad": bad}]
+    results = [{"stored": stored, "bad": bad, "disk_free_bytes": shutil.disk_usage(W).free}]
     if not bad and params.get("then"):
         results += op_batch({"ops": params["then"], "lock_token": params.get("lock_token")})
     return results
@@ -461,7 +511,17 @@ def op_state(params: dict):
                 rel.pop("payload", None)
                 rel.pop("tools", None)
                 releases.append(rel)
-    return {"state": state, "releases": releases, "server": _server_info()}
+    lock = _read_json(_p("lock.json"))
+    if lock is not None:  # who holds the deploy lock, or held it and died (stale); never its token
+        lock = dict(lock, stale=not _flock_held())
+        lock.pop("token", None)
+    return {
+        "state": state,
+        "releases": releases,
+        "server": _server_info(),
+        "lock": lock,
+        "journal": _read_json(_p(JOURNAL)),
+    }
 
 
 def op_set_status(params: dict):
@@ -484,6 +544,8 @@ def op_set_status(params: dict):
         state["current"] = rid
         state.setdefault("history", []).append({"id": rid, "time": time.time(), "status": params["status"]})
     _save_state(state)
+    if params.get("make_current") and (_read_json(_p(JOURNAL)) or {}).get("release") == rid:
+        os.unlink(_p(JOURNAL))  # the deploy is done: nothing to put back
     return {"state": state}
 
 
@@ -836,8 +898,102 @@ def op_gc(params: dict):
     return {"removed_releases": removed, "dropped_objects": dropped}
 
 
+JOURNAL = "deploy-journal.json"
+QUIESCE_S = 120.0  # the longest a dead holder's operation may still run (a stop's grace, an installer's kill)
+
+
+def op_journal(params: dict):
+    """`begin`: this holder is about to touch the running server (stop, install, start `release`); if it dies
+    before `end` (or before `release` is made current), the next holder of another session puts `previous`
+    back. `end`: the deploy put the host in a state it reports (recorded, or rolled back)."""
+    _require_lock(params)
+    if params["action"] == "end":
+        try:
+            os.unlink(_p(JOURNAL))
+        except FileNotFoundError:
+            pass
+        return {"journal": None}
+    held = _read_json(_p("lock.json"), {})
+    journal = {
+        "release": _safe_id(params["release"]),
+        "previous": _safe_id(params["previous"]) if params.get("previous") else None,
+        "sglang_root": params.get("sglang_root"),
+        "holder": held.get("holder"),
+        "session": held.get("session"),
+        "since": time.time(),
+    }
+    _write_json(_p(JOURNAL), journal)
+    return {"journal": journal}
+
+
+def _quiesce() -> None:
+    """Wait until no lock-holding operation of an earlier holder still runs (they hold W/ops.lock shared; a
+    dead holder's installer stops as soon as it sees the lock lost)."""
+    fd = os.open(_p("ops.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.time() + QUIESCE_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.time() > deadline:
+                raise AgentError("a previous lock holder's operation still runs after %ds" % QUIESCE_S)
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
+def _recover(token: str, journal: dict) -> dict:
+    """Put the release that served before an interrupted deploy back: stop what runs instead, mark the
+    interrupted release, reinstall the previous payload (the overlay installer finishes or rolls back its own
+    interrupted run first) and start the previous server (not waited for: the caller probes it)."""
+    p = {"lock_token": token, "sglang_root": journal.get("sglang_root"), "timeout_s": 600, "grace_s": 20}
+    new, prev = journal.get("release"), journal.get("previous")
+    done = []
+    srv = _server_info()
+    if srv and srv.get("running") and srv.get("release") != prev:
+        op_stop(p)
+        done.append("stopped %s" % srv.get("release"))
+    rel = _read_json(_p("releases", _safe_id(new), "release.json")) if new else None
+    if rel is not None and rel.get("status") in (None, "new"):
+        note = "deploy interrupted (%s); restored %s" % (journal.get("holder"), prev or "nothing")
+        op_set_status(dict(p, id=new, status="interrupted", note=note))
+    prev_rel = _read_json(_p("releases", _safe_id(prev), "release.json")) if prev else None
+    if prev_rel is not None and prev_rel.get("payload_hash"):
+        op_install(dict(p, id=prev, force=True))
+    else:
+        op_uninstall(p)
+    srv = _server_info()
+    if prev_rel is not None and not (srv and srv.get("running") and srv.get("release") == prev):
+        op_start(dict(p, id=prev))
+        done.append("started %s" % prev)
+    os.unlink(_p(JOURNAL))
+    out = dict(journal, actions=done, time=time.time())
+    state = _state()
+    state["recovered"] = out
+    _save_state(state)
+    return out
+
+
+def _take_over(token: str, session, stale) -> dict:
+    """What the new holder finds: the stale lock of a holder that died without releasing it, and an
+    interrupted deploy of another session, undone (a reconnecting holder of the same session resumes its
+    own)."""
+    _quiesce()
+    out = {"took_over": stale if stale and stale.get("session") != session else None, "recovered": None}
+    journal = _read_json(_p(JOURNAL))
+    if journal and journal.get("session") != session:
+        out["recovered"] = _recover(token, journal)
+    return out
+
+
 def op_lock(params: dict):
-    """Take the deploy lock and hold it until stdin closes (the deploy ends or its connection drops)."""
+    """Take the deploy lock and hold it until stdin closes (the deploy ends or its connection drops). A holder
+    that ends cleanly writes RELEASE first; one that dies leaves lock.json behind (a stale lock)."""
     os.makedirs(W, mode=0o700, exist_ok=True)
     fd = os.open(_p("lock"), os.O_RDWR | os.O_CREAT, 0o600)
     wait_s = float(params.get("wait_s", 0))
@@ -858,23 +1014,42 @@ def op_lock(params: dict):
                 _emit({"ok": True, "waiting": True, "held_by": holder})
                 announced = True
             time.sleep(0.1)
+    stale = _read_json(_p("lock.json"))
     st = _proc_starttime(os.getpid())
     info = {
         "token": params["token"],
         "holder": params.get("holder"),
+        "session": params.get("session"),
         "pid": os.getpid(),
         "starttime": st[0] if st else None,
         "since": time.time(),
     }
-    _write_json(_p("lock.json"), info)
-    _emit({"ok": True, "locked": True, "lock": info})
+    granted = released = False
     try:
-        while sys.stdin.buffer.read(4096):
-            pass
+        _write_json(_p("lock.json"), info)
+        found = _take_over(params["token"], params.get("session"), stale)
+        _emit(dict(found, ok=True, locked=True, lock=info))
+        granted = True
+        tail = b""
+        while True:
+            chunk = sys.stdin.buffer.read(4096)
+            if not chunk:
+                break
+            tail = (tail + chunk)[-64:]
+        released = b"RELEASE" in tail
+    except Exception as err:  # not granted: a full disk, a recovery that failed
+        if granted:
+            raise
+        _emit({"ok": False, "error": "%s: %s" % (type(err).__name__, err)})
     finally:
         try:
             if (_read_json(_p("lock.json")) or {}).get("token") == params["token"]:
-                os.unlink(_p("lock.json"))
+                if granted and released:
+                    os.unlink(_p("lock.json"))
+                elif not granted and stale is not None:
+                    _write_json(_p("lock.json"), stale)  # not taken over after all
+                elif not granted:
+                    os.unlink(_p("lock.json"))
         except OSError:
             pass
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
+from ddtctl.safeio import read_regular
+
+AGENT_SOURCE = read_regular(Path(__file__).parent / "agent.py", 4 << 20, what="agent source")
 AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()
 AGENT_MISSING_RC = 97  # the boot found no verified agent and its stdin did not carry one
 

@@ -55,6 +55,7 @@ def gather_facts(conn: Connection, *, model_paths: Sequence[str] = (), cache: bo
 def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
     """Write each remote config.json where validate and dry-run read it (dryrun.model_config_cache_dir)."""
     from ddtctl.paths import model_config_cache_dir
+    from ddtctl.safeio import write_new
 
     out = {}
     for path, info in models.items():
@@ -64,9 +65,6 @@ def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
         d.mkdir(parents=True, exist_ok=True)
         target = d / "config.json"
         text = json.dumps(info["config"], indent=1, sort_keys=True)
-        if not target.exists() or target.read_text() != text:
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(target)
+        write_new(target, text)  # atomic; over a regular file or a new name only (safeio)
         out[path] = str(d)
     return out

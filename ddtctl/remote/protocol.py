@@ -13,10 +13,16 @@ the fields the controller reads, for the reports that show them as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.errors import RemoteError
+from ddtctl.remote.lockproto import Journal as Journal  # the deploy lock's operations (re-exported)
+from ddtctl.remote.lockproto import JournalReply as JournalReply
+from ddtctl.remote.lockproto import Lock as Lock
+from ddtctl.remote.lockproto import LockHolder as LockHolder
+from ddtctl.remote.lockproto import LockMessage as LockMessage
+from ddtctl.remote.lockproto import Recovered as Recovered
 from ddtctl.remote.wire import Batch as Batch  # an operation too, made of the others
 from ddtctl.remote.wire import Op, Request, _checked, _dict, _field, _malformed, _typed
 
@@ -195,6 +201,8 @@ class StateReply:
     state: HostState
     releases: list[ReleaseRecord]
     server: ServerProcess | None
+    lock: dict | None = None  # lock.json: holder, pid, since, session, stale (its holder died holding it)
+    journal: dict | None = None  # a deploy that touched the server and has not finished (see Journal)
 
     def release(self, release_id: str | None) -> ReleaseRecord | None:
         return next((r for r in self.releases if r.id == release_id), None)
@@ -205,6 +213,8 @@ class StateReply:
             HostState.from_json(_field(data, "state", Op.STATE)),
             [ReleaseRecord.from_json(r) for r in _field(data, "releases", Op.STATE)],
             ServerProcess.from_json(data.get("server")),
+            _typed(data, "lock", Op.STATE, dict, required=False),
+            _typed(data, "journal", Op.STATE, dict, required=False),
         )
 
 
@@ -355,6 +365,7 @@ class CommitReply:
 
     stored: list[str]
     bad: list[BadUpload]
+    disk_free_bytes: int | None = None  # in the work dir, after the commit (a full disk truncates uploads)
 
     @classmethod
     def from_json(cls, data: Any) -> "CommitReply":
@@ -365,6 +376,7 @@ class CommitReply:
                 BadUpload(str(_field(b, "name", op)), str(_field(b, "reason", op)))
                 for b in _field(data, "bad", op)
             ],
+            _typed(_dict(data, op), "disk_free_bytes", op, int, required=False),
         )
 
 
@@ -372,37 +384,6 @@ class CommitReply:
 class ShipReply:
     commit: CommitReply
     then: list[Any]  # the replies of the operations run after the commit (materialize, ...)
-
-
-@dataclass
-class LockHolder:
-    holder: str
-    since: float
-
-    @classmethod
-    def from_json(cls, data: Any) -> "LockHolder":
-        d = data if isinstance(data, dict) else {}
-        return cls(str(d.get("holder") or "?"), float(d.get("since") or 0))
-
-
-@dataclass
-class LockMessage:
-    """One status line of the `lock` operation: taken, waiting behind another holder, or refused."""
-
-    locked: bool = False
-    waiting: bool = False
-    error: str | None = None
-    held_by: LockHolder = field(default_factory=lambda: LockHolder("?", 0.0))
-
-    @classmethod
-    def from_json(cls, data: Any) -> "LockMessage":
-        d = _dict(data, Op.LOCK)
-        return cls(
-            bool(d.get("locked")),
-            bool(d.get("waiting")),
-            d.get("error"),
-            LockHolder.from_json(d.get("held_by")),
-        )
 
 
 # ----------------------------------------------------------------------------------------------- requests
@@ -575,15 +556,3 @@ class CommitStream(Request[ShipReply]):
             CommitReply.from_json(result[0]),
             [r.parse(x) for r, x in zip(self.then, result[1:], strict=False)],
         )
-
-
-@dataclass(frozen=True)
-class Lock(Request[LockMessage]):
-    """Held for as long as the channel's stdin stays open; each status line parses as a LockMessage."""
-
-    OP = Op.LOCK
-    token: str
-    holder: str
-    wait_s: float
-
-    REPLY = LockMessage

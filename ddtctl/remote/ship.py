@@ -27,6 +27,7 @@ from ddtctl.remote.transport import Connection, ConnectionLost
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
+DISK_FULL_BYTES = 1 << 20  # below this much free space after a failed verification, the disk is full
 
 
 @dataclass(frozen=True)
@@ -446,6 +447,13 @@ def ship(
         raise
     except Exception as err:
         verifier.close()
+        if conn.alive:  # the SFTP server refused (a full disk, permissions): not a lost connection
+            raise RemoteError(
+                f"an upload to the host failed ({sent.objects}/{len(up.todo)} files sent): "
+                f"{err or type(err).__name__}",
+                where=conn.host.name,
+                fix=f"check the disk space and permissions of {listing.incoming} on the host, then re-run",
+            ) from None
         raise ConnectionLost(
             f"connection lost while shipping ({sent.objects}/{len(up.todo)} files sent): "
             f"{err or type(err).__name__}",
@@ -454,13 +462,7 @@ def ship(
         ) from None
     reply = verifier.reply(out)
     if reply.commit.bad:
-        first = reply.commit.bad[0]
-        raise RemoteError(
-            f"{len(reply.commit.bad)} uploaded file(s) failed sha256 verification on the host "
-            f"(e.g. {first.name[:12]}: {first.reason})",
-            where=conn.host.name,
-            fix="re-run the deploy; corrupted uploads were deleted",
-        )
+        _refuse_bad_uploads(conn, reply, up, listing)
     return ShipResult(
         files_total=up.total_files,
         files_sent=len(up.todo),
@@ -470,3 +472,27 @@ def ship(
         skipped=up.total_files - len(up.todo),
         reused=up.reused,
     )
+
+
+def _refuse_bad_uploads(conn: Connection, reply: ShipReply, up: _Uploads, listing: StoreListing) -> None:
+    """Uploads that failed verification (deleted on the host): a full disk (the SFTP server's writes fell
+    short) says so; anything else is corruption on the way."""
+    bad = reply.commit.bad
+    free = reply.commit.disk_free_bytes
+    sizes = dict(up.todo)
+    short_of = sum(sizes.get(up.names.get(b.name, ""), (None, 0))[1] for b in bad)
+    if free is not None and free < max(short_of, DISK_FULL_BYTES):
+        raise RemoteError(
+            f"the host's disk is full: {len(bad)} upload(s) arrived truncated and were deleted "
+            f"({free} bytes free where {short_of} were needed, in {listing.incoming.rsplit('/', 1)[0]})",
+            where=conn.host.name,
+            fix="free disk space in the host's work dir, then re-run the deploy (verified uploads are kept)",
+        )
+    if bad:
+        first = bad[0]
+        raise RemoteError(
+            f"{len(reply.commit.bad)} uploaded file(s) failed sha256 verification on the host "
+            f"(e.g. {first.name[:12]}: {first.reason})",
+            where=conn.host.name,
+            fix="re-run the deploy; corrupted uploads were deleted",
+        )

@@ -8,7 +8,6 @@ ProxyJump hops are Connections of their own (verified the same way), closed with
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import os
@@ -21,16 +20,20 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
-from ddtctl.errors import RemoteError
+from ddtctl.errors import RemoteError, printable
+from ddtctl.remote import rgroup
 from ddtctl.remote.agent_boot import (  # AGENT_SHA, AGENT_SOURCE: also imported from here
     AGENT_BOOT,
     AGENT_MISSING_RC,
     AGENT_SHA,
     AGENT_SOURCE,
 )
+from ddtctl.remote.hostkeys import HostKeyError, _Policy, check_key_files, fingerprint, load_known_hosts
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import Request
 from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
+from ddtctl.remote.rgroup import agent_reply
+from ddtctl.remote.rgroup import parse_agent_reply as parse_agent_reply  # ship.py imports it from here
 
 ReplyT = TypeVar("ReplyT")
 
@@ -40,21 +43,12 @@ ReplyT = TypeVar("ReplyT")
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-class HostKeyError(RemoteError):
-    """The host's key is unknown or does not match known_hosts."""
-
-
 class ConnectionLost(RemoteError):
     """The SSH connection dropped while a command or transfer was in flight."""
 
 
 class LockHeld(RemoteError):
     """Another deploy holds the host's deploy lock."""
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def quote_argv(argv: list[str]) -> str:
@@ -67,33 +61,7 @@ class CommandResult:
     rc: int
     stdout: str
     stderr: str
-
-
-class _Policy(paramiko.MissingHostKeyPolicy):
-    def __init__(self, host: Host, known_hosts: Path, trust_new: bool):
-        self.host = host
-        self.known_hosts = known_hosts
-        self.trust_new = trust_new
-        self.trusted: str | None = None
-
-    def missing_host_key(self, client, hostname, key):
-        fp = fingerprint(key)
-        name = self.host.known_hosts_key
-        if not self.trust_new:
-            port = f"-p {self.host.port} " if self.host.port != 22 else ""
-            raise HostKeyError(
-                f"unknown host key for {name}: {key.get_name()} {fp}; refusing to connect",
-                where=self.host.name,
-                fix=(
-                    "check that fingerprint with the host's owner, then re-run with --trust-new-host, or run "
-                    f"`ssh-keyscan {port}{self.host.address} >> {self.known_hosts}`"
-                ),
-            )
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(name, key.get_name(), key)
-        self.trusted = f"{key.get_name()} {fp}"
+    pgid: int | None = None  # the command's process group on the host (rgroup.py), when it reported one
 
 
 class HeldLock(Protocol):
@@ -114,6 +82,7 @@ class Connection:
         self.host = host
         self.trust_new_host = trust_new_host
         self.log = log or (lambda msg: None)
+        self._log_given = log is not None
         self.client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self.work_dir: str | None = None
@@ -125,6 +94,7 @@ class Connection:
         )
         self._hops: list[Connection] = []
         self.lock: HeldLock | None = None  # the deploy lock held over this connection, if any
+        self._last_pgid: int | None = None  # the process group of the last agent command (rgroup.py)
 
     @property
     def lock_token(self) -> str | None:
@@ -136,10 +106,11 @@ class Connection:
         """Connect (through the host's ProxyJump hops or ProxyCommand, if any); `sock`: an already open path
         to the host (the channel a previous hop opened)."""
         hops: list[Connection] = []
+        client = self._client()  # the local files first: a bad known_hosts or key file is not a remote error
         try:
             if sock is None:
                 sock = self._route(hops)
-            self._connect(sock)
+            self._connect(sock, client)
         except BaseException:
             _close_quietly(sock)
             for hop in reversed(hops):
@@ -213,17 +184,20 @@ class Connection:
                 f"{what}: {err or type(err).__name__}", where=dest.name, fix=fix_hint(dest)
             ) from None
 
-    def _connect(self, sock: Any) -> None:
+    def _client(self) -> paramiko.SSHClient:
+        """An SSH client holding the keys of the host's known_hosts files (read bounded, bad lines skipped
+        with a warning), after a check of its key files (hostkeys.py)."""
+        h = self.host
+        client = paramiko.SSHClient()
+        warn = self.log if self._log_given else _warn
+        for path in (h.known_hosts, *h.more_known_hosts):
+            load_known_hosts(client.get_host_keys(), os.path.expanduser(path), warn)
+        check_key_files(h)
+        return client
+
+    def _connect(self, sock: Any, client: paramiko.SSHClient) -> None:
         h = self.host
         known = Path(os.path.expanduser(h.known_hosts))
-        client = paramiko.SSHClient()
-        for path in (known, *(Path(os.path.expanduser(p)) for p in h.more_known_hosts)):
-            if not path.exists():
-                continue
-            try:
-                client.get_host_keys().load(str(path))
-            except (OSError, paramiko.SSHException) as err:
-                raise RemoteError(f"cannot read known_hosts: {err}", where=str(path)) from None
         policy = _Policy(h, known, self.trust_new_host)
         client.set_missing_host_key_policy(policy)
         try:
@@ -351,25 +325,31 @@ class Connection:
 
     def _run(self, argv, *, timeout, stdin, on_stdout) -> CommandResult:
         timeout = self.host.command_timeout_s if timeout is None else timeout
-        cmd = quote_argv(argv)
         label = " ".join(str(a) for a in argv[:3])[:80]
+        streams = rgroup.Streams()
         try:
             chan = self._transport().open_session(timeout=self.host.connect_timeout_s)
             chan.settimeout(0.05)
-            chan.exec_command(cmd)
+            chan.exec_command(rgroup.wrap(quote_argv(argv)))  # reports its process group first (rgroup.py)
             if stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
-            out, err = self._collect(chan, label, timeout, on_stdout)
+            self._collect(chan, label, timeout, on_stdout, streams)
             rc = chan.recv_exit_status()
             chan.close()
-            return CommandResult(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
-        except RemoteError:
-            raise
+        except RemoteError as e:
+            if isinstance(e, ConnectionLost):
+                raise
+            raise type(e)(e.message + self.end_group(streams.pgid), where=e.where, fix=e.fix) from None
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectionLost(
                 f"connection lost while running `{label}`: {e or type(e).__name__}", where=self.host.name
             ) from None
+        except BaseException:  # Ctrl-C, a bug: what the command started must not outlive this
+            self.end_group(streams.pgid)
+            raise
+        out, err = streams.out.decode(errors="replace"), streams.err.decode(errors="replace")
+        return CommandResult(list(argv), rc, out, err, streams.pgid)
 
     def _collect(
         self,
@@ -377,31 +357,38 @@ class Connection:
         label: str,
         timeout: float,
         on_stdout: Callable[[str], None] | None,
-    ) -> tuple[bytearray, bytearray]:
-        """The command's (stdout, stderr) once it exits; stdout lines go to `on_stdout` as they arrive.
-        ConnectionLost when the connection drops, RemoteError after `timeout` seconds."""
-        out, err = bytearray(), bytearray()
+        streams: rgroup.Streams,
+    ) -> None:
+        """Read the command's stdout and stderr into `streams` until it exits; stdout lines go to `on_stdout`
+        as they arrive. ConnectionLost when the connection drops, RemoteError after `timeout` seconds or past
+        rgroup.MAX_STDOUT bytes of output (the deadline holds however fast or slowly the output comes)."""
         pending = b""
         eof = False
         deadline = time.monotonic() + timeout
         while True:
-            _read_stderr(chan, err)
+            _read_stderr(chan, streams)
             if not eof:
                 try:
                     data = chan.recv(65536)
                 except socket.timeout:
                     data = None
                 if data:
-                    out += data
+                    streams.out += data
                     if on_stdout:
                         pending = _emit_lines(pending + data, on_stdout)
-                    continue
+                    if streams.over():
+                        chan.close()
+                        raise RemoteError(
+                            f"`{label}` wrote more than {rgroup.MAX_STDOUT // 2**20} MiB of output",
+                            where=self.host.name,
+                            fix="check the host's python (inventory `python:`) and what it prints",
+                        )
                 if data == b"":
                     eof = True
             if eof:
                 if chan.status_event.wait(0.05):
-                    _read_stderr(chan, err)
-                    return out, err
+                    _read_stderr(chan, streams)
+                    return
             if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
                 raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
             if time.monotonic() > deadline:
@@ -411,6 +398,24 @@ class Connection:
                     where=self.host.name,
                     fix="raise command_timeout_s for this host in the inventory",
                 )
+
+    def end_group(self, pgid: int | None) -> str:
+        """End a command's process group on the host (TERM, then KILL after rgroup.KILL_GRACE_S); what to add
+        to the error that made ddtctl stop waiting ("" when the command reported no group)."""
+        if pgid is None:
+            return ""
+        ok = False
+        try:
+            chan = self._transport().open_session(timeout=self.host.connect_timeout_s)
+            try:
+                chan.exec_command(quote_argv(rgroup.kill_argv(pgid)))
+                ok = chan.status_event.wait(rgroup.KILL_GRACE_S + self.host.connect_timeout_s)
+                ok = ok and chan.recv_exit_status() == 0
+            finally:
+                chan.close()
+        except (RemoteError, paramiko.SSHException, EOFError, OSError):
+            ok = False
+        return rgroup.kill_note(pgid, ok)
 
     def open_channel(self, argv: list[str]) -> paramiko.Channel:
         """A long-running command whose stdin we keep open (used by the deploy lock and `logs -f`)."""
@@ -473,8 +478,15 @@ class Connection:
                 fix="set work_dir to a writable directory in the inventory",
             )
         self._agent_seen = True
-        self.work_dir = reply_work_dir(res) or self.work_dir
-        return parse_agent_reply(res, op, self.host.name)
+        self._last_pgid = res.pgid
+        try:
+            reply = agent_reply(res, op, self.host.name)
+        except RemoteError as e:  # not the agent's answer: whatever the command left running goes too
+            raise RemoteError(e.message + self.end_group(res.pgid), where=e.where, fix=e.fix) from None
+        self.work_dir = reply.get("work_dir") if isinstance(reply.get("work_dir"), str) else self.work_dir
+        if not reply.get("ok"):
+            raise RemoteError(f"{op}: {reply.get('error')}", where=self.host.name)
+        return reply.get("result")
 
     def call(
         self,
@@ -489,7 +501,11 @@ class Connection:
         params = request.params()
         if locked:
             params["lock_token"] = self.lock_token
-        return request.parse(self.agent(request.OP.value, params, timeout=timeout, retry=retry))
+        result = self.agent(request.OP.value, params, timeout=timeout, retry=retry)
+        try:
+            return request.parse(result)
+        except RemoteError as e:  # a reply of the wrong shape: not our agent, or a broken one
+            raise RemoteError(e.message + self.end_group(self._last_pgid), where=e.where, fix=e.fix) from None
 
     def open_agent_stream(self, op: str, params: dict[str, Any] | None = None):
         """Start a streaming agent operation (its stdin is ours). Returns (channel, handshake): call
@@ -513,9 +529,15 @@ class Connection:
         return [self.host.python, "-c", AGENT_BOOT, path, AGENT_SHA, str(len(AGENT_SOURCE)), op, blob]
 
 
-def _read_stderr(chan: paramiko.Channel, err: bytearray) -> None:
+def _warn(message: str) -> None:
+    import sys
+
+    sys.stderr.write(f"ddtctl: warning: {printable(message)}\n")
+
+
+def _read_stderr(chan: paramiko.Channel, streams: rgroup.Streams) -> None:
     while chan.recv_stderr_ready():
-        err += chan.recv_stderr(65536)
+        streams.add_err(chan.recv_stderr(65536))
 
 
 def _emit_lines(pending: bytes, on_stdout: Callable[[str], None]) -> bytes:
@@ -557,29 +579,6 @@ def agent_handshake(chan: paramiko.Channel, where: str) -> None:
         except ValueError:
             error = text.decode(errors="replace")[:300]
         raise RemoteError(f"agent start failed: {error}", where=where)
-
-
-def parse_agent_reply(res: CommandResult, op: str, where: str) -> Any:
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        detail = (res.stderr or res.stdout).strip().splitlines()
-        hint = detail[-1] if detail else f"exit status {res.rc}"
-        raise RemoteError(
-            f"remote agent `{op}` failed: {hint}",
-            where=where,
-            fix="check the host's python (inventory `python:`) runs: python3 >= 3.8",
-        )
-    reply = json.loads(lines[-1])
-    if not reply.get("ok"):
-        raise RemoteError(f"{op}: {reply.get('error')}", where=where)
-    return reply.get("result")
-
-
-def reply_work_dir(res: CommandResult) -> str | None:
-    for ln in reversed(res.stdout.splitlines()):
-        if ln.startswith("{"):
-            return json.loads(ln).get("work_dir")
-    return None
 
 
 def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:

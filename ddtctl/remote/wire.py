@@ -37,6 +37,7 @@ class Op(StrEnum):
     BATCH = "batch"
     LOCK = "lock"
     COMMIT_STREAM = "commit_stream"
+    JOURNAL = "journal"
 
 
 _JSON_KINDS = {

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TypeVar
 
+from ddtctl.safeio import load_yaml, read_text
+
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
 
 
@@ -97,7 +99,7 @@ def _functions(root: Path) -> FunctionIndex:
     for pattern in FILES:
         for path in sorted(root.glob(pattern)):
             rel = str(path.relative_to(root.parent))
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = ast.parse(read_text(path, 16 << 20, what="SGLang source"))
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     index.setdefault(node.name, []).append((rel, node))
@@ -182,9 +184,7 @@ def sites(root: Path | None = None) -> list[Site]:
 
 
 def _entries(path: Path, section: str) -> list[dict]:
-    import yaml
-
-    return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(section) or [])
+    return list((load_yaml(path, 4 << 20, what="rule map") or {}).get(section) or [])
 
 
 def load_mapping(path: Path = MAPPING) -> list[dict]:

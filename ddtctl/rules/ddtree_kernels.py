@@ -20,6 +20,11 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
   DDTREE_GDN_BLOCK2=rows     (default "full"; hybrid.py BLOCK2_DEFAULT, opt-in until its H200 run) the
                              compact GDN verify of 65..128 nodes with block 2 on its own rows (16 at 65 nodes)
                              instead of a full 64-row tile; read only with the compact GDN verify.
+  DDTREE_GDN_SOLVE=levels    (default "auto": levels2 from 81 verify nodes on, the squarings below; hybrid.py
+                             SOLVE_DEFAULT, LEVELS_FROM_NODES, from the H200 kernel run of 2026-12-04) the
+                             compact GDN verify solved one tree level a step ("levels2": two; "squarings":
+                             never), as many steps as the tree is deep, one tile up to 128 nodes; read only
+                             with the compact GDN verify.
   DDTREE_CONV_TREE=compact   (the default; hybrid.py conv_compact_wanted, CONV_TREE_DEFAULT; "sglang"
                              turns it off) the compact tree conv, which keeps SGLang's deduplicated
                              conv-window layout (hybrid.py dense_conv_windows).
@@ -52,6 +57,11 @@ ANCESTORS_CHOICES = ("derive", "shared")
 # full 64-row tile, "full" by name)
 BLOCK2 = "DDTREE_GDN_BLOCK2"
 BLOCK2_CHOICES = ("full", "rows")
+# hybrid.py CompactTreeVerify (SOLVE_LEVELS): "levels" / "levels2" solve one / two tree levels a step
+# (kernels/gdn_levels.py); "auto" (the default) levels2 from LEVELS_FROM_NODES verify nodes on; any other value:
+# the squarings of kernels/gdn_tree.py, "squarings" by name
+SOLVE = "DDTREE_GDN_SOLVE"
+SOLVE_CHOICES = ("auto", "squarings", "levels", "levels2")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
 VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
@@ -198,7 +208,8 @@ def _verify_width(ctx: Context) -> int:
 
 
 def _uses_switches(ctx: Context) -> bool:
-    return any(name in ctx.env for name in (GDN_TREE, CONV_TREE, PRECISION, ANCESTORS, BLOCK2, VERIFY_ATTN))
+    switches = (GDN_TREE, CONV_TREE, PRECISION, ANCESTORS, BLOCK2, SOLVE, VERIFY_ATTN)
+    return any(name in ctx.env for name in switches)
 
 
 @rule(
@@ -223,7 +234,9 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     `DDTREE_GDN_TREE_PRECISION` (its Triton dot precision: tf32, tf32x3 or ieee),
     `DDTREE_GDN_ANCESTORS` (shared by default: its ancestor matrix built once per verify forward and shared
     by the layers; `derive` has every layer's kernel call derive it), `DDTREE_GDN_BLOCK2` (`rows`, opt-in:
-    the 65..128-node kernel's second block on its own rows instead of a full 64-row tile) and
+    the 65..128-node kernel's second block on its own rows instead of a full 64-row tile),
+    `DDTREE_GDN_SOLVE` (`auto` by default: two tree levels a step from 81 verify nodes on, the squarings
+    below; `levels` / `levels2` / `squarings` force one), and
     `DDTREE_CONV_TREE` (compact by default: the compact tree conv, one input per node in SGLang's
     deduplicated conv-window layout, bit-equal to SGLang's tree conv on the H200; `sglang` keeps SGLang's).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
@@ -243,6 +256,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
         (PRECISION, PRECISION_CHOICES),
         (ANCESTORS, ANCESTORS_CHOICES),
         (BLOCK2, BLOCK2_CHOICES),
+        (SOLVE, SOLVE_CHOICES),
         (VERIFY_ATTN, VERIFY_ATTN_CHOICES),
     )
     for name, choices in switches:
@@ -276,6 +290,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
         (PRECISION, ctx.env.get(PRECISION) in PRECISION_CHOICES),
         (ANCESTORS, ctx.env.get(ANCESTORS) in ANCESTORS_CHOICES),
         (BLOCK2, ctx.env.get(BLOCK2) in BLOCK2_CHOICES),
+        (SOLVE, ctx.env.get(SOLVE) in SOLVE_CHOICES),
     ):
         if used and switch(ctx.env, GDN_TREE) != "compact":
             yield _unused_with_gdn_verify(name, reason or f"{GDN_TREE} is not compact")
@@ -305,6 +320,7 @@ _SETS = {
     PRECISION: "the compact GDN tree verify's precision",
     ANCESTORS: "how the compact GDN tree verify gets its ancestor matrix",
     BLOCK2: "the compact GDN tree verify's second block of 65..128 nodes",
+    SOLVE: "how the compact GDN tree verify solves its nodes (squarings or tree levels)",
 }
 
 

@@ -215,7 +215,11 @@ def load_catalog(version: str) -> Catalog:
     try:
         if not _VERSION.fullmatch(v):  # a release number, never a path (NUL bytes, slashes, "..")
             raise FileNotFoundError(v)
-        raw = path.read_bytes()
+        from ddtctl.safeio import read_regular
+
+        if not path.is_file():
+            raise FileNotFoundError(path)
+        raw = read_regular(path, 64 << 20, what="flag catalog")
     except (FileNotFoundError, NotADirectoryError):
         from ddtctl.errors import UsageError
 

@@ -14,14 +14,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddtctl.remote.inventory.names import ADDRESS_SCHEMA_PATTERN, HOST_PATTERN, USER_PATTERN
+
 SCHEMA_PATH = Path(__file__).resolve().parent / "hosts.schema.json"
 
 _STR = {"type": "string"}
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
-_SECONDS = {"type": "number", "exclusiveMinimum": 0}
+# the ranges the reader (ddtctl/remote/inventory/resolve.py) accepts
+_CONNECT_S = {"type": "number", "minimum": 0.1, "maximum": 3600}
+_COMMAND_S = {"type": "number", "minimum": 0.1, "maximum": 7 * 86400}
 HOST_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
-    "address": (_STR, "Host name or IP to connect to, or an ~/.ssh/config alias (default: the host's name)"),
-    "user": (_STR, "SSH user (else ~/.ssh/config's User, else the local user)"),
+    "address": (
+        {"type": "string", "pattern": ADDRESS_SCHEMA_PATTERN},
+        "Host name or IP to connect to, or an ~/.ssh/config alias (default: the host's name); letters, "
+        "digits, '.', '_', '-' (not first), or an IP address",
+    ),
+    "user": (
+        {"type": "string", "pattern": USER_PATTERN},
+        "SSH user (else ~/.ssh/config's User, else the local user)",
+    ),
     "port": (_PORT, "SSH port (else ~/.ssh/config's Port, else 22)"),
     "key": (
         {"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}]},
@@ -47,8 +58,8 @@ HOST_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "nvidia_smi": (_STR, "nvidia-smi on the host (default: the one on its PATH)"),
     "sglang_root": (_STR, "site-packages holding sglang (default: where the host's python finds it)"),
-    "connect_timeout_s": (_SECONDS, "SSH connect timeout, seconds (default: ConnectTimeout, else 10)"),
-    "command_timeout_s": (_SECONDS, "Timeout of one remote command, seconds (default 120)"),
+    "connect_timeout_s": (_CONNECT_S, "SSH connect timeout, seconds (default: ConnectTimeout, else 10)"),
+    "command_timeout_s": (_COMMAND_S, "Timeout of one remote command, seconds (default 120)"),
     "known_hosts": (_STR, "known_hosts file host keys are verified against (default ~/.ssh/known_hosts)"),
     "dist_init_port": (_PORT, "Multi-node: the --dist-init-addr port on rank 0 (default 50000)"),
     "warmup": (
@@ -79,6 +90,7 @@ def hosts_schema() -> dict[str, Any]:
             "hosts": {
                 "type": "object",
                 "description": "Deploy targets by name",
+                "propertyNames": {"pattern": HOST_PATTERN},
                 "additionalProperties": {"oneOf": [host, {"type": "null"}]},
             },
         },
@@ -91,7 +103,9 @@ def render() -> str:
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
-        SCHEMA_PATH.write_text(render())
+        from ddtctl.safeio import write_new
+
+        write_new(SCHEMA_PATH, render())
         print(f"wrote {SCHEMA_PATH}")
     else:
         sys.stdout.write(render())

@@ -117,6 +117,9 @@ ORACLE_ARTEFACTS = {
                                              "flashinfer wheel (a GPU host's SGLang install does)",
     "--enable-http2 requires the": "serving_hook.py:107-113 imports the optional granian package, absent "
                                    "from the managed env",
+    "Unknown quantization method: mxfp4": "layers/quantization/__init__.py:99-105 registers mxfp4 when is_cpu() or "
+                                          "is_cuda() at import; the CPU dry-run env declares its GPU after that "
+                                          "import, so the registry lacks it (a CUDA host's has it)",
     "plugin is not installed; install sgl-nvidia-mega": "kernel_plugins/nvidia/binding.py:288-298: "
                                                         "--enable-nvidia-megakernel needs the sgl-nvidia-mega plugin "
                                                         "installed next to SGLang on the server host (a host "

@@ -126,6 +126,19 @@ def deepseek_v3_nextn():
             "bos_token_id": 0, "eos_token_id": 1, "attention_bias": False, "ep_size": 1}
 
 
+def nemotron_h():
+    """A Mamba2 hybrid (NemotronHForCausalLM, 8B-like): Mamba2 layers `M`, attention `*`, MLP `-`."""
+    pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    return {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 4096,
+            "intermediate_size": 21504, "hybrid_override_pattern": pattern, "num_hidden_layers": len(pattern),
+            "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 8, "mlp_hidden_act": "relu2",
+            "attention_bias": False, "mlp_bias": False, "use_bias": False, "layer_norm_epsilon": 1e-5,
+            "max_position_embeddings": 8192, "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_n_groups": 8,
+            "mamba_head_dim": 64, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_hidden_act": "silu",
+            "mamba_chunk_size": 128, "vocab_size": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+            "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "use_cache": True}
+
+
 MODELS = {
     "qwen3-8b": qwen3_dense(),
     "qwen3-8b-dflash-b16": dflash(4096, 36, 16),
@@ -142,6 +155,7 @@ MODELS = {
     "qwen3.6-27b-dflash-b16": dflash(5120, 64, 16, vocab=248320, mask=248077),
     "qwen3.6-35b-a3b-dflash-b16": dflash(2048, 40, 16, vocab=248320, mask=248077),
     "deepseek-v3-nextn": deepseek_v3_nextn(),
+    "nemotron-h-8b": nemotron_h(),
 }
 
 

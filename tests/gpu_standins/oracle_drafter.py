@@ -4,7 +4,10 @@ With dummy weights the DFlash drafter is useless (acceptance ~0). The e2e script
 plain (non-speculative) server and writes `{"sequences": {"<prompt ids, comma-joined>": prompt + greedy output}}` to
 $DDTREE_TEST_ORACLE. At draft depth d for a request whose root token sits at position p, the oracle token is
 full[p + d]; it is placed at rank 0 (p=0.55), 1 (0.25), 2 (0.12) or outside the top 4 (0.08) of the draft logits,
-deterministically from (prompt, position), the other top ranks holding distractor tokens. So:
+deterministically from (prompt, position), the other top ranks holding distractor tokens. With
+DDTREE_TEST_ORACLE_DRAFTER=public (or public-flat) the rank odds follow the draft depth instead (drafter_profiles.py:
+rank 0 with 0.82, 0.76, 0.68, 0.71, 0.77, then 0.75, the misses split over ranks 1-3), drawn per (prompt, position,
+depth), and the drafter states each depth's odds as its log-probs. So:
   * DFLASH (a chain of top-1 tokens) accepts until the first depth whose oracle token is not rank 0;
   * DDTREE can accept deeper through rank-1/2 branches when the budget covers them;
   * both see exactly the same drafter (same function of prompt and position), and the output must stay the
@@ -20,11 +23,27 @@ import os
 
 import torch
 
+try:
+    import drafter_profiles
+except ImportError:  # imported as tests.gpu_standins.oracle_drafter
+    from tests.gpu_standins import drafter_profiles  # type: ignore[no-redef]
+
 _ORACLE: dict | None = None
 # P(rank 0), P(rank 1), P(rank 2); the rest: not in the top 4. DDTREE_TEST_ORACLE_RANK_P="0.9,0.06,0.02" calibrates
 # a stronger drafter (bench/spec_throughput_gpu.py: DFLASH's mean accepted length in the paper's 6-8 range).
 RANK_P = tuple(float(x) for x in os.environ.get("DDTREE_TEST_ORACLE_RANK_P", "0.55,0.25,0.12").split(","))
 TOP_VALUES = (12.0, 11.0, 10.0, 9.0)
+
+
+def drafter_kind() -> str | None:
+    """DDTREE_TEST_ORACLE_DRAFTER: a depth-profile kind of drafter_profiles (public, public-flat), or None (the
+    i.i.d. RANK_P model)."""
+    kind = os.environ.get("DDTREE_TEST_ORACLE_DRAFTER", "") or None
+    if kind in (None, "calibrated"):
+        return None
+    if kind not in drafter_profiles.DEPTH_KINDS:
+        raise ValueError(f"DDTREE_TEST_ORACLE_DRAFTER={kind!r}: want one of {drafter_profiles.KINDS}")
+    return kind
 
 
 def calibrated_values(rank_p: tuple[float, ...], vocab: int) -> tuple[float, ...]:
@@ -38,8 +57,20 @@ def calibrated_values(rank_p: tuple[float, ...], vocab: int) -> tuple[float, ...
     return tuple(math.log(p / rest * max(vocab - 4, 1)) for p in probs)
 
 
-def top_values(vocab: int) -> tuple[float, ...]:
-    """DDTREE_TEST_ORACLE_CALIBRATED=1: calibrated_values(RANK_P); otherwise the fixed TOP_VALUES."""
+def depth_values(kind: str, depth: int, vocab: int) -> tuple[float, ...]:
+    """Top-4 logits (against V - 4 logits of 0) whose softmax states the depth's true rank odds
+    (drafter_profiles.depth_rank_p), the rest of the vocabulary holding drafter_profiles.rest_mass."""
+    stated = drafter_profiles.stated_probs(drafter_profiles.depth_rank_p(kind, depth))
+    rest = drafter_profiles.rest_mass(stated)
+    return tuple(math.log(p / rest * max(vocab - 4, 1)) for p in stated)
+
+
+def top_values(vocab: int, depth: int = 1) -> tuple[float, ...]:
+    """A depth-profile drafter: depth_values at this draft depth (1-based); DDTREE_TEST_ORACLE_CALIBRATED=1:
+    calibrated_values(RANK_P); otherwise the fixed TOP_VALUES."""
+    kind = drafter_kind()
+    if kind is not None:
+        return depth_values(kind, depth, vocab)
     if os.environ.get("DDTREE_TEST_ORACLE_CALIBRATED") == "1":
         return calibrated_values(RANK_P, vocab)
     return TOP_VALUES
@@ -61,15 +92,26 @@ def _u(key: str, pos: int, salt: str) -> float:
     return int.from_bytes(h, "little") / 2.0**64
 
 
-def rank_of(key: str, pos: int) -> int:
-    """Rank of the oracle token at absolute position `pos` (0, 1, 2; 4 = not in the top ranks)."""
-    u = _u(key, pos, "rank")
+def rank_of(key: str, pos: int, depth: int = 1) -> int:
+    """Rank of the oracle token at absolute position `pos`, drafted at draft depth `depth` (0..3; 4 = not in the
+    top ranks). The i.i.d. model ignores the depth; a depth-profile drafter draws it per (position, depth)."""
+    kind = drafter_kind()
+    if kind is None:
+        u, odds = _u(key, pos, "rank"), RANK_P
+    else:
+        u, odds = _u(key, pos, f"rank@{depth}"), drafter_profiles.depth_rank_p(kind, depth)
     acc = 0.0
-    for r, p in enumerate(RANK_P):
+    for r, p in enumerate(odds):
         acc += p
         if u < acc:
             return r
     return 4
+
+
+def distractors(key: str, true_tok: int, pos: int, vocab: int) -> list[int]:
+    """The 4 tokens the top slots hold at `pos` where the true token is not (a function of prompt and position)."""
+    distract = [(true_tok + 1 + int(_u(key, pos, f"d{i}") * (vocab - 2))) % vocab for i in range(4)]
+    return [t if t != true_tok else (t + 1) % vocab for t in distract]
 
 
 def draft_rows(key: str, full: list[int], root_pos: int, depth: int, vocab: int) -> list[list[tuple[int, float]]]:
@@ -81,11 +123,10 @@ def draft_rows(key: str, full: list[int], root_pos: int, depth: int, vocab: int)
             rows.append([])
             continue
         true_tok = int(full[pos])
-        r = rank_of(key, pos)
-        distract = [(true_tok + 1 + int(_u(key, pos, f"d{i}") * (vocab - 2))) % vocab for i in range(4)]
-        distract = [t if t != true_tok else (t + 1) % vocab for t in distract]
+        r = rank_of(key, pos, d)
+        distract = distractors(key, true_tok, pos, vocab)
         row = []
-        values = top_values(vocab)
+        values = top_values(vocab, d)
         for slot in range(4):
             tok = true_tok if slot == r else distract[slot]
             row.append((tok, values[slot]))
@@ -125,38 +166,45 @@ def oracle_topk_row(row: list[tuple[int, float]], drafter_ids: list[int], k: int
 
 class DeviceOracle:
     """The same oracle as draft_rows / oracle_topk_row, as tables on the device: one row per request, built once
-    when the request is first seen (its true tokens, their ranks and distractors for every position). A step then
-    costs a few gathers, with no host sync and no per-depth Python: the host oracle's ~3-6 ms a step (a D2H copy,
-    hashing and loops per request and depth) is what the calibrated rows of notes/step-cost-h200.md still paid.
-    DDTREE_TEST_ORACLE_DEVICE=1 selects it; tests/gpu_standins/test_device_oracle.py holds it equal to the host
-    oracle."""
+    when the request is first seen (its true tokens, their ranks at every draft depth and distractors for every
+    position). A step then costs a few gathers, with no host sync and no per-depth Python: the host oracle's ~3-6 ms
+    a step (a D2H copy, hashing and loops per request and depth) is what the calibrated rows of
+    notes/step-cost-h200.md still paid. DDTREE_TEST_ORACLE_DEVICE=1 selects it;
+    tests/worker/test_hybrid.py holds it equal to the host oracle."""
 
-    def __init__(self, vocab: int, device: torch.device):
+    def __init__(self, vocab: int, device: torch.device, depth: int):
         self.vocab, self.device = vocab, device
+        self.kind = drafter_kind()
+        # the i.i.d. model's rank and stated odds do not depend on the draft depth: one column serves every depth
+        self.depths = depth if self.kind is not None else 1
         self.row_of: dict[str, int] = {}
         self.full = torch.zeros((0, 1), dtype=torch.long, device=device)  # true token at every position
-        self.slots = torch.zeros((0, 1, 4), dtype=torch.long, device=device)  # the 4 top tokens at every position
+        self.distract = torch.zeros((0, 1, 4), dtype=torch.long, device=device)  # the top slots' other tokens
+        self.rank = torch.zeros((0, 1, self.depths), dtype=torch.long, device=device)  # true token's slot (4: none)
         self.length = torch.zeros((0,), dtype=torch.long, device=device)
-        values = torch.tensor(top_values(vocab), dtype=torch.float32)
-        lse = torch.logsumexp(torch.cat([values, torch.tensor([math.log(max(vocab - 4, 1))])]), 0)
-        self.top_lp = (values - lse).to(device)  # the 4 oracle slots' log-probs: the same in every row
-        self.fill_lse = float(lse)
+        values = torch.tensor([top_values(vocab, d) for d in range(1, self.depths + 1)], dtype=torch.float32)
+        fill = torch.full((self.depths, 1), math.log(max(vocab - 4, 1)))
+        lse = torch.logsumexp(torch.cat([values, fill], dim=1), dim=1)  # [depths]
+        self.top_lp = (values - lse[:, None]).to(device)  # the 4 oracle slots' log-probs per depth
+        self.fill_lse = lse.to(device)
         self._batch: tuple[tuple, torch.Tensor] | None = None
 
     def _add(self, key: str, full: list[int]) -> int:
         n = len(full)
-        slots = []
-        for pos in range(n):
-            row = draft_rows(key, full, pos - 1, 1, self.vocab)[0]
-            slots.append([tok for tok, _ in row])
+        distract = [distractors(key, int(full[pos]), pos, self.vocab) for pos in range(n)]
+        ranks = [[rank_of(key, pos, d) for d in range(1, self.depths + 1)] for pos in range(n)]
         width = max(self.full.shape[1], n)
-        grow_full = torch.full((self.full.shape[0] + 1, width), -1, dtype=torch.long, device=self.device)
-        grow_slots = torch.zeros((self.full.shape[0] + 1, width, 4), dtype=torch.long, device=self.device)
+        rows = self.full.shape[0] + 1
+        grow_full = torch.full((rows, width), -1, dtype=torch.long, device=self.device)
+        grow_dist = torch.zeros((rows, width, 4), dtype=torch.long, device=self.device)
+        grow_rank = torch.full((rows, width, self.depths), 4, dtype=torch.long, device=self.device)
         grow_full[:-1, : self.full.shape[1]] = self.full
-        grow_slots[:-1, : self.slots.shape[1]] = self.slots
+        grow_dist[:-1, : self.distract.shape[1]] = self.distract
+        grow_rank[:-1, : self.rank.shape[1]] = self.rank
         grow_full[-1, :n] = torch.tensor(full, dtype=torch.long)
-        grow_slots[-1, :n] = torch.tensor(slots, dtype=torch.long)
-        self.full, self.slots = grow_full, grow_slots
+        grow_dist[-1, :n] = torch.tensor(distract, dtype=torch.long)
+        grow_rank[-1, :n] = torch.tensor(ranks, dtype=torch.long)
+        self.full, self.distract, self.rank = grow_full, grow_dist, grow_rank
         self.length = torch.cat([self.length, torch.tensor([n], dtype=torch.long, device=self.device)])
         self.row_of[key] = self.full.shape[0] - 1
         return self.row_of[key]
@@ -185,8 +233,12 @@ class DeviceOracle:
         pos = prefix_lens.to(self.device, torch.long).view(-1, 1) + torch.arange(1, depth + 1, device=self.device)
         safe_rows = rows.clamp(min=0).view(-1, 1)
         valid = (rows.view(-1, 1) >= 0) & (pos < self.length[safe_rows.view(-1)].view(-1, 1))
-        safe_pos = pos.clamp(max=max(self.slots.shape[1] - 1, 0))
-        return self.slots[safe_rows, safe_pos], valid
+        safe_pos = pos.clamp(max=max(self.full.shape[1] - 1, 0))
+        cols = torch.arange(depth, device=self.device).clamp(max=self.depths - 1).view(1, -1)
+        rank = self.rank[safe_rows, safe_pos, cols]  # [bs, depth]
+        slot = torch.arange(4, device=self.device).view(1, 1, 4)
+        true = self.full[safe_rows, safe_pos].unsqueeze(-1)
+        return torch.where(slot == rank.unsqueeze(-1), true, self.distract[safe_rows, safe_pos]), valid
 
     def override(self, reqs, prefix_lens: torch.Tensor, lp: torch.Tensor, ids: torch.Tensor):
         """oracle_topk_row for every (request, depth) at once: the 4 oracle tokens on top, then the drafter's own
@@ -194,23 +246,24 @@ class DeviceOracle:
         bs, depth, k = ids.shape
         top, valid = self.top4(reqs, prefix_lens, depth)
         n_top = min(4, k)
+        cols = torch.arange(depth, device=ids.device).clamp(max=self.depths - 1)
         taken = (ids.unsqueeze(-1) == top.unsqueeze(-2)).any(-1)  # [bs, depth, K]
         order = torch.argsort(taken.long() * k + torch.arange(k, device=ids.device), dim=-1)[..., : k - n_top]
         fill_ids = torch.gather(ids, -1, order)
-        fill_lp = -1e-4 * (order.float() + 1) - self.fill_lse
+        fill_lp = -1e-4 * (order.float() + 1) - self.fill_lse[cols].view(1, depth, 1)
         new_ids = torch.cat([top[..., :n_top], fill_ids], dim=-1)
-        new_lp = torch.cat([self.top_lp[:n_top].expand(bs, depth, n_top), fill_lp], dim=-1)
+        new_lp = torch.cat([self.top_lp[cols, :n_top].unsqueeze(0).expand(bs, depth, n_top), fill_lp], dim=-1)
         keep = valid.unsqueeze(-1)
         return torch.where(keep, new_lp, lp.float()), torch.where(keep, new_ids, ids)
 
 
-_DEVICE_ORACLES: dict[tuple[int, str], DeviceOracle] = {}
+_DEVICE_ORACLES: dict[tuple[int, str, int], DeviceOracle] = {}
 
 
-def device_oracle(vocab: int, device: torch.device) -> DeviceOracle:
-    key = (vocab, str(device))
+def device_oracle(vocab: int, device: torch.device, depth: int = 15) -> DeviceOracle:
+    key = (vocab, str(device), depth)
     if key not in _DEVICE_ORACLES:
-        _DEVICE_ORACLES[key] = DeviceOracle(vocab, device)
+        _DEVICE_ORACLES[key] = DeviceOracle(vocab, device, depth)
     return _DEVICE_ORACLES[key]
 
 
@@ -224,7 +277,7 @@ def override(*, reqs, prefix_lens, root_tokens, lp: torch.Tensor, ids: torch.Ten
     if not _oracle():
         return lp, ids
     if _use_device():
-        return device_oracle(vocab, ids.device).override(reqs, prefix_lens, lp, ids)
+        return device_oracle(vocab, ids.device, ids.shape[1]).override(reqs, prefix_lens, lp, ids)
     bs, depth, k = lp.shape
     lp_h, ids_h = lp.float().cpu().clone(), ids.cpu().clone()
     for i, rows in enumerate(_rows_for(reqs, prefix_lens, depth, vocab)):
@@ -268,7 +321,7 @@ def install_dflash_patch() -> None:
             vocab = int(self.model_runner.model_config.vocab_size)
             view = tokens.view(bs, depth)
             if _use_device():
-                top, valid = device_oracle(vocab, tokens.device).top4(batch.reqs, batch.seq_lens, depth)
+                top, valid = device_oracle(vocab, tokens.device, depth).top4(batch.reqs, batch.seq_lens, depth)
                 view.copy_(torch.where(valid, top[..., 0].to(view.dtype), view))
                 return tokens
             for i, rows in enumerate(_rows_for(batch.reqs, batch.seq_lens, depth, vocab)):

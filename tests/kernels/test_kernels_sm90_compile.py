@@ -134,6 +134,37 @@ def test_gdn_tree_kernels_compile_for_sm90_within_a_blocks_shared_memory(monkeyp
     assert _compile_for_sm90(script).count("compiled") == 17
 
 
+GDN_LEVELS_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
+    from ddtctl.kernels import gdn_levels as L
+
+    assert type(L._tree_gdn_verify_levels_kernel).__name__ != "InterpretedFunction"
+
+    verify = {"q": "*bf16", "k": "*bf16", "v": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32",
+              "dt_bias": "*fp32", "o": "*bf16", "h0": "*fp32", "h0_idx": "*i32", "rec": "*fp32",
+              "rec_idx": "*i32", "parent": "*i64", "cu": "*i32", "anc_in": "*i1", "scale": "fp32", "T": "i32",
+              "sq_t": "i32", "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64",
+              "s_rec": "i64", "s_rec_step": "i32", "s_par": "i32", "s_anc": "i32"}
+    # Qwen3.6-27B's GDN at tp 1: 17 nodes (one 32-row tile) and 65..128 (one 128-row tile) at the server's
+    # block_v, one and two levels a step, the ancestors given (the server's shared matrix) and derived
+    for tp, bv, levels, anc in ((32, SERVER_BV, 1, True), (128, SERVER_BV, 1, True), (128, SERVER_BV, 2, True),
+                                (128, 32, 1, False)):
+        comp(L._tree_gdn_verify_levels_kernel, verify,
+             {"TP": tp, "H": 16, "HV": 48, "K": 128, "V": 128, "BV": bv, "S": 5, "PREC": "tf32",
+              "THRESHOLD": 20.0, "ANC_GIVEN": anc, "LEVELS": levels}, L._warps(tp))
+""")
+
+
+def test_gdn_level_verify_compiles_for_sm90_within_a_blocks_shared_memory(monkeypatch):
+    """The level-step GDN verify (gdn_levels.py) at the server's launches fits an H200 block's shared memory,
+    including a single 128-node tile."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
+    from ddtree_sglang import hybrid
+
+    script = f"SERVER_BV = {hybrid.CompactTreeVerify.BLOCK_V}\n" + GDN_LEVELS_SCRIPT
+    assert _compile_for_sm90(script).count("compiled") == 4
+
+
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
     from ddtctl.kernels import conv_tree as C
 

@@ -79,6 +79,7 @@ def _of(result, rule_id):
         ("DDTREE_GDN_TREE_PRECISION", "fp64", "tf32, tf32x3, ieee"),
         ("DDTREE_GDN_ANCESTORS", "Shared", "derive, shared"),  # hybrid.py compares with "shared" exactly
         ("DDTREE_GDN_BLOCK2", "16", "full, rows"),  # hybrid.py compares with "rows" exactly
+        ("DDTREE_GDN_SOLVE", "level", "auto, squarings, levels, levels2"),  # hybrid.py SOLVE_LEVELS' keys exactly
     ],
 )
 def test_an_unknown_value_is_an_error_at_the_env_key(name, value, allowed):
@@ -101,6 +102,8 @@ def test_known_values_that_take_effect_are_quiet():
         {"DDTREE_GDN_TREE": "sglang"},  # the ancestor mode unset: nothing to warn of
         {"DDTREE_GDN_BLOCK2": "rows"},
         {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_BLOCK2": "full"},
+        {"DDTREE_GDN_SOLVE": "levels"},
+        {"DDTREE_GDN_TREE": "compact", "DDTREE_GDN_SOLVE": "levels2"},
         {"NCCL_P2P_LEVEL": "SYS"},
         {},
     ):
@@ -240,6 +243,7 @@ def test_a_precision_without_the_compact_verify_is_unused():
     ("DDTREE_GDN_ANCESTORS", "derive", "how the compact GDN tree verify gets its ancestor matrix"),
     ("DDTREE_GDN_BLOCK2", "rows", "the compact GDN tree verify's second block of 65..128 nodes"),
     ("DDTREE_GDN_BLOCK2", "full", "the compact GDN tree verify's second block of 65..128 nodes"),
+    ("DDTREE_GDN_SOLVE", "levels", "how the compact GDN tree verify solves its nodes (squarings or tree levels)"),
 ])
 def test_a_gdn_verify_setting_without_the_compact_verify_is_a_warning_with_the_reason(
     env, server, reason, name, mode, sets
@@ -280,6 +284,21 @@ def test_the_block2_switchs_values_are_the_payloads(hybrid, monkeypatch):
     for value in BLOCK2_CHOICES:
         monkeypatch.setenv(BLOCK2, value)
         assert hybrid.CompactTreeVerify(depth_bound=4).full_block2 is (value == "full")
+
+
+def test_the_solve_switchs_values_are_the_payloads(hybrid, monkeypatch):
+    """"levels" / "levels2" launch the level-step verify (one / two tree levels a step), "squarings" keeps
+    gdn_tree.py's, "auto" (hybrid.py SOLVE_DEFAULT since the H200 kernel run) decides per verify width."""
+    from ddtctl.rules.ddtree_kernels import SOLVE, SOLVE_CHOICES
+
+    assert SOLVE_CHOICES == ("auto", "squarings", "levels", "levels2") and hybrid.SOLVE_DEFAULT == "auto"
+    assert set(SOLVE_CHOICES) == {hybrid.SOLVE_DEFAULT, "squarings", *hybrid.SOLVE_LEVELS}
+    for value, levels in zip(SOLVE_CHOICES, (None, None, 1, 2)):
+        monkeypatch.setenv(SOLVE, value)
+        verify = hybrid.CompactTreeVerify(depth_bound=4)
+        assert (verify.solve, verify.levels_per_step) == (value, levels)
+    monkeypatch.delenv(SOLVE)
+    assert hybrid.CompactTreeVerify(depth_bound=4).solve == "auto"
 
 
 def test_unified_memory_runs_the_kernels_but_keeps_the_full_scratch():

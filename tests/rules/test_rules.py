@@ -230,6 +230,9 @@ HOOK_CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT937": (DENSE + ["--attention-backend", "trtllm_mha", "--kv-cache-dtype", "fp8_e4m3"],
                DENSE + ["--attention-backend", "trtllm_mha"], "RTX_PRO_6000_BLACKWELL"),
     "DDT940": (EAGLE3 + ["--enable-unified-memory"], DENSE + ["--enable-unified-memory"], "H200"),
+    "DDT943": (DENSE + ["--export-metrics-to-file"],
+               DENSE + ["--export-metrics-to-file", "--export-metrics-to-file-dir", "/tmp/m"], "H200"),
+    "DDT942": (DENSE + ["--quantization", "gptq"], DENSE + ["--quantization", "fp8"], "H200"),
     "DDT941": (MOE + ["--attn-dp-size", "4"], MOE + ["--attn-dp-size", "4", "--tp-size", "4"], "H200"),
     "DDT938": (DENSE + ["--retraction-policy", "priority"],
                DENSE + ["--retraction-policy", "priority", "--enable-priority-scheduling"], "H200"),
@@ -241,6 +244,19 @@ NEXT = ["--model-path", M["qwen3-next-80b-a3b"]]
 # resolves (attention backend, page size, radix cache): each found as a fuzz disagreement class, checked statically
 # here and against SGLang in tests/fidelity/test_fuzz.py.
 HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
+    # raise sites the pairwise covering array found (tests/fidelity/cover.py), one pair each
+    ("DDT943", DENSE + ["--speculative-algorithm", "NGRAM", "--weight-cache-mode", "daemon"],
+     DENSE + ["--speculative-algorithm", "NGRAM"], "H200"),
+    ("DDT935", DENSE + ["--asr-max-concurrent-sessions", "0"], DENSE + ["--asr-max-concurrent-sessions", "1"], "H200"),
+    ("DDT935", DENSE + ["--grpc-response-timeout-secs", "0"], DENSE + ["--grpc-response-timeout-secs", "5"], "H200"),
+    ("DDT935", DENSE + ["--mm-preprocess-cache-size-mb", "-1"], DENSE + ["--mm-preprocess-cache-size-mb", "0"],
+     "H200"),
+    ("DDT935", DENSE + ["--media-url-max-file-size-mb", "-1"], DENSE + ["--media-url-max-file-size-mb", "0"],
+     "H200"),
+    ("DDT935", DENSE + ["--swa-full-tokens-ratio", "0"], DENSE + ["--swa-full-tokens-ratio", "1.0"], "H200"),
+    ("DDT935", DENSE + ["--swa-full-tokens-ratio", "1.5"], DENSE + ["--swa-full-tokens-ratio", "0.5"], "H200"),
+    ("DDT935", DENSE + ["--disaggregation-decode-host-receive-threshold", "-0.5"],
+     DENSE + ["--disaggregation-decode-host-receive-threshold", "1"], "H200"),
     # nvfp4 picks flashinfer prefill + trtllm_mha decode on SM120: accepted; fp4_mx_block16 keeps flashinfer
     ("DDT911", DENSE + ["--kv-cache-dtype", "fp4_mx_block16"], DENSE + ["--kv-cache-dtype", "nvfp4"],
      "RTX_PRO_6000_BLACKWELL"),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory.host import DEFAULT_INVENTORY, Host, Inventory
+from ddtctl.remote.inventory.names import check_host
 from ddtctl.remote.inventory.resolve import make_host
 from ddtctl.remote.inventory.ssh_config import _ssh_config_lookup
 
@@ -107,6 +108,7 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
         raise UsageError(f"cannot read: {type(err).__name__}: {str(err)[:100]}", where=str(p)) from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
         raise UsageError("inventory must be a mapping with a `hosts:` mapping", where=str(p))
+    _check_top(data, str(p))
     defaults = data.get("defaults") or {}
     ssh_cfg = ssh_config or data.get("ssh_config")
     if data.get("known_hosts") and "known_hosts" not in defaults:
@@ -115,14 +117,36 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
     for name, entry in (data.get("hosts") or {}).items():
         if entry is not None and not isinstance(entry, dict):
             raise UsageError(f"host {name!r} must be a mapping", where=str(p))
+        if not isinstance(name, str):  # `1:` and `"1":` would be one host
+            raise UsageError(f"host name {name!r} must be a string", where=str(p), fix=f'quote it: "{name}":')
         hosts[str(name)] = make_host(
             str(name), entry or {}, defaults=defaults, ssh_config=ssh_cfg, where=str(p)
         )
     return Inventory(path=p, hosts=hosts)
 
 
+# the top-level properties of ddtctl/schema/hosts.py
+_TOP_KEYS = ("ssh_config", "known_hosts", "defaults", "hosts")
+
+
+def _check_top(data: dict, where: str) -> None:
+    """The top-level keys and their types, as hosts.schema.json has them."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise UsageError(
+                f"unknown top-level key {key!r}", where=where, fix=f"known keys: {', '.join(_TOP_KEYS)}"
+            )
+    for key in ("ssh_config", "known_hosts"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise UsageError(f"{key} must be a path (a string), got {data[key]!r:.40}", where=where)
+    if data.get("defaults") is not None and not isinstance(data["defaults"], dict):
+        raise UsageError("defaults must be a mapping of host settings", where=where)
+
+
 def resolve_host(name: str, inventory: Inventory, *, ssh_config: str | None = None) -> Host:
-    """A host from the inventory, or (when absent there) an alias from ~/.ssh/config."""
+    """A host from the inventory, or (when absent there) an alias from ~/.ssh/config. The name is checked
+    first (names.check_host), before ssh_config sees it."""
+    check_host(name)
     if name in inventory.hosts:
         return inventory.hosts[name]
     sshc = _ssh_config_lookup(name, ssh_config)

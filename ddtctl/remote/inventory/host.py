@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddtctl.errors import UsageError
+from ddtctl.remote.inventory.names import check_host, check_user
 
 DEFAULT_INVENTORY = "hosts.yaml"
 DEFAULT_LAUNCHER = ("{python}", "-m", "sglang.launch_server")
@@ -62,6 +63,11 @@ class Host:
     allow_agent: bool = True
     more_known_hosts: tuple[str, ...] = ()  # read-only known_hosts files besides `known_hosts`
     ssh_equivalent: str = ""  # the `ssh ...` command that reaches this host the same way (for fix hints)
+
+    def __post_init__(self) -> None:
+        # the one validator (names.py), again here: no Host, hence no connection, has an unchecked name
+        check_host(self.address, what="address", where=self.name)
+        check_user(self.user, where=self.name)
 
     @property
     def known_hosts_key(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory.host import _FORBIDDEN, _HOST_KEYS, Host
+from ddtctl.remote.inventory.names import check_host, check_user
 from ddtctl.remote.inventory.ssh_config import _check_ssh_keywords, _load_ssh_config, _parse_jump, _SshConfig
 from ddtctl.remote.inventory.values import _expand, _launcher, _number, _whoami, _words
 
@@ -27,6 +28,10 @@ def make_host(
     merged: dict[str, Any] = dict(defaults or {})
     merged.update(entry or {})
     here = f"{where}: hosts.{name}"
+    check_host(name, what="host name", where=f"{where}: hosts")
+    odd = [k for k in merged if not isinstance(k, str)]
+    if odd:
+        raise UsageError(f"keys must be strings, got {odd[0]!r}", where=here, fix="e.g. port: 22")
     bad = _FORBIDDEN & {k.lower() for k in merged}
     if bad:
         raise UsageError(
@@ -45,7 +50,39 @@ def make_host(
             where=here,
             fix=f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(_HOST_KEYS))}",
         )
+    _check_types(merged, here)
     return _resolve(name, merged, ssh_config, here)
+
+
+_STRINGS = ("address", "user", "python", "work_dir", "profile", "nvidia_smi", "sglang_root", "known_hosts")
+
+
+def _check_types(merged: dict[str, Any], here: str) -> None:
+    """The inventory's string and path values are strings (issue #31: `key: [1, 2]` crashed with exit 70)."""
+    for key in _STRINGS:
+        value = merged.get(key)
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"{key} must be a string, got {_shown(value)}", where=here)
+    keys = merged.get("key")
+    if keys is not None and not (
+        isinstance(keys, str) or (isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys))
+    ):
+        raise UsageError(
+            f"key must be a path or a list of paths, got {_shown(keys)}",
+            where=here,
+            fix="e.g. key: ~/.ssh/id_ed25519",
+        )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _set(merged: dict[str, Any], key: str) -> Any:
+    """The value the inventory sets for `key`, None when unset (0 and false are set: _number refuses them)."""
+    value = merged.get(key)
+    return None if value is None or value == "" else value
 
 
 def _resolve(
@@ -63,15 +100,7 @@ def _resolve(
     inherits its known_hosts and connect timeout); `proxies`: honour this host's own
     ProxyJump/ProxyCommand."""
     cfg = _load_ssh_config(ssh_config)
-    alias = str(merged.get("address") or name)
-    port_set = merged.get("port")
-    port_set = int(_number(port_set, "port", here, lo=1, hi=65535, integer=True)) if port_set else None
-    user_set = str(merged["user"]) if merged.get("user") else None
-    sshc = cfg.lookup(alias, user=user_set, port=port_set) if cfg else {}
-    if cfg:
-        _check_ssh_keywords(cfg, sshc, alias, proxies=proxies)
-    address = str(sshc.get("hostname") or alias)  # an ssh-config alias resolves through its HostName
-    user = user_set or sshc.get("user") or os.environ.get("USER") or _whoami()
+    alias, address, user, port_set, user_set, sshc = _names(name, merged, cfg, here, proxies)
     port = port_set or int(_number(sshc.get("port") or 22, "port", here, lo=1, hi=65535, integer=True))
     keys: list[str] = []
     if merged.get("key"):
@@ -85,17 +114,19 @@ def _resolve(
     known_hosts, more = _known_hosts_files(merged, sshc, hop_of)
     fallback_timeout = hop_of.connect_timeout_s if hop_of is not None else 10
     connect_timeout = _number(
-        merged.get("connect_timeout_s") or sshc.get("connecttimeout") or fallback_timeout,
+        _or(_set(merged, "connect_timeout_s"), sshc.get("connecttimeout") or fallback_timeout),
         "connect_timeout_s",
         here,
         lo=0.1,
         hi=3600,
     )
     command_timeout = _number(
-        merged.get("command_timeout_s") or 120, "command_timeout_s", here, lo=0.1, hi=7 * 86400
+        _or(_set(merged, "command_timeout_s"), 120), "command_timeout_s", here, lo=0.1, hi=7 * 86400
     )
     dist_init_port = int(
-        _number(merged.get("dist_init_port") or 50000, "dist_init_port", here, lo=1, hi=65535, integer=True)
+        _number(
+            _or(_set(merged, "dist_init_port"), 50000), "dist_init_port", here, lo=1, hi=65535, integer=True
+        )
     )
     if hint is None:
         hint = _ssh_command(
@@ -141,6 +172,33 @@ def _resolve(
             where=cfg.where("proxyjump")[0] if cfg else here,
         )
     return replace(host, proxy_jump=_jump_hops(host, jump, ssh_config, cfg, here, depth))
+
+
+def _names(
+    name: str, merged: dict[str, Any], cfg: _SshConfig | None, here: str, proxies: bool
+) -> tuple[str, str, str, int | None, str | None, dict[str, Any]]:
+    """(alias, address, user, the inventory's port, the inventory's user, the ssh_config settings). Every name
+    is checked (names.py) before ssh_config sees it: its %h/%r reach ProxyCommand and Match exec shells."""
+    alias = check_host(merged.get("address") or name, what="address", where=here)
+    port_set = _set(merged, "port")
+    if port_set is not None:
+        port_set = int(_number(port_set, "port", here, lo=1, hi=65535, integer=True))
+    user_set = None if _set(merged, "user") is None else check_user(merged["user"], where=here)
+    sshc = cfg.lookup(alias, user=user_set, port=port_set) if cfg else {}
+    if cfg:
+        _check_ssh_keywords(cfg, sshc, alias, proxies=proxies)
+    address = str(sshc.get("hostname") or alias)  # an ssh-config alias resolves through its HostName
+    user = user_set or sshc.get("user") or os.environ.get("USER") or _whoami()
+    if cfg:  # what ssh_config resolved to: checked before any ProxyCommand could run with it
+        check_host(address, what="ssh_config HostName", where=cfg.where("hostname")[0])
+        check_user(user, what="ssh_config User", where=cfg.where("user")[0])
+        if sshc.get("proxycommand") and not sshc.get("user"):
+            check_user(_whoami(), what="local user (ProxyCommand %r)", where=cfg.where("proxycommand")[0])
+    return alias, address, user, port_set, user_set, sshc
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def _known_hosts_files(

@@ -37,17 +37,16 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import UsageError
+from ddtctl.remote.inventory.names import check_host, check_user
 from ddtctl.remote.inventory.values import _expand, _number
 
 _SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko SSHConfig's line syntax
 _MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH
 
 
-_SAFE_WORD = re.compile(r"[\w.:@+-]+")
 _CANON = re.compile(r"^(\s*)canonicalizehostname\b", re.IGNORECASE)
 _CANON_AS = "DdtctlCanonicalizeHostname"
 
@@ -220,12 +219,16 @@ class _SshConfig:
     def lookup(self, alias: str, *, user: str | None = None, port: int | None = None) -> dict[str, Any]:
         import paramiko
 
+        # the alias reaches ProxyCommand/ProxyJump/Match exec as %h: checked here too, whoever calls
+        check_host(alias, where=self.path)
+        if user is not None:
+            check_user(user, where=self.path)
         head: list[str] = []
-        if (user or port) and _SAFE_WORD.fullmatch(alias):
+        if user or port:
             # the inventory's user/port win over ssh_config (first value wins) and feed %r/%p, as `ssh -l/-p`
             # would
             head = [f"Host {alias}"]
-            if user and _SAFE_WORD.fullmatch(user):
+            if user:
                 head.append(f"  User {user}")
             if port:
                 head.append(f"  Port {port}")
@@ -267,7 +270,9 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
 
     def walk(file: str, depth: int, block: str | None) -> None:
         try:
-            text = Path(file).read_text(errors="replace")
+            from ddtctl.safeio import read_regular
+
+            text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
         except OSError as err:
             raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
         current = block
@@ -411,6 +416,9 @@ def _parse_jump(spec: str, where: str) -> tuple[str | None, str, int | None]:
             where=where,
             fix="write hops as [user@]host[:port], separated by commas",
         )
+    check_host(host, what="ProxyJump host", where=where)
+    if user:
+        check_user(user, what="ProxyJump user", where=where)
     number = (
         None if port is None else int(_number(port, "ProxyJump port", where, lo=1, hi=65535, integer=True))
     )

@@ -49,7 +49,7 @@ def _number(value: Any, key: str, where: str, *, lo: float, hi: float, integer: 
 
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (integer and isinstance(value, float)):
             raise ValueError
         number = float(value) if not integer or isinstance(value, float) else int(str(value).strip())
     except (TypeError, ValueError, OverflowError):

@@ -233,3 +233,42 @@ def _tlru_eviction(ctx: Context) -> Iterator[Hit]:
                     about="radix_eviction_policy",
                     fix="set radix-eviction-policy-config with a threshold",
                 )
+
+
+@rule(
+    "DDT943",
+    "options SGLang refuses without their companion (or with speculative decoding)",
+    reads=(
+        "export_metrics_to_file",
+        "export_metrics_to_file_dir",
+        "weight_cache_mode",
+        "speculative_algorithm",
+    ),
+    applies=lambda ctx: (
+        bool(ctx.get("export_metrics_to_file"))
+        or (
+            ctx.get("weight_cache_mode") not in (None, "off") and ctx.get("speculative_algorithm") is not None
+        )
+    ),
+    reference=f"{AG}validation_hook.py:340-343 check_server_args; "
+    "model_path_hook.py:278-285 handle_load_format",
+)
+def companions(ctx: Context) -> Iterator[Hit]:
+    """`--export-metrics-to-file` needs `--export-metrics-to-file-dir`; the weight cache daemon
+    (`--weight-cache-mode client|daemon`) does not export a draft model, so it refuses speculative
+    decoding."""
+    if ctx.get("export_metrics_to_file") and ctx.get("export_metrics_to_file_dir") is None:
+        yield Hit(
+            "--export-metrics-to-file-dir is required when --export-metrics-to-file is enabled",
+            about="export_metrics_to_file",
+            fix="set export-metrics-to-file-dir: DIR (or remove export-metrics-to-file)",
+        )
+    mode = ctx.get("weight_cache_mode")
+    if mode not in (None, "off") and ctx.get("speculative_algorithm") is not None:
+        yield Hit(
+            f"--weight-cache-mode {mode} is not supported with speculative decoding: the weight cache "
+            "daemon does not export the draft model's weights",
+            about="weight_cache_mode",
+            fix="remove weight-cache-mode (or the speculative algorithm)",
+            edits={"weight_cache_mode": None},
+        )

@@ -251,3 +251,35 @@ def model_gated(ctx: Context):
                 about="shared_experts_tp_size",
                 edits={"shared_experts_tp_size": None},
             )
+
+
+# `--quantization` choices that layers/quantization/__init__.py registers only on other platforms (NPU, CPU,
+# XPU, Apple MPS): argparse offers them, and on a CUDA GPU ModelConfig rejects them as unknown.
+NOT_ON_CUDA = {
+    "gptq": "NPU, CPU and XPU (layers/quantization/__init__.py:107-133); on CUDA use gptq_marlin",
+    "mlx_q4": "Apple MPS (layers/quantization/__init__.py:136-142)",
+    "mlx_q8": "Apple MPS (layers/quantization/__init__.py:136-142)",
+}
+
+
+@rule(
+    "DDT942",
+    "quantization methods registered only on other platforms",
+    reads=("quantization",),
+    applies=lambda ctx: ctx.get("quantization") in NOT_ON_CUDA and ctx.gpu is not None,
+    reference="sglang/srt/configs/model_config.py:2151-2155 (Unknown quantization method); "
+    "layers/quantization/__init__.py:56-142 BASE_QUANTIZATION_METHODS",
+)
+def quantization_platform(ctx: Context):
+    """`--quantization gptq`, `mlx_q4` and `mlx_q8` are argparse choices on every platform, but SGLang
+    registers them only on NPU/CPU/XPU (gptq) or Apple MPS (mlx): on an NVIDIA GPU the model config
+    rejects them."""
+    method = ctx.get("quantization")
+    gpu = ctx.gpu
+    yield Hit(
+        f"--quantization {method} is registered only on {NOT_ON_CUDA[method]}; SGLang rejects it on "
+        f"{gpu.name if gpu else 'a CUDA GPU'} as an unknown quantization method",
+        about="quantization",
+        fix="use gptq_marlin for GPTQ checkpoints" if method == "gptq" else "remove quantization",
+        edits={"quantization": "gptq_marlin" if method == "gptq" else None},
+    )

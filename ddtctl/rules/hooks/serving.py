@@ -162,14 +162,33 @@ _RANGES = (
     ),
     ("cuda_graph_prefill_max_context", 1, "cuda_graph_hook.py:423-427 _resolve_max_context_size"),
     ("asr_max_buffer_seconds", 1e-9, "serving_hook.py:124-129 handle_asr_validation"),
+    ("asr_max_concurrent_sessions", 1, "serving_hook.py:131-135 handle_asr_validation"),
+    ("grpc_response_timeout_secs", 1e-9, "serving_hook.py:378-379 handle_deprecated_args"),
+    ("mm_preprocess_cache_size_mb", 0, "serving_hook.py:141-145 handle_multimodal"),
+    ("media_url_max_file_size_mb", 0, "serving_hook.py:204-213 -> utils/common.py:1783"),
+)
+# (dest, lowest, highest, whether the lowest is excluded, SGLang's check): checked on both sides
+_INTERVALS = (
+    ("swa_full_tokens_ratio", 0, 1, True, "kv_cache_hook.py:427-428 handle_cache_compatibility"),
+    (
+        "disaggregation_decode_host_receive_threshold",
+        0,
+        1,
+        False,
+        "pd_disaggregation_hook.py:64-67 handle_pd_disaggregation",
+    ),
 )
 
 
 @rule(
     "DDT935",
     "values SGLang range-checks",
-    reads=tuple(d for d, _, _ in _RANGES),
-    applies=lambda ctx: any(ctx.is_set(d) for d, _, _ in _RANGES) or (ctx.given.get("moe_dp_size") or 1) > 1,
+    reads=tuple(d for d, _, _ in _RANGES) + tuple(i[0] for i in _INTERVALS),
+    applies=lambda ctx: (
+        any(ctx.is_set(d) for d, _, _ in _RANGES)
+        or any(ctx.is_set(i[0]) for i in _INTERVALS)
+        or (ctx.given.get("moe_dp_size") or 1) > 1
+    ),
     reference=f"{AG}validation_hook.py:657-662 validate_prefill_decode_interval; validation_hook.py "
     f"check_server_args; kv_cache_hook.py:429-431",
 )
@@ -178,8 +197,11 @@ def ranges(ctx: Context):
     --schedule-conservativeness non-negative; tokenizer / detokenizer workers >= 1; multimodal workers >= 0;
     --base-gpu-id >= 0, --gpu-id-step >= 1; --sampling-mask-max-tokens positive; --swa-prefix-tails
     non-negative; --linear-replayssm-cache-len >= 1 with ReplaySSM; --cuda-graph-prefill-max-context and
-    --asr-max-buffer-seconds positive; --moe-dp-size divides tp-size, with ep-size x moe-dp-size = tp-size,
-    pp-size 1 and attn-cp-size equal to it."""
+    --asr-max-buffer-seconds positive; --asr-max-concurrent-sessions and --grpc-response-timeout-secs
+    positive, --mm-preprocess-cache-size-mb and --media-url-max-file-size-mb non-negative;
+    --swa-full-tokens-ratio in (0, 1] and --disaggregation-decode-host-receive-threshold in [0, 1];
+    --moe-dp-size divides tp-size, with ep-size x moe-dp-size = tp-size, pp-size 1 and attn-cp-size equal
+    to it."""
     for dest, low, where in _RANGES:
         value = ctx.given.get(dest)
         if dest == "linear_replayssm_cache_len" and not ctx.get("enable_linear_replayssm"):
@@ -188,6 +210,18 @@ def ranges(ctx: Context):
             bound = "positive" if low == 1e-9 else f">= {low}"
             yield Hit(
                 f"--{dest.replace('_', '-')} must be {bound}, got {value} ({where})",
+                about=dest,
+                fix=f"remove {dest.replace('_', '-')}",
+                edits={dest: None},
+            )
+    for dest, low, high, open_low, where in _INTERVALS:
+        value = ctx.given.get(dest)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if (value <= low if open_low else value < low) or value > high:
+            yield Hit(
+                f"--{dest.replace('_', '-')} must be in {'(' if open_low else '['}{low}, {high}], "
+                f"got {value} ({where})",
                 about=dest,
                 fix=f"remove {dest.replace('_', '-')}",
                 edits={dest: None},

@@ -81,6 +81,14 @@ ANCESTORS_DEFAULT = "shared"
 # DDTREE_GDN_BLOCK2 unset: 65..128 nodes verify with block 2 on the full 64-row tile, the launch the H200 servers
 # ran exact; "rows" sizes block 2 to its nodes (gdn_tree.py block2=None: 16 rows at 65), opt-in until its H200 run
 BLOCK2_DEFAULT = "full"
+# DDTREE_GDN_SOLVE: "squarings" (gdn_tree.py) or "levels" / "levels2", one / two tree levels a step (gdn_levels.py:
+# as many steps as the tree is deep, one tile up to 128 nodes). "auto", the default, takes levels2 from
+# LEVELS_FROM_NODES verify nodes on. H200, 2026-12-04, bench/gdn_tree_gpu.py --levels, Qwen3.6-27B's GDN at tp 1,
+# us a layer at batch 1 / 8 (squarings with shared ancestors vs levels2): 65 nodes 29.1 / 178 vs 42.8 / 270;
+# 97 nodes 56.4 / 492 vs 43.7 / 286; 128 nodes 52.2 vs 37.5 (batch 1); both as exact against SGLang's kernel.
+SOLVE_DEFAULT = "auto"
+SOLVE_LEVELS = {"levels": 1, "levels2": 2}
+LEVELS_FROM_NODES = 81  # block 2 of the squarings grows past 16 rows here; levels2 is flat in the node count
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
 
@@ -158,6 +166,10 @@ def _gdn_tree():
     return _shipped_kernel("gdn_tree")
 
 
+def _gdn_levels():
+    return _shipped_kernel("gdn_levels")
+
+
 class CompactTreeVerify:
     """The GDN dispatcher's tree verify kernel, replaced: outputs in closed form, per-node records (gdn_tree.py)."""
 
@@ -171,6 +183,12 @@ class CompactTreeVerify:
         self.precision = os.environ.get("DDTREE_GDN_TREE_PRECISION", "tf32")
         self.ancestors = SharedAncestors() if shared_ancestors_wanted() else None
         self.full_block2 = os.environ.get("DDTREE_GDN_BLOCK2", BLOCK2_DEFAULT) != "rows"
+        self.solve = os.environ.get("DDTREE_GDN_SOLVE", SOLVE_DEFAULT)
+        self.levels_per_step = SOLVE_LEVELS.get(self.solve)
+        if self.levels_per_step is not None:
+            logger.info("DDTREE compact GDN verify: %d tree level(s) a step (gdn_levels.py)", self.levels_per_step)
+        elif self.solve == "auto":
+            logger.info("DDTREE compact GDN verify: two tree levels a step from %d nodes", LEVELS_FROM_NODES)
         if self.ancestors is not None:
             logger.info("DDTREE compact GDN verify: one ancestor matrix a verify forward, for all layers")
 
@@ -182,16 +200,21 @@ class CompactTreeVerify:
         kernel_nodes = (n_req, int(k.shape[1]) // max(n_req, 1))  # requests, nodes per request
         if self.ancestors is not None and tuple(retrieve_parent_token.shape) == kernel_nodes:
             ancestors = self.ancestors.of(retrieve_parent_token, ssm_states.data_ptr(), self.depth_bound)
+        call = dict(A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=ssm_states,
+                    cache_indices=cache_indices, query_start_loc=query_start_loc,
+                    intermediate_states_buffer=intermediate_states_buffer,
+                    intermediate_state_indices=intermediate_state_indices,
+                    retrieve_parent_token=retrieve_parent_token, depth_bound=self.depth_bound,
+                    precision=self.precision, block_v=self.BLOCK_V, ancestors=ancestors)
+        levels = self.levels_per_step
+        if levels is None and self.solve == "auto" and kernel_nodes[1] >= LEVELS_FROM_NODES:
+            levels = 2
+        if levels is not None:
+            return _gdn_levels().tree_gdn_verify_levels(levels_per_step=levels, **call)
         kernels = _gdn_tree()
         two_block = kernel_nodes[1] > kernels.MAX_SINGLE_TILE
         return kernels.tree_gdn_verify(
-            A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=a, b=b, ssm_states=ssm_states,
-            cache_indices=cache_indices, query_start_loc=query_start_loc,
-            intermediate_states_buffer=intermediate_states_buffer,
-            intermediate_state_indices=intermediate_state_indices, retrieve_parent_token=retrieve_parent_token,
-            depth_bound=self.depth_bound, precision=self.precision,
-            block_v=self.BLOCK_V, ancestors=ancestors,
-            block2=kernels.TWO_BLOCK_TILE if two_block and self.full_block2 else None)
+            **call, block2=kernels.TWO_BLOCK_TILE if two_block and self.full_block2 else None)
 
 
 def shared_ancestors_wanted() -> bool:
