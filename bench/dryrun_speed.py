@@ -37,7 +37,7 @@ print(json.dumps({{"accepted": result["accepted"], "error": result["error"]}}))
 def _profiles(n: int, out: Path) -> list[tuple[Path, list[str], str]]:
     import corpus
 
-    from ddtctl.deploy import argv_to_flags
+    from ddtctl.argv import parse_launch_argv
     from ddtctl.profile import load_profile
     from ddtctl.render import render_argv
     from ddtctl.schema.catalog import load_catalog
@@ -50,7 +50,7 @@ def _profiles(n: int, out: Path) -> list[tuple[Path, list[str], str]]:
         i += 1
         case = cases[i % len(cases)]
         argv = case.argv
-        server = argv_to_flags(argv)
+        server = parse_launch_argv(argv, config=False).flags()
         model = server.pop("model-path")
         text = [f"name: bench-{i:03d}", 'sglang: "0.5.23"', f"hardware: {{gpu: {json.dumps(case.gpu)}}}",
                 f"model: {{path: {model}}}", "server:" if server else "server: {}"]

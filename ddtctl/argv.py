@@ -1,21 +1,23 @@
-"""Reading and masking an SGLang server argv (`--flag value`, `--flag=value`, `--switch`), in one place.
+"""Reading an SGLang server argv as SGLang does, and masking its secrets, in one place.
 
-Which occurrence counts: SGLang parses its argv with argparse, where a store option given twice keeps the LAST
-value. `flag_value` and `argv_to_flags` follow argparse, so ddtctl reads what the server will run with (deploy
-read the first occurrence until issue #19; a rendered profile never repeats a flag, DDT009 refuses that, so
-only a hand-written argv could tell the difference). `flag_occurrences` and `flag_values` return every
-occurrence, for callers that rewrite each one (dry-run's model paths) or must notice any of them (the DDTREE
-overlay).
+`parse_server_argv` is the one reader of an argv ddtctl reads back: `validate --argv` / `--argv-file`,
+`dry-run --argv`, deploy (spec, preflight, plan, health), render's re-check and tune. It is SGLang's own
+argparse parser rebuilt from the release's flag catalog (ddtctl/argv_parser.py): prefixes (`--tp 8`), aliases
+(`--model`), `--no-` forms, nargs and choices behave as in SGLang, a flag given twice keeps its last value,
+`--config FILE` is expanded first so the command line overrides it (ddtctl/sglang_config.py), and a pasted
+launch line's `sglang serve` / `python3 -m sglang.launch_server` and `ENV=x` prefix are split off.
 
-These helpers know nothing of the flag catalog (nargs, switches); ddtctl.flags and ddtctl.diffflags parse an
-argv against the catalog where that matters.
+`flag_occurrences` finds every occurrence of exact flag spellings, for the one caller that rewrites each
+value in place (dry-run's model paths); it reads nothing back. The secret helpers mask by flag words.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ddtctl.schema.catalog import Catalog, FlagSpec
 
 MASK = "***"
 # Environment names that hold secrets (HF_TOKEN, OPENAI_API_KEY, ...).
@@ -57,51 +59,6 @@ def flag_occurrences(argv: Sequence[str], flags: Iterable[str]) -> list[FlagOccu
     return out
 
 
-def flag_values(argv: Sequence[str], *flags: str) -> list[str]:
-    """The values of every occurrence of any of `flags` (aliases of one option), in argv order."""
-    return [occ.value(argv) for occ in flag_occurrences(argv, flags)]
-
-
-def flag_value(argv: Sequence[str], *flags: str) -> str | None:
-    """The value argparse would keep for an option spelled as any of `flags`: the last occurrence wins. A last
-    occurrence with no value (a bare flag at the end) gives None, as argparse would refuse it."""
-    value = None
-    for i, token in enumerate(argv):
-        name, eq, inline = token.partition("=")
-        if name in flags:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
-
-
-def has_flag(argv: Sequence[str], flag: str) -> bool:
-    """Whether `flag` appears at all (`--flag`, `--flag value` or `--flag=value`)."""
-    return any(token == flag or token.startswith(flag + "=") for token in argv)
-
-
-def argv_to_flags(argv: Sequence[str]) -> dict[str, str | bool]:
-    """`--a 1 --b --c x` -> {"a": "1", "b": True, "c": "x"} (first-seen key order; a repeated flag keeps its
-    last value, as argparse does). A token after `--x` that does not start with `--` is its value; positionals
-    are skipped."""
-    out: dict[str, str | bool] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("--"):
-            i += 1
-            continue
-        key, eq, inline = token[2:].partition("=")
-        if eq:
-            out[key] = inline
-            i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[key] = argv[i + 1]
-            i += 2
-        else:
-            out[key] = True
-            i += 1
-    return out
-
-
 # ----------------------------------------------------------------------------------------------- secrets
 def is_secret_flag(flag: str) -> bool:
     """`--api-key`, `hf_token`, `--ssl-keyfile-password=x`: a flag (or flag key) whose value must not be
@@ -114,10 +71,29 @@ def is_secret_env(name: str) -> bool:
     return bool(SECRET_ENV.search(name))
 
 
+_LONG_OPTIONS: list[str] = []
+
+
+def _abbreviates_secret(token: str) -> bool:
+    """`--api-ke`: SGLang's argparse takes a prefix of a flag, so a prefix of a secret flag is secret too (any
+    flag it could complete to being secret is enough: over-masking is harmless)."""
+    name = token.split("=", 1)[0]
+    if len(name) < 4:
+        return False
+    if not _LONG_OPTIONS:
+        from ddtctl import PINNED_SGLANG
+        from ddtctl.schema.extensions import extended_catalog
+
+        _LONG_OPTIONS.extend(o for s in extended_catalog(PINNED_SGLANG) for o in s.option_strings)
+    if name in _LONG_OPTIONS:
+        return False
+    return any(o.startswith(name) and is_secret_flag(o) for o in _LONG_OPTIONS)
+
+
 def _secret_value_positions(argv: Sequence[str]) -> Iterable[tuple[int, bool]]:
     """(index, inline) of each secret flag's value; a secret flag followed by another flag is a switch."""
     for i, token in enumerate(argv):
-        if not (token.startswith("--") and is_secret_flag(token)):
+        if not (token.startswith("--") and (is_secret_flag(token) or _abbreviates_secret(token))):
             continue
         if "=" in token:
             yield i, True
@@ -149,3 +125,357 @@ def mask_text(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, MASK)
     return text
+
+
+# ------------------------------------------------------------------------------------------ the argv reader
+# One reader for every SGLang argv ddtctl reads back (validate/dry-run --argv, deploy, render's re-check,
+# tune): `parse_server_argv`, on SGLang's parser rebuilt from the catalog (ddtctl/argv_parser.py).
+
+
+class _Bad:
+    """A value argparse's type or choices refused (kept so the parse can go on)."""
+
+    def __repr__(self) -> str:
+        return "<refused>"
+
+
+BAD = _Bad()
+
+
+LAUNCHERS = ("python -m sglang.launch_server", "python3 -m sglang.launch_server", "sglang serve")
+ARGV_FILE_LIMIT = 1 << 20  # a pasted launch line, not a data file
+_ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_PY_SWITCHES = frozenset({"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-P"})
+_SHELL_OPERATORS = frozenset({"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "&>"})
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One option as argparse matched it: how it was written, the flag it resolved to, the strings it took."""
+
+    option: str  # the spelling argparse matched (an alias stays itself; a prefix `--tp` is `--tp-size`)
+    spec: FlagSpec
+    raw: tuple[str, ...]  # the value strings argparse consumed (empty for a switch)
+    from_config: bool  # from SGLang's `--config FILE`, not the command line
+    error: str | None = None  # argparse's refusal of the value (type, choices), as SGLang would print it
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def negated(self) -> bool:
+        """`--no-x` of a BooleanOptionalAction."""
+        return self.option.startswith("--no-") and self.spec.action == "boolean_optional"
+
+
+@dataclass
+class Launch:
+    """A launch line split into its parts: `FOO=1 sglang serve --tp 8` -> env, launcher, SGLang argv."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    launcher: str | None = None  # one of LAUNCHERS (spelled as given: /usr/bin/python3.11 ...), or None
+
+
+@dataclass
+class ParsedArgv:
+    """What SGLang's parser makes of an argv, keyed by dest."""
+
+    argv: list[str]  # what the parser read: launcher stripped, `--config FILE` expanded (config part first)
+    namespace: dict[str, Any]  # every dest, defaults included, typed as argparse types them
+    occurrences: list[Occurrence]
+    unknown: list[str] = field(default_factory=list)  # options argparse did not recognise
+    unknown_tokens: list[str] = field(default_factory=list)  # every token argparse left (options and values)
+    positional: list[str] = field(default_factory=list)  # stray non-option tokens
+    errors: list[str] = field(default_factory=list)  # argparse's own messages, first = what SGLang prints
+    missing: list[FlagSpec] = field(default_factory=list)  # required flags not given (--model-path)
+    env: dict[str, str] = field(default_factory=dict)  # the launch line's env prefix
+    launcher: str | None = None
+    config: str | None = None  # SGLang --config file, when one was expanded
+    n_config: int = 0  # argv[:n_config] came from the config file
+    help: bool = False  # -h/--help was given (SGLang prints help and exits)
+
+    @property
+    def ok(self) -> bool:
+        """SGLang's parser would accept it (argparse level: not yet ServerArgs' own checks)."""
+        return not (self.errors or self.unknown or self.positional or self.missing)
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """dest -> value for the flags the argv sets (last occurrence wins), refused values left out."""
+        out = {}
+        for occ in self.occurrences:
+            value = self.namespace.get(occ.spec.dest, BAD)
+            if value is not BAD and not (isinstance(value, list) and BAD in value):
+                out[occ.spec.dest] = value
+        return out
+
+    @property
+    def missing_model_path(self) -> bool:
+        """--model-path is required and missing (not known when the parse broke off)."""
+        return any(s.dest == "model_path" for s in self.missing)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value SGLang runs with for a dest or flag name (`port`, `--tp-size`, `tp_size`)."""
+        dest = name.lstrip("-").replace("-", "_")
+        value = self.namespace.get(dest, default)
+        return default if value is BAD else value
+
+    def flags(self) -> dict[str, Any]:
+        """Flag name -> value as written, argparse's last occurrence deciding (`--tp 8` -> {"tp-size": "8"}; a
+        switch true, its `--no-` form false; several values space-joined); then the options argparse did not
+        know, by their spelling (with the token after them, or true)."""
+        out: dict[str, Any] = {}
+        for occ in self.occurrences:
+            key = occ.spec.name
+            out.pop(key, None)  # the deciding occurrence's place in the order
+            out[key] = " ".join(occ.raw) if occ.raw else not occ.negated
+        extras = self.unknown_tokens
+        for i, token in enumerate(extras):
+            if not _is_option(token):
+                continue
+            key, eq, inline = token.lstrip("-").partition("=")
+            following = extras[i + 1] if i + 1 < len(extras) and not _is_option(extras[i + 1]) else None
+            out[key] = inline if eq else (following if following is not None else True)
+        return out
+
+    def last(self, dest: str) -> Occurrence | None:
+        """The occurrence that decided `dest` (argparse: the last)."""
+        for occ in reversed(self.occurrences):
+            if occ.spec.dest == dest:
+                return occ
+        return None
+
+    def first_error(self) -> str | None:
+        """The one line SGLang's parser would fail with, or None."""
+        if self.errors:
+            return self.errors[0]
+        if self.missing:
+            return "the following arguments are required: " + ", ".join(
+                "/".join(s.option_strings) for s in self.missing
+            )
+        return f"unrecognized arguments: {' '.join(self.unknown_tokens)}" if self.unknown_tokens else None
+
+
+def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config: bool = True) -> ParsedArgv:
+    """`parse_server_argv` with the flag catalog of SGLang `sglang` (default: the pinned release) plus the
+    DDTREE payload's flags: how deploy, render's re-check and tune read back a launch they rendered."""
+    from ddtctl import PINNED_SGLANG
+    from ddtctl.errors import UsageError
+    from ddtctl.schema.extensions import extended_catalog
+
+    try:
+        catalog = extended_catalog(sglang or PINNED_SGLANG)
+    except UsageError:  # a release without a catalog (validate refuses it): read with the pinned one
+        catalog = extended_catalog(PINNED_SGLANG)
+    return parse_server_argv(argv, catalog, config=config)
+
+
+def parse_server_argv(argv: Sequence[str], catalog: Catalog, *, config: bool = True) -> ParsedArgv:
+    """Read an SGLang server argv as `prepare_server_args` does: the launcher prefix (`sglang serve`,
+    `python -m sglang.launch_server`, env assignments) split off, `--config FILE` expanded (the file's flags
+    first, so the command line overrides them), then SGLang's argparse parser. Never raises for bad flags or
+    values (they are in `errors`/`unknown`/...); a bad launcher, or a `--config` SGLang cannot read, is a
+    UsageError/ProfileError."""
+    launch = split_launcher(argv)
+    tokens, config_path, n_config = launch.argv, None, 0
+    if config:
+        from ddtctl.sglang_config import expand_config
+
+        tokens, config_path, n_config = expand_config(launch.argv, catalog)
+    parsed = _parse(tokens, catalog, n_config)
+    parsed.env, parsed.launcher, parsed.config = launch.env, launch.launcher, config_path
+    return parsed
+
+
+_AMBIGUOUS = re.compile(r"ambiguous option: (\S+?)(?:=\S*)? could match ")
+MAX_RECOVERIES = 25  # ambiguous prefixes taken out and the rest read again, per argv
+
+
+def _without(tokens: list[str], option: str) -> list[str]:
+    """tokens without `option` / `option=...` and the values that follow it."""
+    out: list[str] = []
+    skipping = False
+    for token in tokens:
+        if token == option or token.startswith(option + "="):
+            skipping = True
+        elif skipping and not (token.startswith("-") and len(token) > 1):
+            continue
+        else:
+            skipping = False
+            out.append(token)
+    return out
+
+
+def _run_recovering(parser: Any, tokens: list[str]) -> tuple[dict[str, Any], Any, list[str], bool]:
+    from ddtctl.argv_parser import run
+
+    """argparse reads the options' spellings before any value, so one ambiguous prefix loses the whole parse:
+    it is reported, taken out, and the rest read again. (state, namespace, extras, whether a structural
+    error remains after the ambiguous ones)."""
+    errors: list[str] = []
+    for _ in range(MAX_RECOVERIES):
+        state, namespace, extras = run(parser, tokens)
+        refused = {occ[3] for occ in state["occurrences"] if occ[3]}
+        structural = [e for e in state["errors"] if e not in refused]
+        match = _AMBIGUOUS.match(structural[0]) if structural else None
+        if match is None:
+            state["errors"] = errors + state["errors"]
+            return state, namespace, extras, bool(structural)
+        errors.append(structural[0])
+        tokens = _without(tokens, match.group(1))
+    state["errors"] = errors + state["errors"]
+    return state, namespace, extras, True
+
+
+def _parse(tokens: list[str], catalog: Catalog, n_config: int) -> ParsedArgv:
+    from ddtctl.argv_parser import (
+        run,
+        server_parser,
+    )  # argparse stays off validate's profile path (cold start)
+
+    parser = server_parser(catalog)
+    state, namespace, extras, broken = _run_recovering(parser, tokens)
+    # the config part comes first and is read on its own the same way: its occurrences lead the list
+    from_config = len(run(parser, tokens[:n_config])[0]["occurrences"]) if n_config else 0
+    occurrences, seen = [], set()
+    for n, (option, action, raw, error) in enumerate(state["occurrences"]):
+        seen.add(id(action))
+        spec = None if action.dest == "help" else _spec_of(catalog, action)
+        if spec is not None:
+            occurrences.append(Occurrence(option, spec, tuple(raw), n < from_config, error))
+    unknown, positional = _split_extras(extras)
+    # argparse checks required flags only once the parse went through
+    missing = [] if broken else [s for s in catalog.flags if s.required and not _seen(parser, s, seen)]
+    return ParsedArgv(
+        argv=list(tokens),
+        namespace={k: v for k, v in vars(namespace).items() if k != "help"},
+        occurrences=occurrences,
+        unknown=unknown,
+        unknown_tokens=list(extras),
+        positional=positional,
+        errors=state["errors"],
+        missing=missing,
+        n_config=n_config,
+        help=bool(state.get("help")),
+    )
+
+
+def _spec_of(catalog: Catalog, action: Any) -> FlagSpec | None:
+    for option in action.option_strings:
+        spec = catalog.get_option(option)
+        if spec is not None and spec.dest == action.dest:
+            return spec
+    return None
+
+
+def _seen(parser: Any, spec: FlagSpec, seen: set[int]) -> bool:
+    return any(id(parser._option_string_actions.get(o)) in seen for o in spec.option_strings)
+
+
+def _split_extras(extras: list[str]) -> tuple[list[str], list[str]]:
+    """Tokens argparse did not take: unknown options (with the values that followed them), and the rest."""
+    unknown: list[str] = []
+    positional: list[str] = []
+    after_option = False
+    for token in extras:
+        if _is_option(token):
+            unknown.append(token)
+            after_option = True
+        elif not after_option:
+            positional.append(token)
+    return unknown, positional
+
+
+_NUMBER = re.compile(r"-\d+$|-\d*\.\d+$")
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _NUMBER.fullmatch(token)
+
+
+# ------------------------------------------------------------------------------------------ launch lines
+def split_launcher(tokens: Sequence[str]) -> Launch:
+    """`[env] [FOO=1 ...] python3 -m sglang.launch_server ARGS` / `sglang serve [MODEL] ARGS` / bare ARGS."""
+    from ddtctl.errors import UsageError
+
+    tokens = [str(t) for t in tokens]
+    env: dict[str, str] = {}
+    i = 1 if tokens[:1] == ["env"] else 0
+    while i < len(tokens) and not tokens[i].startswith("-") and _ENV_ASSIGN.fullmatch(tokens[i]):
+        name, _, value = tokens[i].partition("=")
+        env[name] = value
+        i += 1
+    rest = tokens[i:]
+    head = rest[0].rsplit("/", 1)[-1] if rest else ""
+    if _PYTHON.fullmatch(head):
+        j = 1
+        while j < len(rest) and rest[j] in _PY_SWITCHES:
+            j += 1
+        if rest[j : j + 2] != ["-m", "sglang.launch_server"]:
+            raise UsageError(
+                f"argv: {' '.join(rest[: j + 2])!r} is not an SGLang launch",
+                fix="paste `python3 -m sglang.launch_server ARGS`, `sglang serve ARGS` or the bare ARGS",
+            )
+        return Launch(rest[j + 2 :], env, f"{rest[0]} -m sglang.launch_server")
+    if head == "sglang":
+        if rest[1:2] != ["serve"]:
+            raise UsageError(
+                f"argv: `sglang {' '.join(rest[1:2])}` is not an SGLang server launch",
+                fix="use `sglang serve ARGS`",
+            )
+        return Launch(_serve_argv(rest[2:]), env, f"{rest[0]} serve")
+    if tokens[:1] == ["env"] or (env and rest and not rest[0].startswith("-")):
+        raise UsageError(
+            f"argv: {rest[0] if rest else 'nothing'!r} after the environment is not an SGLang launch",
+            fix="paste `FOO=1 sglang serve ARGS` or `FOO=1 python3 -m sglang.launch_server ARGS`",
+        )
+    return Launch(rest, env, None)
+
+
+def _serve_argv(argv: list[str]) -> list[str]:
+    """`sglang serve`'s own handling before prepare_server_args: `--model-type X` is taken out (it picks the
+    backend) and a leading positional is the model path (sglang/cli/serve.py)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--model-type":
+            i += 2
+            continue
+        if not argv[i].startswith("--model-type="):
+            out.append(argv[i])
+        i += 1
+    if out and not out[0].startswith("-"):
+        out = ["--model-path", *out]
+    return out
+
+
+def read_argv_file(path: str) -> list[str]:
+    """A pasted shell launch line (backslash-newline continuations, `#` comments, quotes) as shlex tokens."""
+    import shlex
+
+    from ddtctl.errors import UsageError
+    from ddtctl.safeio import read_regular
+
+    data = read_regular(path, ARGV_FILE_LIMIT, what="argv file", fix="give a text file with one launch line")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text", where=path, fix="save the launch line as UTF-8 text") from None
+    text = re.sub(r"\\\r?\n", " ", text)
+    try:
+        tokens = shlex.split(text, comments=True)
+    except ValueError as err:
+        raise UsageError(f"not a shell command line: {err}", where=path, fix="close the quote") from None
+    ops = [t for t in tokens if t in _SHELL_OPERATORS]
+    if ops:
+        raise UsageError(
+            f"holds more than one command (shell operator {ops[0]!r})",
+            where=path,
+            fix="keep only the SGLang launch line in the file",
+        )
+    if not tokens:
+        raise UsageError("holds no command", where=path, fix="paste the SGLang launch line into the file")
+    return tokens

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ddtctl.argv import flag_occurrences, has_flag
-from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.argv import flag_occurrences, parse_launch_argv
+from ddtctl.errors import DdtctlError, EnvironmentMissing, UsageError
 from ddtctl.paths import model_config_cache_dir
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -128,6 +128,14 @@ class ModelConfigMissing(Exception):
     pass
 
 
+def _sets_device(argv: Sequence[str], sglang: str | None) -> bool:
+    """Whether the launch sets --device itself (any spelling argparse takes, or its --config file)."""
+    try:
+        return any(occ.spec.dest == "device" for occ in parse_launch_argv(argv, sglang).occurrences)
+    except DdtctlError:  # an unreadable --config: SGLang reports it
+        return False
+
+
 def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[str], dict[str, str]]:
     """Point --model-path / --speculative-draft-model-path at a local dir with config.json.
     Returns (argv, {local_dir: original_path}); raises ModelConfigMissing naming what is missing."""
@@ -233,7 +241,7 @@ def dry_run_argvs(
                 setup_error=True,
             )
             continue
-        if platform is not None and not has_flag(run_argv, "--device"):
+        if platform is not None and not _sets_device(run_argv, sglang):
             run_argv = run_argv + ["--device", "cuda"]
         prepared.append((i, run_argv, platform, gpu_name, mapping))
 

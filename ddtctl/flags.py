@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.argv import Occurrence, ParsedArgv, parse_server_argv
 from ddtctl.rules.engine import ERROR, WARNING, Finding
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
@@ -391,61 +392,108 @@ def flags_from_server(server: dict[str, Any], lines: dict[str, int], catalog: Ca
 
 
 def flags_from_argv(argv: list[str], catalog: Catalog) -> FlagValues:
-    """Parse a `python -m sglang.launch_server` argument list the way argparse would, into typed values."""
+    """A bare SGLang argv (no launcher, no --config) read by SGLang's parser (ddtctl.argv), into typed
+    values and findings."""
+    return flags_from_parsed(parse_server_argv(argv, catalog, config=False), catalog)
+
+
+def flags_from_parsed(parsed: ParsedArgv, catalog: Catalog) -> FlagValues:
+    """What SGLang's parser made of an argv, as typed values by dest and findings: what argparse refused
+    (unknown options, ambiguous prefixes, missing values, bad values), each value checked as a profile's is
+    (types, choices, ranges, deprecation), and a flag the command line repeats (a warning: SGLang keeps the
+    last). A flag the command line sets over SGLang's `--config` file is no finding: that is how the file is
+    meant to be used."""
     out = FlagValues()
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("-"):
-            out.findings.append(
-                _finding(
-                    "DDT001",
-                    f"argv: unexpected positional argument {token!r}",
-                    None,
-                    token,
-                    fix="SGLang takes only --flags",
-                )
+    refusals = {occ.error for occ in parsed.occurrences if occ.error}
+    for message in parsed.errors:
+        if message not in refusals:
+            out.findings.append(_argparse_finding(message))
+    if parsed.help:
+        out.findings.append(
+            _finding(
+                "DDT002", "argv: --help prints SGLang's help and exits; it launches nothing", None, "--help"
             )
-            continue
-        option, eq, inline = token.partition("=")
-        spec = catalog.get(option)
-        # BooleanOptionalAction: its `--no-x` spelling is one of its own option strings, and stores False
-        negated = spec is not None and spec.action == "boolean_optional" and option.startswith("--no-")
-        if spec is None and option.startswith("--no-"):
-            base = catalog.get("--" + option[5:])
-            if base is not None and base.action == "boolean_optional":
-                spec, negated = base, True
-        if spec is None:
-            out.findings.append(_unknown_flag(catalog, option, None, "argv", out))
-            # skip its values so they are not read as flags
-            while i < len(argv) and not argv[i].startswith("--"):
-                i += 1
-            continue
-        if Catalog.is_boolean_switch(spec):
-            value: Any = not negated if spec.action != "store_false" else True
-            if eq:
-                out.findings.append(_finding("DDT002", f"argv: {option} takes no value", None, option))
-                continue
-        elif eq:
-            value = inline
-        else:
-            values = []
-            while i < len(argv) and not (
-                argv[i].startswith("--")
-                or (argv[i].startswith("-") and len(argv[i]) > 1 and not argv[i][1:2].isdigit())
-            ):
-                values.append(argv[i])
-                i += 1
-                if spec.nargs in (None, "?"):
-                    break
-            if not values and spec.nargs not in ("?", "*"):
-                out.findings.append(_finding("DDT002", f"argv: {option} expects a value", None, option))
-                continue
-            multi = spec.nargs in ("+", "*") or isinstance(spec.nargs, int)
-            value = values if multi else (values[0] if values else None)
-        _accept(out, catalog, option, spec, value, None, "argv")
+        )
+    for token in parsed.unknown:
+        where = parsed.config if parsed.config and token in parsed.argv[: parsed.n_config] else "argv"
+        out.findings.append(_unknown_flag(catalog, token.partition("=")[0], None, where or "argv", out))
+    for token in parsed.positional:
+        out.findings.append(
+            _finding(
+                "DDT001",
+                f"argv: unexpected positional argument {token!r}",
+                None,
+                token,
+                fix="SGLang takes only --flags",
+            )
+        )
+    by_dest: dict[str, list[Occurrence]] = {}
+    for occ in parsed.occurrences:
+        by_dest.setdefault(occ.spec.dest, []).append(occ)
+    for occs in by_dest.values():
+        _accept_occurrences(out, catalog, parsed, occs)
     return out
+
+
+def _argparse_finding(message: str) -> Finding:
+    """argparse's own one-line refusal: an ambiguous prefix is an unknown flag (DDT001), the rest DDT002."""
+    if message.startswith("ambiguous option:"):
+        head, _, matches = message.partition(" could match ")
+        names = matches.split(", ")
+        shown = ", ".join(names[:6]) + (f" (and {len(names) - 6} more)" if len(names) > 6 else "")
+        option = head.rpartition(" ")[2].split("=", 1)[0]
+        return _finding(
+            "DDT001",
+            f"argv: {head} could match {shown}",
+            None,
+            option,
+            fix="write the flag in full (SGLang's argparse accepts a prefix only when it names one flag)",
+        )
+    return _finding("DDT002", f"argv: {message}", None, message.split(":", 1)[0], fix=None)
+
+
+def _occurrence_value(parsed: ParsedArgv, occs: list[Occurrence]) -> Any:
+    """The profile-style value the deciding occurrence stands for (a switch: true / false)."""
+    occ = occs[-1]
+    spec = occ.spec
+    if Catalog.is_boolean_switch(spec):
+        return not occ.negated
+    if spec.action in ("append", "extend"):
+        return [item for o in occs for item in o.raw]
+    if occ.ok and spec.converter == "common.human_readable_int":
+        return parsed.get(spec.dest)  # "4Ki" -> 4096, as SGLang's converter reads it
+    if spec.nargs in ("+", "*") or isinstance(spec.nargs, int):
+        return list(occ.raw)
+    return occ.raw[0] if occ.raw else None
+
+
+def _accept_occurrences(
+    out: FlagValues, catalog: Catalog, parsed: ParsedArgv, occs: list[Occurrence]
+) -> None:
+    last = occs[-1]
+    where = (parsed.config or "argv") if last.from_config else "argv"
+    for occ in occs[:-1]:  # an earlier value argparse refused stops SGLang too
+        if occ.error:
+            out.findings.append(_finding("DDT002", f"argv: {occ.error}", None, occ.option))
+    on_cmdline = [o for o in occs if not o.from_config]
+    if len(on_cmdline) > 1 and last.spec.action not in ("append", "extend"):
+        shown = " ".join(last.raw) if last.raw else ("false" if last.negated else "true")
+        out.findings.append(
+            _finding(
+                "DDT009",
+                f"argv: --{last.spec.name} is given {len(on_cmdline)} times (as "
+                f"{', '.join(o.option for o in on_cmdline)}); SGLang keeps the last: {shown}",
+                None,
+                last.option,
+                fix="keep one of them",
+                severity=WARNING,
+            )
+        )
+    before = len(out.findings)
+    _accept(out, catalog, last.option, last.spec, _occurrence_value(parsed, occs), None, where)
+    if last.error and len(out.findings) == before:  # argparse refused what ddtctl's typing let through
+        out.given.pop(last.spec.dest, None)
+        out.findings.append(_finding("DDT002", f"{where}: {last.error}", None, last.option))
 
 
 def launch_value_findings(profile: Any, lines: dict[str, int], catalog: Catalog) -> list[Finding]:

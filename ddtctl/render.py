@@ -105,10 +105,11 @@ def check_round_trip(
 ) -> None:
     """Parse `argv` back as SGLang would and compare with the typed values it was rendered from: no option
     appears that was not rendered, no token is left unplaced, every value comes back equal and of its type."""
-    from ddtctl.argv import flag_value
-    from ddtctl.flags import RESERVED, flags_from_argv, out_of_range
+    from ddtctl.argv import parse_server_argv
+    from ddtctl.flags import RESERVED, flags_from_parsed, out_of_range
 
-    parsed = flags_from_argv(list(argv), catalog)
+    read = parse_server_argv(list(argv), catalog, config=False)  # the one argv reader: SGLang's parser
+    parsed = flags_from_parsed(read, catalog)
     problems = [f.message for f in parsed.findings if f.rule == "DDT001"]
     dests = Counter(g.spec.dest for g in groups if g.spec is not None and g.tokens)
     problems += [
@@ -124,8 +125,8 @@ def check_round_trip(
             problems.append(
                 f"{g.key}: rendered {g.typed!r}, parsed back {'nothing' if got is _UNTYPED else repr(got)}"
             )
-    if flag_value(argv, MODEL_PATH) != model_path:
-        problems.append(f"model.path: rendered {model_path!r}, parsed back {flag_value(argv, MODEL_PATH)!r}")
+    if read.get("model_path") != model_path:
+        problems.append(f"model.path: rendered {model_path!r}, parsed back {read.get('model_path')!r}")
     if problems:
         raise RenderMismatch(
             f"the rendered {form} does not parse back into the profile (a ddtctl bug): "
@@ -134,7 +135,8 @@ def check_round_trip(
 
 
 RENDER_FORMATS = ("argv", "shell", "sglang-config")
-DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+# SGLang 0.5.23's recommended entry point (`python -m sglang.launch_server` warns that it is deprecated)
+DEFAULT_LAUNCHER = ("sglang", "serve")
 
 
 @dataclass

@@ -71,6 +71,7 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
 
 
 def load_config(path: str) -> dict[str, Any]:
+    """The mapping SGLang's `--config FILE` reads, from a bounded regular file (safeio.load_yaml)."""
     from ddtctl.safeio import load_yaml
 
     p = Path(path)
@@ -120,14 +121,34 @@ def config_to_argv(config: dict[str, Any], catalog: Catalog, *, where: str = "co
     return out
 
 
-def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
-    """argv with SGLang's `--config FILE` expanded (argv unchanged without one)."""
+def expand_config(argv: list[str], catalog: Catalog) -> tuple[list[str], str | None, int]:
+    """(argv with SGLang's `--config FILE` expanded, the file, how many leading tokens came from it).
+    Unchanged argv, None, 0 without one."""
     found = _config_path(argv)
     if found is None:
-        return list(argv)
+        return list(argv), None, 0
     at, path = found
     config_args = config_to_argv(load_config(path), catalog, where=path)
-    return config_args + argv[:at] + argv[at + 2 :]
+    return config_args + argv[:at] + argv[at + 2 :], path, len(config_args)
+
+
+def expand_config_argv(argv: list[str], catalog: Catalog) -> list[str]:
+    """argv with SGLang's `--config FILE` expanded (argv unchanged without one)."""
+    return expand_config(argv, catalog)[0]
+
+
+def is_sglang_config(data: Any, catalog: Catalog, profile_keys: frozenset[str] | set[str]) -> bool:
+    """Whether a YAML mapping is an SGLang `--config` file (flag keys, as `render --as sglang-config` writes)
+    rather than a ddtctl profile: no profile key (`model` only as a mapping: SGLang's `--model` is a path) and
+    a flag key first (`model-path` in what render writes; an unknown key later is an error to report)."""
+    if not isinstance(data, dict) or not data:
+        return False
+    keys = [k for k in data if isinstance(k, str)]
+    if len(keys) != len(data) or isinstance(data.get("model"), dict):
+        return False
+    if any(k in profile_keys and k != "model" for k in keys):
+        return False
+    return catalog.get_option("--" + keys[0]) is not None
 
 
 def profile_to_config(model_path: str, server: dict[str, Any], catalog: Catalog) -> dict[str, Any]:

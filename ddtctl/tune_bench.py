@@ -208,14 +208,13 @@ def bench_argv(
     return argv
 
 
-def api_key(launch_argv: list[str]) -> str | None:
-    """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one."""
-    for i, arg in enumerate(launch_argv):
-        if arg == "--api-key" and i + 1 < len(launch_argv):
-            return launch_argv[i + 1]
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-    return None
+def api_key(argv: list[str]) -> str | None:
+    """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one:
+    read as SGLang reads it (the last one, in any spelling argparse takes); `argv` may carry the launcher."""
+    from ddtctl.argv import parse_launch_argv
+
+    key = parse_launch_argv(argv, config=False).get("api_key")
+    return key if isinstance(key, str) else None
 
 
 def parse_bench_row(row: dict, concurrency: int) -> BenchRun:

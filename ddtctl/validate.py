@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl import PINNED_SGLANG
-from ddtctl.argv import flag_value
-from ddtctl.errors import DdtctlError, ExitCode, UsageError
-from ddtctl.flags import FlagValues, flags_from_argv, flags_from_server, launch_value_findings
+from ddtctl.argv import parse_server_argv
+from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError
+from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launch_value_findings
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
 from ddtctl.rules.engine import ERROR, INFO, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
@@ -306,6 +306,8 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
         return _finish(doc.source, findings, {})
     catalog = extended_catalog(profile.sglang)
     flags = flags_from_server(profile.server, doc.lines, catalog)
+    if "config" in flags.given:
+        _merge_sglang_config(flags, doc, catalog)
     extra: list[Finding] = launch_value_findings(profile, doc.lines, catalog)
     model = _model_facts(profile.model.path, profile.model.architecture, profile.host)
     if (
@@ -346,6 +348,38 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
     )
 
 
+def _merge_sglang_config(flags: FlagValues, doc: ProfileDocument, catalog: Any) -> None:
+    """A profile's `server: {config: FILE}`: SGLang reads the file's flags first and the rendered command line
+    over them, so the file is read by the same reader (`validate --argv -- --config FILE`) and its values fill
+    in what `server:` does not set. A relative path is taken from the profile's directory."""
+    path = Path(str(flags.given["config"]))
+    if not path.is_absolute():
+        path = Path(doc.source).parent / path
+    line = doc.lines.get("server.config")
+    try:
+        parsed = parse_server_argv(["--config", str(path)], catalog)
+    except DdtctlError as err:
+        flags.findings.append(
+            Finding(
+                rule="DDT002",
+                severity=ERROR,
+                message=f"server.config: {err.message}",
+                line=line,
+                fix=err.fix,
+                key="config",
+            )  # fmt: skip
+        )
+        return
+    from_file = flags_from_parsed(parsed, catalog)
+    flags.findings += [f for f in from_file.findings if f.rule != "DDT008"]  # model.path overrides it
+    for dest, value in from_file.given.items():
+        if dest not in flags.given and dest != "model_path":
+            flags.given[dest] = value
+            flags.specs[dest] = from_file.specs[dest]
+            flags.keys[dest] = from_file.keys[dest]
+            flags.lines[dest] = line
+
+
 def _schema_fix(loc: str, msg: str) -> str | None:
     if loc == "model" and "missing" in msg:
         return "add model: {path: /path/to/model}"
@@ -362,11 +396,23 @@ def validate_path(
     except DdtctlError as err:
         return _unreadable(path, err)
     try:
-        result = validate_document(doc, gpu=gpu, ignore=ignore)
+        if _is_sglang_config(doc):  # SGLang's own --config file (`render --as sglang-config` writes one)
+            result = validate_argv(["--config", str(path)], gpu=gpu, ignore=ignore, source=str(path))
+        else:
+            result = validate_document(doc, gpu=gpu, ignore=ignore)
     except UsageError as err:  # e.g. a profile targeting an sglang release without a catalog
+        return _unreadable(path, err)
+    except ProfileError as err:  # an SGLang config SGLang could not read either
         return _unreadable(path, err)
     result.text, result.raw = doc.text, doc.raw
     return result
+
+
+def _is_sglang_config(doc: ProfileDocument) -> bool:
+    from ddtctl.schema.extensions import extended_catalog
+    from ddtctl.sglang_config import is_sglang_config
+
+    return is_sglang_config(doc.data, extended_catalog(PINNED_SGLANG), set(Profile.model_fields))
 
 
 def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
@@ -391,19 +437,19 @@ def validate_argv(
     """`env`: the server process's environment where the caller knows it (deploy: the inventory's and the
     profile's `env:` merged, as the launch gets them)."""
     from ddtctl.schema.extensions import extended_catalog
-    from ddtctl.sglang_config import expand_config_argv
 
     catalog = extended_catalog(sglang)
-    argv = expand_config_argv(list(argv), catalog)  # SGLang's own --config FILE, expanded as SGLang does
-    flags = flags_from_argv(list(argv), catalog)
+    # SGLang's parser: launcher and env prefix split off, SGLang's --config FILE expanded (command line wins)
+    parsed = parse_server_argv(list(argv), catalog)
+    flags = flags_from_parsed(parsed, catalog)
     flags.findings = [
         f for f in flags.findings if f.rule != "DDT008"
     ]  # a raw argv carries --model-path itself
-    model_spec = catalog.get("model-path")
-    model_path = flag_value(argv, *(model_spec.option_strings if model_spec else ()))
+    env = {**parsed.env, **(env or {})} if parsed.env else env
+    model_path = parsed.get("model_path")
     extra = (
         []
-        if model_path
+        if model_path or not parsed.missing_model_path
         else [
             Finding(
                 rule="DDT008",

@@ -85,3 +85,5 @@ def test_api_key_of_the_launch():
     assert api_key(["python", "-m", "sglang.launch_server", "--api-key", "k1", "--port", "1"]) == "k1"
     assert api_key(["--api-key=k2"]) == "k2"
     assert api_key(["--admin-api-key", "adm", "--port", "1"]) is None  # normal endpoints stay open then
+    assert api_key(["--api-key", "k1", "--api-key", "k2"]) == "k2"  # SGLang keeps the last (issue #33 item 2)
+    assert api_key(["sglang", "serve", "/m", "--api-ke", "k3"]) == "k3"  # a prefix argparse takes

@@ -49,7 +49,15 @@ def dry_run(
         help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
         "default: the profile's hardware.gpu",
     ),
-    argv_mode: bool = typer.Option(False, "--argv", help="Resolve the raw SGLang arguments given after --"),
+    argv_mode: bool = typer.Option(
+        False,
+        "--argv",
+        help="Resolve the raw SGLang launch given after -- (bare flags, `sglang serve ...`, "
+        "`python3 -m sglang.launch_server ...`, with an `ENV=x` prefix)",
+    ),
+    argv_file: str = typer.Option(
+        None, "--argv-file", help="Resolve the SGLang launch line pasted in FILE (shell syntax)"
+    ),
     fmt: ReportFormat = typer.Option(
         ReportFormat.text,
         "--format",
@@ -81,12 +89,26 @@ def dry_run(
     from ddtctl.errors import UsageError
 
     items = list(items or [])
+    if argv_file is not None:
+        from ddtctl.argv import read_argv_file
+
+        if argv_mode or items:
+            raise UsageError(
+                "--argv-file takes the whole launch from the file",
+                fix="ddtctl dry-run --gpu H200 --argv-file launch.sh  (no --argv, no other arguments)",
+            )
+        items, argv_mode = read_argv_file(argv_file), True
+    launch_env: dict[str, str] = {}
     if argv_mode:
+        from ddtctl.argv import split_launcher
+
         if not items:
             raise UsageError(
                 "--argv needs SGLang arguments",
                 fix="ddtctl dry-run --argv --gpu H200 -- --model-path DIR ...",
             )
+        launch = split_launcher(items)  # as validate --argv reads it: the launcher and env prefix split off
+        items, launch_env = launch.argv, launch.env
         if gpu is None and "--device" not in items:
             raise UsageError(
                 "no GPU declared: SGLang's verdict depends on the GPU generation",
@@ -100,7 +122,11 @@ def dry_run(
         ):
             sys_path = list(sys_path or ()) + overlay_sys_path(overlay, argvs=[items], python=python)
             results = dryrun.dry_run_argvs(
-                [("argv", items, gpu)], python=python, extra_sys_path=sys_path or (), timeout_s=timeout
+                [(argv_file or "argv", items, gpu)],
+                python=python,
+                extra_sys_path=sys_path or (),
+                timeout_s=timeout,
+                envs=[launch_env or None],
             )
     else:
         if not items:

@@ -32,6 +32,7 @@ def try_validate(args: list[str]) -> int | None:
         "quiet": False,
         "diff": False,
         "unsafe_fixes": False,
+        "argv_file": None,
     }
     ignore: list[str] = []
     paths: list[str] = []
@@ -46,14 +47,14 @@ def try_validate(args: list[str]) -> int | None:
             opts[a[2:].replace("-", "_")] = True
         elif a in ("--quiet", "-q"):
             opts["quiet"] = True
-        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore"):
+        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore", "--argv-file"):
             name, eq, value = a.partition("=")
             if not eq:
                 if i >= len(rest):
                     return None
                 value = rest[i]
                 i += 1
-            key = {"--format": "output"}.get(name, name[2:])
+            key = {"--format": "output"}.get(name, name[2:].replace("-", "_"))
             if key == "ignore":
                 ignore.append(value)
             else:

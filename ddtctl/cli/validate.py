@@ -20,7 +20,13 @@ def validate(
     argv: bool = typer.Option(
         False,
         "--argv",
-        help="Validate a raw `python -m sglang.launch_server` argument list given after `--`.",
+        help="Validate a raw SGLang launch given after `--` (bare flags, `sglang serve ...`, "
+        "`python3 -m sglang.launch_server ...`, with an `ENV=x` prefix; SGLang's --config FILE is read).",
+    ),
+    argv_file: Optional[str] = typer.Option(
+        None,
+        "--argv-file",
+        help="Validate the SGLang launch line pasted in FILE (shell syntax; `\\` line continuations).",
     ),
     gpu: Optional[str] = typer.Option(
         None, "--gpu", help="GPU to check against (H200, B200, sm90...); default: the profile's hardware.gpu."
@@ -68,6 +74,7 @@ def validate(
             diff=diff,
             unsafe_fixes=unsafe_fixes,
             ignore=ignore,
+            argv_file=argv_file,
         )
     )
 

@@ -23,6 +23,7 @@ def run_validate(
     diff: bool = False,
     unsafe_fixes: bool = False,
     ignore: list[str] | None = None,
+    argv_file: str | None = None,
 ) -> int:
     """The command body, shared by the typer command and the start-up fast path (ddtctl/cli/fastpath.py)."""
     from ddtctl import PINNED_SGLANG
@@ -33,7 +34,19 @@ def run_validate(
         if given and not fix:
             raise UsageError(f"{option} needs --fix", fix=f"ddtctl validate --fix {option} PROFILE")
     ignores = parse_ignore_option(ignore)
-    if argv:
+    if argv_file is not None:
+        from ddtctl.argv import read_argv_file
+
+        if argv or paths or fix:
+            raise UsageError(
+                "--argv-file takes the whole launch from the file",
+                fix="ddtctl validate --argv-file launch.sh  (no --argv, --fix or other arguments)",
+            )
+        tokens = read_argv_file(argv_file)
+        results = [
+            validate_argv(tokens, gpu=gpu, sglang=sglang or PINNED_SGLANG, ignore=ignores, source=argv_file)
+        ]
+    elif argv:
         if not paths:
             raise UsageError(
                 "--argv needs the SGLang arguments after `--`",

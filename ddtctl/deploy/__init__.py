@@ -26,7 +26,6 @@ The agent operations these send are typed in ddtctl.remote.protocol; argv readin
 from ddtctl.argv import (
     SECRET_ENV,
     SECRET_WORDS,
-    argv_to_flags,
     is_secret_flag,
     mask_argv,
     mask_env,
@@ -101,7 +100,6 @@ __all__ = [
     "StopResult",
     "Target",
     "argv_diff",
-    "argv_to_flags",
     "connect",
     "default_payload_dir",
     "deploy",

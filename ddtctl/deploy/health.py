@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddtctl.argv import argv_to_flags
+from ddtctl.argv import parse_launch_argv
 from ddtctl.remote.protocol import Probe
 from ddtctl.remote.transport import Connection
 
@@ -43,7 +43,12 @@ class HealthResult:
 def expected_identity(argv: list[str], resolved: dict | None) -> dict[str, Any]:
     """The served values that must match: algorithm, tp/pp/dp, multi-node rank, every DDTREE knob. SGLang's
     resolved value (from the remote dry-run) wins over the argv's."""
-    flags = {k.replace("-", "_"): v for k, v in argv_to_flags(argv).items()}
+    parsed = parse_launch_argv(argv, config=False)
+    flags = dict(parsed.given)  # dest -> value as SGLang types it (`--tp 2` is tp_size 2)
+    for key, value in parsed.flags().items():  # DDTREE knobs of a newer payload than this ddtctl knows
+        dest = key.replace("-", "_")
+        if dest.startswith(DDTREE_PREFIX) and dest not in flags:
+            flags[dest] = value
     out: dict[str, Any] = {}
     for key in IDENTITY_FIELDS:
         if resolved and key in resolved and resolved[key] is not None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ddtctl.argv import MASK, argv_to_flags, is_secret_flag, mask_argv, mask_env
+from ddtctl.argv import MASK, is_secret_flag, mask_argv, mask_env, parse_launch_argv
 from ddtctl.remote.protocol import StateReply
 
 from .spec import DeploySpec, Target
@@ -84,7 +84,8 @@ def release_fingerprint(spec: DeploySpec, target: Target) -> str:
 
 def argv_diff(old: list[str] | None, new: list[str]) -> list[tuple[str, Any, Any]]:
     """(flag, old value, new value) for each flag whose value changed, new flags first."""
-    a, b = argv_to_flags(old or []), argv_to_flags(new)
+    a = parse_launch_argv(old or [], config=False).flags()
+    b = parse_launch_argv(new, config=False).flags()
     return [(k, a.get(k), b.get(k)) for k in list(dict.fromkeys([*b, *a])) if a.get(k) != b.get(k)]
 
 

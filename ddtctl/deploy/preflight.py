@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ddtctl.argv import argv_to_flags
+from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import UsageError
 from ddtctl.remote.facts import HostFacts
 
@@ -65,11 +65,15 @@ def _check(
 
 def gpus_needed(target: Target) -> tuple[int, str]:
     """GPUs this target needs on its host (tp x pp x dp, shared over the nodes) and how that was counted."""
-    flags = argv_to_flags(target.argv)
-    tp, pp, dp = (int(flags.get(k, 1) or 1) for k in ("tp-size", "pp-size", "dp-size"))
-    need = tp * pp * (1 if flags.get("enable-dp-attention") else dp)
+    parsed = parse_launch_argv(target.argv, config=False)  # `--tp 8` is tp 8, as SGLang reads it
+    tp, pp, dp = (_count(parsed.get(k)) for k in ("tp_size", "pp_size", "dp_size"))
+    need = tp * pp * (1 if parsed.get("enable_dp_attention") else dp)
     over = f" over {target.nnodes} nodes" if target.nnodes > 1 else ""
     return max(1, need // max(1, target.nnodes)), f"tp {tp} x pp {pp} x dp {dp}{over}"
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def check_gpus(target: Target, facts: HostFacts) -> Check:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ddtctl.argv import flag_value
+from ddtctl.argv import parse_launch_argv
 from ddtctl.bridge.client import stderr_cause
 from ddtctl.errors import UsageError
 from ddtctl.remote.facts import HostFacts
@@ -65,7 +65,7 @@ def _resolver_argv(
     except UsageError:
         platform, _ = platform_for(spec.gpu) if spec.gpu else (None, None)
     argv = list(target.argv)
-    if platform is not None and flag_value(argv, "--device") is None:
+    if platform is not None and "device" not in parse_launch_argv(argv, spec.sglang, config=False).given:
         argv += ["--device", "cuda"]
     return argv, platform, gpu
 

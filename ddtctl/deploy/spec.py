@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddtctl.argv import flag_value
+from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import OverlayError, UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
@@ -65,15 +65,16 @@ class DeploySpec:
 
     def targets(self, hosts: list[Host]) -> list[Target]:
         n = len(hosts)
-        port = flag_value(self.server_argv, "--port")
-        bind = flag_value(self.server_argv, "--host") or "127.0.0.1"
+        parsed = parse_launch_argv(self.server_argv, self.sglang, config=False)  # as SGLang reads it
+        port = parsed.get("port")
+        bind = parsed.get("host") or "127.0.0.1"
         probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "localhost") else bind
         out = []
         for rank, host in enumerate(hosts):
             argv = list(self.server_argv)
             if n > 1:
                 for flag in MULTI_NODE_FLAGS:
-                    if flag_value(argv, flag) is not None:
+                    if flag[2:].replace("-", "_") in parsed.given:
                         raise UsageError(
                             f"{flag} is set in the profile; deploy renders it per host",
                             where=self.source,
@@ -149,7 +150,7 @@ def spec_from_profile(
     argv = render_argv(prof)
     hosts = _deploy_hosts(list(prof.hosts or ([prof.host] if prof.host else [])), host, loaded.source)
     model_paths = [prof.model.path]
-    draft = flag_value(argv, "--speculative-draft-model-path")
+    draft = parse_launch_argv(argv, prof.sglang, config=False).get("speculative_draft_model_path")
     if draft:
         model_paths.append(draft)
     algorithm = str(prof.server.get("speculative-algorithm") or "").upper() or None

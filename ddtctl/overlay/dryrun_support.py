@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ddtctl.argv import flag_values
-from ddtctl.errors import UsageError
+from ddtctl.argv import parse_launch_argv
+from ddtctl.errors import DdtctlError, UsageError
 
 ALGORITHM = "DDTREE"
 
@@ -24,7 +24,14 @@ ALGORITHM = "DDTREE"
 def argv_uses_ddtree(argv: Sequence[str]) -> bool:
     """Whether any occurrence asks for DDTREE (not only the last, which argparse keeps): staging the payload
     view for an argv that ends up not using it costs nothing, missing it would fail the dry-run."""
-    return any(v.upper() == ALGORITHM for v in flag_values([str(a) for a in argv], "--speculative-algorithm"))
+    try:
+        occurrences = parse_launch_argv([str(a) for a in argv]).occurrences  # its --config file included
+    except DdtctlError:  # an unreadable --config or launcher: the dry-run itself reports it
+        return False
+    return any(
+        occ.spec.dest == "speculative_algorithm" and any(v.upper() == ALGORITHM for v in occ.raw)
+        for occ in occurrences
+    )
 
 
 def profiles_use_ddtree(paths: Sequence[str]) -> bool:

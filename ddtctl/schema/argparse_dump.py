@@ -181,7 +181,8 @@ def dump_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
         if new_flag:
             entry["replacement"] = str(new_flag)
         const = getattr(action, "const_value", None)
-        if const is None and action_name in ("store_const", "append_const"):
+        if const is None and (action_name in ("store_const", "append_const") or action.nargs == "?"):
+            # a `--flag` given without its optional value stores the const (e.g. --model-checksum: "")
             const = action.const
         if const is not None:
             entry["const"] = _jsonable(const)

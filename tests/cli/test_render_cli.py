@@ -22,14 +22,14 @@ def test_render_argv_shell_and_sglang_config():
     argv = _ddtctl("render", PROFILE, "--as", "argv")
     assert argv.returncode == 0, argv.stderr
     tokens = json.loads(argv.stdout)
-    assert tokens[:5] == ["python3", "-m", "sglang.launch_server", "--model-path", "/root/models/Qwen3.6-27B"]
+    assert tokens[:4] == ["sglang", "serve", "--model-path", "/root/models/Qwen3.6-27B"]
     assert tokens[tokens.index("--speculative-ddtree-budget") + 1] == "64"
     shell = _ddtctl("render", PROFILE)  # the default: one shell command
-    assert shell.returncode == 0 and shell.stdout.startswith("env NCCL_P2P_LEVEL=SYS python3 -m sglang.launch_server")
+    assert shell.returncode == 0 and shell.stdout.startswith("env NCCL_P2P_LEVEL=SYS sglang serve")
     config = _ddtctl("render", PROFILE, "--as", "sglang-config")
     assert config.returncode == 0 and "\nspeculative-ddtree-shadow-linear: true\n" in config.stdout
     doc = results(_ddtctl("render", PROFILE, "--as", "argv", "--format", "json").stdout, "render")
-    assert doc["argv"] == tokens[3:] and doc["env"] == {"NCCL_P2P_LEVEL": "SYS"} and doc["format"] == "argv"
+    assert doc["argv"] == tokens[2:] and doc["env"] == {"NCCL_P2P_LEVEL": "SYS"} and doc["format"] == "argv"
 
 
 def test_render_a_missing_profile_is_one_line_and_exit_2():

@@ -71,10 +71,17 @@ def test_a_changed_argv_is_a_new_release_that_stops_the_old_and_shows_the_diff()
 
 
 def test_argv_diff_lists_new_removed_and_changed_flags():
-    assert argv_diff(["--a", "1", "--gone"], ["--a", "2", "--new", "x"]) == [
-        ("a", "1", "2"),
-        ("new", None, "x"),
-        ("gone", True, None),
+    assert argv_diff(["--tp-size", "1", "--gone-x"], ["--tp-size", "2", "--new-x", "x"]) == [
+        ("tp-size", "1", "2"),
+        ("new-x", None, "x"),
+        ("gone-x", True, None),
     ]
-    assert argv_diff(None, ["--a", "1"]) == [("a", None, "1")]
-    assert argv_diff(["--a", "1"], ["--a=1"]) == []
+    assert argv_diff(None, ["--tp-size", "1"]) == [("tp-size", None, "1")]
+    assert argv_diff(["--tp-size", "1"], ["--tp-size=1"]) == []
+
+
+def test_argv_diff_reads_both_argvs_as_sglang_does():
+    # a prefix, an alias and the canonical spelling are one flag; argparse's last occurrence is the value
+    assert argv_diff(["--tp", "2"], ["--tensor-parallel-size=2"]) == []
+    assert argv_diff(["--tp-size", "2", "--tp-size", "4"], ["--tp-size", "4"]) == []
+    assert argv_diff(["--model", "/a"], ["--model-path", "/b"]) == [("model-path", "/a", "/b")]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ddtctl.deploy import DeploySpec, argv_to_flags, expected_identity, mask_env
+from ddtctl.argv import parse_launch_argv
+from ddtctl.deploy import DeploySpec, expected_identity, mask_env
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory import load_inventory, resolve_host
 
@@ -83,9 +84,12 @@ hosts:
 def test_identity_and_masking():
     argv = ["--model-path", "/m", "--speculative-algorithm", "DDTREE", "--tp-size", "8",
             "--speculative-ddtree-budget", "64", "--enable-x"]
-    assert argv_to_flags(argv)["enable-x"] is True
+    assert parse_launch_argv(argv, config=False).flags()["enable-x"] is True  # unknown: kept by its spelling
     ident = expected_identity(argv, {"tp_size": 8, "speculative_algorithm": "DDTREE"})
-    assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 8, "speculative_ddtree_budget": "64"}
+    assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 8, "speculative_ddtree_budget": 64}
+    # read as SGLang reads it: a prefix and an alias name the same flags
+    ident = expected_identity(["--model", "/m", "--speculative-algo", "DDTREE", "--tp", "4"], None)
+    assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 4}
     assert mask_env({"HF_TOKEN": "x", "NCCL_P2P_LEVEL": "SYS"}) == {"HF_TOKEN": "***", "NCCL_P2P_LEVEL": "SYS"}
 
 

@@ -112,7 +112,7 @@ def test_render_shell_is_one_command_that_splits_back_into_env_launcher_and_argv
     r = render_profile(str(profile), "shell", show_secrets=True)
     words = shlex.split(r.text.replace(" \\\n", " "))
     assert words[:3] == ["env", "HF_TOKEN=hf-secret-123", "NCCL_P2P_LEVEL=SYS"]
-    assert words[3:6] == ["python3", "-m", "sglang.launch_server"] and words[6:] == r.argv
+    assert words[3:5] == ["sglang", "serve"] and words[5:] == r.argv
     assert all(line.lstrip().startswith("--") for line in r.text.splitlines()[1:])  # one flag a line
 
 
