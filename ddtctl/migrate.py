@@ -168,7 +168,7 @@ def migrate_text(
     diff = diff_versions(source_cat.version, target.version) if source_cat.version != target.version else None
     ours = _payload_flags()
 
-    editor = _editor(text, source)
+    editor = _LazyEditor(text, source)  # ruamel reads the profile only once an edit is due (1 MB: ~30 s)
     present = set(server)
     unknown = 0
     for key, value in server.items():
@@ -196,7 +196,7 @@ def migrate_text(
             continue
         target_flag = _target_flag(result, key, spec, value, line_no, now, diff, source_cat, target)
         if target_flag is not None:
-            _rename(result, editor, present, target, key, value, line_no, target_flag)
+            _rename(result, editor.get(), present, target, key, value, line_no, target_flag)
     _finish(result, editor, source_cat, target)
     return result
 
@@ -255,18 +255,21 @@ def _rename(
     _check_value(result, target, new_name, new_value if new_value is not None else value, line_no, key)
 
 
-def _finish(result: MigrationResult, editor: RoundTrip, source_cat: Catalog, target: Catalog) -> None:
-    """Set the `sglang:` release and take the edited text (or report why the editor refused)."""
-    if result.edits or source_cat.version != target.version:
-        if not _set_sglang(editor, target.version):
-            result.warnings.append(
-                KeyIssue(
-                    None,
-                    "sglang",
-                    f"no `sglang:` line to update to {target.version}",
-                    f'add `sglang: "{target.version}"`',
-                )
+def _finish(result: MigrationResult, lazy: _LazyEditor, source_cat: Catalog, target: Catalog) -> None:
+    """Set the `sglang:` release and take the edited text (or report why the editor refused); a profile with
+    nothing to change keeps its text as it is."""
+    if not result.edits and source_cat.version == target.version:
+        return
+    editor = lazy.get()
+    if not _set_sglang(editor, target.version):
+        result.warnings.append(
+            KeyIssue(
+                None,
+                "sglang",
+                f"no `sglang:` line to update to {target.version}",
+                f'add `sglang: "{target.version}"`',
             )
+        )
     try:
         result.text = editor.result()
     except EditRefused as refused:
@@ -351,6 +354,19 @@ def _report_refusal(result: MigrationResult, reason: str) -> None:
         for e in result.edits
     )
     result.edits = []
+
+
+class _LazyEditor:
+    """The round-trip editor of the profile, made on first use."""
+
+    def __init__(self, text: str, source: str):
+        self.text, self.source = text, source
+        self._editor: RoundTrip | None = None
+
+    def get(self) -> RoundTrip:
+        if self._editor is None:
+            self._editor = _editor(self.text, self.source)
+        return self._editor
 
 
 def _editor(text: str, source: str) -> RoundTrip:
