@@ -97,6 +97,25 @@ def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
     return out
 
 
+def _masked(diff: ProfileDiff) -> ProfileDiff:
+    """The diff as shown: secret flags' and secret environment values masked (a changed secret still shows as
+    changed, `*** -> ***`), compared before masking."""
+    from ddtctl.argv import MASK, is_secret_env, is_secret_flag, mask_argv
+
+    def secret(key: str) -> bool:
+        return is_secret_env(key[4:]) if key.startswith("env.") else is_secret_flag(key)
+
+    def shown(key: str, value: Any) -> Any:
+        return MASK if value not in (None, True, False) and secret(key) else value
+
+    diff.argv = (mask_argv(diff.argv[0]), mask_argv(diff.argv[1]))
+    diff.only_a = {k: shown(k, v) for k, v in diff.only_a.items()}
+    diff.only_b = {k: shown(k, v) for k, v in diff.only_b.items()}
+    diff.changed = [ValueChange(c.key, shown(c.key, c.a), shown(c.key, c.b)) for c in diff.changed]
+    diff.context = [ValueChange(c.key, shown(c.key, c.a), shown(c.key, c.b)) for c in diff.context]
+    return diff
+
+
 def _mapping_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict, list[ValueChange]]:
     only_a = {k: v for k, v in a.items() if k not in b}
     only_b = {k: v for k, v in b.items() if k not in a}
@@ -148,8 +167,10 @@ def diff_profiles(
         context.append(ValueChange(f"env.{k}", None, v))
     for c in env_c:
         context.append(ValueChange(f"env.{c.key}", c.a, c.b))
-    result = ProfileDiff(
-        la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed, context
+    result = _masked(
+        ProfileDiff(
+            la.source, lb.source, (pa.sglang, pb.sglang), (argv_a, argv_b), only_a, only_b, changed, context
+        )
     )
     if resolved:
         result.resolved = _resolved_diff(

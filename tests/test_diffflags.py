@@ -285,3 +285,20 @@ def test_cli_resolved_seed_dflash_vs_ddtree_through_the_overlay(tmp_path):
     assert changed["speculative_algorithm"] == ("DFLASH", "DDTREE")
     assert changed["speculative_ddtree_verify_width"] == (None, 65)  # budget 64 + the root
     assert "disable_overlap_schedule" not in changed  # both run under the overlap scheduler
+
+
+def test_profile_diff_never_shows_secret_values(tmp_path):
+    """diff-flags A B: a changed --api-key (even one that starts with `--`) and a changed secret env value show as
+    changed, masked, in text and JSON (issue #31: secrets never reach a terminal or a report)."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text('name: a\nsglang: "0.5.23"\nmodel: {path: /models/x}\nserver:\n  api-key: "--looks-like-a-flag"\n'
+                 "env:\n  HF_TOKEN: hf_abcdefgh\n")
+    b.write_text('name: b\nsglang: "0.5.23"\nmodel: {path: /models/x}\nserver:\n  api-key: other-secret\n'
+                 "env:\n  HF_TOKEN: hf_zzzzzzzz\n")
+    for fmt in ("text", "json"):
+        run = ddtctl("diff-flags", a, b, "--format", fmt)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out
+        for secret in ("looks-like-a-flag", "other-secret", "hf_abcdefgh", "hf_zzzzzzzz"):
+            assert secret not in out, f"{fmt}: {secret} shown"
+        assert "api-key" in out and "HF_TOKEN" in out  # the change itself is still reported
