@@ -6,7 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from seeded_hypothesis import FUZZ, describe
+from seeded_hypothesis import FUZZ, SEED, describe
+
+# pytest-xdist (`make test` runs the suite in parallel): every worker imports seeded_hypothesis on its own, and under
+# `make fuzz` each would draw its own random seed. The controller's seed goes to the workers through the environment
+# they inherit, so one run has one seed, the one printed.
+if FUZZ and not os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["DDTCTL_HYPOTHESIS_SEED"] = str(SEED)
 
 
 def _interpret_triton_without_a_gpu() -> None:
@@ -52,9 +58,72 @@ def _unseeded(item) -> bool:
         use_settings.database is not None
 
 
+# --- pytest-xdist (`make test`: -n N --dist loadgroup) -------------------------------------------------------------
+# Each worker is its own pytest session, so a session or module fixture is built once per worker that runs a test
+# needing it. Tests that share an expensive fixture are kept on one worker (one xdist_group), so it is built once:
+# the group is the session fixture's name (`live`: the whole fidelity corpus through SGLang's resolver) or the test
+# module (its module fixtures). Fixtures cheap to build per worker stay out of this: sshd (one per worker, its own
+# port and keys), the managed env's path.
+PER_WORKER_FIXTURES = frozenset({"sshd", "jump_sshd", "managed_python"})
+
+# Tests that each take a core for a minute or more run one after another on one worker, beside the rest of the suite,
+# instead of side by side: on two cores they would only slow each other down towards their own time limits. Node id
+# prefix -> group.
+SERIAL_GROUPS = {
+    "tests/bench/test_deploy_rehearsal.py::test_cpu_rehearsal": "deploy-rehearsal",
+    "tests/bench/test_deploy_rehearsal.py::test_phases_named_by_skip": "deploy-rehearsal",
+}
+
+# Slow tests start first (-n N hands out work in collection order), so none of them is the run's tail. Prefixes of
+# node ids; the rest keep their order. `pytest --durations=60` says which tests belong here.
+SLOW_FIRST = (
+    "tests/bench/test_deploy_rehearsal.py::test_cpu_rehearsal",
+    "tests/bench/test_deploy_rehearsal.py::test_phases_named_by_skip",
+    "tests/fidelity/",  # the `live` group: SGLang's resolver over the corpus, forwards, backwards, fresh processes
+)
+
+
+def _shared_fixture_group(item) -> str | None:
+    serial = next((group for prefix, group in SERIAL_GROUPS.items() if item.nodeid.startswith(prefix)), None)
+    if serial is not None:
+        return serial
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module_scoped = False
+    for name in sorted(info.names_closure):
+        defs = info.name2fixturedefs.get(name) or ()
+        if not defs or name in PER_WORKER_FIXTURES:
+            continue
+        fixturedef = defs[-1]
+        if not fixturedef.baseid:  # a plugin's (tmp_path_factory, worker_id, ...), not the suite's
+            continue
+        if fixturedef.scope == "session":
+            return f"session-{name}"
+        module_scoped = module_scoped or fixturedef.scope in ("module", "package")
+    return item.nodeid.split("::")[0] if module_scoped else None
+
+
+def _slow_rank(item) -> int:
+    return next((i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)), len(SLOW_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group marks into work units
+def pytest_collection_modifyitems(config, items):
+    if not (getattr(config.option, "loadgroup", False) or config.getoption("dist", "no") == "loadgroup"):
+        return
+    for item in items:
+        group = _shared_fixture_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_slow_rank)  # stable: the order within each rank is the collection's
+
+
 def pytest_collection_finish(session):
     props = [item for item in session.items if item.get_closest_marker("hypothesis") is not None]
     session.config._ddtctl_property_tests = bool(props)
+    if props and hasattr(session.config, "workeroutput"):  # an xdist worker: tell the controller (it prints the seed)
+        session.config.workeroutput["ddtctl_property_tests"] = True
     unseeded = sorted({item.nodeid.split("[")[0] for item in props if _unseeded(item)})
     if unseeded:  # every random property test is deterministic in CI (issue #14)
         raise pytest.UsageError("property tests without a fixed seed (decorate them with "
@@ -62,6 +131,25 @@ def pytest_collection_finish(session):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if FUZZ and reporter is not None and _property_tests(session.config):
         reporter.write_line(describe())
+
+
+def pytest_sessionstart(session):
+    # the xdist controller collects nothing itself: under `make fuzz` it prints the seed at the start of the run
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if FUZZ and _xdist_controller(config) and reporter is not None:
+        reporter.write_line(describe())
+
+
+def _xdist_controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist: a worker that collected property tests says so in its output; the controller's summary prints the seed."""
+    if getattr(node, "workeroutput", {}).get("ddtctl_property_tests"):
+        node.config._ddtctl_property_tests = True
 
 
 def pytest_terminal_summary(terminalreporter, config):
