@@ -149,8 +149,10 @@ class Phase:
 
 
 class Runner:
-    def __init__(self, budget_s: float, stop_after: str | None = None, skip: frozenset[str] = frozenset()):
+    def __init__(self, budget_s: float, stop_after: str | None = None, skip: frozenset[str] = frozenset(),
+                 limit_scale: float = 1.0):
         self.deadline = T0 + budget_s
+        self.limit_scale = limit_scale  # --limit-scale: every phase's limit times this
         self.stop_after = stop_after
         self.skip = skip
         self.phases: list[Phase] = []
@@ -160,6 +162,7 @@ class Runner:
         return any(p.name == name and p.status == "ok" for p in self.phases)
 
     def _admit(self, p: Phase, needs) -> float | None:
+        p.limit_s *= self.limit_scale
         self.phases.append(p)
         missing = [n for n in needs if not self.ok(n)]
         if self.stop_after and any(q.name == self.stop_after for q in self.phases[:-1]):
@@ -1405,6 +1408,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None, help="work dir (default /tmp/ddtctl-deploy-gpu, or a fresh temp dir in "
                                                  "the rehearsal)")
     ap.add_argument("--budget-s", type=float, default=None, help="all phases (default 570 GPU, 240 rehearsal)")
+    ap.add_argument("--limit-scale", type=float, default=1.0, help="every phase's time limit times this (default 1; "
+                    "tests/bench runs rehearsals beside the rest of the suite on two cores, where they take longer)")
     ap.add_argument("--health-timeout", type=int, default=None, help="the profile's launch.health_timeout_s")
     ap.add_argument("--drafter", choices=("oracle", "calibrated", "random"), default="oracle",
                     help="GPU: the deployed DDTREE server's drafter (oracle: tests/gpu_standins/oracle_drafter.py fed "
@@ -1448,7 +1453,8 @@ def main(argv=None) -> int:
     budget = args.budget_s or (570.0 if gpu else 240.0)
     lim = (lambda g, c: g if gpu else c)
     w = World(args=args, gpu=gpu, work=work, out=Path(os.environ.get("OUT") or "/tmp/deploy-gpu-out"),
-              runner=Runner(budget, args.stop_after, frozenset(filter(None, args.skip.split(",")))), commands=[], deploys={}, compare={}, oracle=work / "oracle.json",
+              runner=Runner(budget, args.stop_after, frozenset(filter(None, args.skip.split(","))), args.limit_scale),
+              commands=[], deploys={}, compare={}, oracle=work / "oracle.json",
               ctl_python=sys.executable, openssh=None, sshd=None, release1=None, tune=None,
               flagship=args.flagship_tp, budget=64 if args.flagship_tp else BUDGET,
               ctl_env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(work / "xdg"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import stat
 import sys
 from dataclasses import dataclass
@@ -19,19 +18,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sshd import Sshd, find_sshd, start_sshd  # noqa: E402  (re-exported for conftest and bench)
+from sshd import Sshd, find_sshd, free_port, start_sshd  # noqa: E402  (re-exported for conftest and bench)
 
 __all__ = ["Lab", "Sshd", "find_sshd", "start_sshd", "build_lab_payload", "write_inventory", "free_port"]
 
 STANDINS = HERE / "standins"
 STANDIN_SERVER = STANDINS / "standin_sglang_server.py"
 STANDIN_SMI = STANDINS / "standin_nvidia_smi.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sha(data: bytes) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,10 +27,48 @@ def find_sshd() -> str | None:
     return shutil.which("sshd")
 
 
-def _free_port() -> int:
+# Ports for servers the tests start: a block per pytest-xdist worker (`make test` runs the suite in parallel), below
+# Linux's ephemeral range (32768-60999), where bind(0) and every outgoing connection take theirs. A port handed out
+# here stays unbound until its server starts; from its own block, no other worker's server and no client socket of
+# any process takes it in between. Outside pytest-xdist: block 0.
+_PORT_BLOCK, _PORT_BASE, _PORT_BLOCKS = 1000, 20000, 12
+_port_state: dict[str, int] = {}
+
+
+def _worker_index() -> int | None:
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    digits = name[2:] if name.startswith("gw") else ""
+    return int(digits) if digits.isdigit() and int(digits) < _PORT_BLOCKS else None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, from this worker's block (see above); a port of the kernel's choosing when
+    the block is full or there is none for this worker."""
+    index = _worker_index()
+    if index is not None:
+        base = _PORT_BASE + index * _PORT_BLOCK
+        if "next" not in _port_state:  # where this process starts in its block: another process of the same worker
+            _port_state["next"] = random.SystemRandom().randrange(_PORT_BLOCK)  # (a bench run) starts elsewhere
+        for _ in range(_PORT_BLOCK):
+            port = base + _port_state["next"]
+            _port_state["next"] = (_port_state["next"] + 1) % _PORT_BLOCK
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_free_port = free_port  # the old private name
 
 
 def _keygen(path: Path, kind: str = "ed25519", keygen: str = "ssh-keygen", env: dict | None = None) -> None:
