@@ -391,13 +391,7 @@ def main(argv: list[str]) -> int:
     print(fuzz.table(outcomes, seed=args.seed, examples=args.examples, elapsed=time.monotonic() - t0))
     print("\nagreement per feature family (a case counts in every family of the flags it sets):\n")
     print(family_table(outcomes))
-    if args.json is not None:
-        rows = [{"id": o.case.id, "gpu": o.case.gpu, "argv": o.case.text(), "outcome": o.outcome, "class": o.cls,
-                 "sglang": o.sglang_error, "static": o.static_errors}
-                for o in outcomes if o.outcome in ("disagree", "setup-error", "stricter-by-design")]
-        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
-        print(f"wrote {args.json}")
-    return 0 if not any(o.outcome in ("disagree", "setup-error") for o in outcomes) else 1
+    return fuzz.finish(outcomes, args.json)
 
 
 if __name__ == "__main__":

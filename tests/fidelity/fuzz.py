@@ -402,12 +402,17 @@ def main(argv: list[str]) -> int:
         print(f"fidelity-fuzz: {err.one_line()}", file=sys.stderr)
         return 2
     print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0, mode=mode))
-    if args.json is not None:
+    return finish(outcomes, args.json)
+
+
+def finish(outcomes: list[Outcome], json_path: Path | None) -> int:
+    """Write every disagreeing case to json_path (when given); the exit code: 1 when any case disagrees."""
+    if json_path is not None:
         rows = [{"id": o.case.id, "gpu": o.case.gpu, "argv": o.case.text(), "outcome": o.outcome, "class": o.cls,
                  "sglang": o.sglang_error, "static": o.static_errors}
                 for o in outcomes if o.outcome in ("disagree", "setup-error", "stricter-by-design")]
-        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
-        print(f"wrote {args.json}")
+        json_path.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        print(f"wrote {json_path}")
     return 0 if not any(o.outcome in ("disagree", "setup-error") for o in outcomes) else 1
 
 
