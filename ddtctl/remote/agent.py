@@ -188,6 +188,8 @@ def _require_lock(params: dict) -> None:
     shared while it runs, so that a new lock holder can wait for the operations of a dead one to end
     (_quiesce)."""
     global _OPS_FD
+    if not os.path.isdir(W):  # no work dir: nobody can hold the lock (and there is no ops.lock to share)
+        raise AgentError("the deploy lock is not held by this caller; refusing to change the host")
     if _OPS_FD is None:
         _OPS_FD = os.open(_p("ops.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(_OPS_FD, fcntl.LOCK_SH)

@@ -235,6 +235,8 @@ HOOK_CASES: dict[str, tuple[list[str], list[str], str | None]] = {
     "DDT940": (EAGLE3 + ["--enable-unified-memory"], DENSE + ["--enable-unified-memory"], "H200"),
     "DDT943": (DENSE + ["--export-metrics-to-file"],
                DENSE + ["--export-metrics-to-file", "--export-metrics-to-file-dir", "/tmp/m"], "H200"),
+    "DDT944": (DENSE + ["--no-ple-offload-embedding", "--ple-offload-backend", "file"],
+               DENSE + ["--ple-offload-backend", "file"], "H200"),
     "DDT942": (DENSE + ["--quantization", "gptq"], DENSE + ["--quantization", "fp8"], "H200"),
     "DDT941": (MOE + ["--attn-dp-size", "4"], MOE + ["--attn-dp-size", "4", "--tp-size", "4"], "H200"),
     "DDT938": (DENSE + ["--retraction-policy", "priority"],
@@ -248,6 +250,8 @@ NEXT = ["--model-path", M["qwen3-next-80b-a3b"]]
 # here and against SGLang in tests/fidelity/test_fuzz.py.
 HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
     # raise sites the pairwise covering array found (tests/fidelity/cover.py), one pair each
+    ("DDT944", DENSE + ["--ple-offload-embedding", "--cpu-offload-gb", "4"],
+     DENSE + ["--no-ple-offload-embedding", "--cpu-offload-gb", "4"], "H200"),
     ("DDT943", DENSE + ["--speculative-algorithm", "NGRAM", "--weight-cache-mode", "daemon"],
      DENSE + ["--speculative-algorithm", "NGRAM"], "H200"),
     ("DDT935", DENSE + ["--asr-max-concurrent-sessions", "0"], DENSE + ["--asr-max-concurrent-sessions", "1"], "H200"),

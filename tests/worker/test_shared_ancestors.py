@@ -224,6 +224,7 @@ def test_the_block2_switch_reaches_the_two_block_kernel_only(monkeypatch, switch
         seen.append(kw["block2"])
         return torch.zeros(1)
 
+    monkeypatch.setenv("DDTREE_GDN_SOLVE", "squarings")  # auto would verify >= LEVELS_FROM_NODES by levels
     if switch is None:
         monkeypatch.delenv("DDTREE_GDN_BLOCK2", raising=False)
     else:

@@ -13,7 +13,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
 
     common       helpers every module reads (attention-DP groups, MLA, the reference prefix)
     resolution   `resolve`: the attention backends, page size and radix cache SGLang settles on
-    memory       memory_hook.py defaults (chunked prefill, CUDA-graph batch size)
+    memory       memory_hook.py defaults (chunked prefill, CUDA-graph batch size)   DDT944
     parallel     parallel_hook.py, layernorm_sp_hook.py          DDT901 DDT903 DDT904 DDT906-DDT909 DDT941
     moe          moe_hook.py, mega_moe_hook.py                   DDT902 DDT905 DDT930-DDT932
     kv_cache     kv_cache_hook.py                                DDT910 DDT911 DDT915 DDT927 DDT928 DDT940
