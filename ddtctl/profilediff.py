@@ -7,6 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from ddtctl.argv import MASK, is_secret_env, is_secret_flag, mask_argv, parse_server_argv
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.schema.catalog import Catalog
 
@@ -62,45 +63,20 @@ class ProfileDiff:
 
 
 def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
-    """An argv as {"--option": value}, keyed by each flag's primary
-    option (aliases folded), switches -> True."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        i += 1
-        if not tok.startswith("-"):
-            out.setdefault("(positional)", []).append(tok)
-            continue
-        opt, eq, inline = tok.partition("=")
-        spec = catalog.get(opt)
-        key = spec.option if spec is not None else opt
-        if spec is not None and Catalog.is_boolean_switch(spec) and not eq:
-            negated = (
-                spec.action == "boolean_optional" and opt.lstrip("-").replace("_", "-") == f"no-{spec.name}"
-            )
-            out[key] = not negated
-            continue
-        if eq:
-            values = [inline]
-        else:
-            values = []
-            takes_many = spec is not None and spec.nargs in ("+", "*")
-            while i < len(argv) and not (argv[i].startswith("--") and len(argv[i]) > 2):
-                values.append(argv[i])
-                i += 1
-                if not takes_many:
-                    break
-        out[key] = (
-            values[0] if len(values) == 1 and not (spec is not None and spec.nargs in ("+", "*")) else values
-        )
+    """An argv as {"--option": value}, keyed by each flag's primary option (aliases and prefixes folded, the
+    last occurrence deciding as in argparse), read by the one catalog-built argv reader
+    (argv.parse_server_argv): values as written, several values space-joined, switches true (their `--no-`
+    form false)."""
+    parsed = parse_server_argv(argv, catalog, config=False)
+    out: dict[str, Any] = {f"--{name}": value for name, value in parsed.flags().items()}
+    if parsed.positional:
+        out["(positional)"] = list(parsed.positional)
     return out
 
 
 def _masked(diff: ProfileDiff) -> ProfileDiff:
     """The diff as shown: secret flags' and secret environment values masked (a changed secret still shows as
     changed, `*** -> ***`), compared before masking."""
-    from ddtctl.argv import MASK, is_secret_env, is_secret_flag, mask_argv
 
     def secret(key: str) -> bool:
         return is_secret_env(key[4:]) if key.startswith("env.") else is_secret_flag(key)

@@ -54,6 +54,8 @@ def read_regular(
     Opened with O_NONBLOCK so a FIFO cannot block the open, and checked with fstat on the open descriptor (no
     race with a rename); the read is bounded whatever st_size says (/proc files report 0)."""
     source = str(path)
+    noun = what if what.endswith(" file") else f"{what} file"  # "argv file", not "argv file file"
+    noun = ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
     flags = (
         os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     )
@@ -64,7 +66,7 @@ def read_regular(
     except PermissionError:
         raise error("permission denied", where=source) from None
     except IsADirectoryError:
-        raise error(f"is a directory, not a {what} file", where=source) from None
+        raise error(f"is a directory, not {noun}", where=source) from None
     except OSError as err:
         raise error(f"cannot read: {err.strerror or err}", where=source) from None
     except ValueError:  # an embedded NUL byte in the path
@@ -73,7 +75,7 @@ def read_regular(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(
-                f"is {_kind(st.st_mode)}, not a {what} file", where=source, fix=fix or "give a regular file"
+                f"is {_kind(st.st_mode)}, not {noun}", where=source, fix=fix or "give a regular file"
             )
         if st.st_size > limit:
             raise error(

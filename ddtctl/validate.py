@@ -11,7 +11,7 @@ from typing import Any
 
 from ddtctl import PINNED_SGLANG
 from ddtctl.argv import parse_server_argv
-from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError
+from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError, printable
 from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launch_value_findings
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
@@ -416,7 +416,10 @@ def _is_sglang_config(doc: ProfileDocument) -> bool:
 
 
 def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
-    return ValidationResult(source=str(path), valid=False, error=err.one_line(), failure=err, path=str(path))
+    text = err.one_line()
+    if err.where == str(path):  # the result names its source already: "f: f: is a FIFO" -> "f: is a FIFO"
+        text = text.removeprefix(f"{printable(str(path))}: ")
+    return ValidationResult(source=str(path), valid=False, error=text, failure=err, path=str(path))
 
 
 def validate_paths(

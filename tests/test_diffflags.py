@@ -116,6 +116,10 @@ def test_argv_mapping_folds_aliases_and_switches():
     optional = next(s for s in cat.flags if s.action == "boolean_optional")  # --x / --no-x
     assert argv_to_mapping([f"--no-{optional.name}"], cat) == {f"--{optional.name}": False}
     assert argv_to_mapping([f"--{optional.name}"], cat) == {f"--{optional.name}": True}
+    # argparse's reading: a prefix is its flag, the last occurrence decides, several values stay together
+    assert argv_to_mapping(["--tp", "2", "--tp-size", "4", "--json-model-override-args", "{}"], cat) == {
+        "--tp-size": "4", "--json-model-override-args": "{}"}
+    assert argv_to_mapping(["--lora-paths", "a", "b"], cat) == {"--lora-paths": "a b"}
 
 
 # -- CLI -------------------------------------------------------------------------------------------------------------
