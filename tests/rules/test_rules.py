@@ -469,6 +469,22 @@ HOOK_EXTRA += [
     ("DDT605", MLA + ["--pp-size", "2", "--speculative-algorithm", "NEXTN"],
      MLA + ["--pp-size", "2", "--speculative-algorithm", "NEXTN", "--disaggregation-mode", "prefill", "--disable-overlap-schedule"], "H200"),
 ]
+HOOK_CASES["DDT955"] = (DENSE + ["--enable-unified-cache-external-linker", "--disable-radix-cache"],
+                        DENSE + ["--enable-unified-cache-external-linker"], "H200")
+HOOK_EXTRA += [
+    ("DDT955", DENSE + ["--unified-cache-external-linker-config", "[1]"],
+     DENSE + ["--unified-cache-external-linker-config", "{}"], "H200"),
+    ("DDT955", DENSE + ["--enable-unified-cache-external-linker", "--enable-hierarchical-cache"],
+     DENSE + ["--enable-unified-cache-external-linker"], "H200"),
+    ("DDT955", DENSE + ["--enable-unified-cache-external-linker", "--hicache-storage-backend", "file"],
+     DENSE + ["--enable-unified-cache-external-linker"], "H200"),
+    ("DDT955", DENSE + ["--enable-hierarchical-cache", "--hicache-host-memory-mode", "buffer_only"],
+     DENSE + ["--enable-hierarchical-cache", "--hicache-host-memory-mode", "buffer_only", "--hicache-storage-backend",
+              "file"], "H200"),
+    ("DDT955", DENSE + ["--disaggregation-mode", "decode", "--hicache-host-memory-mode", "buffer_only",
+                        "--hicache-storage-backend", "file"],
+     DENSE + ["--disaggregation-mode", "decode", "--hicache-storage-backend", "file"], "H200"),
+]
 CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 

@@ -24,6 +24,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
                                                                  DDT939
     validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
     lora         lora_hook.py (limits, MoE runners, speculation) DDT952-DDT954
+    hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
     overrides    values SGLang replaces (info)                   DDT950
 """
@@ -39,6 +40,7 @@ from ddtctl.rules.hooks.attention import (
 )
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
 from ddtctl.rules.hooks.features import feature_modes
+from ddtctl.rules.hooks.hicache import hicache_options
 from ddtctl.rules.hooks.kv_cache import (
     hicache,
     kv4_backend,
@@ -104,6 +106,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "hicache_options",
     "lora_speculative",
     "lora_moe_runner",
     "lora_limits",
