@@ -61,11 +61,11 @@ def heads_divisible(ctx: Context):
     "DDT603",
     "tp x pp divides across nodes",
     reads=("tp_size", "nnodes"),
-    applies=lambda ctx: (ctx.get("nnodes", 1) or 1) > 1,
+    applies=lambda ctx: (ctx.get("nnodes", 1) or 1) > 1 and ctx.get("ep_join_mode") != "scale",
     reference=VALIDATION,
 )
 def nodes_divide(ctx: Context):
-    """`(tp_size * pp_size) % nnodes == 0`."""
+    """`(tp_size * pp_size) % nnodes == 0` (not checked for an elastic-EP `--ep-join-mode scale` node)."""
     tp, pp, nnodes = ctx.get("tp_size", 1), ctx.get("pp_size", 1), ctx.get("nnodes", 1)
     if (tp * pp) % nnodes:
         return Hit(
@@ -99,7 +99,9 @@ def dp_single_node(ctx: Context):
 def pipeline(ctx: Context):
     """With `--pp-size > 1`: overlap scheduling is incompatible, so SGLang turns it off itself (an override
     with a warning, reported here as info; check_server_args then finds it off), and speculative decoding is
-    limited to (non-multi-layer) EAGLE on prefill nodes of a PD-disaggregated deployment."""
+    limited to (non-multi-layer) EAGLE, or DSPARK, on prefill nodes of a PD-disaggregated deployment;
+    `--min-free-slots-delay` is refused. (With SGLANG_ENABLE_PP_SPEC, EAGLE runs on aggregated servers:
+    `ddtctl dry-run` judges that.)"""
     if not ctx.get("disable_overlap_schedule"):
         yield Hit(
             "pipeline parallelism is incompatible with overlap scheduling: SGLang sets "
@@ -109,7 +111,14 @@ def pipeline(ctx: Context):
             fix="nothing to do; set disable-overlap-schedule: true to say so in the launch",
         )
     algo = ctx.algorithm
-    if algo is not None and algo not in ("DFLASH", "DDTREE"):  # those have their own pp rule
+    if algo == "DSPARK":
+        if ctx.get("disaggregation_mode") != "prefill":
+            yield Hit(
+                "Pipeline parallel DSPARK requires disaggregation-mode=prefill",
+                about="pp_size",
+                fix="set pp-size: 1",
+            )
+    elif algo is not None and algo not in ("DFLASH", "DDTREE"):  # those have their own pp rule
         if algo != "EAGLE" or ctx.get("enable_multi_layer_eagle"):
             yield Hit(
                 "pipeline parallelism supports only EAGLE (non-multi-layer) speculative decoding, "
@@ -123,6 +132,13 @@ def pipeline(ctx: Context):
                 about="pp_size",
                 fix="set pp-size: 1",
             )
+    if ctx.given.get("min_free_slots_delay") is not None:
+        yield Hit(
+            "--min-free-slots-delay is not supported with pipeline parallelism: allocatable slots per "
+            "microbatch are bounded by pp-max-micro-batch-size, so the threshold may never be reached",
+            about="min_free_slots_delay",
+            edits={"min_free_slots_delay": None},
+        )
 
 
 @rule(

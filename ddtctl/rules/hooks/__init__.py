@@ -22,6 +22,9 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     speculative  speculative_hook.py (UNO, DSPARK), validation   DDT918 DDT920-DDT922
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
+    validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
+    lora         lora_hook.py (limits, MoE runners, speculation) DDT952-DDT954
+    hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
     overrides    values SGLang replaces (info)                   DDT950
 """
@@ -37,6 +40,7 @@ from ddtctl.rules.hooks.attention import (
 )
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
 from ddtctl.rules.hooks.features import feature_modes
+from ddtctl.rules.hooks.hicache import hicache_options
 from ddtctl.rules.hooks.kv_cache import (
     hicache,
     kv4_backend,
@@ -45,6 +49,7 @@ from ddtctl.rules.hooks.kv_cache import (
     nvfp4_backends,
     unified_memory,
 )
+from ddtctl.rules.hooks.lora import lora_limits, lora_moe_runner, lora_speculative
 from ddtctl.rules.hooks.memory import chunked_prefill, default_chunked_prefill, default_decode_graph_bs
 from ddtctl.rules.hooks.model import (
     ENCODER_DISAGGREGATION_ARCHITECTURES,
@@ -92,8 +97,24 @@ from ddtctl.rules.hooks.serving import (
     sampling_backend,
 )
 from ddtctl.rules.hooks.speculative import aux_hidden, dspark, uno, watermark
+from ddtctl.rules.hooks.validation import (
+    aux_layer_ids,
+    bucket_rules,
+    native_grpc,
+    serving_options,
+    watermark_settings,
+)
 
 __all__ = [
+    "hicache_options",
+    "lora_speculative",
+    "lora_moe_runner",
+    "lora_limits",
+    "watermark_settings",
+    "serving_options",
+    "native_grpc",
+    "bucket_rules",
+    "aux_layer_ids",
     "a2a_backends",
     "a2a_needs_dp",
     "AG",
