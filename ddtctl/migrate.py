@@ -14,11 +14,14 @@ import difflib
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddtctl.errors import ProfileError, UsageError
 from ddtctl.schema.catalog import SUGGEST_PER_INPUT, Catalog
 from ddtctl.yamledit import EditRefused, RoundTrip, find_key, rename_key, set_value
+
+if TYPE_CHECKING:
+    from ddtctl.profile import ProfileDocument
 
 _KEY_TOKEN = r"[A-Za-z0-9_.-]+"
 
@@ -142,13 +145,19 @@ def _replacement_value(replacement: str | None, target) -> tuple[str, Any] | Non
 
 # -- the migration -------------------------------------------------------------------------------------------
 def migrate_text(
-    text: str, source: str, to_version: str, *, from_version: str | None = None
+    text: str,
+    source: str,
+    to_version: str,
+    *,
+    from_version: str | None = None,
+    document: ProfileDocument | None = None,
 ) -> MigrationResult:
+    """`text` ("\n" line endings) migrated; `document`: its parse, when the caller has it."""
     from ddtctl.diffflags import diff_versions
     from ddtctl.profile import parse_profile_text
     from ddtctl.schema.catalog import load_catalog
 
-    doc = parse_profile_text(text, source)
+    doc = document if document is not None else parse_profile_text(text, source)
     data = doc.data
     declared = data.get("sglang")
     src_version = from_version or (str(declared) if declared is not None else None)
@@ -410,20 +419,27 @@ def _check_value(result: MigrationResult, target, new_name: str, value: Any, lin
 def migrate_profile(
     path: str | os.PathLike[str], to_version: str, *, from_version: str | None = None, write: bool = False
 ) -> MigrationResult:
-    from ddtctl.profile import read_profile_document
-    from ddtctl.safeio import rewrite
+    """Migrate the profile at `path`; with `write`, rewrite it through the profile edit transaction
+    (ddtctl.profile_edit: bounded read, "\n" line endings edited and the file's own written back, the result
+    parsed again, a fresh O_EXCL temporary renamed over the file, a symlink written through, refused if
+    read-only or changed since it was read: issue #14)."""
+    from ddtctl.profile_edit import edit_profile
 
-    doc = read_profile_document(path)  # size, encoding and I/O errors as one-line ProfileErrors
-    # edited with "\n" line breaks; rewrite() writes the file's own (CRLF stays CRLF)
-    result = migrate_text(doc.text.replace("\r\n", "\n"), str(path), to_version, from_version=from_version)
-    if write and result.changed:
-        # a fresh O_EXCL temporary, the file's mode kept, a symlink written through, refused if read-only or
-        # changed since it was read (issue #14)
-        rewrite(
-            path,
-            result.text,
-            original=doc.raw if doc.raw is not None else doc.text.encode("utf-8"),
-            what="profile",
+    migrated: list[MigrationResult] = []
+
+    def edit(doc: ProfileDocument) -> str:
+        migrated.append(
+            migrate_text(doc.text, doc.source, to_version, from_version=from_version, document=doc)
         )
-        result.written = True
+        return migrated[0].text
+
+    outcome = edit_profile(path, edit, write=write)
+    if outcome.refused:
+        raise ProfileError(
+            f"cannot migrate the profile: {outcome.refused}",
+            where=outcome.path,
+            fix="edit it by hand (`ddtctl diff-flags` lists the renamed flags)",
+        )
+    result = migrated[0]
+    result.written = outcome.written
     return result

@@ -335,16 +335,20 @@ def read_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
 
     source = str(path)
     raw = read_regular(path, MAX_PROFILE_BYTES, error=ProfileError, what="profile")
+    doc = parse_profile_text(decode_profile(raw, source), source)
+    doc.raw = raw
+    return doc
+
+
+def decode_profile(raw: bytes, source: str) -> str:
+    """A profile file's bytes as text: UTF-8, or a ProfileError naming the line of the first bad byte."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise ProfileError(
             f"not UTF-8 (byte 0x{raw[err.start]:02x})", where=f"{source}:{line}", fix="save the file as UTF-8"
         ) from None
-    doc = parse_profile_text(text, source)
-    doc.raw = raw
-    return doc
 
 
 # Values that are text whatever YAML 1.1 makes of them: the profile's own string fields and the environment.

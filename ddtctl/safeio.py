@@ -417,6 +417,15 @@ def loads_json(
     return data
 
 
+def _load_file(
+    parse: Any, path: str | os.PathLike[str], limit: int, *, what: str, error: type[DdtctlError], depth: int
+) -> Any:
+    """`parse` (loads_json / loads_yaml) of the UTF-8 text of a regular file of at most `limit` bytes: the
+    one bounded read of load_json and load_yaml."""
+    text = read_text(path, limit, error=error, what=what)
+    return parse(text, where=str(path), what=what, error=error, depth=depth)
+
+
 def load_json(
     path: str | os.PathLike[str],
     limit: int,
@@ -426,9 +435,7 @@ def load_json(
     depth: int = MAX_DEPTH,
 ) -> Any:
     """`loads_json` of a regular file of at most `limit` bytes (read_regular)."""
-    return loads_json(
-        read_text(path, limit, error=error, what=what), where=str(path), what=what, error=error, depth=depth
-    )
+    return _load_file(loads_json, path, limit, what=what, error=error, depth=depth)
 
 
 def _yaml_loader() -> Any:
@@ -512,9 +519,7 @@ def load_yaml(
     depth: int = MAX_DEPTH,
 ) -> Any:
     """`loads_yaml` of a regular file of at most `limit` bytes (read_regular)."""
-    return loads_yaml(
-        read_text(path, limit, error=error, what=what), where=str(path), what=what, error=error, depth=depth
-    )
+    return _load_file(loads_yaml, path, limit, what=what, error=error, depth=depth)
 
 
 # -- globs -----------------------------------------------------------------------------------------

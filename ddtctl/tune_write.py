@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ddtctl.errors import UsageError
 
 if TYPE_CHECKING:
+    from ddtctl.profile import ProfileDocument
     from ddtctl.tune import PointResult
 
 
@@ -21,39 +22,48 @@ class WriteResult:
 
 def write_point(profile: str, point: PointResult) -> WriteResult:
     """Put a point's flags into the profile's `server:` block, keeping comments and layout: the editor of
-    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.verify, written by
-    ddtctl.safeio.rewrite."""
-    from ddtctl.fix import apply_fixes, unified_diff, verify
-    from ddtctl.profile import canonical_flag_key, parse_profile_text, read_profile_document
+    `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.edit_mismatch, in the profile edit
+    transaction (ddtctl.profile_edit: written by ddtctl.safeio.rewrite)."""
+    from ddtctl.fix import apply_fixes, edit_mismatch
+    from ddtctl.profile_edit import edit_profile
     from ddtctl.rules.engine import ERROR, Finding
-    from ddtctl.safeio import rewrite
+    from ddtctl.yamledit import EditRefused
+
+    edits: dict[str, Any] = {}
+
+    def edit(doc: ProfileDocument) -> str:
+        _refuse_env_edits(point, doc.data.get("env") or {}, doc.source)
+        edits.update(_server_edits(point, doc.data.get("server") or {}))
+        finding = Finding(rule="tune", severity=ERROR, message=f"tune winner {point.label}", edits=edits)
+        fixed = apply_fixes(doc.text, [finding], doc.lines)
+        if fixed.refused:
+            raise EditRefused(fixed.refused)
+        return fixed.text
+
+    outcome = edit_profile(
+        profile, edit, check=lambda before, after: edit_mismatch(before.data, after.data, edits)
+    )
+    if outcome.refused:
+        raise UsageError(
+            f"cannot write the winner into the profile: {outcome.refused}",
+            where=outcome.path,
+            fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand",
+        )
+    return WriteResult(outcome.path, outcome.changed, edits, outcome.diff)
+
+
+def _server_edits(point: PointResult, server: dict[str, Any]) -> dict[str, Any]:
+    """The point's `server:` flags that differ from the profile's (None: remove a flag the profile sets)."""
+    from ddtctl.profile import canonical_flag_key
     from ddtctl.tune import env_name
 
-    doc = read_profile_document(profile)
-    raw = doc.raw
-    text = doc.text.replace("\r\n", "\n")
-    doc = parse_profile_text(text, doc.source) if text != doc.text else doc
-    server = doc.data.get("server") or {}
-    _refuse_env_edits(point, doc.data.get("env") or {}, doc.source)
     flags = {k: v for k, v in point.flags.items() if env_name(k) is None}
     edits = {
         canonical_flag_key(k): v
         for k, v in flags.items()
         if server.get(canonical_flag_key(k)) != v or (v is None and canonical_flag_key(k) in server)
     }
-    edits = {k: v for k, v in edits.items() if not (v is None and k not in server)}
-    finding = Finding(rule="tune", severity=ERROR, message=f"tune winner {point.label}", edits=edits)
-    fixed = apply_fixes(text, [finding], doc.lines)
-    why = fixed.refused or (verify(doc.data, fixed.text, fixed.edits, doc.source) if fixed.changed else None)
-    if why:
-        raise UsageError(
-            f"cannot write the winner into the profile: {why}",
-            where=doc.source,
-            fix="set " + ", ".join(f"{k}: {v}" for k, v in edits.items()) + " by hand",
-        )
-    if fixed.changed:
-        rewrite(doc.source, fixed.text, original=raw if raw is not None else text.encode(), what="profile")
-    return WriteResult(doc.source, fixed.changed, edits, unified_diff(doc.source, text, fixed.text))
+    return {k: v for k, v in edits.items() if not (v is None and k not in server)}
 
 
 def _refuse_env_edits(point: PointResult, env: dict[str, Any], source: str) -> None:

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
 from ddtctl.errors import ExitCode
 
@@ -179,7 +180,7 @@ def diff_flags(
         help="With --resolved: DDTREE payload: auto (built and used when "
         "a profile asks for DDTREE), none, or a payload directory.",
     ),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: OutputFormat = options.FORMAT,
     brief: bool = typer.Option(False, "--brief", help="Text output: list at most 20 added flags."),
 ) -> None:
     """Show how SGLang's flags differ: between releases (--from/--to), between the catalog and an installed
@@ -275,7 +276,7 @@ def migrate(
     write: bool = typer.Option(
         False, "--write", help="Rewrite the file in place (default: show the diff only)."
     ),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: OutputFormat = options.FORMAT,
 ) -> None:
     """Rewrite a profile for a newer SGLang: renamed flags renamed (comments and layout kept), removed ones
     reported.

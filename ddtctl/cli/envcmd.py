@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app
 from ddtctl.errors import ExitCode
 
@@ -69,7 +70,7 @@ def create(
 @env_app.command("show")
 def show(
     sglang: str = typer.Option("0.5.23", "--sglang", help=_SGLANG_HELP),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
+    fmt: OutputFormat = options.FORMAT,
     check: bool = typer.Option(
         False, "--check", help="Also start the resolver and import sglang (a few seconds)."
     ),

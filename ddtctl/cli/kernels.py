@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, emit_json
 from ddtctl.errors import ExitCode
 
@@ -16,7 +17,7 @@ app.add_typer(kernels_app, name="kernels")
 def selftest_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu (Triton interpreter, small sizes) or cuda."),
     quick: bool = typer.Option(False, "--quick", help="One case only."),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: OutputFormat = options.FORMAT,
 ) -> None:
     """Check the Triton kernels against the exact reference. Exit 0 only if every check passed."""
     import os

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app
 from ddtctl.errors import ExitCode
 
@@ -21,7 +22,6 @@ app.add_typer(overlay_app, name="overlay")
 _PAYLOAD = "Payload source directory (manifest.json; default: the bundled ddtree-sglang-0.5.23)."
 _ROOT = "SGLang site-packages directory (the one holding sglang/). Default: the managed env's."
 _PY = "Interpreter of that SGLang install (default: guessed from --sglang-root, else the managed env's)."
-_FMT = "text or json"
 
 
 def _out():
@@ -46,7 +46,7 @@ def build_cmd(
         "--out",
         help="Build directory (default: ${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/<name>-<sglang>).",
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Apply the payload's patches to the pristine SGLang files (base hashes checked) into a staging tree, add
     its modules, byte-compile with the target interpreter, and make the dry-run view."""
@@ -91,7 +91,7 @@ def verify_cmd(
     checks: str = typer.Option(
         None, "--checks", help="Comma-separated smoke check ids (default: the manifest's)."
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Run the payload's smoke checks in the target interpreter (DDTREE resolves, flags parse, a DDTREE argv
     resolves through resolve_once(), rules, launch refusal, kernels self-test on CPU). Exit 4 if any fails."""
@@ -140,7 +140,7 @@ def install_cmd(
         help="Backups, journal and install record (default: "
         "${XDG_CACHE_HOME:-~/.cache}/ddtctl/overlay/state/<root hash>).",
     ),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Install atomically: pristine backups, files moved in by rename, a record; an interrupted install is
     rolled back (or finished) by the next overlay command."""
@@ -154,7 +154,7 @@ def uninstall_cmd(
     sglang_root: str = typer.Option(..., "--sglang-root", help="SGLang site-packages directory."),
     python: str = typer.Option(None, "--python", help=_PY),
     state_dir: str = typer.Option(None, "--state-dir", help="The state dir used at install."),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Restore the exact pristine files (bytes, modes, mtimes, their .pyc) and remove the payload's own
     files."""
@@ -187,7 +187,7 @@ def status_cmd(
     sglang_root: str = typer.Option(..., "--sglang-root", help="SGLang site-packages directory."),
     python: str = typer.Option(None, "--python", help=_PY),
     state_dir: str = typer.Option(None, "--state-dir", help="The state dir used at install."),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """What is installed (payload id, files) and whether any installed file was changed since (drift)."""
     from rich.markup import escape
@@ -230,7 +230,7 @@ def import_cmd(
     ),
     python: str = typer.Option(None, "--python", help=_PY),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out."),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Turn hand-patched SGLang files into a payload: a diff against each pristine file (hashes recorded), new
     files as added files. Then `ddtctl overlay build --payload OUT`."""
@@ -264,7 +264,7 @@ def manifest_cmd(
     update: bool = typer.Option(False, "--update", help="Rewrite stale hashes (after an intended change)."),
     sglang_root: str = typer.Option(None, "--sglang-root", help=_ROOT),
     python: str = typer.Option(None, "--python", help=_PY),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help=_FMT),
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Check that the manifest's pinned hashes match its sources (exit 4 when stale, unless --update)."""
     from rich.markup import escape

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app
 from ddtctl.cli.stage_events import LiveStages, event_printer
-
-_INVENTORY = typer.Option(
-    None,
-    "--inventory",
-    "-i",
-    help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml "
-    "here or in the nearest parent directory)",
-)
-_TRUST = typer.Option(False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)")
-_FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
 
 
 def _error_json(message: str | None, exit_code: int, where: str | None = None) -> dict | None:
@@ -79,8 +70,8 @@ def deploy(
         None, "--profile", "-p", help="Profile to deploy (default: the host's profile)"
     ),
     algo: str = typer.Option(None, "--algo", help="Override server.speculative-algorithm (e.g. DDTREE)"),
-    payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
-    inventory: str = _INVENTORY,
+    payload: str = options.PAYLOAD,
+    inventory: str = options.INVENTORY,
     plan: bool = typer.Option(
         False, "--plan", help="Stop after printing the plan (read-only: nothing changes)"
     ),
@@ -94,17 +85,11 @@ def deploy(
     check: bool = typer.Option(False, "--check", hidden=True, help="Deprecated alias of --stage"),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation"),
     restart: bool = typer.Option(False, "--restart", help="Restart even if the release is unchanged"),
-    trust_new_host: bool = _TRUST,
-    lock_wait: float = typer.Option(
-        0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)"
-    ),
-    skip_dry_run: bool = typer.Option(
-        False, "--skip-remote-dry-run", help="Do not run SGLang's resolver on the host before launching"
-    ),
-    health_timeout: float = typer.Option(
-        None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"
-    ),
-    fmt: OutputFormat = _FORMAT,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    lock_wait: float = options.LOCK_WAIT,
+    skip_dry_run: bool = options.SKIP_REMOTE_DRY_RUN,
+    health_timeout: float = options.HEALTH_TIMEOUT,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Take HOST from whatever runs there to the profile's server, healthy — or leave it as it was.
 
@@ -187,9 +172,9 @@ def facts(
     model: list[str] = typer.Option(
         None, "--model", help="Model dir on the host whose config.json to fetch and cache"
     ),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
-    fmt: OutputFormat = _FORMAT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """GPUs, CUDA, python, SGLang, disk, ports, our server, and model configs of HOST."""
     from ddtctl.deploy import host_facts
@@ -266,9 +251,9 @@ def status(
         "--probe",
         help="Without HOST: also connect to every host (in parallel) for its release, server and health",
     ),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
-    fmt: OutputFormat = _FORMAT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Current release, server process and health of HOST. Exit 0 when healthy, 5 when not running/unhealthy.
 
@@ -449,9 +434,9 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
 @app.command()
 def releases(
     host: str = typer.Argument(..., help="Inventory host"),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
-    fmt: OutputFormat = _FORMAT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Releases recorded on HOST (newest last): id, status, profile, payload and profile hashes."""
     from ddtctl.deploy import _release_summary, host_status
@@ -494,8 +479,8 @@ def logs(
     release: str = typer.Option(
         None, "--release", help="Log of this release (default: the running server's)"
     ),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
 ) -> None:
     """The server log on HOST."""
     import sys
@@ -523,10 +508,10 @@ def logs(
 def stop(
     host: str = typer.Argument(..., help="Inventory host"),
     grace: float = typer.Option(20.0, "--grace", help="Seconds between SIGTERM and SIGKILL"),
-    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for a running deploy's lock"),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
-    fmt: OutputFormat = _FORMAT,
+    lock_wait: float = options.LOCK_WAIT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Stop the server ddtctl started on HOST (SIGTERM to its process group, then SIGKILL)."""
     from ddtctl.deploy import stop_server
@@ -552,11 +537,11 @@ def stop(
 def rollback(
     host: str = typer.Argument(..., help="Inventory host"),
     release: str = typer.Argument(None, help="Release id (default: the previous healthy one)"),
-    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for a running deploy's lock"),
+    lock_wait: float = options.LOCK_WAIT,
     health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the release's)"),
-    inventory: str = _INVENTORY,
-    trust_new_host: bool = _TRUST,
-    fmt: OutputFormat = _FORMAT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Reinstall an earlier release's payload and restart its server; wait until healthy."""
     from ddtctl.deploy import rollback as run_rollback

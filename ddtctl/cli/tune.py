@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, stdout_console
 
 
@@ -103,24 +104,18 @@ def tune(
         "prompts: JSON lines or ShareGPT-style JSON, sent to the host's benchmark "
         "(--output-len fixed)",
     ),
-    payload: str = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)"),
+    payload: str = options.PAYLOAD,
     bench_cmd: str = typer.Option(
         None,
         "--bench-cmd",
         help="Benchmark command on the host (default: '{python} -m sglang.benchmark.serving')",
     ),
-    skip_dry_run: bool = typer.Option(
-        False, "--skip-remote-dry-run", help="Do not run SGLang's resolver on the host before each launch"
-    ),
-    health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the profile's)"),
-    lock_wait: float = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock"),
-    inventory: str = typer.Option(
-        None, "--inventory", "-i", help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml)"
-    ),
-    trust_new_host: bool = typer.Option(
-        False, "--trust-new-host", help="Accept and save an unknown host key"
-    ),
-    fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json"),
+    skip_dry_run: bool = options.SKIP_REMOTE_DRY_RUN,
+    health_timeout: float = options.HEALTH_TIMEOUT,
+    lock_wait: float = options.LOCK_WAIT,
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
 ) -> None:
     """Find the speculative-decoding settings that serve fastest on HOST.
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, ReportFormat, app, emit_json, stdout_console
 from ddtctl.errors import ExitCode
 
@@ -87,7 +88,7 @@ def _esc(text: str) -> str:
 
 @app.command("rules")
 def list_rules(
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: OutputFormat = options.FORMAT,
     coverage: bool = typer.Option(
         False,
         "--coverage",
@@ -175,7 +176,7 @@ _DDT000_DOC = (
 @app.command()
 def explain(
     rule_id: str = typer.Argument(..., help="A rule id, e.g. DDT111."),
-    output: OutputFormat = typer.Option(OutputFormat.text, "--format", help="text or json."),
+    output: OutputFormat = options.FORMAT,
 ) -> None:
     """Print a rule's documentation."""
     from ddtctl.errors import UsageError

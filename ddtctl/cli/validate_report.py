@@ -131,78 +131,16 @@ def _print_annotations(results) -> None:
 def _apply_fixes(
     results, gpu, *, unsafe: bool = False, dry_run: bool = False, ignore=None, say_fixed: bool = True
 ):
-    """Apply each invalid profile's fixes in place (the safe ones; the unsafe ones too with `unsafe`): the
-    edit is made on the text that was validated, checked (it must parse to the intended profile), and written
-    by ddtctl.safeio.rewrite (mode, symlink, line endings kept; refused when the file is read-only or changed
-    since it was read). `dry_run` (--diff): nothing is written; each result carries its diff and is the
-    validation of the edited text, so the exit code is the one validate would give after the fix. `say_fixed`:
-    print "fixed DDT111" on stderr (text output; JSON lists them in the result's `fixed`)."""
-    from ddtctl.errors import DdtctlError
-    from ddtctl.fix import UNSAFE, apply_fixes, unified_diff, verify
-    from ddtctl.profile import parse_profile_text
-    from ddtctl.safeio import rewrite
-    from ddtctl.validate import validate_document, validate_path
+    """--fix (ddtctl.fix.fix_results); `say_fixed`: print "fixed DDT111" on stderr (text output; JSON lists
+    them in the result's `fixed`)."""
+    from ddtctl.fix import fix_results
 
-    out = []
-    for result in results:
-        if (
-            result.error
-            or result.valid
-            or result.profile is None
-            or result.raw is None
-            or result.text is None
-        ):
-            if dry_run and not result.error:
-                result.diff = ""
-            out.append(result)
-            continue
-        text = result.text.replace(
-            "\r\n", "\n"
-        )  # edited with \n; rewrite() writes the file's own line endings
-        doc = parse_profile_text(text, result.source)
-        chosen = [f for f in result.findings if f.fixable and (unsafe or f.fixable != UNSAFE)]
-        left_out = sorted({f.rule for f in result.findings if f.fixable == UNSAFE and f not in chosen})
-        fixed = apply_fixes(text, chosen, doc.lines)
-        rules = ", ".join(sorted(set(fixed.applied)))
-        refused = fixed.refused or (
-            verify(doc.data, fixed.text, fixed.edits, result.source) if fixed.changed else None
-        )
-        if refused:
-            result.fix_refused = (
-                f"cannot apply {rules} safely: {refused}; the file is unchanged (edit it by hand)"
-            )
-            result.unapplied = left_out
-            if dry_run:
-                result.diff = ""
-            out.append(result)
-            continue
-        if dry_run:
-            after = (
-                validate_document(parse_profile_text(fixed.text, result.source), gpu=gpu, ignore=ignore)
-                if fixed.changed
-                else result
-            )
-            after.text, after.raw = fixed.text, result.raw
-            after.diff = unified_diff(result.source, text, fixed.text)
-            after.unapplied = left_out
-            out.append(after)
-            continue
-        if fixed.changed:
-            try:
-                rewrite(result.source, fixed.text, original=result.raw, what="profile")
-            except DdtctlError as err:
-                result.error = f"--fix not written: {err.one_line()}"
-                err.message = f"--fix not written: {err.message}"
-                result.failure = err
-                out.append(result)
-                continue
-            if say_fixed:
-                sys.stderr.write(f"{result.source}: fixed {rules}\n")
-            result = validate_path(result.source, gpu=gpu, ignore=ignore)
-            result.fixed = sorted(set(fixed.applied))
-        result.unapplied = left_out
-        out.append(result)
-    return out
+    def said(source: str, rules: str) -> None:
+        sys.stderr.write(f"{source}: fixed {rules}\n")
+
+    return fix_results(
+        results, gpu, unsafe=unsafe, dry_run=dry_run, ignore=ignore, on_fixed=said if say_fixed else None
+    )
 
 
 def _print_diffs(results) -> None:

@@ -1,0 +1,32 @@
+"""Options several commands take, declared once (as pip's cmdoptions): the same flag has the same default and
+help wherever it appears. An option only one command takes stays with that command."""
+
+from __future__ import annotations
+
+import typer
+
+from ddtctl.cli._app import OutputFormat
+
+FORMAT = typer.Option(OutputFormat.text, "--format", help="text or json")
+
+# -- commands that reach a host over SSH (deploy, tune, facts, releases, status, logs, stop, rollback)
+INVENTORY = typer.Option(
+    None,
+    "--inventory",
+    "-i",
+    help="Inventory file (default: $DDTCTL_INVENTORY, else hosts.yaml "
+    "here or in the nearest parent directory)",
+)
+TRUST_NEW_HOST = typer.Option(
+    False, "--trust-new-host", help="Accept and save an unknown host key (once; shows it)"
+)
+LOCK_WAIT = typer.Option(0.0, "--lock-wait", help="Seconds to wait for another deploy's lock (0: refuse)")
+
+# -- commands that launch a profile's server on a host (deploy, tune)
+PAYLOAD = typer.Option(None, "--payload", help="Built DDTREE payload directory (default: build it)")
+SKIP_REMOTE_DRY_RUN = typer.Option(
+    False, "--skip-remote-dry-run", help="Do not run SGLang's resolver on the host before each launch"
+)
+HEALTH_TIMEOUT = typer.Option(
+    None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"
+)
