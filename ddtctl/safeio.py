@@ -74,9 +74,7 @@ def read_regular(
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(
-                f"is {_kind(st.st_mode)}, not {noun}", where=source, fix=fix or "give a regular file"
-            )
+            raise error(f"is {_kind(st.st_mode)}, not {noun}", where=source, fix=fix or "give a regular file")
         if st.st_size > limit:
             raise error(
                 f"file is {st.st_size // 1024} KiB; {what}s are limited to {limit // 1024} KiB",
