@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test lint typecheck format system-deps clean sglang-env fidelity fidelity-fuzz fuzz
+.PHONY: setup run test lint typecheck format system-deps clean sglang-env fidelity fidelity-fuzz fuzz kernels-compile
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,11 @@ fidelity-fuzz: setup sglang-env
 # (tests/seeded_hypothesis.py).
 fuzz: setup
 	DDTCTL_FUZZ=1 $(BIN)/python -m pytest -q tests/kernels tests/overlay/test_udiff.py -m hypothesis
+
+# Every kernel launch the sm_90 compile tests know (17 GDN tree verify variants instead of `make test`'s 5: the
+# tf32x3 precision, each block-2 height, block_v 32), with the real Triton compiler: ~10 minutes here.
+kernels-compile: setup
+	DDTCTL_FULL_COMPILE=1 $(BIN)/python -m pytest -q tests/kernels/test_kernels_sm90_compile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -79,15 +79,18 @@ PER_WORKER_FIXTURES = frozenset({"sshd", "jump_sshd", "managed_python"})
 # prefix -> unit.
 SERIAL_GROUPS = {
     "tests/bench/test_deploy_rehearsal.py::test_cpu_rehearsal": "deploy-rehearsal",
-    "tests/bench/test_deploy_rehearsal.py::test_phases_named_by_skip": "deploy-rehearsal",
 }
 
 # Slow tests start first (work is handed out in collection order), so none of them is the run's tail. Prefixes of
 # node ids; the rest keep their order. `pytest --durations=60` says which tests belong here.
 SLOW_FIRST = (
-    "tests/bench/test_deploy_rehearsal.py::test_cpu_rehearsal",
-    "tests/bench/test_deploy_rehearsal.py::test_phases_named_by_skip",
+    "tests/bench/test_deploy_rehearsal.py::test_cpu_rehearsal",  # one unit, ~5 minutes of one worker
     "tests/fidelity/",  # the `live` unit: SGLang's resolver over the corpus, forwards, backwards, fresh processes
+    "tests/kernels/test_kernels_sm90_compile.py",  # the real Triton compiler: 30-120 s each
+    "tests/cli/test_precommit_hook.py::test_try_repo",  # pre-commit builds its own venv
+    "tests/kernels/test_gdn_tree_levels.py::test_qwen36_27b_head_dims",
+    "tests/kernels/test_kernels_e2e.py",
+    "tests/remote/test_tune.py",
 )
 
 _UNITS_ENV = "DDTCTL_XDIST_UNITS"
