@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddtctl.errors import ProfileError
@@ -150,6 +150,9 @@ class Rendered:
     env: dict[str, str]
     config: dict[str, Any] | None
     text: str
+    warnings: list[str] = field(
+        default_factory=list
+    )  # what the launch may not do as meant (stderr in text mode)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,6 +163,7 @@ class Rendered:
             "env": self.env,
             "config": self.config,
             "text": self.text,
+            "warnings": self.warnings,
         }
 
 

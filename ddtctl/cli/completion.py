@@ -41,6 +41,9 @@ def _choices(param) -> list[str]:
     )
     if choices is None:
         choices = getattr(getattr(param, "type", None), "choices", None)  # click.Choice
+    if choices is None:  # a `parser=` function that names its values (render --as: one-line errors)
+        parser = getattr(getattr(desc, "parameter_info", None), "parser", None)
+        choices = getattr(parser, "choices", None)
     return [str(getattr(c, "value", c)) for c in (choices or ())]
 
 

@@ -1,29 +1,60 @@
-"""`ddtctl render`: what a profile launches, as SGLang would read it (the logic is ddtctl/render.py)."""
+"""`ddtctl render`: what a profile launches, as SGLang would read it (the logic is ddtctl/render.py, and
+ddtctl/render_engines.py for the launchers beyond one SSH host)."""
 
 from __future__ import annotations
 
 import sys
-from enum import Enum
 
 import typer
 
 from ddtctl.cli._app import OutputFormat, app, emit_json
+from ddtctl.errors import UsageError
+
+RENDER_AS = ("argv", "shell", "sglang-config", "k8s-lws", "skypilot")
 
 
-class RenderAs(str, Enum):
-    argv = "argv"
-    shell = "shell"
-    sglang_config = "sglang-config"
+def _render_as(value: str) -> str:
+    """--as: one of RENDER_AS, else ddtctl's one-line usage error (exit 2)."""
+    if value not in RENDER_AS:
+        raise UsageError(f"--as {value!r}: unknown render format", fix=f"use one of {', '.join(RENDER_AS)}")
+    return value
+
+
+_render_as.choices = RENDER_AS  # type: ignore[attr-defined]  # static shell completion (ddtctl/cli/completion.py)
 
 
 @app.command()
 def render(
     profile: str = typer.Argument(..., help="Profile file (YAML)"),
-    as_: RenderAs = typer.Option(
-        RenderAs.shell,
+    as_: str = typer.Option(
+        "shell",
         "--as",
-        help="argv (a JSON list), shell (one command) or "
-        "sglang-config (the YAML SGLang's own --config reads)",
+        parser=_render_as,
+        metavar="FORMAT",
+        help="argv (a JSON list), shell (one command), sglang-config (the YAML SGLang's own --config reads), "
+        "k8s-lws (a LeaderWorkerSet and its Service) or skypilot (a SkyPilot task)",
+    ),
+    nodes: int = typer.Option(
+        None, "--nodes", min=1, help="k8s-lws, skypilot: nodes (default: tp x pp over hardware.count)"
+    ),
+    image: str = typer.Option(
+        None, "--image", help="k8s-lws: the SGLang image (default lmsysorg/sglang:vRELEASE)"
+    ),
+    model_volume: str = typer.Option(
+        "hostpath",
+        "--model-volume",
+        help="k8s-lws: the models' volume, mounted at their directory: hostpath (that same host directory), "
+        "hostpath:/DIR or pvc:CLAIM",
+    ),
+    payload_volume: str = typer.Option(
+        "pvc:ddtree-payload",
+        "--payload-volume",
+        help="k8s-lws, DDTREE: the volume holding installer.py and payload/ (hostpath:/DIR or pvc:CLAIM)",
+    ),
+    payload_dir: str = typer.Option(
+        None,
+        "--payload-dir",
+        help="skypilot, DDTREE: the built payload (default: where overlay build writes it)",
     ),
     show_secrets: bool = typer.Option(
         False, "--show-secrets", help="Print secret values (api keys, *_TOKEN env)"
@@ -33,12 +64,31 @@ def render(
     ),
 ) -> None:
     """Print what `ddtctl deploy` would launch for PROFILE: the server argv, a copy-pasteable shell command,
-    or an SGLang --config file that SGLang reads back into the same argv. Secret values are masked unless
-    asked."""
-    from ddtctl.render import render_profile
+    an SGLang --config file that SGLang reads back into the same argv, or that argv on several nodes as a
+    Kubernetes LeaderWorkerSet or a SkyPilot task. Secret values are masked unless asked."""
+    from ddtctl.render_engines import ENGINE_FORMATS, EngineOptions, render_engine
 
-    result = render_profile(profile, as_.value, show_secrets=show_secrets)
+    if as_ in ENGINE_FORMATS:
+        opts = EngineOptions(nodes, image, model_volume, payload_volume, payload_dir, show_secrets)
+        result = render_engine(profile, as_, opts)
+    else:
+        from ddtctl.render import render_profile
+
+        given = [n for n, v in (("--nodes", nodes), ("--image", image), ("--payload-dir", payload_dir)) if v]
+        given += [
+            n
+            for n, v, d in (
+                ("--model-volume", model_volume, "hostpath"),
+                ("--payload-volume", payload_volume, "pvc:ddtree-payload"),
+            )
+            if v != d
+        ]
+        if given:
+            raise UsageError(f"{given[0]} is for --as k8s-lws or --as skypilot", fix="leave it out")
+        result = render_profile(profile, as_, show_secrets=show_secrets)
     if fmt == OutputFormat.json:
         emit_json("render", result.to_json())
         return
+    for warning in result.warnings:
+        sys.stderr.write(f"ddtctl: warning: {warning}\n")
     sys.stdout.write(result.text.rstrip("\n") + "\n")
