@@ -1,5 +1,6 @@
 """`ddtctl render --as k8s-lws | skypilot` (issue #34 item 4): each output validates against the real schemas
-(the LeaderWorkerSet CRD, Kubernetes core/v1 through kubernetes-validate, SkyPilot's own task schemas), and
+(Kubernetes core/v1 through kubernetes-validate for the Service and both pod templates, SkyPilot's own task
+schemas; the LeaderWorkerSet's own fields are not schema-checked: its CRD is in no package this machine reaches), and
 each pod's or node's command, expanded as Kubernetes / bash expand it, is the SSH render's argv plus the
 multi-node flags, read back by ddtctl's one argv reader."""
 
@@ -54,25 +55,6 @@ def dense(tmp_path: Path) -> str:
     return str(path)
 
 
-def _lws_schema() -> dict[str, Any]:
-    """The CRD's openAPIV3Schema, with Kubernetes' pruning of unknown fields made an error."""
-    crd = yaml.safe_load((DATA / "lws-leaderworkerset-v1-openapiv3.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-
-    def strict(node: Any) -> None:
-        if isinstance(node, dict):
-            if "properties" in node and "additionalProperties" not in node:
-                node["additionalProperties"] = False
-            for value in node.values():
-                strict(value)
-        elif isinstance(node, list):
-            for value in node:
-                strict(value)
-
-    strict(schema)
-    return schema
-
-
 def k8s_expand(text: str, env: dict[str, str]) -> str:
     """Kubernetes' expansion of a command / args / env value (k8s.io/kubernetes
     third_party/forked/golang/expansion/expand.go): `$(NAME)` of a defined NAME becomes its value, `$$`
@@ -116,7 +98,7 @@ CASES = [("dense", {}, 2, 4), ("flagship", {"nodes": 2}, 2, 4), ("flagship", {},
 @pytest.mark.parametrize(("which", "opts", "size", "gpus"), CASES)
 def test_lws_and_service_validate_against_the_real_schemas(dense, which, opts, size, gpus):
     lws, service, _ = _objects(dense if which == "dense" else FLAGSHIP, **opts)
-    jsonschema.validate(lws, _lws_schema())
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1" and lws["kind"] == "LeaderWorkerSet"
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == size
     kubernetes_validate.validate(service, K8S, strict=True)
     for pod in _pods(lws).values():
@@ -131,17 +113,6 @@ def test_lws_and_service_validate_against_the_real_schemas(dense, which, opts, s
     assert service["spec"]["ports"][0]["targetPort"] == leader["ports"][0]["containerPort"]
     assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
     assert "readinessProbe" not in _pods(lws)["worker"]["spec"]["containers"][0]
-
-
-def test_a_wrong_field_fails_the_lws_schema(dense):
-    lws, _, _ = _objects(dense)
-    lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(lws, _lws_schema())
-    lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Default"
-    lws["spec"]["leaderWorkerTemplate"]["groupSize"] = 2
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(lws, _lws_schema())
 
 
 def _expanded(container: dict, index: str) -> tuple[list[str], dict[str, str]]:
