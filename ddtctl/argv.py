@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ddtctl.errors import UsageError
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
 MASK = "***"
@@ -140,6 +141,19 @@ class _Bad:
 
 
 BAD = _Bad()
+
+
+MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")  # set per node: deploy, render --as
+
+
+def refuse_multi_node_flags(given: dict, source: str, why: str) -> None:
+    """The multi-node flags are ddtctl's to set per node (deploy's hosts, render's engines), not the
+    profile's."""
+    for flag in MULTI_NODE_FLAGS:
+        if flag[2:].replace("-", "_") in given:
+            raise UsageError(
+                f"{flag} is set in the profile; {why}", where=source, fix=f"remove {flag} from server:"
+            )
 
 
 LAUNCHERS = ("python -m sglang.launch_server", "python3 -m sglang.launch_server", "sglang serve")

@@ -19,11 +19,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.argv import MASK, SECRET_ENV, parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import UsageError
 from ddtctl.render import Rendered
 
 ENGINE_FORMATS = ("k8s-lws", "skypilot")
-MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 DIST_INIT_PORT = 50000  # the inventory's dist_init_port default (ddtctl/schema/hosts.py)
 DEFAULT_PORT = 30000  # SGLang's --port default
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -118,20 +118,13 @@ def _nodes_and_gpus(prof: Any, parsed: Any, nodes: int | None, source: str) -> t
 def launch_layout(path: str, opts: EngineOptions) -> Layout:
     """The profile's SSH launch (render_profile's argv, as `ddtctl render --as argv` prints it) and where it
     runs."""
-    from ddtctl.argv import MASK, SECRET_ENV, parse_launch_argv
     from ddtctl.profile import load_profile
     from ddtctl.render import render_profile
 
     ssh = render_profile(path, "argv", show_secrets=opts.show_secrets)
     prof = load_profile(path).profile
     parsed = parse_launch_argv(ssh.argv, prof.sglang, config=False)
-    for flag in MULTI_NODE_FLAGS:
-        if flag[2:].replace("-", "_") in parsed.given:
-            raise UsageError(
-                f"{flag} is set in the profile; the rendered launch sets it per node",
-                where=ssh.source,
-                fix=f"remove {flag} from server:",
-            )
+    refuse_multi_node_flags(parsed.given, ssh.source, "the rendered launch sets it per node")
     nodes, gpus = _nodes_and_gpus(prof, parsed, opts.nodes, ssh.source)
     draft = parsed.get("speculative_draft_model_path")
     layout = Layout(

@@ -7,14 +7,13 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddtctl.argv import parse_launch_argv
+from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
 
 PAYLOAD_MANIFEST = "ddtree-manifest.json"
 DEFAULT_PORT = 30000
-MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 
 
 @dataclass
@@ -73,13 +72,7 @@ class DeploySpec:
         for rank, host in enumerate(hosts):
             argv = list(self.server_argv)
             if n > 1:
-                for flag in MULTI_NODE_FLAGS:
-                    if flag[2:].replace("-", "_") in parsed.given:
-                        raise UsageError(
-                            f"{flag} is set in the profile; deploy renders it per host",
-                            where=self.source,
-                            fix=f"remove {flag} from server:",
-                        )
+                refuse_multi_node_flags(parsed.given, self.source, "deploy renders it per host")
                 addr = self.dist_init_addr or f"{hosts[0].address}:{hosts[0].dist_init_port}"
                 argv += ["--nnodes", str(n), "--node-rank", str(rank), "--dist-init-addr", addr]
             if self.launcher:

@@ -220,34 +220,27 @@ def _json_objects(ctx: Context) -> Iterator[Hit]:
         )
 
 
+# what DDT947 judges: the first seven are its `reads` (the rest are JSON / mapping options it parses)
+SERVING_OPTIONS = (
+    "enable_priority_scheduling",
+    "tokenizer_metrics_allowed_custom_labels",
+    "grpc_port",
+    "gc_threshold",
+    "enable_response_store",
+    "enable_tokenizer_batch_encode",
+    "disable_fast_image_processor",
+    "default_chat_template_kwargs",
+    "mm_process_config",
+    "limit_mm_data_per_request",
+    "preferred_sampling_params",
+)
+
+
 @rule(
     "DDT947",
     "serving options SGLang refuses as given",
-    reads=(
-        "enable_priority_scheduling",
-        "tokenizer_metrics_allowed_custom_labels",
-        "grpc_port",
-        "gc_threshold",
-        "enable_response_store",
-        "enable_tokenizer_batch_encode",
-        "disable_fast_image_processor",
-    ),
-    applies=lambda ctx: any(
-        ctx.given.get(d) is not None
-        for d in (
-            "enable_priority_scheduling",
-            "tokenizer_metrics_allowed_custom_labels",
-            "grpc_port",
-            "gc_threshold",
-            "enable_response_store",
-            "enable_tokenizer_batch_encode",
-            "disable_fast_image_processor",
-            "default_chat_template_kwargs",
-            "mm_process_config",
-            "limit_mm_data_per_request",
-            "preferred_sampling_params",
-        )
-    ),
+    reads=SERVING_OPTIONS[:7],
+    applies=lambda ctx: any(ctx.given.get(d) is not None for d in SERVING_OPTIONS),
     reference=f"{AG}validation_hook.py:280-287, 330-337, 359-372 check_server_args; "
     "validation_hook.py:109-116 validate_response_store; serving_hook.py:256-263 handle_deprecated_args, "
     "754-760 handle_tokenizer_batching, 146-160 handle_multimodal, 496-621 handle_other_validations",
