@@ -509,6 +509,16 @@ HOOK_EXTRA += [
     ("DDT956", UNO + ["--speculative-eagle-topk", "2", "--speculative-num-steps", "3"],
      UNO_TREE + ["4", "--speculative-num-steps", "3"], "H200"),
 ]
+POD = DENSE + ["--is-embedding", "--prefill-only-disable-kv-cache"]
+POD_OK = POD + ["--chunked-prefill-size", "-1", "--disable-radix-cache"]
+HOOK_EXTRA += [
+    ("DDT938", POD + ["--disable-radix-cache"], POD_OK, "H200"),
+    ("DDT938", POD + ["--chunked-prefill-size", "-1"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--kv-cache-dtype", "mxfp8"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--attn-cp-size", "2", "--tp-size", "2"], POD_OK + ["--tp-size", "2"], "H200"),
+    ("DDT938", POD_OK + ["--enable-prefill-cp"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--enable-hisparse"], POD_OK, "H200"),
+]
 CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
