@@ -485,6 +485,40 @@ HOOK_EXTRA += [
                         "--hicache-storage-backend", "file"],
      DENSE + ["--disaggregation-mode", "decode", "--hicache-storage-backend", "file"], "H200"),
 ]
+UNO = DENSE + ["--speculative-algorithm", "UNO", "--uno-lora-path", "/x", "--speculative-num-draft-tokens", "4"]
+UNO_TREE = UNO[:-2] + ["--speculative-eagle-topk", "2", "--attention-backend", "fa3", "--speculative-num-draft-tokens"]
+HOOK_CASES["DDT956"] = (UNO[:-2], UNO, "H200")
+HOOK_EXTRA += [
+    ("DDT956", UNO + ["--enable-deterministic-inference"], UNO, "H200"),
+    ("DDT956", UNO + ["--rl-on-policy-target", "fsdp"], UNO, "H200"),
+    ("DDT956", UNO + ["--enable-strict-thinking"], UNO, "H200"),
+    ("DDT956", UNO_TREE + ["4"], UNO_TREE + ["4", "--speculative-num-steps", "3"], "H200"),
+    ("DDT956", UNO_TREE + ["2", "--speculative-num-steps", "3"], UNO_TREE + ["4", "--speculative-num-steps", "3"], "H200"),
+    ("DDT956", UNO_TREE + ["200", "--speculative-num-steps", "3"], UNO_TREE + ["5", "--speculative-num-steps", "3"],
+     "H200"),
+    ("DDT956", UNO_TREE + ["6", "--speculative-num-steps", "2"], UNO_TREE + ["3", "--speculative-num-steps", "2"], "H200"),
+    ("DDT956", UNO_TREE + ["4", "--speculative-num-steps", "3", "--enable-two-batch-overlap"],
+     UNO_TREE + ["4", "--speculative-num-steps", "3"], "H200"),
+    ("DDT956", UNO_TREE + ["4", "--speculative-num-steps", "3", "--speculative-accept-threshold-single", "0.5"],
+     UNO + ["--speculative-accept-threshold-single", "0.5"], "H200"),
+    ("DDT956", UNO + ["--pp-size", "2"], UNO, "H200"),
+    ("DDT956", UNO + ["--tp-size", "2"], UNO, "H200"),
+    ("DDT956", UNO + ["--lora-paths", "a=/x"], UNO, "H200"),
+    ("DDT956", UNO + ["--speculative-use-rejection-sampling"], UNO, "H200"),
+    ("DDT956", UNO + ["--prefill-attention-backend", "flashinfer"], UNO, "H200"),
+    ("DDT956", UNO + ["--speculative-eagle-topk", "2", "--speculative-num-steps", "3"],
+     UNO_TREE + ["4", "--speculative-num-steps", "3"], "H200"),
+]
+POD = DENSE + ["--is-embedding", "--prefill-only-disable-kv-cache"]
+POD_OK = POD + ["--chunked-prefill-size", "-1", "--disable-radix-cache"]
+HOOK_EXTRA += [
+    ("DDT938", POD + ["--disable-radix-cache"], POD_OK, "H200"),
+    ("DDT938", POD + ["--chunked-prefill-size", "-1"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--kv-cache-dtype", "mxfp8"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--attn-cp-size", "2", "--tp-size", "2"], POD_OK + ["--tp-size", "2"], "H200"),
+    ("DDT938", POD_OK + ["--enable-prefill-cp"], POD_OK, "H200"),
+    ("DDT938", POD_OK + ["--enable-hisparse"], POD_OK, "H200"),
+]
 CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 

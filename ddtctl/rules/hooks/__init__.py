@@ -19,7 +19,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     kv_cache     kv_cache_hook.py                                DDT910 DDT911 DDT915 DDT927 DDT928 DDT940
     attention    attention_hook.py                               DDT912-DDT914 DDT933 DDT937
     model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934
-    speculative  speculative_hook.py (UNO, DSPARK), validation   DDT918 DDT920-DDT922
+    speculative  speculative_hook.py (UNO, DSPARK), validation   DDT918 DDT920-DDT922 DDT956
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
     validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
@@ -96,7 +96,7 @@ from ddtctl.rules.hooks.serving import (
     ranges,
     sampling_backend,
 )
-from ddtctl.rules.hooks.speculative import aux_hidden, dspark, uno, watermark
+from ddtctl.rules.hooks.speculative import aux_hidden, dspark, uno, uno_settings, watermark
 from ddtctl.rules.hooks.validation import (
     aux_layer_ids,
     bucket_rules,
@@ -180,5 +180,6 @@ __all__ = [
     "two_batch_overlap",
     "unified_memory",
     "uno",
+    "uno_settings",
     "watermark",
 ]

@@ -6,13 +6,24 @@ from typing import Iterator
 
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
-from ddtctl.rules.hooks.resolution import resolve
+from ddtctl.rules.hooks.memory import chunked_prefill
+from ddtctl.rules.hooks.resolution import is_deterministic, resolve
 
 
 @rule(
     "DDT938",
     "feature switches that need their mode",
-    reads=("enable_mamba_cache_stochastic_rounding",),
+    reads=(
+        "enable_mamba_cache_stochastic_rounding",
+        "prefill_only_disable_kv_cache",
+        "is_embedding",
+        "kv_cache_dtype",
+        "chunked_prefill_size",
+        "disable_radix_cache",
+        "attn_cp_size",
+        "enable_prefill_cp",
+        "enable_hisparse",
+    ),
     applies=lambda ctx: any(
         (
             ctx.get("enable_mamba_cache_stochastic_rounding"),
@@ -34,7 +45,7 @@ from ddtctl.rules.hooks.resolution import resolve
     ),
     reference=f"{AG}mamba_hook.py:30-52; validation_hook.py:303-306, 374-377; "
     "attention_hook.py:572-576, 409-437; "
-    "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-884, "
+    "kernel_plugins/amd/binding.py:130-141, 205-217; serving_hook.py:464-470; kv_cache_hook.py:865-938, "
     "770-789; hicache_hook.py:39-43; configs/model_config.py:1968-1990; kv_shard_hook.py:99-104; "
     "parallel_hook.py:251-257; attention_hook.py:450-505; kv_cache_hook.py:375-391",
 )
@@ -44,7 +55,8 @@ def feature_modes(ctx: Context):
     `--kv-canary log|raise`; `--retraction-policy priority` needs `--enable-priority-scheduling`;
     `--enable-mis` needs flashinfer for prefill and decode; `--enable-amd-monokernel` needs an AMD GPU;
     `--enable-deepseek-v4-fp4-indexer` needs SM100 / SM120; `--prefill-only-disable-kv-cache` needs
-    `--is-embedding`; `--enable-page-major-kv-layout` needs `--enable-unified-memory`;
+    `--is-embedding`, `--chunked-prefill-size -1`, the radix cache off, no FP4 / MXFP8 KV cache, no context
+    parallelism and no HiSparse; `--enable-page-major-kv-layout` needs `--enable-unified-memory`;
     `--enable-linker-mla-dedup` needs the Mooncake unified-cache linker; `--quantize-and-serve` needs a
     ModelOpt `--quantization`; `--enable-kv-cache-sharding` runs on PD prefill workers only;
     `--enable-linear-replayssm` needs a triton/helion linear decode backend, the no_buffer mamba strategy and
@@ -62,6 +74,15 @@ def feature_modes(ctx: Context):
         yield Hit(
             "--prefill-only-disable-kv-cache requires --is-embedding", about="prefill_only_disable_kv_cache"
         )
+    elif ctx.get("prefill_only_disable_kv_cache") and (
+        ctx.get("is_embedding")
+        or (
+            ctx.model is not None
+            and ctx.model.known
+            and not str(ctx.model.architecture or "").endswith(("ForCausalLM", "ForConditionalGeneration"))
+        )
+    ):
+        yield from _prefill_only_no_kv(ctx)
     if ctx.get("enable_page_major_kv_layout") and not ctx.get("enable_unified_memory"):
         yield Hit(
             "--enable-page-major-kv-layout requires --enable-unified-memory (temporarily)",
@@ -272,3 +293,39 @@ def companions(ctx: Context) -> Iterator[Hit]:
             fix="remove weight-cache-mode (or the speculative algorithm)",
             edits={"weight_cache_mode": None},
         )
+
+
+def _prefill_only_no_kv(ctx: Context) -> Iterator[Hit]:
+    """DDT938, `--prefill-only-disable-kv-cache` on an embedding launch (kv_cache_hook.py:885-938): no FP4 or
+    MXFP8 KV pool, `--chunked-prefill-size -1`, the radix cache off, no context parallelism, no HiSparse."""
+    about = "prefill_only_disable_kv_cache"
+    kv = ctx.given.get("kv_cache_dtype")
+    if kv in ("nvfp4", "fp4_mx_block16", "mxfp8"):
+        yield Hit(
+            f"--prefill-only-disable-kv-cache does not currently support --kv-cache-dtype={kv}", about=about
+        )
+    size = chunked_prefill(ctx)
+    if size is not None and size != -1:
+        yield Hit(
+            "--prefill-only-disable-kv-cache requires --chunked-prefill-size=-1",
+            about=about,
+            fix="set chunked-prefill-size: -1",
+            edits={"chunked_prefill_size": -1},
+        )
+    res = resolve(ctx)
+    radix_off = res.radix_disabled if res is not None else bool(ctx.get("disable_radix_cache"))
+    if not radix_off and not is_deterministic(ctx):
+        yield Hit(
+            "--prefill-only-disable-kv-cache requires --disable-radix-cache",
+            about=about,
+            fix="set disable-radix-cache: true",
+            edits={"disable_radix_cache": True},
+        )
+    if (ctx.get("attn_cp_size", 1) or 1) > 1:
+        yield Hit(
+            "--prefill-only-disable-kv-cache is incompatible with --attn-cp-size > 1", about="attn_cp_size"
+        )
+    if ctx.get("enable_prefill_cp"):
+        yield Hit("--prefill-only-disable-kv-cache is incompatible with --enable-prefill-cp", about=about)
+    if ctx.get("enable_hisparse"):
+        yield Hit("--prefill-only-disable-kv-cache is incompatible with --enable-hisparse", about=about)

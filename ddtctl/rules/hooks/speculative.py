@@ -5,8 +5,11 @@ DSPARK, aux hidden-state capture, watermarking.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from ddtctl.rules.engine import Context, Hit, rule
-from ddtctl.rules.hooks.common import AG
+from ddtctl.rules.hooks.common import AG, attn_dp_size
+from ddtctl.rules.hooks.resolution import backends, is_deterministic, resolve
 
 
 @rule(
@@ -60,6 +63,139 @@ def uno(ctx: Context):
         )
     if not ctx.is_set("uno_lora_path"):
         return Hit("UNO requires --uno-lora-path", fix="set uno-lora-path to the UNO adapter")
+
+
+def _uno_tree(verify: int, topk: int, steps: int | None) -> Iterator[str]:
+    """speculative_hook.py:494-540: the verify tree UNO builds from Q (draft tokens), K (top-k) and F
+    (steps + 1) when K > 1."""
+    if steps is None:
+        yield "UNO tree mode requires --speculative-num-steps so its draft width F can be derived"
+        return
+    if steps < 1:
+        yield f"UNO tree mode requires --speculative-num-steps to be positive, got {steps}"
+        return
+    if verify < steps + 1:
+        yield f"UNO tree mode requires Q >= F; got Q={verify}, F={steps + 1}"
+    if verify > 128:
+        yield f"UNO tree mode currently supports at most Q=128 verify nodes, got Q={verify}"
+    if verify * topk > 2048:
+        yield f"UNO tree mode currently supports Q*K <= 2048; got Q*K={verify}*{topk}={verify * topk}"
+    capacity, width = 1, 1
+    for _ in range(steps):
+        width *= topk
+        capacity += width
+        if capacity >= verify:
+            break
+    if verify > capacity:
+        yield f"UNO tree mode cannot build the requested Q from F and K: Q={verify} exceeds {capacity=}"
+    parent = topk * max(steps - 1, 0) + 1
+    if verify - 1 > parent:
+        yield (
+            f"UNO tree mode cannot represent the requested Q in EAGLE's parent-list ABI: "
+            f"Q-1={verify - 1} exceeds K*(F-2)+1={parent}"
+        )
+
+
+def _uno_tree_features(ctx: Context) -> Iterator[Hit]:
+    """speculative_hook.py:549-559: what UNO's tree mode (K > 1) refuses."""
+    if ctx.get("enable_pdmux"):
+        yield Hit("UNO tree mode does not yet support PDMux", about="enable_pdmux")
+    if ctx.get("enable_two_batch_overlap"):
+        yield Hit("UNO tree mode does not yet support two-batch overlap", about="enable_two_batch_overlap")
+    thresholds = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+    if any(ctx.get(d, 1.0) != 1.0 for d in thresholds):
+        yield Hit("UNO tree mode requires both speculative accept thresholds to be 1.0")
+
+
+@rule(
+    "DDT956",
+    "UNO needs CUDA, a verify width, a buildable tree and a single plain GPU",
+    reads=(
+        "device",
+        "enable_deterministic_inference",
+        "rl_on_policy_target",
+        "enable_strict_thinking",
+        "speculative_num_draft_tokens",
+        "speculative_eagle_topk",
+        "speculative_num_steps",
+        "enable_pdmux",
+        "enable_two_batch_overlap",
+        "speculative_accept_threshold_single",
+        "speculative_accept_threshold_acc",
+        "tp_size",
+        "pp_size",
+        "attn_dp_size",
+        "enable_dp_attention",
+        "dp_size",
+        "attn_cp_size",
+        "enable_lora",
+        "lora_paths",
+        "speculative_use_rejection_sampling",
+        "attention_backend",
+        "prefill_attention_backend",
+        "decode_attention_backend",
+    ),
+    applies=lambda ctx: ctx.algorithm == "UNO",
+    reference=f"{AG}speculative_hook.py:449-612 _handle_uno",
+)
+def uno_settings(ctx: Context) -> Iterator[Hit]:
+    """UNO runs on CUDA only, without deterministic inference or strict thinking; it needs
+    `--speculative-num-draft-tokens` (Q) >= 1 and `--speculative-eagle-topk` (K) >= 1; with K > 1 (tree
+    mode) `--speculative-num-steps` must give a tree that holds Q, PDMux and two-batch overlap are off and
+    both accept thresholds stay 1.0; always TP = PP = 1, no attention DP / CP, no LoRA serving and no
+    rejection sampling; prefill and decode attention both resolve to fa3."""
+    device = ctx.given.get("device")
+    if device is not None and not str(device).startswith("cuda"):
+        yield Hit(f"UNO only supports CUDA, got --device {device}", about="device")
+    if is_deterministic(ctx):
+        yield Hit(
+            "UNO does not support --enable-deterministic-inference", about="enable_deterministic_inference"
+        )
+    if ctx.get("enable_strict_thinking"):
+        yield Hit(
+            "UNO does not support --enable-strict-thinking because it requires grammar decoding",
+            about="enable_strict_thinking",
+            edits={"enable_strict_thinking": None},
+        )
+    verify = ctx.given.get("speculative_num_draft_tokens")
+    if verify is None or int(verify) < 1:
+        yield Hit(
+            "UNO requires --speculative-num-draft-tokens to be a positive integer (the verify width Q)",
+            about="speculative_num_draft_tokens",
+            fix="set speculative-num-draft-tokens (e.g. 4)",
+        )
+    topk = ctx.given.get("speculative_eagle_topk")
+    topk = 1 if topk is None else int(topk)
+    if topk < 1:
+        yield Hit(
+            f"UNO requires --speculative-eagle-topk to be at least 1, got {topk}",
+            about="speculative_eagle_topk",
+        )
+    if topk > 1 and verify is not None and int(verify) >= 1:
+        steps = ctx.given.get("speculative_num_steps")
+        for message in _uno_tree(int(verify), topk, None if steps is None else int(steps)):
+            yield Hit(message, about="speculative_num_draft_tokens")
+        yield from _uno_tree_features(ctx)
+    if (ctx.get("tp_size", 1) or 1, ctx.get("pp_size", 1) or 1) != (1, 1):
+        yield Hit("UNO requires TP=PP=1", about="tp_size")
+    if attn_dp_size(ctx) > 1 or (ctx.get("attn_cp_size", 1) or 1) != 1:
+        yield Hit("UNO does not support DP attention or context parallelism", about="attn_dp_size")
+    if ctx.get("enable_lora") or ctx.get("lora_paths"):
+        yield Hit("UNO does not support public Multi-LoRA serving", about="enable_lora")
+    if ctx.get("speculative_use_rejection_sampling"):
+        yield Hit(
+            "UNO manages its own stochastic verification and does not use "
+            "--speculative-use-rejection-sampling",
+            about="speculative_use_rejection_sampling",
+            edits={"speculative_use_rejection_sampling": None},
+        )
+    if resolve(ctx) is not None and backends(ctx) != ("fa3", "fa3"):
+        prefill, decode = backends(ctx)
+        yield Hit(
+            f"UNO requires FA3 for both prefill and decode attention; got {prefill=}, {decode=}",
+            about="attention_backend",
+            fix="set attention-backend: fa3",
+        )
 
 
 @rule(
