@@ -163,7 +163,10 @@ def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, 
 
 def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, spec: dict) -> None:
     b.port = e2e.free_port(b.port)
-    b.argv = server_argv(b, target, draft, spec["hybrid"], max(args.batches), spec["side_by_side"])
+    max_bs = min([max(args.batches)] + [n for algo, n in parse_caps(args.max_running) if algo == b.algo])
+    b.argv = server_argv(b, target, draft, spec["hybrid"], max_bs, spec["side_by_side"])
+    if max_bs < max(args.batches):
+        log(f"{b.name}: capped at --max-running-requests {max_bs}: larger batches run in waves")
     e = dict(env)
     if b.gpu is not None:
         e["CUDA_VISIBLE_DEVICES"] = b.gpu
@@ -185,6 +188,20 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
                               start_new_session=True, cwd=WORK)
     b.status = "starting"
     b._t_start = time.monotonic()  # type: ignore[attr-defined]
+
+
+def parse_caps(spec: str) -> list[tuple[str, int]]:
+    """--max-running DFLASH:16[,ALGO:N...]: per-algorithm caps on --max-running-requests (and the decode graphs'
+    largest batch). DFLASH's full-state GDN verify scratch for 32 requests of the 27B shape does not fit one H200
+    beside the weights (notes/budget-schedule.md), so a batch-32 row at tp 1 needs DFLASH capped; the capped server
+    then serves the batch in waves, as a real deployment on that card would."""
+    caps = []
+    for part in (x for x in spec.split(",") if x):
+        algo, _, n = part.partition(":")
+        if algo not in ("plain", "DFLASH", "DDTREE") or not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"--max-running {spec!r}: want ALGO:N[,ALGO:N] with ALGO plain, DFLASH or DDTREE")
+        caps.append((algo, int(n)))
+    return caps
 
 
 def wait_gpu_idle(gpu: str | None, timeout: float = 240.0, below_mib: int = 4000) -> float:
@@ -438,9 +455,9 @@ def table(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
-def copy_server_logs(benches: list[Bench], dest: Path, lines: int = 80) -> list[Path]:
-    """The last lines of this run's server logs, for post-mortems. Only this run's: a machine kept warm still
-    holds the logs of earlier calls in WORK, and $OUT brings back few files."""
+def copy_server_logs(benches: list[Bench], dest: Path, lines: int = 3000) -> list[Path]:
+    """This run's server logs (their last `lines` lines: start-up, hook and metrics lines included), for
+    post-mortems. Only this run's: a machine kept warm still holds the logs of earlier calls in WORK."""
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for path in (p for b in benches for p in (b.log_path, b.log_path.with_suffix(".first.log"))):
@@ -558,10 +575,13 @@ def main() -> int:
                     help="also run, per drafter, a DDTREE server (ddtree-sched-<drafter>) with "
                     "--speculative-ddtree-budget-schedule, e.g. 2:127,4:64,8:16,0: its verify width follows the live "
                     "batch (0: the chain), beside the fixed budgets")
+    ap.add_argument("--max-running", default="", metavar="ALGO:N[,ALGO:N]",
+                    help="cap --max-running-requests per algorithm, e.g. DFLASH:16 (see parse_caps)")
     ap.add_argument("--wheels", default=str(REPO / ".carry" / "whl"))
     ap.add_argument("--flashinfer-include", default=str(REPO / ".carry" / "flashinfer_include.tar.gz"))
     args = ap.parse_args()
     args.batches = [int(x) for x in str(args.batches).split(",") if x]
+    parse_caps(args.max_running)
     unknown = [d for d in args.drafter.split(",") if d not in DRAFTERS]
     if unknown:
         raise SystemExit(f"--drafter {','.join(unknown)}: unknown; want a comma list of {', '.join(DRAFTERS)}")

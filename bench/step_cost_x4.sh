@@ -12,7 +12,7 @@
 #      acceptance profile by depth with its two miss splits, tests/gpu_standins/drafter_profiles.py), SKIP_E2E=1,
 #      CALL_S (seconds this call may use), SCHEDULE (a DDTREE budget schedule, e.g. 2:127,4:64,8:16,0: one more
 #      DDTREE server per drafter, ddtree-sched-<drafter>, whose verify width follows the live batch), PROFILE= (empty:
-#      no profiler steps).
+#      no profiler steps), CAPS (e.g. DFLASH:16: --max-running-requests per algorithm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0
@@ -31,7 +31,7 @@ fi
 OUT=$OUT/throughput DDTREE_E2E_WORK=/tmp/spec-throughput timeout $((CALL_S - 5)) python3 bench/spec_throughput_gpu.py \
   --target "${TARGET:-qwen3-8b}" --gpus "${LANES:-1,2,3}" --drafter "${DRAFTERS:-random,calibrated}" \
   --budgets "${BUDGETS:-16,32,64}" --sync-budgets "${SYNC_BUDGETS-16}" --batches "${BATCHES:-1,8,32}" \
-  ${SCHEDULE:+--budget-schedule "$SCHEDULE"} ${PROFILE---profile} --port-base 30000 --budget-s $((CALL_S - 25)) \
+  ${SCHEDULE:+--budget-schedule "$SCHEDULE"} ${CAPS:+--max-running "$CAPS"} ${PROFILE---profile} --port-base 30000 --budget-s $((CALL_S - 25)) \
   ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 & tp=$!
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -40,4 +40,15 @@ for t in dense hybrid; do
   [ -f "$OUT/e2e_$t.log" ] && { echo "=== e2e $t"; grep -v whl "$OUT/e2e_$t.log" | tail -40; }
 done
 echo "=== throughput"; grep -v whl "$OUT/throughput.log" | tail -60
+logs=$OUT/throughput/server_logs
+if [ -d "$logs" ]; then  # $OUT brings back 8 files: the logs travel as one archive, their key lines in the output
+  echo "=== server log lines (hook, DDTREE metrics, errors)"
+  for f in "$logs"/*.log; do
+    echo "--- $(basename "$f")"
+    grep -E "draft hook|DDTREE (budget schedule|hybrid tree verify|compact GDN|draft top)" "$f" | cut -c1-200 | head -6
+    grep -E "DDTREE metrics" "$f" | cut -c1-240 | tail -2
+    grep -E "Error|Traceback|out of memory" "$f" | cut -c1-200 | tail -4
+  done
+  tar czf "$OUT/server_logs.tar.gz" -C "$OUT/throughput" server_logs && rm -rf "$logs"
+fi
 exit $rc

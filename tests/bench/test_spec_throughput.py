@@ -233,3 +233,19 @@ def test_agreement_counts_requests_equal_to_dflash(st):
     by["dflash-random"].results = {1: {"outputs": [[1, 2], [3]]}}
     by["ddtree-b16-random"].results = {1: {"outputs": [[1, 2], [4]]}}
     assert st.agreement(list(by.values())) == "ddtree-b16-random@1 1/2"
+
+
+def test_caps_limit_one_algorithms_running_requests_and_bad_caps_exit(st):
+    assert st.parse_caps("DFLASH:16,DDTREE:32") == [("DFLASH", 16), ("DDTREE", 32)]
+    assert st.parse_caps("") == []
+    for bad in ("DFLASH", "EAGLE:4", "DFLASH:0", "DFLASH:x"):
+        with pytest.raises(SystemExit, match="--max-running"):
+            st.parse_caps(bad)
+    dflash, ddtree = (b for b in st.plan(_args(drafter="random", budgets="64")) if b.algo != "plain")
+    args = SimpleNamespace(batches=[1, 8, 32], max_running="DFLASH:16")
+    caps = {b.name: min([max(args.batches)] + [n for a, n in st.parse_caps(args.max_running) if a == b.algo])
+            for b in (dflash, ddtree)}
+    assert caps == {"dflash-random": 16, "ddtree-b64-random": 32}
+    argv = st.server_argv(dflash, st.Path("/t"), st.Path("/d"), True, caps["dflash-random"], False)
+    assert argv[argv.index("--max-running-requests") + 1] == "16"
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "16"
