@@ -174,12 +174,14 @@ def check_topology(launch: Launch, df: DoctorFacts) -> Row:
     links = parse_topology(c.topology)
     gpus = _visible(launch, df)[:n]
     pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
-    unknown = [p for p in pairs if p not in links]
-    if unknown or len(gpus) < n:
+    if len(gpus) < n:
+        return Row("topology", Status.SKIPPED, f"{len(gpus)} of the {n} GPUs needed are visible (see gpus)")
+    unknown = [f"GPU{a}-GPU{b}" for a, b in pairs if (a, b) not in links]
+    if unknown:
         return Row(
             "topology",
             Status.WARN,
-            f"`nvidia-smi topo -m` does not list GPUs {gpus}",
+            f"`nvidia-smi topo -m` does not list {', '.join(unknown)}",
             "check `nvidia-smi topo -m` on the host",
         )
     kinds = sorted({links[p] for p in pairs})
@@ -306,7 +308,8 @@ def check_sglang(launch: Launch, df: DoctorFacts) -> Row:
             f"sglang is not importable by {f.python}",
             "set the host's python: in the inventory to the interpreter that has SGLang",
         )
-    found = f"sglang {f.sglang_version} at {f.sglang_root or '?'}; the profile targets {launch.sglang}"
+    whose = "the profile" if launch.source else "ddtctl"
+    found = f"sglang {f.sglang_version} at {f.sglang_root or '?'}; {whose} targets {launch.sglang}"
     if f.sglang_version != launch.sglang:
         return Row(
             "sglang",
@@ -534,7 +537,6 @@ PROFILE_ROWS = frozenset(ROW_NAMES) - {"gpus", "driver", "torch", "python", "sgl
 
 def run_checks(launch: Launch, df: DoctorFacts) -> list[Row]:
     rows = [row for check in CHECKS for row in check(launch, df)]
-    if launch.source is None:
-        fix = "pass --profile P, or set the host's profile: in the inventory"
-        rows = [Row(r.name, Status.SKIPPED, "no profile", fix) if r.name in PROFILE_ROWS else r for r in rows]
+    if launch.source is None:  # the report's header says how to give one
+        rows = [Row(r.name, Status.SKIPPED, "no profile") if r.name in PROFILE_ROWS else r for r in rows]
     return rows

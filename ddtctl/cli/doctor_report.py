@@ -25,7 +25,11 @@ def print_report(report: DoctorReport) -> None:
     from ddtctl.cli._app import stdout_console
 
     con = stdout_console()
-    against = f" against {escape(report.profile)}" if report.profile else " (no profile: host checks only)"
+    against = (
+        f" against {escape(report.profile)}"
+        if report.profile
+        else " (no profile: host checks only; pass --profile P or set the host's profile: in the inventory)"
+    )
     con.print(f"[bold]doctor {escape(report.host)}[/bold] ({escape(report.address)}){against}")
     width = max(len(r.name) for r in report.rows)
     for r in report.rows:

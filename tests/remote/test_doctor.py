@@ -161,6 +161,8 @@ def test_topology_parses_nvidia_smis_matrix():
     (2, TOPO_PCIE, {"NCCL_P2P_DISABLE": "1"}, "warn", "NCCL_P2P_DISABLE=1"),
     (1, None, {}, "skipped", "one GPU per host"),
     (4, None, {}, "warn", "cannot read the GPU topology: nvidia-smi topo -m timed out"),
+    (8, TOPO_NV, {}, "skipped", "4 of the 8 GPUs needed are visible (see gpus)"),
+    (4, "\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \n", {}, "warn", "does not list GPU0-GPU2, GPU0-GPU3"),
 ])
 def test_topology(tp, topo, env, want, text):
     c = checkup_json(topology=topo, topology_error=None if topo else "nvidia-smi topo -m timed out")
@@ -294,7 +296,7 @@ def test_without_a_profile_only_the_host_checks_run():
     rows = dc.run_checks(Launch(), df(gpus=1))
     skipped = {r.name for r in rows if r.status == Status.SKIPPED}
     assert skipped == dc.PROFILE_ROWS and {"port", "gpu-kind", "model-dir"} <= skipped
-    assert all(r.found == "no profile" and "--profile" in (r.fix or "") for r in rows if r.name in skipped)
+    assert all(r.found == "no profile" and r.fix is None for r in rows if r.name in skipped)
     assert rows[0].found == "1 x NVIDIA H200 visible" and rows[0].status == Status.OK
 
 
