@@ -1,5 +1,5 @@
-"""`ddtctl deploy`, `facts`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is imported only
-inside the commands, through ddtctl.deploy)."""
+"""`ddtctl deploy`, `facts`, `doctor`, `releases`, `status`, `logs`, `stop`, `rollback` (SSH; paramiko is
+imported only inside the commands, through ddtctl.deploy)."""
 
 from __future__ import annotations
 
@@ -239,6 +239,28 @@ def facts(
                 else escape(info.get("error", ""))
             )
         )
+
+
+@app.command()
+def doctor(
+    host: str = typer.Argument(None, help="Inventory host (default: the profile's host, else the only one)"),
+    profile: str = typer.Option(
+        None, "--profile", "-p", help="Profile to check against (default: the host's)"
+    ),
+    inventory: str = options.INVENTORY,
+    trust_new_host: bool = options.TRUST_NEW_HOST,
+    fmt: OutputFormat = options.FORMAT,
+) -> None:
+    """One checklist of HOST against a profile: SSH, GPUs, topology, driver, torch, python, SGLang, the
+    DDTREE payload, NCCL, disk, models, port, /dev/shm. Exit 0: no check failed, 1: one did, 3: SSH did."""
+    from ddtctl.cli.doctor_report import show
+    from ddtctl.doctor import doctor as run_doctor
+    from ddtctl.doctor import doctor_target
+
+    h, launch = doctor_target(host, profile, inventory)
+    report = run_doctor(h, launch, trust_new_host=trust_new_host)
+    show(report, fmt)
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()

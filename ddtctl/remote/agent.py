@@ -391,6 +391,169 @@ def _listening_ports():
     return ports
 
 
+# ------------------------------------------------------------------------------------ checkup (ddtctl doctor)
+CHECKUP_DISTS = (
+    "torch",
+    "nvidia-nccl-cu13",
+    "nvidia-nccl-cu12",
+    "flashinfer-python",
+    "sgl-kernel",
+    "triton",
+    "cuda-python",
+)
+CHECKUP_REQUIRES = ("torch", "nvidia-nccl", "cuda-python", "flashinfer")
+MAX_TOPOLOGY = 64 * 1024
+MAX_MODEL_WALK = 20000  # directory entries a model dir walk visits before it stops (and says so)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def op_checkup(params: dict):
+    """What `ddtctl doctor` checks beyond `facts`: package versions and requirements of the host's python
+    (read from their metadata, nothing imported), torch's CUDA build, /dev/shm, the GPU topology (`nvidia-smi
+    topo -m`, when asked), the DDTREE payload's files in the SGLang root, and each model dir (size, weight
+    files, the shards its safetensors index names, free space)."""
+    import importlib.util
+
+    root = params.get("sglang_root")
+    if not root:
+        try:
+            spec = importlib.util.find_spec("sglang")
+            if spec and spec.submodule_search_locations:
+                root = os.path.dirname(list(spec.submodule_search_locations)[0])
+        except Exception:
+            root = None
+    out = {
+        "packages": {name: _dist_version(name) for name in CHECKUP_DISTS},
+        "requires": {name: _dist_requires(name) for name in ("sglang", "torch")},
+        "torch_cuda": _torch_cuda(),
+        "shm": _space("/dev/shm"),
+        "topology": None,
+        "topology_error": None,
+        "payload": _payload_files(root),
+        "models": {str(p): _model_dir(str(p)) for p in params.get("model_paths") or []},
+    }
+    if params.get("topology"):
+        out["topology"], out["topology_error"] = _topology(params.get("nvidia_smi") or "nvidia-smi")
+    return out
+
+
+def _dist_version(name: str):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+def _dist_requires(name: str):
+    """The requirements of distribution `name` on the packages doctor checks (torch, NCCL, CUDA), or None."""
+    try:
+        from importlib.metadata import requires
+
+        reqs = requires(name)
+    except Exception:
+        return None
+    return [r for r in reqs or [] if r.lower().replace("_", "-").startswith(CHECKUP_REQUIRES)][:32]
+
+
+def _torch_cuda():
+    """torch's CUDA build (torch/version.py's `cuda = '13.0'`, read as text: torch is never imported)."""
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if not (spec and spec.submodule_search_locations):
+            return {"found": False, "cuda": None}
+        path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+        with open(path, "rb") as f:
+            text = f.read(64 * 1024).decode("utf-8", errors="replace")
+    except Exception as err:
+        return {"found": False, "cuda": None, "error": str(err)[:200]}
+    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return {"found": True, "cuda": m.group(1) if m else None}
+
+
+def _space(path: str):
+    try:
+        st = os.statvfs(path)
+    except OSError as err:
+        return {"path": path, "error": str(err)[:200]}
+    return {"path": path, "total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+
+def _topology(smi: str):
+    try:
+        res = subprocess.run([smi, "topo", "-m"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    except FileNotFoundError:
+        return None, "%s not found" % smi
+    except subprocess.TimeoutExpired:
+        return None, "%s topo -m timed out" % smi
+    if res.returncode != 0:
+        err = (res.stderr or res.stdout)[:300].decode("utf-8", errors="replace").strip()
+        return None, err or "%s topo -m exited %d" % (smi, res.returncode)
+    return res.stdout[:MAX_TOPOLOGY].decode("utf-8", errors="replace"), None
+
+
+def _payload_files(root):
+    """Whether the DDTREE payload's package and its entry point (dist-info) are in the SGLang root."""
+    if not root or not os.path.isdir(root):
+        return {"root": root, "package": False, "entry_point": False}
+    entry = False
+    try:
+        for name in os.listdir(root):
+            if name.startswith("ddtree_sglang-") and name.endswith(".dist-info"):
+                entry = entry or os.path.isfile(os.path.join(root, name, "entry_points.txt"))
+    except OSError:
+        pass
+    package = os.path.isfile(os.path.join(root, "ddtree_sglang", "__init__.py"))
+    return {"root": root, "package": package, "entry_point": entry}
+
+
+def _model_dir(path: str):
+    """A model dir as doctor sees it: present or not, its size and weight files (a bounded walk that follows
+    no directory links), the shards its safetensors index names that are missing, and the free space of the
+    file system that holds it (or would: its nearest existing parent)."""
+    p = os.path.expanduser(path)
+    at = p
+    while at and not os.path.isdir(at) and os.path.dirname(at) != at:
+        at = os.path.dirname(at) or "."
+    info = {"exists": os.path.isdir(p), "free_at": at}
+    try:
+        info["free_bytes"] = shutil.disk_usage(at).free
+    except OSError:
+        info["free_bytes"] = None
+    if not info["exists"]:
+        return info
+    size = weights = weight_bytes = seen = 0
+    truncated = False
+    for dirpath, dirnames, filenames in os.walk(p):
+        seen += len(dirnames) + len(filenames)
+        if seen > MAX_MODEL_WALK:
+            truncated = True
+            break
+        for name in filenames:
+            try:
+                n = os.stat(os.path.join(dirpath, name)).st_size  # follows links: HF cache snapshots
+            except OSError:
+                continue
+            size += n
+            if name.endswith(WEIGHT_SUFFIXES):
+                weights += 1
+                weight_bytes += n
+    info.update(size_bytes=size, weight_files=weights, weight_bytes=weight_bytes, truncated=truncated)
+    index = os.path.join(p, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        try:
+            shards = set((_read_model_config(index).get("weight_map") or {}).values())
+            missing = sorted(s for s in shards if not os.path.isfile(os.path.join(p, str(s))))
+            info["index"] = {"shards": len(shards), "missing": missing[:8], "missing_count": len(missing)}
+        except (OSError, ValueError, RecursionError, AttributeError) as err:
+            info["index"] = {"error": str(err)[:200]}
+    return info
+
+
 def op_missing(params: dict):
     """Which of these sha256 objects the store lacks. Under the lock, complete uploads an interrupted deploy
     left in incoming/ are verified (sha256 recomputed) and kept, so a re-run resumes; partial ones are

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.errors import RemoteError
+from ddtctl.remote.checkupproto import Checkup as Checkup  # `ddtctl doctor`'s facts (re-exported)
+from ddtctl.remote.checkupproto import CheckupReply as CheckupReply
 from ddtctl.remote.lockproto import Journal as Journal  # the deploy lock's operations (re-exported)
 from ddtctl.remote.lockproto import JournalReply as JournalReply
 from ddtctl.remote.lockproto import Lock as Lock

@@ -38,6 +38,7 @@ class Op(StrEnum):
     LOCK = "lock"
     COMMIT_STREAM = "commit_stream"
     JOURNAL = "journal"
+    CHECKUP = "checkup"
 
 
 _JSON_KINDS = {

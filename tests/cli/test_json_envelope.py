@@ -98,7 +98,7 @@ def test_every_command_prints_one_envelope(tmp_path, case):
 
 def test_every_command_with_a_format_option_is_covered():
     """A new command with --format gets a case here, in tests/remote/ or in its own test file (below)."""
-    covered_elsewhere = {"dry-run", "deploy", "facts", "releases", "stop", "rollback", "tune",
+    covered_elsewhere = {"dry-run", "deploy", "facts", "doctor", "releases", "stop", "rollback", "tune",
                          "kernels selftest", "overlay build", "overlay verify", "overlay install",
                          "overlay uninstall", "overlay import"}
 

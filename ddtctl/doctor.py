@@ -1,0 +1,234 @@
+"""`ddtctl doctor [HOST]`: one checklist of a GPU host against a profile (issue #34 item 5).
+
+The shape is pyinfra's facts -> checks: the host's facts come in one SSH round trip (a Batch of the agent's
+`facts`, `state` and `checkup` operations, ddtctl/remote/protocol.py), then the pure checks of
+ddtctl/doctor_checks.py turn them into rows (ok / warn / fail / skipped, what was found, a one-line fix). The
+CLI only prints the report. SSH itself is the first row: an unreachable host or an unknown host key is a
+failed row (the other rows skipped), not an exception.
+
+Exit codes (ddtctl/errors.py): 0 when no row failed, 3 (REMOTE) when SSH failed, else 1 (INVALID: a check
+failed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ddtctl import PINNED_SGLANG
+from ddtctl.errors import ExitCode, RemoteError, UsageError
+from ddtctl.remote.facts import HostFacts
+from ddtctl.remote.inventory import Host
+from ddtctl.remote.protocol import CheckupReply
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class Row:
+    name: str
+    status: Status
+    found: str
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": str(self.status), "found": self.found, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What a pinned SGLang release needs of its host: its wheel's Requires-Python and Requires-Dist (sglang
+    0.5.23: python >= 3.11, torch==2.14.1, cuda-python>=13.0, flashinfer_python[cu13]: CUDA 13), and the
+    driver NVIDIA's CUDA 13.0 release notes name as its minimum on Linux."""
+
+    python: tuple[int, int]
+    torch: str
+    cuda_major: int
+    driver_min: str
+
+
+PINS = {"0.5.23": Pins(python=(3, 11), torch="2.14.1", cuda_major=13, driver_min="580.65.06")}
+
+
+@dataclass
+class Launch:
+    """What a profile asks of its host (doctor without a profile: the defaults, the host-only checks)."""
+
+    source: str | None = None
+    sglang: str = PINNED_SGLANG
+    gpu: str | None = None
+    gpu_count: int | None = None
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+    nnodes: int = 1
+    port: int = 30000  # SGLang's default
+    algorithm: str | None = None
+    model_path: str | None = None
+    architecture: str | None = None
+    draft_path: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def per_node(self) -> int:
+        """GPUs this launch needs on each host: tp x pp (x dp without dp-attention), shared over the nodes."""
+        need = self.tp * self.pp * (1 if self.dp_attention else self.dp)
+        return max(1, need // max(1, self.nnodes))
+
+    @property
+    def layout(self) -> str:
+        dp = f" x dp {self.dp}" if self.dp > 1 and not self.dp_attention else ""
+        over = f" over {self.nnodes} nodes" if self.nnodes > 1 else ""
+        return f"tp {self.tp} x pp {self.pp}{dp}{over}"
+
+
+@dataclass
+class DoctorFacts:
+    """Everything the checks read, from one round trip: the agent's facts, its checkup, the payload its state
+    records as installed, and the inventory's env for the host (a profile's env wins over it)."""
+
+    facts: HostFacts
+    checkup: CheckupReply
+    installed_payload: dict | None = None
+    host_env: dict[str, str] = field(default_factory=dict)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def launch_from_profile(path: str) -> Launch:
+    """What the profile at `path` asks of its host: GPUs (tp x pp x dp over its hosts), port, algorithm,
+    models, env, as SGLang reads the argv deploy would render."""
+    from ddtctl.argv import parse_launch_argv
+    from ddtctl.profile import load_profile
+    from ddtctl.render import render_argv
+
+    loaded = load_profile(path)
+    prof = loaded.profile
+    parsed = parse_launch_argv(render_argv(prof), prof.sglang, config=False)
+    hosts = list(prof.hosts or [])
+    algorithm = parsed.get("speculative_algorithm")
+    return Launch(
+        source=loaded.source,
+        sglang=prof.sglang,
+        gpu=prof.hardware.gpu if prof.hardware else None,
+        gpu_count=prof.hardware.count if prof.hardware else None,
+        tp=_count(parsed.get("tp_size")),
+        pp=_count(parsed.get("pp_size")),
+        dp=_count(parsed.get("dp_size")),
+        dp_attention=bool(parsed.get("enable_dp_attention")),
+        nnodes=len(hosts) if len(hosts) > 1 else _count(parsed.get("nnodes")),
+        port=int(parsed.get("port") or 30000),
+        algorithm=str(algorithm).upper() if algorithm else None,
+        model_path=prof.model.path,
+        architecture=prof.model.architecture,
+        draft_path=parsed.get("speculative_draft_model_path") or None,
+        env=dict(prof.env),
+    )
+
+
+@dataclass
+class DoctorReport:
+    host: str
+    address: str
+    profile: str | None
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.name == "ssh" and r.status == Status.FAIL for r in self.rows):
+            return ExitCode.REMOTE
+        return ExitCode.INVALID if any(r.status == Status.FAIL for r in self.rows) else ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        return {str(s): sum(r.status == s for r in self.rows) for s in Status}
+
+    def to_json(self) -> dict:
+        return {
+            "host": self.host,
+            "address": self.address,
+            "profile": self.profile,
+            "checks": [r.to_json() for r in self.rows],
+            "counts": self.counts(),
+        }
+
+
+def _model_paths(launch: Launch) -> tuple[str, ...]:
+    return tuple(p for p in (launch.model_path, launch.draft_path) if p)
+
+
+def gather(conn, launch: Launch) -> DoctorFacts:
+    """The facts every check reads, in one round trip (facts, state, checkup in one agent batch)."""
+    from ddtctl.remote.protocol import Batch, Checkup, Facts, State
+
+    h: Host = conn.host
+    paths = _model_paths(launch)
+    checkup = Checkup(h.nvidia_smi, launch.per_node > 1 or None, h.sglang_root, paths)
+    reply, state, check = conn.call(Batch((Facts(h.nvidia_smi, paths), State(), checkup)), retry=True)
+    facts = HostFacts(**vars(reply), host=h.name)
+    facts.sglang_root = h.sglang_root or reply.sglang_root
+    return DoctorFacts(facts, check, state.state.installed_payload, dict(h.env))
+
+
+def doctor(host: Host, launch: Launch, *, trust_new_host: bool = False) -> DoctorReport:
+    """Connect (the `ssh` row), gather the facts, run the checks. Only an SSH failure is caught: it is the
+    report's first row, failed, with every other row skipped."""
+    from ddtctl.remote.transport import Connection
+
+    report = DoctorReport(host.name, f"{host.user}@{host.address}:{host.port}", launch.source)
+    try:
+        with Connection(host, trust_new_host=trust_new_host).open() as conn:
+            key = (
+                f"; host key added to known_hosts: {conn.trusted_key}"
+                if conn.trusted_key
+                else ", host key known"
+            )
+            report.rows.append(Row("ssh", Status.OK, f"reachable as {report.address}{key}"))
+            df = gather(conn, launch)
+    except RemoteError as err:
+        from ddtctl.doctor_checks import ROW_NAMES
+
+        report.rows = [Row("ssh", Status.FAIL, err.message, err.fix)]
+        report.rows += [Row(name, Status.SKIPPED, "SSH failed") for name in ROW_NAMES]
+        return report
+    from ddtctl.doctor_checks import run_checks
+
+    report.rows += run_checks(launch, df)
+    return report
+
+
+def doctor_target(host: str | None, profile: str | None, inventory: str | None) -> tuple[Host, Launch]:
+    """The host and the launch to check it against. Without HOST: the profile's host (with --profile), else
+    the inventory's only host; the inventory has no default host beyond that, so several are a usage error.
+    Without --profile: the host's own profile (inventory `profile:`), else the host-only checks."""
+    from ddtctl.remote.inventory import load_inventory, resolve_host
+
+    inv = load_inventory(inventory)
+    if host is None and profile is not None:
+        from ddtctl.profile import load_profile
+
+        prof = load_profile(profile).profile
+        host = prof.host or (prof.hosts[0] if prof.hosts else None)
+    if host is None:
+        names = sorted(inv.hosts)
+        if len(names) != 1:
+            fix = "ddtctl doctor HOST, or --profile P (its host: is checked)"
+            if inv.path is None:
+                raise UsageError(f"no HOST given and no inventory to take one from: {inv.missing()}", fix=fix)
+            what = f"{len(names)} hosts ({', '.join(names)})" if names else "no hosts"
+            raise UsageError(f"no HOST given and the inventory has {what}", where=str(inv.path), fix=fix)
+        host = names[0]
+    h = resolve_host(host, inv)
+    if profile is None and h.profile:
+        profile = h.profile
+        if inv.path and not profile.startswith("/"):
+            cand = inv.path.parent / profile
+            profile = str(cand) if cand.exists() else profile
+    return h, launch_from_profile(profile) if profile else Launch()
