@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Issue #33's structure figures over ddtctl/ (the payload and the generated completion snapshot aside):
+
+- import circles: groups of modules that import each other, at module head or inside functions (strongly
+  connected components of the import graph with more than one module);
+- internal imports inside function bodies, as a share of all ddtctl imports;
+- functions of McCabe complexity above 10 (radon's grade C or worse, counted by ruff's C901), as a share of all
+  functions.
+
+Usage: python tools/structure.py [--json] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "ddtctl"
+SKIP = ("payload/", "cli/_completion_tree.py")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel.startswith(SKIP):
+            continue
+        name = "ddtctl." + rel.removesuffix(".py").replace("/", ".")
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _resolve(name: str, mods: dict[str, Path]) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(path: Path, module: str, mods: dict[str, Path]) -> list[tuple[str, bool]]:
+    """(imported ddtctl module, inside a function?) for each import statement's targets."""
+    tree = ast.parse(path.read_text())
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    is_pkg = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                parts = parts if is_pkg else parts[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            if t.startswith("ddtctl"):
+                hit = _resolve(t, mods)
+                if hit and hit != module:
+                    out.append((hit, id(node) in inside))
+    return out
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def over_ten() -> list[tuple[str, str, int]]:
+    """(module path, function, McCabe complexity) above 10 (radon's grade C or worse), counted by ruff's C901 as
+    `make lint` counts it (its per-file ignores apply: ddtree_core.py ships byte-identical in the payload)."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", str(PKG), "--select", "C901", "--config",
+                           "lint.mccabe.max-complexity=10", "--output-format", "json", "-q"],
+                          capture_output=True, text=True, cwd=ROOT)
+    out = []
+    for item in json.loads(done.stdout or "[]"):
+        m = re.match(r"`(.+)` is too complex \((\d+) > 10\)", item["message"])
+        if m:
+            out.append((Path(item["filename"]).relative_to(PKG).as_posix(), m.group(1), int(m.group(2))))
+    return out
+
+
+def function_count(mods: dict[str, Path]) -> int:
+    return sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in mods.values()
+               for n in ast.walk(ast.parse(p.read_text())))
+
+
+def figures() -> dict:
+    mods = modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    total = inside = 0
+    for m, path in mods.items():
+        for target, in_fn in _imports(path, m, mods):
+            graph[m].add(target)
+            total += 1
+            inside += in_fn
+    funcs = function_count(mods)
+    complex_ = over_ten()
+    found = circles(graph)
+    return {"modules": len(mods), "import_circles": len(found), "modules_in_circles": sum(map(len, found)),
+            "circles": found, "internal_imports": total, "inside_functions": inside,
+            "inside_functions_pct": round(100 * inside / max(total, 1), 1), "functions": funcs,
+            "complexity_over_10": len(complex_), "complexity_over_10_pct": round(100 * len(complex_) / funcs, 1),
+            "complex": sorted(complex_, key=lambda f: -f[2])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--list", action="store_true", help="name the circles and the complex functions")
+    args = ap.parse_args(argv)
+    f = figures()
+    if args.json:
+        print(json.dumps(f, indent=1))
+        return 0
+    print(f"modules {f['modules']}; import circles {f['import_circles']} ({f['modules_in_circles']} modules); "
+          f"internal imports inside functions {f['inside_functions']}/{f['internal_imports']} "
+          f"({f['inside_functions_pct']}%); functions above McCabe 10 {f['complexity_over_10']}/{f['functions']} "
+          f"({f['complexity_over_10_pct']}%)")
+    if args.list:
+        for c in f["circles"]:
+            print("circle: " + " <-> ".join(c))
+        for m, name, c in f["complex"]:
+            print(f"complexity {c:>3} {m}.{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
