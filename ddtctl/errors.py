@@ -23,6 +23,7 @@ class ExitCode:
     OVERLAY = 4  # payload build / verify / install failure
     DEPLOY = 5  # deploy failed (and was rolled back)
     INCONCLUSIVE = 6  # a measurement cannot back the action asked (tune --write: winner within the noise)
+    CONFIG = 7  # the repository configuration ([tool.ddtctl] in pyproject.toml, .ddtctl.toml) is invalid
     INTERNAL = 70  # a ddtctl bug (EX_SOFTWARE): an exception nothing maps to a user error
     INTERRUPTED = 130
 
@@ -59,6 +60,13 @@ class ProfileError(DdtctlError):
     """A profile file cannot be read or parsed (I/O, YAML, structure)."""
 
     exit_code = ExitCode.USAGE
+
+
+class ConfigError(DdtctlError):
+    """The repository configuration (ddtctl.repo_config) cannot be read or holds a bad key: `where` names the
+    file, the message the key."""
+
+    exit_code = ExitCode.CONFIG
 
 
 class EnvironmentMissing(DdtctlError):

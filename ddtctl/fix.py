@@ -151,8 +151,9 @@ def fix_results(
     the profile edit transaction (ddtctl.profile_edit): the edit is made on the text that was validated,
     checked (it must parse to the intended profile), and written by ddtctl.safeio.rewrite (mode, symlink, line
     endings kept; refused when the file is read-only or changed since it was read). `dry_run` (--diff):
-    nothing is written; each result carries its diff and is the validation of the edited text, so the exit
-    code is the one validate would give after the fix. `on_fixed(source, rules)`: told of each file fixed."""
+    nothing is written; each result carries its diff and is the validation of the edited text (what validate
+    would say after the fix; the command itself exits 1 when there is a diff, as ruff's --diff).
+    `on_fixed(source, rules)`: told of each file fixed."""
     return [
         _fix_one(r, gpu, unsafe=unsafe, dry_run=dry_run, ignore=ignore, on_fixed=on_fixed) for r in results
     ]

@@ -46,9 +46,10 @@ settings = Settings()
 
 
 def stdout_console():
-    from rich.console import Console
+    """Tables never clip when stdout is not a terminal (ddtctl.cli.term.rich_console)."""
+    from ddtctl.cli.term import rich_console
 
-    return Console(highlight=False, soft_wrap=True)
+    return rich_console()
 
 
 def stderr_console():

@@ -33,8 +33,10 @@ def try_validate(args: list[str]) -> int | None:
         "diff": False,
         "unsafe_fixes": False,
         "argv_file": None,
+        "statistics": False,
     }
     ignore: list[str] = []
+    select: list[str] = []
     paths: list[str] = []
     i = 0
     while i < len(rest):
@@ -43,11 +45,11 @@ def try_validate(args: list[str]) -> int | None:
         if a == "--":
             paths.extend(rest[i:])
             break
-        if a in ("--argv", "--fix", "--diff", "--unsafe-fixes"):
+        if a in ("--argv", "--fix", "--diff", "--unsafe-fixes", "--statistics"):
             opts[a[2:].replace("-", "_")] = True
         elif a in ("--quiet", "-q"):
             opts["quiet"] = True
-        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore", "--argv-file"):
+        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore", "--select", "--argv-file"):
             name, eq, value = a.partition("=")
             if not eq:
                 if i >= len(rest):
@@ -55,19 +57,19 @@ def try_validate(args: list[str]) -> int | None:
                 value = rest[i]
                 i += 1
             key = {"--format": "output"}.get(name, name[2:].replace("-", "_"))
-            if key == "ignore":
-                ignore.append(value)
+            if key in ("ignore", "select"):
+                (ignore if key == "ignore" else select).append(value)
             else:
                 opts[key] = value
         elif a.startswith("-") and a != "-":
             return None  # unknown option: typer reports it the usual way
         else:
             paths.append(a)
-    if opts["output"] not in ("text", "json", "github"):
+    if opts["output"] not in ("text", "json", "github", "sarif"):
         return None
     from ddtctl.cli.validate_report import run_validate
 
-    return run_validate(paths, ignore=ignore, **opts)
+    return run_validate(paths, ignore=ignore, select=select or None, **opts)
 
 
 def version_text() -> str:

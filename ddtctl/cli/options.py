@@ -30,3 +30,23 @@ SKIP_REMOTE_DRY_RUN = typer.Option(
 HEALTH_TIMEOUT = typer.Option(
     None, "--health-timeout", help="Seconds (default: profile launch.health_timeout_s)"
 )
+
+# -- rule selection, as ruff's (validate; declared here so that the commands reporting rule findings share one
+# wording, and so that validate's signature stays short)
+SELECT = typer.Option(
+    None,
+    "--select",
+    help="Rule ids or prefixes to report (DDT9: every DDT9xx; ALL; repeatable or comma-separated); replaces "
+    "the select and ignore of the repository config. Errors SGLang rejects itself are reported whatever is "
+    "selected.",
+)
+IGNORE = typer.Option(
+    None,
+    "--ignore",
+    help="Rule ids or prefixes not to report (DDT805, DDT8; repeatable or comma-separated), added to the "
+    "repository config's ignore. Errors SGLang rejects itself cannot be ignored: their id is refused, a "
+    "prefix leaves them reported.",
+)
+STATISTICS = typer.Option(
+    False, "--statistics", help="Print how many findings each rule has (count, id, fix, title) instead."
+)

@@ -1,4 +1,5 @@
-"""Minimal terminal output for the hot path: ANSI colours only on a TTY and never with NO_COLOR."""
+"""Minimal terminal output for the hot path: ANSI colours only on a TTY and never with NO_COLOR. And the rich
+console every other command prints its tables through (rich_console)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,24 @@ import os
 import sys
 
 _SEVERITY = {"error": "31;1", "warning": "33", "info": "36"}
+
+# The width rich lays tables out in when the output is not a terminal: wide enough that no cell is ever cut
+# (`2026-1…`) or wrapped, and each table takes only the width its contents need.
+UNCLIPPED_WIDTH = 1_000_000
+
+
+def rich_console(*, stderr: bool = False):
+    """A rich Console on stdout (or stderr): on a terminal, its width; piped or redirected, cells whole."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        piped = not stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        piped = True
+    return Console(
+        stderr=stderr, highlight=False, soft_wrap=True, width=UNCLIPPED_WIDTH if piped else None
+    )  # fmt: skip
 
 
 class Term:

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Optional
 
 import typer
 
 from ddtctl.cli import options
-from ddtctl.cli._app import OutputFormat, ReportFormat, app, emit_json, stdout_console
+from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
 from ddtctl.errors import ExitCode
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+class ValidateFormat(str, Enum):
+    """validate's --format: ReportFormat's, and SARIF."""
+
+    text = "text"
+    json = "json"
+    github = "github"
+    sarif = "sarif"
 
 
 @app.command()
@@ -42,24 +52,30 @@ def validate(
         help="With --fix: apply the unsafe fixes too (values ddtctl guesses, flags it removes).",
     ),
     diff: bool = typer.Option(
-        False, "--diff", help="With --fix: print the edits as a unified diff; write nothing."
+        False,
+        "--diff",
+        help="With --fix: print the edits as a unified diff; write nothing. Exit 1 when there is a diff "
+        "(as ruff's --diff), 0 when none.",
     ),
-    ignore: Optional[list[str]] = typer.Option(
-        None,
-        "--ignore",
-        help="Rule id(s) to ignore (repeatable, or comma-separated); errors SGLang rejects itself cannot be.",
-    ),
-    output: ReportFormat = typer.Option(
-        ReportFormat.text,
+    select: Optional[list[str]] = options.SELECT,
+    ignore: Optional[list[str]] = options.IGNORE,
+    statistics: bool = options.STATISTICS,
+    output: ValidateFormat = typer.Option(
+        ValidateFormat.text,
         "--format",
-        help="text, json, or github (GitHub Actions annotations, one per finding).",
+        help="text, json, github (GitHub Actions annotations, one per finding), or sarif (SARIF 2.1.0).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang
     import).
 
-    Exit codes: 0 all valid, 1 any invalid, 2 usage or I/O error.
+    Settings come from [tool.ddtctl] in the nearest pyproject.toml or a .ddtctl.toml (it wins), found from the
+    current directory upward: select, ignore, include and exclude (globs for the files found in a directory),
+    gpu. Command-line flags override them.
+
+    Exit codes: 0 all valid, 1 any invalid (with --fix --diff: a file would change), 2 usage or I/O error,
+    7 a bad repository config.
     """
     from ddtctl.cli.validate_report import run_validate
 
@@ -76,6 +92,8 @@ def validate(
             unsafe_fixes=unsafe_fixes,
             ignore=ignore,
             argv_file=argv_file,
+            select=select,
+            statistics=statistics,
         )
     )
 

@@ -32,6 +32,8 @@ def run(args, fast: bool):
     ["validate", "--argv", "--gpu=B200", "--", "--model-path", "/m", "--attention-backend", "fa3"],
     ["validate", "/nonexistent.yaml"],
     ["validate"],
+    ["validate", "--select", "DDT9,DDT0", "--ignore=DDT00", "--statistics", SEED, str(REPO / "profiles")],
+    ["validate", "--format", "sarif", "--select=DDT1", SEED],
 ])
 def test_same_output_and_exit_code(args):
     assert run(args, fast=True) == run(args, fast=False)
