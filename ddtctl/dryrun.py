@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from ddtctl.argv import flag_occurrences, parse_launch_argv
 from ddtctl.errors import DdtctlError, EnvironmentMissing, UsageError
+from ddtctl.hub import is_hub_id
 from ddtctl.paths import model_config_cache_dir
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -146,6 +147,8 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
         if value.lower() in ("none", "dummy", ""):
             continue
         local = locate_model_config(value, host)
+        if local is None and is_hub_id(value):
+            local = _hub_config_dir(argv, flag, value)
         if local is None:
             where = f"for host {host}" if host else "locally"
             fetch = (
@@ -163,6 +166,29 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
             mapping[local_s] = value
             argv[idx] = f"{flag}={local_s}" if inline else local_s
     return argv, mapping
+
+
+def _hub_config_dir(argv: Sequence[str], flag: str, repo_id: str) -> Path:
+    """The hub cache's directory holding a hub id's config.json (ddtctl.hub, at the launch's --revision or
+    --speculative-draft-model-revision); the hub's failure is a HubError (exit 8) for the whole run."""
+    from ddtctl.hub import config_dir
+
+    draft = flag in DRAFT_PATH_FLAGS
+    try:
+        parsed = parse_launch_argv(argv)
+        revision = parsed.get("speculative_draft_model_revision" if draft else "revision")
+    except DdtctlError:  # an unreadable --config: SGLang reports it
+        revision = None
+    found = config_dir(
+        repo_id, revision if isinstance(revision, str) else None, what="draft model" if draft else "model"
+    )
+    if found is None:
+        raise ModelConfigMissing(
+            f"{flag} {repo_id}: a Hugging Face hub id whose config.json is not in the hub cache "
+            "(HF_HUB_OFFLINE=1); SGLang's resolver reads the model's config.json: unset HF_HUB_OFFLINE to "
+            "fetch that one file, or give a local directory that contains it"
+        )
+    return found
 
 
 def _unmap(value: Any, mapping: dict[str, str]) -> Any:

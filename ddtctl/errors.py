@@ -24,6 +24,9 @@ class ExitCode:
     DEPLOY = 5  # deploy failed (and was rolled back)
     INCONCLUSIVE = 6  # a measurement cannot back the action asked (tune --write: winner within the noise)
     CONFIG = 7  # the repository configuration ([tool.ddtctl] in pyproject.toml, .ddtctl.toml) is invalid
+    HUB = (
+        8  # the Hugging Face hub could not give a model's config.json (unreachable, repo/file missing, gated)
+    )
     INTERNAL = 70  # a ddtctl bug (EX_SOFTWARE): an exception nothing maps to a user error
     INTERRUPTED = 130
 
@@ -89,6 +92,12 @@ class OverlayError(DdtctlError):
 
 class DeployError(DdtctlError):
     exit_code = ExitCode.DEPLOY
+
+
+class HubError(DdtctlError):
+    """A model named by its Hugging Face hub id whose config.json the hub could not give (ddtctl.hub)."""
+
+    exit_code = ExitCode.HUB
 
 
 class Inconclusive(DdtctlError):

@@ -284,10 +284,15 @@ def weights_bytes_of(model_dir: Path) -> int | None:
     return sum(sizes) or None
 
 
-def read_model_facts(path: str | Path | None) -> ModelFacts | None:
-    """Facts from `<path>/config.json` when it is readable here; None when the path is not local. A
-    config.json that is there but hostile (a FIFO, /dev/zero, over 4 MiB, not JSON, nested too deep, a field
-    of the wrong type or out of range) is a one-line ModelConfigError (exit 2), never a hang or a crash."""
+def read_model_facts(
+    path: str | Path | None, *, revision: str | None = None, what: str = "model"
+) -> ModelFacts | None:
+    """Facts from `<path>/config.json` when it is readable here; for a Hugging Face hub id (`Org/Name`, no
+    such path here) from the hub's config.json at `revision` (ddtctl.hub: that one file, through the hub
+    cache; a HubError, exit 8, when the hub cannot give it). None when the path is not local (nor cached
+    offline). A config.json that is there but hostile (a FIFO, /dev/zero, over 4 MiB, not JSON, nested too
+    deep, a field of the wrong type or out of range) is a one-line ModelConfigError (exit 2), never a hang or
+    a crash."""
     if not path:
         return None
     try:
@@ -296,7 +301,17 @@ def read_model_facts(path: str | Path | None) -> ModelFacts | None:
         return None
     config = _load(config_path, MAX_CONFIG_BYTES, "model config")
     if config is None:
-        return None
+        from ddtctl import hub
+
+        if not hub.is_hub_id(path):
+            return None
+        snapshot = hub.config_dir(str(path), revision, what=what)
+        if snapshot is None:
+            return None
+        config_path = snapshot / "config.json"
+        config = _load(config_path, MAX_CONFIG_BYTES, "model config")
+        if config is None:
+            return None
     if not isinstance(config, dict):
         raise ModelConfigError(
             f"model config.json holds a JSON {type(config).__name__}, not an object", where=str(config_path)

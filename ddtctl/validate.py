@@ -96,9 +96,9 @@ def _finish(source: str, findings: list[Finding], skipped: dict[str, str], **kw:
 
 
 def _model_facts(
-    profile_model_path: str | None, architecture: str | None, host: str | None
+    profile_model_path: str | None, architecture: str | None, host: str | None, revision: str | None = None
 ) -> ModelFacts | None:
-    facts = read_model_facts(profile_model_path) or _cached_facts(host, profile_model_path)
+    facts = read_model_facts(profile_model_path, revision=revision) or _cached_facts(host, profile_model_path)
     if facts is None and architecture:
         return facts_from_architecture(architecture)
     return facts
@@ -111,6 +111,12 @@ def _cached_facts(host: str | None, path: str | None) -> ModelFacts | None:
     from ddtctl.paths import model_config_cache_dir
 
     return read_model_facts(model_config_cache_dir(host, path))
+
+
+def _revision(flags: FlagValues, dest: str) -> str | None:
+    """--revision / --speculative-draft-model-revision: the hub revision a hub id's config.json is read at."""
+    value = flags.given.get(dest)
+    return value if isinstance(value, str) and value else None
 
 
 def check_flags(
@@ -309,7 +315,9 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
     if "config" in flags.given:
         _merge_sglang_config(flags, doc, catalog)
     extra: list[Finding] = launch_value_findings(profile, doc.lines, catalog)
-    model = _model_facts(profile.model.path, profile.model.architecture, profile.host)
+    model = _model_facts(
+        profile.model.path, profile.model.architecture, profile.host, _revision(flags, "revision")
+    )
     if (
         model is not None
         and model.source != "profile"
@@ -328,7 +336,10 @@ def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> Valid
             )
         )
     draft_path = flags.given.get("speculative_draft_model_path")
-    draft = read_model_facts(draft_path) or _cached_facts(profile.host, draft_path)
+    draft_revision = _revision(flags, "speculative_draft_model_revision")
+    draft = read_model_facts(draft_path, revision=draft_revision, what="draft model") or _cached_facts(
+        profile.host, draft_path
+    )
     gpu_spec = resolve_gpu(gpu) if gpu else (resolve_gpu(profile.hardware.gpu) if profile.hardware else None)
     if profile.hosts and len(profile.hosts) > 1 and "nnodes" not in flags.given:
         flags.given["nnodes"] = len(profile.hosts)
@@ -462,8 +473,12 @@ def validate_argv(
             )
         ]
     )
-    model = read_model_facts(model_path)
-    draft = read_model_facts(flags.given.get("speculative_draft_model_path"))
+    model = read_model_facts(model_path, revision=_revision(flags, "revision"))
+    draft = read_model_facts(
+        flags.given.get("speculative_draft_model_path"),
+        revision=_revision(flags, "speculative_draft_model_revision"),
+        what="draft model",
+    )
     gpu_spec = resolve_gpu(gpu) if gpu else None
     return apply_ignores(
         check_flags(

@@ -132,10 +132,26 @@ def test_profiles_in_one_run_json_shape_and_exit_1(tmp_path):
     dp = dict(dflash, **{"tp-size": 2, "enable-dp-attention": True, "dp-size": 2, "enable-dp-lm-head": True})
     p4 = _profile(tmp_path / "env.yaml", "env", "H200", dp, env={"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"})
     p5 = _profile(tmp_path / "noenv.yaml", "noenv", "H200", dp)
-    proc = _run(["dry-run", str(p1), str(p2), str(p3), str(p4), str(p5), "--format", "json"])
+    # Hugging Face hub ids: SGLang's resolver gets the hub cache's directory of each config.json (ddtctl.hub; here
+    # HF_HUB_OFFLINE=1 with the cache laid out by hand, so no hub is asked), and the results name the hub ids.
+    hf = tmp_path / "hf"
+    for repo, model in (("Qwen/Qwen3-8B", "qwen3-8b"), ("z-lab/Qwen3-8B-DFlash-b16", "qwen3-8b-dflash-b16")):
+        snapshot = hf / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / ("c" * 40)
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text((MODELS / model / "config.json").read_text())
+        (snapshot.parent.parent / "refs").mkdir()
+        (snapshot.parent.parent / "refs" / "main").write_text("c" * 40)
+    p6 = _profile(tmp_path / "hub.yaml", "hub", "H200", dict(dflash, **{"speculative-draft-model-path":
+                                                                           "z-lab/Qwen3-8B-DFlash-b16"}),
+                  model="Qwen/Qwen3-8B")
+    hub_env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(hf), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    proc = _run(["dry-run", str(p1), str(p2), str(p3), str(p4), str(p5), str(p6), "--format", "json"], env=hub_env)
     assert proc.returncode == 1, proc.stderr
     data = results(proc.stdout, "dry-run")["profiles"]
-    assert [d["source"] for d in data] == [str(p1), str(p2), str(p3), str(p4), str(p5)]
+    assert [d["source"] for d in data] == [str(p1), str(p2), str(p3), str(p4), str(p5), str(p6)]
+    hub = data[5]["resolved"]
+    assert data[5]["ok"] and hub["model_path"] == "Qwen/Qwen3-8B"
+    assert hub["speculative_draft_model_path"] == "z-lab/Qwen3-8B-DFlash-b16" and hub["speculative_num_draft_tokens"] == 16
     with_env, without_env = data[3], data[4]
     assert with_env["error"]["message"] == "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"
     assert without_env["ok"] is True
