@@ -285,14 +285,14 @@ def weights_bytes_of(model_dir: Path) -> int | None:
 
 
 def read_model_facts(
-    path: str | Path | None, *, revision: str | None = None, what: str = "model"
+    path: str | Path | None, *, revision: str | None = None, what: str = "model", use_hub: bool = True
 ) -> ModelFacts | None:
     """Facts from `<path>/config.json` when it is readable here; for a Hugging Face hub id (`Org/Name`, no
     such path here) from the hub's config.json at `revision` (ddtctl.hub: that one file, through the hub
     cache; a HubError, exit 8, when the hub cannot give it). None when the path is not local (nor cached
     offline). A config.json that is there but hostile (a FIFO, /dev/zero, over 4 MiB, not JSON, nested too
     deep, a field of the wrong type or out of range) is a one-line ModelConfigError (exit 2), never a hang or
-    a crash."""
+    a crash. `use_hub=False`: a hub id is not local, as any path that is not here."""
     if not path:
         return None
     try:
@@ -303,7 +303,7 @@ def read_model_facts(
     if config is None:
         from ddtctl import hub
 
-        if not hub.is_hub_id(path):
+        if not use_hub or not hub.is_hub_id(path):
             return None
         snapshot = hub.config_dir(str(path), revision, what=what)
         if snapshot is None:

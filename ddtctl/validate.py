@@ -447,9 +447,11 @@ def validate_argv(
     source: str = "argv",
     ignore: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    use_hub: bool = True,
 ) -> ValidationResult:
     """`env`: the server process's environment where the caller knows it (deploy: the inventory's and the
-    profile's `env:` merged, as the launch gets them)."""
+    profile's `env:` merged, as the launch gets them). `use_hub=False`: a Hugging Face hub id's config.json
+    is not fetched (deploy's preflight, when the hub cannot be reached from here)."""
     from ddtctl.schema.extensions import extended_catalog
 
     catalog = extended_catalog(sglang)
@@ -473,11 +475,12 @@ def validate_argv(
             )
         ]
     )
-    model = read_model_facts(model_path, revision=_revision(flags, "revision"))
+    model = read_model_facts(model_path, revision=_revision(flags, "revision"), use_hub=use_hub)
     draft = read_model_facts(
         flags.given.get("speculative_draft_model_path"),
         revision=_revision(flags, "speculative_draft_model_revision"),
         what="draft model",
+        use_hub=use_hub,
     )
     gpu_spec = resolve_gpu(gpu) if gpu else None
     return apply_ignores(

@@ -189,3 +189,39 @@ def test_hub_ids_and_what_is_not_one(tmp_path, monkeypatch):
     for path in ("local/model", "/abs/path", "./Org/Name", "~/Org/Name", "gpt2", "a/b/c", "Org/Na--me",
                  "Org/..", "-x/y", "", None):
         assert not is_hub_id(path), path
+
+
+def test_without_huggingface_hub_a_hub_id_says_how_to_install_it(tmp_path):
+    probe = ("import sys; sys.modules['huggingface_hub'] = None\n"  # as if it were not installed
+             f"from ddtctl.cli import main; main(['validate', {str(_profile(tmp_path / 'p.yaml', TARGET, {}))!r}])")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf")))
+    assert proc.returncode == ExitCode.USAGE and proc.stderr == (
+        f"ddtctl: error: model {TARGET} is a Hugging Face hub id; reading its config.json needs huggingface_hub, "
+        "which is not installed here (fix: pip install 'ddtctl[hub]', or give a local model directory)\n")
+
+
+_PREFLIGHT = """
+import json, sys
+sys.path.insert(0, {deploy_tests!r})
+from deploy_data import facts, spec, target
+from ddtctl.deploy import preflight_checks
+s = spec(["--model-path", {model!r}, "--attention-backend", "fa3"])
+checks = preflight_checks(s, target(s), facts(gpu="NVIDIA B200", sm=(10, 0)), remote_dry_run=True)
+print(json.dumps({{c.name: [c.ok, c.severity, c.message] for c in checks}}))
+"""
+
+
+def test_deploy_preflight_of_a_hub_id_the_hub_cannot_give_warns_and_still_checks(tmp_path):
+    """The GPU host may reach the hub where this machine cannot: deploy's static rules run without the config
+    (as for a model directory not cached here) and say why; the host's own dry-run reads it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "TRANSFORMERS_"))}
+    env.update(HF_ENDPOINT=_closed_port(), HF_HOME=str(tmp_path / "hf"))
+    script = _PREFLIGHT.format(deploy_tests=str(REPO / "tests" / "deploy"), model=TARGET)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    checks = json.loads(proc.stdout)
+    assert checks["validate:hub"] == [False, "warning", f"model {TARGET}: config.json not reachable on the hub "
+                                      "(offline?) (fix: set HF_HUB_OFFLINE=1 to use the cache, or give a local "
+                                      "model directory)"]
+    assert checks["validate:DDT701"][0] is False  # fa3 on a B200: the static rules still ran

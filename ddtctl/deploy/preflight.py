@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ddtctl.argv import parse_launch_argv
-from ddtctl.errors import UsageError
+from ddtctl.errors import HubError, UsageError
 from ddtctl.remote.facts import HostFacts
 
 from .spec import DeploySpec, Target
@@ -278,16 +278,26 @@ def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> lis
     from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
     from ddtctl.validate import validate_argv
 
+    gpu = _validation_gpu(spec, facts)
+    bundled_worker = ships_bundled_worker(spec)
+    ignore, out = ignore_checks(spec, target, bundled_worker=bundled_worker)
+    use_hub = True
     try:
         argv, _ = localize_model_paths(target.argv, target.name)
     except ModelConfigMissing:
         argv = list(target.argv)  # the rules that need the config say so themselves
-    gpu = _validation_gpu(spec, facts)
-    bundled_worker = ships_bundled_worker(spec)
-    ignore, out = ignore_checks(spec, target, bundled_worker=bundled_worker)
+    except HubError as err:  # a hub id this machine cannot fetch: the host's own dry-run still reads it
+        argv, use_hub = list(target.argv), False
+        out.append(_check(target, "validate:hub", False, err.one_line(), Severity.WARNING))
     try:
         res = validate_argv(
-            argv, gpu=gpu, sglang=spec.sglang, source=spec.source, ignore=ignore, env=target.env
+            argv,
+            gpu=gpu,
+            sglang=spec.sglang,
+            source=spec.source,
+            ignore=ignore,
+            env=target.env,
+            use_hub=use_hub,
         )
     except UsageError as err:
         return [*out, _check(target, "validate", False, err.one_line())]
