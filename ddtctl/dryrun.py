@@ -326,8 +326,10 @@ def dry_run_profiles(
     python: str | os.PathLike | None = None,
     extra_sys_path: Sequence[str | os.PathLike] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    overrides: Sequence[Any] = (),
 ) -> list[DryRunResult]:
-    """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`)."""
+    """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`);
+    `overrides`: `--set KEY=VALUE` (ddtctl.profile_overrides), applied to each profile before the schema."""
     from ddtctl.profile import discover_profiles, load_profile
     from ddtctl.render import render_argv
     from ddtctl.schema.extensions import extended_catalog
@@ -337,7 +339,7 @@ def dry_run_profiles(
     server_envs: list[dict[str, str]] = []
     versions: set[str] = set()
     for path in discover_profiles(list(paths)):
-        loaded = load_profile(path)
+        loaded = load_profile(path, overrides)
         prof = loaded.profile
         versions.add(prof.sglang)
         argv = render_argv(prof, extended_catalog(prof.sglang))  # the release's flags + the DDTREE payload's

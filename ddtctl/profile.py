@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -479,9 +479,14 @@ def _nearest_line(lines: dict[str, int], loc: str) -> int | None:
     return None
 
 
-def load_profile(path: str | os.PathLike[str]) -> LoadedProfile:
-    """Read and schema-check a profile; ProfileError (one line, file:line) on any problem."""
+def load_profile(path: str | os.PathLike[str], overrides: Sequence[Any] = ()) -> LoadedProfile:
+    """Read and schema-check a profile; ProfileError (one line, file:line) on any problem. `overrides`: the
+    `--set KEY=VALUE` options (ddtctl.profile_overrides), applied before the schema."""
     doc = read_profile_document(path)
+    if overrides:
+        from ddtctl.profile_overrides import apply_overrides
+
+        apply_overrides(doc, overrides)
     profile, errors = build_profile(doc)
     if profile is None:
         loc, msg, line = errors[0]

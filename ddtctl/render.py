@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-from ddtctl.errors import ProfileError
+from ddtctl.errors import ProfileError, UsageError
 from ddtctl.profile import Profile
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
@@ -153,6 +153,9 @@ class Rendered:
     warnings: list[str] = field(
         default_factory=list
     )  # what the launch may not do as meant (stderr in text mode)
+    host: str | None = None  # `--host NODE`: the inventory node this launch is for (deploy's, with its rank)
+    node_rank: int | None = None
+    nnodes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,7 +167,39 @@ class Rendered:
             "config": self.config,
             "text": self.text,
             "warnings": self.warnings,
+            "host": self.host,
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
         }
+
+
+@dataclass
+class NodeLaunch:
+    """What `ddtctl deploy` launches on one inventory node (ddtctl.deploy.spec.DeploySpec.targets): its
+    launcher and environment, and the multi-node flags it appends to the profile's argv."""
+
+    host: str
+    rank: int
+    nnodes: int
+    launcher: list[str]
+    env: dict[str, str]
+    extra: list[str]  # --nnodes N --node-rank R --dist-init-addr ADDR (none on one node)
+
+
+def node_launch(loaded: Any, argv: list[str], host: str, inventory: str | None) -> NodeLaunch:
+    """The launch on inventory node `host`, through deploy's own code: the spec (without the payload, nothing
+    is shipped), the inventory's hosts, and the target of `host` among them (with its rank and the rank 0
+    node's address)."""
+    from ddtctl.deploy.spec import spec_from_loaded
+    from ddtctl.remote.inventory import load_inventory, resolve_host
+
+    spec = spec_from_loaded(loaded, host=host, payload=False)  # refuses a host not among the profile's hosts:
+    inv = load_inventory(inventory)
+    target = next(t for t in spec.targets([resolve_host(n, inv) for n in spec.host_names]) if t.name == host)
+    if target.argv[: len(argv)] != argv:  # deploy launches the argv render checked, then its own flags
+        raise RenderMismatch(f"deploy's argv for {host} does not start with the rendered argv (a ddtctl bug)")
+    launcher = target.launch_argv[: len(target.launch_argv) - len(target.argv)]
+    return NodeLaunch(host, target.rank, target.nnodes, launcher, dict(target.env), target.argv[len(argv) :])
 
 
 def masked_tokens(group: LaunchGroup) -> list[str]:
@@ -231,11 +266,21 @@ def _sglang_config(prof: Profile, groups: list[LaunchGroup], catalog: Catalog) -
     return config
 
 
-def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) -> Rendered:
+def render_profile(
+    path: str,
+    fmt: str = "argv",
+    *,
+    show_secrets: bool = False,
+    overrides: Sequence[Any] = (),
+    host: str | None = None,
+    inventory: str | None = None,
+) -> Rendered:
     """A profile as `ddtctl deploy` would launch it: argv (a JSON list), shell (one copy-pasteable command) or
     sglang-config (the YAML that SGLang's own `--config` reads back into the same argv). Secret values (flags
     such as --api-key, environment names such as HF_TOKEN) are masked unless show_secrets: the shell form
-    refers to the caller's own environment variable instead."""
+    refers to the caller's own environment variable instead. `overrides`: `--set KEY=VALUE`
+    (ddtctl.profile_overrides). `host`: the launch on that inventory node as deploy makes it (node_launch: the
+    host's launcher and environment, and the multi-node flags with the node's rank); argv and shell only."""
     import shlex
 
     import yaml
@@ -246,7 +291,9 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
 
     if fmt not in RENDER_FORMATS:
         raise ProfileError(f"unknown render format {fmt!r}", fix=f"use one of {', '.join(RENDER_FORMATS)}")
-    loaded = load_profile(path)
+    if host is not None and fmt not in ("argv", "shell"):
+        raise UsageError(f"--host renders a command line, not --as {fmt}", fix="--as argv or --as shell")
+    loaded = load_profile(path, overrides)
     prof = loaded.profile
     catalog = extended_catalog(prof.sglang)
     try:
@@ -257,9 +304,13 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
     argv = [token for group in groups for token in group.tokens]
     check_round_trip(argv, groups, catalog, prof.model.path)
     shown_groups = [group.tokens if show_secrets else masked_tokens(group) for group in groups]
-    shown = [token for group in shown_groups for token in group]
     launcher = list(prof.launch.launcher or DEFAULT_LAUNCHER)
     env = dict(prof.env)
+    node = node_launch(loaded, argv, host, inventory) if host is not None else None
+    if node is not None:
+        launcher, env = node.launcher, node.env
+        shown_groups += [node.extra[i : i + 2] for i in range(0, len(node.extra), 2)]
+    shown = [token for group in shown_groups for token in group]
     secret_env = {k for k in env if SECRET_ENV.search(k)}
     shown_env = env if show_secrets else {k: ("***" if k in secret_env else v) for k, v in env.items()}
     config = None
@@ -298,4 +349,7 @@ def render_profile(path: str, fmt: str = "argv", *, show_secrets: bool = False) 
         env=shown_env,
         config=config,
         text=text,
+        host=host,
+        node_rank=node.rank if node else None,
+        nnodes=node.nnodes if node else None,
     )

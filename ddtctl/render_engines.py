@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from ddtctl.argv import MASK, SECRET_ENV, parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import UsageError
@@ -49,6 +49,7 @@ class EngineOptions:
     payload_volume: str = "pvc:ddtree-payload"  # k8s, DDTREE: hostpath:/DIR | pvc:CLAIM
     payload_dir: str | None = None  # skypilot, DDTREE: the local built payload (default: overlay build's)
     show_secrets: bool = False
+    overrides: Sequence[Any] = ()  # `render --set KEY=VALUE` / `--gpu` (ddtctl.profile_overrides)
 
 
 @dataclass
@@ -121,8 +122,8 @@ def launch_layout(path: str, opts: EngineOptions) -> Layout:
     from ddtctl.profile import load_profile
     from ddtctl.render import render_profile
 
-    ssh = render_profile(path, "argv", show_secrets=opts.show_secrets)
-    prof = load_profile(path).profile
+    ssh = render_profile(path, "argv", show_secrets=opts.show_secrets, overrides=opts.overrides)
+    prof = load_profile(path, opts.overrides).profile
     parsed = parse_launch_argv(ssh.argv, prof.sglang, config=False)
     refuse_multi_node_flags(parsed.given, ssh.source, "the rendered launch sets it per node")
     nodes, gpus = _nodes_and_gpus(prof, parsed, opts.nodes, ssh.source)

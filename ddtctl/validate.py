@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ddtctl import PINNED_SGLANG
 from ddtctl.argv import parse_server_argv
@@ -15,6 +15,7 @@ from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError, print
 from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launch_value_findings
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
+from ddtctl.profile_overrides import Override, apply_overrides
 from ddtctl.rules.engine import ERROR, INFO, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
 from ddtctl.schema.gpus import GpuSpec, resolve_gpu
 
@@ -400,12 +401,25 @@ def _schema_fix(loc: str, msg: str) -> str | None:
 
 
 def validate_path(
-    path: str | Path, *, gpu: str | None = None, ignore: dict[str, str] | None = None
+    path: str | Path,
+    *,
+    gpu: str | None = None,
+    ignore: dict[str, str] | None = None,
+    overrides: Sequence[Override] = (),
 ) -> ValidationResult:
+    """`overrides`: `--set KEY=VALUE` (ddtctl.profile_overrides), applied to the document before the schema;
+    a KEY the profile cannot take stops the command (UsageError), as a bad option does."""
     try:
         doc = read_profile_document(path)
     except DdtctlError as err:
         return _unreadable(path, err)
+    if overrides:
+        if _is_sglang_config(doc):
+            raise UsageError(
+                f"--set {overrides[0]}: {path} is an SGLang --config file, not a profile",
+                fix="edit the file, or validate --argv -- --config FILE --flag VALUE",
+            )
+        apply_overrides(doc, overrides)
     try:
         if _is_sglang_config(doc):  # SGLang's own --config file (`render --as sglang-config` writes one)
             result = validate_argv(["--config", str(path)], gpu=gpu, ignore=ignore, source=str(path))
@@ -434,9 +448,13 @@ def _unreadable(path: str | Path, err: DdtctlError) -> ValidationResult:
 
 
 def validate_paths(
-    paths: list[str], *, gpu: str | None = None, ignore: dict[str, str] | None = None
+    paths: list[str],
+    *,
+    gpu: str | None = None,
+    ignore: dict[str, str] | None = None,
+    overrides: Sequence[Override] = (),
 ) -> list[ValidationResult]:
-    return [validate_path(p, gpu=gpu, ignore=ignore) for p in discover_profiles(paths)]
+    return [validate_path(p, gpu=gpu, ignore=ignore, overrides=overrides) for p in discover_profiles(paths)]
 
 
 def validate_argv(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import ReportFormat, app
 
 # Shown in the summary line of an accepted result (resolved field -> label).
@@ -43,12 +44,8 @@ def dry_run(
     items: list[str] = typer.Argument(
         None, help="Profiles (files, dirs, globs); with --argv: SGLang arguments after --"
     ),
-    gpu: str = typer.Option(
-        None,
-        "--gpu",
-        help="Target GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...); "
-        "default: the profile's hardware.gpu",
-    ),
+    gpu: str = options.GPU,
+    sets: list[str] = options.SET,
     argv_mode: bool = typer.Option(
         False,
         "--argv",
@@ -87,8 +84,14 @@ def dry_run(
     """
     from ddtctl import dryrun
     from ddtctl.errors import UsageError
+    from ddtctl.profile_overrides import parse_sets, refuse_sets
 
     items = list(items or [])
+    overrides = parse_sets(sets)
+    if argv_mode or argv_file is not None:
+        refuse_sets(
+            overrides, "a raw SGLang launch has no profile to change", "change the arguments themselves"
+        )
     if argv_file is not None:
         from ddtctl.argv import read_argv_file
 
@@ -138,9 +141,16 @@ def dry_run(
             f"dry-run: {len(items)} profile path(s) through SGLang's resolver (a few seconds; the overlay is "
             "built first if needed)"
         ):
-            sys_path = list(sys_path or ()) + overlay_sys_path(overlay, profiles=items, python=python)
+            sys_path = list(sys_path or ()) + overlay_sys_path(
+                overlay, profiles=items, python=python, overrides=overrides
+            )
             results = dryrun.dry_run_profiles(
-                items, gpu=gpu, python=python, extra_sys_path=sys_path or (), timeout_s=timeout
+                items,
+                gpu=gpu,
+                python=python,
+                extra_sys_path=sys_path or (),
+                timeout_s=timeout,
+                overrides=overrides,
             )
     code = dryrun.exit_code(results)
     if fmt == ReportFormat.json:

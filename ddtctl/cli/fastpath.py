@@ -37,6 +37,7 @@ def try_validate(args: list[str]) -> int | None:
     }
     ignore: list[str] = []
     select: list[str] = []
+    sets: list[str] = []
     paths: list[str] = []
     i = 0
     while i < len(rest):
@@ -49,7 +50,15 @@ def try_validate(args: list[str]) -> int | None:
             opts[a[2:].replace("-", "_")] = True
         elif a in ("--quiet", "-q"):
             opts["quiet"] = True
-        elif a.split("=", 1)[0] in ("--gpu", "--sglang", "--format", "--ignore", "--select", "--argv-file"):
+        elif a.split("=", 1)[0] in (
+            "--gpu",
+            "--sglang",
+            "--format",
+            "--ignore",
+            "--select",
+            "--argv-file",
+            "--set",
+        ):
             name, eq, value = a.partition("=")
             if not eq:
                 if i >= len(rest):
@@ -59,6 +68,8 @@ def try_validate(args: list[str]) -> int | None:
             key = {"--format": "output"}.get(name, name[2:].replace("-", "_"))
             if key in ("ignore", "select"):
                 (ignore if key == "ignore" else select).append(value)
+            elif key == "set":
+                sets.append(value)
             else:
                 opts[key] = value
         elif a.startswith("-") and a != "-":
@@ -69,7 +80,7 @@ def try_validate(args: list[str]) -> int | None:
         return None
     from ddtctl.cli.validate_report import run_validate
 
-    return run_validate(paths, ignore=ignore, select=select or None, **opts)
+    return run_validate(paths, ignore=ignore, select=select or None, sets=sets, **opts)
 
 
 def version_text() -> str:

@@ -50,3 +50,17 @@ IGNORE = typer.Option(
 STATISTICS = typer.Option(
     False, "--statistics", help="Print how many findings each rule has (count, id, fix, title) instead."
 )
+
+# -- commands that read a profile (validate, dry-run, render): try it as if it said otherwise, file untouched
+SET = typer.Option(
+    None,
+    "--set",
+    metavar="KEY=VALUE",
+    help="Override a profile key for this run (repeatable): a dotted path into the profile, the value read "
+    "as YAML, e.g. --set hardware.gpu=H200 --set server.tp-size=2; the file is not changed",
+)
+GPU = typer.Option(
+    None,
+    "--gpu",
+    help="GPU (H200, B200, RTX_PRO_6000_BLACKWELL, sm90, ...) instead of the profile's hardware.gpu",
+)

@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, emit_json
 from ddtctl.errors import UsageError
 
@@ -62,14 +63,33 @@ def render(
     fmt: OutputFormat = typer.Option(
         OutputFormat.text, "--format", help="text, or json (argv, env, config, text)"
     ),
+    sets: list[str] = options.SET,
+    gpu: str = options.GPU,
+    host: str = typer.Option(
+        None,
+        "--host",
+        metavar="NODE",
+        help="argv, shell: the launch deploy makes on inventory node NODE (its launcher and env; with "
+        "several hosts, --nnodes, --node-rank and --dist-init-addr)",
+    ),
+    inventory: str = options.INVENTORY,
 ) -> None:
     """Print what `ddtctl deploy` would launch for PROFILE: the server argv, a copy-pasteable shell command,
     an SGLang --config file that SGLang reads back into the same argv, or that argv on several nodes as a
-    Kubernetes LeaderWorkerSet or a SkyPilot task. Secret values are masked unless asked."""
+    Kubernetes LeaderWorkerSet or a SkyPilot task. Secret values are masked unless asked. --set and --gpu
+    render the profile as if it said so (the file is not changed)."""
+    from ddtctl.profile_overrides import parse_sets
     from ddtctl.render_engines import ENGINE_FORMATS, EngineOptions, render_engine
 
+    overrides = parse_sets(list(sets or []) + ([f"hardware.gpu={gpu}"] if gpu else []))
+    if host is None and inventory is not None:
+        raise UsageError(
+            "--inventory is for --host", fix="ddtctl render PROFILE --host NODE --inventory FILE"
+        )
     if as_ in ENGINE_FORMATS:
-        opts = EngineOptions(nodes, image, model_volume, payload_volume, payload_dir, show_secrets)
+        if host is not None:
+            raise UsageError(f"--host renders a command line, not --as {as_}", fix="--as argv or --as shell")
+        opts = EngineOptions(nodes, image, model_volume, payload_volume, payload_dir, show_secrets, overrides)
         result = render_engine(profile, as_, opts)
     else:
         from ddtctl.render import render_profile
@@ -85,7 +105,9 @@ def render(
         ]
         if given:
             raise UsageError(f"{given[0]} is for --as k8s-lws or --as skypilot", fix="leave it out")
-        result = render_profile(profile, as_, show_secrets=show_secrets)
+        result = render_profile(
+            profile, as_, show_secrets=show_secrets, overrides=overrides, host=host, inventory=inventory
+        )
     if fmt == OutputFormat.json:
         emit_json("render", result.to_json())
         return

@@ -66,6 +66,7 @@ def validate(
         help="text, json, github (GitHub Actions annotations, one per finding), or sarif (SARIF 2.1.0).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
+    sets: Optional[list[str]] = options.SET,
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang
     import).
@@ -94,6 +95,7 @@ def validate(
             argv_file=argv_file,
             select=select,
             statistics=statistics,
+            sets=sets,
         )
     )
 

@@ -27,16 +27,26 @@ def run_validate(
     argv_file: str | None = None,
     select: list[str] | None = None,
     statistics: bool = False,
+    sets: list[str] | None = None,
 ) -> int:
     """The command body, shared by the typer command and the start-up fast path (ddtctl/cli/fastpath.py)."""
     from ddtctl.repo_config import find_config
 
     _check_usage(fix=fix, diff=diff, unsafe_fixes=unsafe_fixes, statistics=statistics, output=output)
+    overrides = _overrides(sets, raw_launch=argv or argv_file is not None, fix=fix)
     config = find_config()
     ignores = _selection(config, select, ignore)
     gpu = gpu or (config.gpu if config else None)
     results = _results(
-        paths, config, argv=argv, argv_file=argv_file, gpu=gpu, sglang=sglang, ignores=ignores, fix=fix
+        paths,
+        config,
+        argv=argv,
+        argv_file=argv_file,
+        gpu=gpu,
+        sglang=sglang,
+        ignores=ignores,
+        fix=fix,
+        overrides=overrides,
     )
     if fix and not argv:
         results = _apply_fixes(
@@ -101,7 +111,24 @@ def _selection(config, select: list[str] | None, ignore: list[str] | None) -> di
     return resolve([*layers, cli])
 
 
-def _results(paths, config, *, argv: bool, argv_file: str | None, gpu, sglang, ignores, fix: bool) -> list:
+def _overrides(sets: list[str] | None, *, raw_launch: bool, fix: bool) -> list:
+    """`--set KEY=VALUE` (ddtctl.profile_overrides): for profiles only, and not with --fix (which edits the
+    file the overrides leave unchanged)."""
+    from ddtctl.profile_overrides import parse_sets, refuse_sets
+
+    overrides = parse_sets(sets)
+    if raw_launch:
+        refuse_sets(
+            overrides, "a raw SGLang launch has no profile to change", "change the arguments themselves"
+        )
+    if fix:
+        refuse_sets(overrides, "--fix edits the file, --set only this run", "validate with --set, then edit")
+    return overrides
+
+
+def _results(
+    paths, config, *, argv: bool, argv_file: str | None, gpu, sglang, ignores, fix: bool, overrides=()
+) -> list:
     from ddtctl import PINNED_SGLANG
     from ddtctl.errors import UsageError
     from ddtctl.repo_config import discover
@@ -128,7 +155,7 @@ def _results(paths, config, *, argv: bool, argv_file: str | None, gpu, sglang, i
         return [validate_argv(paths, gpu=gpu, sglang=sglang or PINNED_SGLANG, ignore=ignores)]
     if not paths:
         raise UsageError("no profile given", fix="ddtctl validate profiles/  (or a file, or a glob)")
-    return [validate_path(p, gpu=gpu, ignore=ignores) for p in discover(paths, config)]
+    return [validate_path(p, gpu=gpu, ignore=ignores, overrides=overrides) for p in discover(paths, config)]
 
 
 def _excluded_by(config) -> str:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
+
+if TYPE_CHECKING:
+    from ddtctl.profile import LoadedProfile
 
 PAYLOAD_MANIFEST = "ddtree-manifest.json"
 DEFAULT_PORT = 30000
@@ -134,9 +138,22 @@ def spec_from_profile(
 ) -> DeploySpec:
     """Load and render a profile (ddtctl.profile / ddtctl.render) into a DeploySpec."""
     from ddtctl.profile import load_profile
+
+    return spec_from_loaded(load_profile(path), host=host, algo=algo, payload_dir=payload_dir)
+
+
+def spec_from_loaded(
+    loaded: LoadedProfile,
+    *,
+    host: str | None = None,
+    algo: str | None = None,
+    payload_dir: str | None = None,
+    payload: bool = True,
+) -> DeploySpec:
+    """A loaded profile rendered (ddtctl.render) into a DeploySpec; `payload=False` leaves the DDTREE payload
+    out (`ddtctl render --host` shows the launch, it ships nothing)."""
     from ddtctl.render import render_argv
 
-    loaded = load_profile(path)
     prof = loaded.profile
     if algo:
         prof.server["speculative-algorithm"] = algo.upper()
@@ -147,7 +164,7 @@ def spec_from_profile(
     if draft:
         model_paths.append(draft)
     algorithm = str(prof.server.get("speculative-algorithm") or "").upper() or None
-    if payload_dir is None and algorithm == "DDTREE":
+    if payload_dir is None and algorithm == "DDTREE" and payload:
         payload_dir = default_payload_dir(prof.sglang)
     return DeploySpec(
         name=prof.name,
@@ -162,7 +179,7 @@ def spec_from_profile(
         launcher=list(prof.launch.launcher) if prof.launch.launcher else None,
         host_names=hosts,
         model_paths=model_paths,
-        payload=load_payload(payload_dir) if payload_dir else None,
+        payload=load_payload(payload_dir) if payload_dir and payload else None,
         tools=tools_manifest(),
         algorithm=algorithm,
         ignore={entry.rule.strip().upper(): entry.reason for entry in prof.ignore},

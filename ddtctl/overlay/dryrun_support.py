@@ -13,7 +13,7 @@ touches.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import DdtctlError, UsageError
@@ -34,11 +34,12 @@ def argv_uses_ddtree(argv: Sequence[str]) -> bool:
     )
 
 
-def profiles_use_ddtree(paths: Sequence[str]) -> bool:
+def profiles_use_ddtree(paths: Sequence[str], overrides: Sequence[Any] = ()) -> bool:
+    """`overrides`: dry-run's `--set KEY=VALUE` (ddtctl.profile_overrides), as the profiles are resolved."""
     from ddtctl.profile import discover_profiles, load_profile
 
     for path in discover_profiles(list(paths)):
-        server = load_profile(path).profile.server or {}
+        server = load_profile(path, overrides).profile.server or {}
         for key in ("speculative-algorithm", "speculative_algorithm"):
             if str(server.get(key) or "").upper() == ALGORITHM:
                 return True
@@ -81,13 +82,14 @@ def overlay_sys_path(
     argvs: Iterable[Sequence[str]] | None = None,
     profiles: Sequence[str] | None = None,
     python: str | Path | None = None,
+    overrides: Sequence[Any] = (),
 ) -> list[str]:
     mode = (mode or "auto").strip()
     if mode == "none":
         return []
     if mode == "auto":
         needed = any(argv_uses_ddtree(a) for a in (argvs or [])) or bool(
-            profiles and profiles_use_ddtree(profiles)
+            profiles and profiles_use_ddtree(profiles, overrides)
         )
         if not needed:
             return []

@@ -31,6 +31,8 @@ def run(args, fast: bool):
     ["validate", "--gpu", "H200", SEED],
     ["validate", "--argv", "--gpu=B200", "--", "--model-path", "/m", "--attention-backend", "fa3"],
     ["validate", "/nonexistent.yaml"],
+    ["validate", "--set", "server.tp-size=2", "--set=hardware.gpu=H200", SEED],
+    ["validate", "--set", "server.tp-sise=2", SEED],
     ["validate"],
     ["validate", "--select", "DDT9,DDT0", "--ignore=DDT00", "--statistics", SEED, str(REPO / "profiles")],
     ["validate", "--format", "sarif", "--select=DDT1", SEED],
