@@ -24,9 +24,7 @@ class ExitCode:
     DEPLOY = 5  # deploy failed (and was rolled back)
     INCONCLUSIVE = 6  # a measurement cannot back the action asked (tune --write: winner within the noise)
     CONFIG = 7  # the repository configuration ([tool.ddtctl] in pyproject.toml, .ddtctl.toml) is invalid
-    HUB = (
-        8  # the Hugging Face hub could not give a model's config.json (unreachable, repo/file missing, gated)
-    )
+    HUB = 8  # the Hugging Face hub could not give a model's config.json (unreachable, repo/file gone, gated)
     INTERNAL = 70  # a ddtctl bug (EX_SOFTWARE): an exception nothing maps to a user error
     INTERRUPTED = 130
 
