@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddtctl.doctor_checks import PINS, ROW_NAMES, DoctorFacts, Launch, Pins, Row, Status, run_checks
+from ddtctl.doctor_checks import ROW_NAMES, run_checks
+from ddtctl.doctor_model import PINS, DoctorFacts, Launch, Pins, Row, Status
 from ddtctl.errors import ExitCode, RemoteError, UsageError
 from ddtctl.remote.facts import HostFacts
 from ddtctl.remote.inventory import Host

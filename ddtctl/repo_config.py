@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import ConfigError, DdtctlError
+from ddtctl.safeio import read_text
 
 CONFIG_NAME = ".ddtctl.toml"
 PYPROJECT = "pyproject.toml"
@@ -82,10 +83,7 @@ def find_config(start: Path | None = None) -> RepoConfig | None:
 def load_config(path: Path) -> RepoConfig | None:
     """The configuration in `path`; None for a pyproject.toml without `[tool.ddtctl]`."""
     pyproject = path.name == PYPROJECT
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read it: {err}", where=str(path)) from None
+    text = read_text(path, 1 << 20, error=ConfigError, what="configuration")
     if pyproject and not _MENTIONS_TABLE.search(text):  # the common case: no TOML parse at start-up
         return None
     import tomllib
