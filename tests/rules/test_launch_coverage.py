@@ -99,3 +99,21 @@ def test_the_inventory_table_counts_every_site(rows):
     assert "launch-time sites:" in text and "unmapped launch-time sites: 0" in text
     assert f"| {len(rows)} |" in text
     assert "DDT750 1" in text  # the rule of the STANDALONE vocab check
+
+
+def _severity(argv, gpu, rule_id):
+    return next((f.severity for f in validate_argv(argv, gpu=gpu).findings if f.rule == rule_id), None)
+
+
+def test_severity_follows_the_evidence():
+    """An error where the cited raise is certain; a warning (or nothing) where the launch may still start."""
+    bad, _, gpu = LAUNCH_CASES["DDT730"]
+    assert _severity(bad, gpu, "DDT730") == "error"
+    # weights served in another dtype than stored may shrink on load: the same budget is only a warning
+    assert _severity(bad + ["--dtype", "float16"], gpu, "DDT730") == "warning"
+    assert _severity(bad + ["--quantization", "fp8"], gpu, "DDT730") is None  # sizes change on load: not judged
+    # multi-layer EAGLE with topk 1: the resolver pins draft tokens = steps + 1 itself (DDT307)
+    chain = MLA + ["--speculative-algorithm", "EAGLE", "--enable-multi-layer-eagle", "--speculative-num-steps", "3",
+                   "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6"]
+    assert _severity(chain, "H200", "DDT752") is None
+    assert _severity(LAUNCH_CASES["DDT751"][0], "H200", "DDT751") == "warning"  # the token map is a host file

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ddtctl.rules.engine import ERROR, FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
 from ddtctl.rules.launch.common import (
     ENCODER_DECODER_ARCHITECTURES,
+    NON_GDN_HYBRID_ARCHITECTURES,
     REGISTRY,
     SRT,
     architectures,
@@ -452,7 +453,11 @@ MAMBA2_ARCHITECTURES = (
     "multi-item scoring on a hybrid model needs the Gated-DeltaNet backend",
     reads=("enable_mis",),
     needs=(FACT_MODEL,),
-    applies=lambda ctx: bool(ctx.get("enable_mis")) and bool(ctx.is_hybrid) and not is_hybrid_gdn(ctx.model),
+    applies=lambda ctx: (
+        bool(ctx.get("enable_mis"))
+        and ctx.model is not None
+        and ctx.model.architecture in NON_GDN_HYBRID_ARCHITECTURES
+    ),
     reference=f"{HYBRID_LINEAR}:59-81 MambaAttnBackendBase.validate_mis_support; "
     f"{SRT}layers/attention/linear/gdn_backend.py:515-519",
     sglang_enforces=False,
@@ -460,8 +465,9 @@ MAMBA2_ARCHITECTURES = (
 def mis_hybrid(ctx: Context):
     """A hybrid model's linear-attention backend is built with the runner's attention backends, and each
     refuses --enable-mis unless it declares multi-item scoring support: only the Gated-DeltaNet backend
-    (Qwen3-Next, Qwen3.5 / 3.6) does. Mamba2 (Nemotron-H, Falcon-H1, Granite hybrids), KDA (Kimi Linear),
-    Lightning and short-conv (LFM2, ZAYA) hybrids raise at startup."""
+    (Qwen3-Next, Qwen3.5 / 3.6) does. Mamba2 (Nemotron-H, Falcon-H1, Granite hybrids), KDA (Kimi Linear)
+    and short-conv (LFM2, ZAYA) hybrids raise at startup (the rule names those; a hybrid it cannot place is
+    not checked)."""
     return Hit(
         f"--enable-mis: the linear-attention backend of {ctx.known_model.architecture} does not support "
         "multi-item scoring (only the Gated-DeltaNet one does); it raises at startup",
@@ -487,10 +493,13 @@ def mis_hybrid(ctx: Context):
 def mamba2_track_interval(ctx: Context):
     """With an extra-buffer mamba strategy the Mamba2 backend (Nemotron-H, Falcon-H1, Granite hybrids)
     checkpoints states every --mamba-track-interval tokens from its chunked scan, and asserts the interval is
-    at least the model's mamba_chunk_size (the text config's, 64 when absent)."""
+    at least the model's mamba_chunk_size (the text config's; not checked when the config.json leaves it to
+    the config class's default)."""
     from ddtctl.rules.launch.common import int_field, text_config
 
-    chunk = int_field(text_config(ctx.model), "mamba_chunk_size") or 64
+    chunk = int_field(text_config(ctx.model), "mamba_chunk_size")
+    if not chunk:
+        return None
     interval = int(ctx.get("mamba_track_interval") or 0)
     if interval < chunk:
         return Hit(

@@ -20,13 +20,29 @@ ENCODER_DECODER_ARCHITECTURES = (
     "MossVLForConditionalGeneration",
 )
 LOCAL_ATTENTION_ARCHITECTURES = ("Llama4ForConditionalGeneration",)
-# configs/hybrid_arch.py hybrid_gdn_config: the Gated-DeltaNet hybrids (Qwen3-Next, Qwen3.5 / 3.6)
+# configs/hybrid_arch.py:55-67 hybrid_gdn_config: the Gated-DeltaNet hybrids (Qwen3-Next, Qwen3.5 / 3.6, ...)
 HYBRID_GDN_ARCHITECTURES = (
     "Qwen3NextForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5MoeForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration",
+    "JetNemotronForCausalLM",
+    "JetVLMForConditionalGeneration",
+)
+# hybrids whose linear-attention backend is not Gated-DeltaNet (configs/hybrid_arch.py mamba2_config,
+# kimi_linear_config): Mamba2, short conv, KDA
+NON_GDN_HYBRID_ARCHITECTURES = (
+    "NemotronHForCausalLM",
+    "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3",
+    "FalconH1ForCausalLM",
+    "GraniteMoeHybridForCausalLM",
+    "Lfm2ForCausalLM",
+    "Lfm2MoeForCausalLM",
+    "ZayaForCausalLM",
+    "KimiLinearForCausalLM",
 )
 
 

@@ -104,6 +104,7 @@ def rejection_token_map(ctx: Context):
         and bool(ctx.get("enable_multi_layer_eagle"))
         and ctx.is_set("speculative_num_draft_tokens")
         and ctx.is_set("speculative_num_steps")
+        and (ctx.given.get("speculative_eagle_topk") or 1) > 1
     ),
     reference=f"{SPEC}multi_layer_eagle_worker_v2.py:139-154 MultiLayerEagleDraftWorker.__init__ (assert)",
     sglang_enforces=False,
@@ -156,8 +157,12 @@ def _dflash_config_errors(ctx: Context) -> list[str]:
         if bool(int(cfg.get("selector_rank", 0) or 0)) != bool(int(cfg.get("selector_top_k", 0) or 0)):
             errors.append("the selector needs selector_rank and selector_top_k together")
     multiplier = cfg.get("output_multiplier", 1.0)
-    if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool) or multiplier <= 0:
-        errors.append(f"output_multiplier={multiplier!r} must be positive")
+    try:
+        positive = float(multiplier) > 0
+    except (TypeError, ValueError):
+        positive = False
+    if not positive:
+        errors.append(f"output_multiplier={multiplier!r} must be a positive number")
     ids = _draft_field(ctx, "target_layer_ids")
     if ids is not None and (not isinstance(ids, list) or not ids or _bad_int_list(ids)):
         errors.append(f"target_layer_ids={ids!r} must be a non-empty list of ints")

@@ -6,7 +6,7 @@ accepts every launch these rules reject."""
 
 from __future__ import annotations
 
-from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
+from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, WARNING, Context, Hit, rule
 from ddtctl.rules.launch.common import SRT, env_flag, tp_size
 
 CONFIGURATOR = f"{SRT}mem_cache/kv_cache_configurator.py"
@@ -63,7 +63,8 @@ def weights_fit(ctx: Context):
     per GPU, checkpoint bytes / (tp x pp) (the checkpoint's *.safetensors, read where the model directory is
     local; the draft's divided likewise), reach GPU memory x mem-fraction-static (the given one, else the
     largest SGLang derives: (memory - 1.5 GiB - tp x pp / 8 GiB) / memory). Not checked with --quantization
-    (weights change size on load), CPU offload or --load-format dummy."""
+    (weights change size on load), CPU offload or --load-format dummy; a warning, not an error, when the
+    checkpoint may shrink on load (stored in float32, or served with another --dtype)."""
     gpu = ctx.known_gpu
     shards = tp_size(ctx) * _pp(ctx)
     weights = (ctx.known_model.weights_bytes or 0) / shards
@@ -73,6 +74,8 @@ def weights_fit(ctx: Context):
     budget = gpu.memory_gb * GIB * fraction
     if weights >= budget:
         need = min(0.99, weights / (gpu.memory_gb * GIB) + 0.05)
+        stored = str((ctx.known_model.raw or {}).get("torch_dtype") or "")
+        narrowed = stored in ("float32", "float") or ctx.given.get("dtype") not in (None, "auto", stored)
         return Hit(
             f"the weights take {weights / GIB:,.1f} GiB per GPU (tp x pp = {shards}"
             f"{', with the draft' if draft else ''}), at least the static budget of {gpu.name}: "
@@ -80,6 +83,8 @@ def weights_fit(ctx: Context):
             "'Loaded weights leave no GPU memory for the KV cache'",
             about="mem_fraction_static" if ctx.is_set("mem_fraction_static") else "tp_size",
             fix=f"raise tp-size (or mem-fraction-static above {need:.2f})",
+            # a checkpoint stored wider than it is served (float32 -> --dtype bfloat16) shrinks on load
+            severity=WARNING if narrowed else None,
         )
     return None
 

@@ -48,7 +48,7 @@ def _block_n(ctx: Context) -> int | None:
     "a block-quantized MoE shards into whole weight blocks",
     reads=("tp_size", "ep_size", "moe_dp_size"),
     needs=(FACT_MODEL_CONFIG,),
-    applies=lambda ctx: _block_n(ctx) is not None,
+    applies=lambda ctx: _block_n(ctx) is not None and ctx.get("moe_a2a_backend") in (None, "none"),
     reference=f"{COMPONENTS}moe_ep_setup.py:138-176 check_quantized_moe_compatibility",
     sglang_enforces=False,
 )
@@ -58,7 +58,7 @@ def quantized_moe(ctx: Context):
     multiple of ep-size and that each MoE tensor-parallel rank (tp / ep / moe-dp) holds a whole number of
     weight blocks of moe_intermediate_size: moe_intermediate_size % moe_tp == 0 and (moe_intermediate_size /
     moe_tp) % block_n == 0 (unless SGLANG_SHARED_EXPERT_TP1). E.g. Qwen3-30B-A3B-FP8 (768) at tp 8: 96 per
-    rank, not a multiple of 128."""
+    rank, not a multiple of 128. Not checked with an all-to-all MoE backend (SGLang sets ep-size itself)."""
     tp, ep, moe_dp = tp_size(ctx), int(ctx.get("ep_size", 1) or 1), int(ctx.get("moe_dp_size", 1) or 1)
     block = _block_n(ctx) or 1
     if tp % ep:
