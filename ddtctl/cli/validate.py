@@ -113,8 +113,8 @@ def list_rules(
         False,
         "--coverage",
         help="Map every raise/assert site of the pinned "
-        "SGLang's resolver to a rule or an exemption; exit 1 if one is "
-        "unmapped.",
+        "SGLang's resolver to a rule or an exemption (and, a second inventory, each site of its start "
+        "path after the resolver); exit 1 if one is unmapped.",
     ),
 ) -> None:
     """List every rule of the constraint graph."""
@@ -122,12 +122,16 @@ def list_rules(
 
     if coverage:
         from ddtctl.rules import coverage as cov
+        from ddtctl.rules.launch import sites as launch
 
         rows = cov.classify(cov.sites(), cov.load_mapping())
-        code = ExitCode.INVALID if any(m is None for _, m in rows) else ExitCode.OK
+        launch_rows = launch.classified()
+        unmapped = any(m is None for _, m in rows) or any(m is None for _, m in launch_rows)
+        code = ExitCode.INVALID if unmapped else ExitCode.OK
         if output == OutputFormat.json:
             sites = [{"key": s.key, "line": s.line, "mapped": m} for s, m in rows]
-            emit_json("rules", {"sites": sites}, code)
+            launch_sites = [{"key": s.key, "line": s.line, "mapped": m} for s, m in launch_rows]
+            emit_json("rules", {"sites": sites, "launch_sites": launch_sites}, code)
         else:
             print(cov.table(rows))
         raise typer.Exit(code)

@@ -15,6 +15,7 @@ def load_rules() -> None:
         ddtree_schedule,
         eagle,
         hooks,
+        launch,
         mamba,
         parallel,
         speculative,

@@ -12,6 +12,10 @@ function references by name within that index (an over-approximation). A site's 
 `file::function::kind::message` (message = the first string of the exception / assert message, else the
 condition), stable across line shifts. `ddtctl rules --coverage` prints the same table.
 
+The launch-time inventory (ddtctl/rules/launch/sites.py + launch/coverage.yaml, printed after these two) does
+the same for the start path after the resolver: the model runner, attention backends, memory pools and draft
+workers.
+
 The override inventory (`--overrides`; ddtctl/rules/overrides.yaml) does the same for every place the
 resolution replaces a value (declare_resolution, @register_post_process returns, model-override providers):
 each is reported by an info rule (with an example launch the tests check, statically and against SGLang) or
@@ -228,6 +232,14 @@ def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, 
         lines += ["", f"override inventory unavailable: {err}"]
     else:
         lines += ["", override_table(orows, limit=20)]
+    try:  # the second inventory: launch-time sites after the resolver (ddtctl/rules/launch/sites.py)
+        from ddtctl.rules.launch import sites as launch
+
+        lrows = launch.classified()
+    except Exception as err:
+        lines += ["", f"launch-time inventory unavailable: {err}"]
+    else:
+        lines += ["", launch.table(lrows, limit=20)]
     return "\n".join(lines)
 
 

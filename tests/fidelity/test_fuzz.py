@@ -94,6 +94,29 @@ def test_hook_rule_cases_agree_with_sglang(client):
 
 
 @pytest.mark.sglang
+def test_launch_rule_cases_pass_sglangs_resolver(client):
+    """Each launch-time rule (ddtctl/rules/launch/) catches what SGLang's own resolver lets through: its failing case
+    is accepted by SGLang 0.5.23's resolver, and dies only later, building the model runner, the pools or the draft
+    worker (the raise / assert the rule cites). Failing cases only: one resolver call each (~35, ~2 s warm)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+    from launch_cases import LAUNCH_CASES, LAUNCH_ENV_OF, LAUNCH_GPU_PAIRS
+
+    from ddtctl.dryrun import dry_run_argvs
+
+    items, envs = [], []
+    for rid, (bad, _, gpu) in sorted(LAUNCH_CASES.items()):
+        items.append((f"{rid}-bad", bad, gpu or "H200"))
+        envs.append(LAUNCH_ENV_OF.get(rid, ({}, {}))[0])
+    for rid, argv, bad_gpu, _ in LAUNCH_GPU_PAIRS:
+        items.append((f"{rid}-bad-on-{bad_gpu}", argv, bad_gpu))
+        envs.append({})
+    rejected = [f"{r.source}: {r.error}" for r in dry_run_argvs(items, client=client, envs=envs) if not r.accepted]
+    assert not rejected, "SGLang's resolver rejects a launch-rule case:\n" + "\n".join(rejected)
+
+
+@pytest.mark.sglang
 def test_resolution_model_matches_sglang(sample):
     """ddtctl/rules/hooks/resolution.py `resolve` (the attention backends and page size SGLang's pipeline settles on, which many
     rules read) gives SGLang's own resolved values on every accepted launch of the sample."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from launch_cases import LAUNCH_CASES, LAUNCH_ENV_OF
 
 from ddtctl.rules.engine import all_rules
 from ddtctl.validate import validate_argv
@@ -521,12 +522,14 @@ HOOK_EXTRA += [
 ]
 CASES.update(HOOK_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
+CASES.update(LAUNCH_CASES)  # ddtctl/rules/launch/: SGLang's resolver accepts each failing case (test_fuzz.py)
 
 PROFILE_ONLY = {"DDT601": 1}
 # Rules that read the profile's `env:` (a raw argv has none): rule id -> (the bad case's env, the good
 # case's env)
 ENV_OF: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "DDT116": ({"DDTREE_GDN_TREE": "fast"}, {"DDTREE_GDN_TREE": "compact"}),
+    **LAUNCH_ENV_OF,
 }
 
 
