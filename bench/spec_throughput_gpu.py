@@ -172,7 +172,7 @@ def start(b: Bench, target: Path, draft: Path, env: dict, oracle: Path, args, sp
         e["CUDA_VISIBLE_DEVICES"] = b.gpu
     e["SGLANG_TORCH_PROFILER_DIR"] = str(WORK / "profiles" / b.name)
     if b.algo == "DDTREE":
-        e["DDTREE_LOG_INTERVAL"] = "200"
+        e["DDTREE_LOG_INTERVAL"] = os.environ.get("DDTREE_LOG_INTERVAL", "200")  # steps between metrics lines
     e.update(b.extra_env)
     if b.drafter in ORACLE_DRAFTERS:
         if b.drafter != "calibrated":  # a rank profile by draft depth
