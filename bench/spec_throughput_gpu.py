@@ -148,7 +148,7 @@ def server_argv(b: Bench, target: Path, draft: Path, hybrid: bool, max_bs: int, 
             "--disable-prefill-cuda-graph", "--log-level", "info"]
     # side by side: each server's KV pool is capped (tokens), so the fraction is only a load-time margin
     argv += (["--mem-fraction-static", "0.13", "--max-total-tokens", "131072"] if side_by_side
-             else ["--mem-fraction-static", "0.85"])
+             else ["--mem-fraction-static", os.environ.get("SPEC_MEM_FRACTION", "0.85")])
     if hybrid:
         argv += e2e.HYBRID_FLAGS
     if b.algo != "plain":
