@@ -49,6 +49,40 @@ def test_each_width_captures_the_padded_batch_sizes_it_serves():
     assert odd.capture_buckets([1, 2, 4, 8]) == {128: [1], 65: [2, 4], 16: [4, 8]}
 
 
+def test_the_startup_runner_captures_only_the_widest_widths_sizes(monkeypatch):
+    """graphs.widest_sizes_only, around the scheduler's capture of the target's graphs: the target runner at the
+    widest width keeps the sizes that width serves, and hands back the full list for the narrower widths; the
+    draft's runner (another model runner) and other widths are untouched; SGLang's function is restored after."""
+    import sys
+    import types
+
+    from ddtree_sglang import graphs
+
+    full = [1, 2, 4, 8, 12, 16, 24, 32]
+    calls = []
+
+    def sglang_sizes(mr, captured_req_width=1, *, gathered_buffer_required=None):
+        calls.append((mr, captured_req_width))
+        return list(full), [b for b in full if b <= 8]
+
+    dcgr = types.ModuleType("decode_cuda_graph_runner")
+    dcgr.get_batch_sizes_to_capture = sglang_sizes
+    for name in ("sglang", "sglang.srt", "sglang.srt.model_executor", "sglang.srt.model_executor.runner"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.model_executor.runner.decode_cuda_graph_runner", dcgr)
+    monkeypatch.setattr(sys.modules["sglang.srt.model_executor.runner"], "decode_cuda_graph_runner", dcgr,
+                        raising=False)
+    target, draft = object(), object()
+    s = _schedule("2:127,4:64,8:16,0")
+    with graphs.widest_sizes_only(target, s) as asked:
+        assert dcgr.get_batch_sizes_to_capture(target, 128) == ([1, 2], [1, 2])
+        assert dcgr.get_batch_sizes_to_capture(draft, 128) == (full, [1, 2, 4, 8])  # not the target's runner
+        assert dcgr.get_batch_sizes_to_capture(target, 65, gathered_buffer_required=False) == (full, [1, 2, 4, 8])
+    assert asked == {"bs": full}
+    assert dcgr.get_batch_sizes_to_capture is sglang_sizes
+    assert s.capture_buckets(asked["bs"]) == {128: [1, 2], 65: [4], 17: [8], 16: [12, 16, 24, 32]}
+
+
 def test_a_schedule_wider_than_the_server_or_malformed_is_refused():
     with pytest.raises(ValueError, match="wider than the server's budget 64"):
         _schedule("2:127,0", budget=64)

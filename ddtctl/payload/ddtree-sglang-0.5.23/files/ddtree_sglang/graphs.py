@@ -22,6 +22,7 @@ speculative decoding builds one runtime state per step count. The worker swaps t
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ddtree_sglang import ALGORITHM
@@ -81,10 +82,38 @@ def register_hooks(HookRegistry, HookType) -> None:
         HookType.AFTER)
 
 
-def capture_width_runners(model_runner, schedule, *, block: int) -> dict:
+@contextlib.contextmanager
+def widest_sizes_only(model_runner, schedule):
+    """While the startup graphs are captured: the target's verify runner (the widest width) captures only the batch
+    sizes the widest width serves. The other sizes verify on their own width's runner, so graphs of the widest tree
+    at every batch size would only hold memory (on an 80 GB card the 8B shape's server kept 1.5 GB free with them,
+    2026-12-07). Yields a dict whose "bs" is the full list SGLang asked for, which the narrower widths share out."""
+    import sglang.srt.model_executor.runner.decode_cuda_graph_runner as dcgr
+
+    widest = max(w.width for w in schedule.widths())
+    original = dcgr.get_batch_sizes_to_capture
+    seen: dict = {}
+
+    def only(mr, captured_req_width=1, *args, **kwargs):
+        capture_bs, compile_bs = original(mr, captured_req_width, *args, **kwargs)
+        if mr is not model_runner or int(captured_req_width) != widest:
+            return capture_bs, compile_bs
+        seen["bs"] = list(capture_bs)
+        keep = schedule.capture_buckets(list(capture_bs)).get(widest) or list(capture_bs)
+        return keep, [b for b in compile_bs if b in keep]
+
+    dcgr.get_batch_sizes_to_capture = only
+    try:
+        yield seen
+    finally:
+        dcgr.get_batch_sizes_to_capture = original
+
+
+def capture_width_runners(model_runner, schedule, *, block: int, capture_bs: list[int] | None = None) -> dict:
     """Verify width -> (attention backend, graph runner) for the target: the startup runner for its own width,
-    one new pair per other width of `schedule` capturing that width's batch sizes. Empty when the target has no
-    verify graphs (DDTREE_VERIFY_GRAPH=0, CUDA graphs off)."""
+    one new pair per other width of `schedule` capturing that width's batch sizes (of `capture_bs`, the sizes
+    SGLang asked the startup runner for; default: the ones it captured). Empty when the target has no verify graphs
+    (DDTREE_VERIFY_GRAPH=0, CUDA graphs off)."""
     import logging
 
     import sglang.srt.model_executor.runner.decode_cuda_graph_runner as dcgr
@@ -96,7 +125,7 @@ def capture_width_runners(model_runner, schedule, *, block: int) -> dict:
     base_width = int(base.captured_req_width)
     out = {base_width: (model_runner.attn_backend, base)}
     original = dcgr.get_batch_sizes_to_capture
-    for width, sizes in sorted(schedule.capture_buckets(list(base.capture_bs)).items()):
+    for width, sizes in sorted(schedule.capture_buckets(list(capture_bs or base.capture_bs)).items()):
         if width == base_width or not sizes:
             continue
 

@@ -177,6 +177,12 @@ class DDTreeWorker(DFlashWorkerV2):
         except ValueError as err:
             raise DdtreeWorkerRefused(f"DDTREE budget schedule: {err}") from None
         self._width_runners: dict = {}  # verify width -> (target attention backend, its verify graph runner)
+        # the scheduler captures the target's graphs (tp_worker.init_cuda_graphs) after this worker exists and before
+        # ours: the startup runner then captures only the batch sizes the widest width serves
+        self._startup_capture = None
+        if self.schedule.scheduled and verify_graphs_enabled():
+            ctx = graphs.widest_sizes_only(self.target_worker.model_runner, self.schedule)
+            self._startup_capture = (ctx, ctx.__enter__())
         self.width_steps: dict[str, int] = {}  # steps per verify width (host counts), for the log line
         self.metrics = DdtreeMetrics(
             budget=self.budget, verify_width=self.verify_width, prep_mode=prep_mode,
@@ -216,9 +222,15 @@ class DDTreeWorker(DFlashWorkerV2):
         each capturing the batch sizes that width serves (graphs.capture_width_runners); the target's own runner,
         captured at the widest width, serves the rest."""
         super().init_cuda_graphs()
-        if self.schedule.scheduled:
-            self._width_runners = graphs.capture_width_runners(
-                self.target_worker.model_runner, self.schedule, block=int(self.block_size))
+        if not self.schedule.scheduled:
+            return
+        asked: dict = {}
+        if self._startup_capture is not None:  # the target's graphs were captured (tp_worker first) under it
+            asked = self._startup_capture[1]
+            self._startup_capture[0].__exit__(None, None, None)
+            self._startup_capture = None
+        self._width_runners = graphs.capture_width_runners(
+            self.target_worker.model_runner, self.schedule, block=int(self.block_size), capture_bs=asked.get("bs"))
 
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return _make_input(bonus_tokens, seq_lens)
