@@ -93,6 +93,52 @@ def test_hook_rule_cases_agree_with_sglang(client):
     assert not wrong, "\n".join(wrong)
 
 
+def _site_rules() -> dict[tuple[str, int], str | None]:
+    """(sglang file, line) -> the rule ddtctl/rules/coverage.yaml maps that raise site to (None: an exemption)."""
+    from ddtctl.rules import coverage as cov
+
+    return {(s.file, s.line): (m or {}).get("rule") for s, m in cov.classify(cov.sites(), cov.load_mapping())}
+
+
+@pytest.mark.sglang
+def test_deferred_rule_pairs_agree_with_sglang(client):
+    """The rules of the raise sites once "deferred to dry-run" (tests/rules/deferred_pairs.py): SGLang rejects each
+    failing launch at a raise site coverage.yaml maps to a rule the static validator reports for that launch (the
+    same reason, not only the same verdict), and accepts each passing one; env pairs run under their SGLANG_*
+    environment."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+    from deferred_pairs import CASES, ENV, EXTRA
+    from test_rules import _rules_of
+
+    from ddtctl.dryrun import dry_run_argvs
+
+    pairs = [(rid, bad, {}, good, {}, gpu or "H200") for rid, (bad, good, gpu) in sorted(CASES.items())]
+    pairs += [(rid, bad, {}, good, {}, gpu) for rid, bad, good, gpu in EXTRA]
+    pairs += list(ENV)
+    items, envs = [], []
+    for i, (rid, bad, bad_env, good, good_env, gpu) in enumerate(pairs):
+        items += [(f"{rid}#{i}-bad", bad, gpu), (f"{rid}#{i}-good", good, gpu)]
+        envs += [bad_env or None, good_env or None]
+    results = {r.source: r for r in dry_run_argvs(items, client=client, envs=envs)}
+    site_rules, wrong = _site_rules(), []
+    for i, (rid, bad, bad_env, _, _, gpu) in enumerate(pairs):
+        refused, passed = results[f"{rid}#{i}-bad"], results[f"{rid}#{i}-good"]
+        if not passed.accepted:
+            wrong.append(f"{rid}#{i}: SGLang rejects the passing case: {passed.error}")
+        if refused.accepted:
+            wrong.append(f"{rid}#{i}: SGLang accepts the failing case")
+            continue
+        where = (refused.error_at or "").split(" in ")[0]
+        file, _, line = where.rpartition(":")
+        mapped = site_rules.get((file, int(line))) if line.isdigit() else None
+        static = _rules_of(bad, gpu, env=bad_env or {"SGLANG_PLACEHOLDER": "1"})
+        if mapped is None or mapped not in static:
+            wrong.append(f"{rid}#{i}: SGLang rejects at {where} (mapped to {mapped}), static reports {sorted(static)}")
+    assert not wrong, "\n".join(wrong)
+
+
 @pytest.mark.sglang
 def test_resolution_model_matches_sglang(sample):
     """ddtctl/rules/hooks/resolution.py `resolve` (the attention backends and page size SGLang's pipeline settles on, which many

@@ -519,7 +519,13 @@ HOOK_EXTRA += [
     ("DDT938", POD_OK + ["--enable-prefill-cp"], POD_OK, "H200"),
     ("DDT938", POD_OK + ["--enable-hisparse"], POD_OK, "H200"),
 ]
+# the rules of the raise sites that were "deferred to dry-run" (DDT957 on): tests/rules/deferred_pairs.py
+from deferred_pairs import CASES as DEFERRED_CASES  # noqa: E402
+from deferred_pairs import ENV as DEFERRED_ENV  # noqa: E402
+from deferred_pairs import EXTRA as DEFERRED_EXTRA  # noqa: E402
+
 CASES.update(HOOK_CASES)
+CASES.update(DEFERRED_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
 PROFILE_ONLY = {"DDT601": 1}
@@ -620,6 +626,22 @@ def test_hook_extra_cases(index):
     rule_id, bad, good, gpu = HOOK_EXTRA[index]
     assert rule_id in _rules_of(bad, gpu)
     assert rule_id not in _rules_of(good, gpu)
+
+
+@pytest.mark.parametrize("index", range(len(DEFERRED_EXTRA)))
+def test_deferred_extra_cases(index):
+    rule_id, bad, good, gpu = DEFERRED_EXTRA[index]
+    assert rule_id in _rules_of(bad, gpu)
+    assert rule_id not in _rules_of(good, gpu)
+
+
+@pytest.mark.parametrize("index", range(len(DEFERRED_ENV)))
+def test_deferred_env_cases(index):
+    """Rules that read the server's SGLANG_* environment (the profile's `env:`): the bad launch trips them, the
+    good one does not; tests/fidelity/test_fuzz.py resolves both with SGLang under the same environment."""
+    rule_id, bad, bad_env, good, good_env, gpu = DEFERRED_ENV[index]
+    assert rule_id in _rules_of(bad, gpu, env=bad_env or {"SGLANG_PLACEHOLDER": "1"})
+    assert rule_id not in _rules_of(good, gpu, env=good_env or {"SGLANG_PLACEHOLDER": "1"})
 
 
 def _core_violation_sites() -> dict[str, tuple[str, ...]]:

@@ -26,6 +26,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     lora         lora_hook.py (limits, MoE runners, speculation) DDT952-DDT954
     hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
+    elastic      parallel_hook.py handle_elastic_ep (scale-up)    DDT957
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -39,6 +40,7 @@ from ddtctl.rules.hooks.attention import (
     trtllm_mha_generation,
 )
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
+from ddtctl.rules.hooks.elastic import elastic_scale_up
 from ddtctl.rules.hooks.features import feature_modes
 from ddtctl.rules.hooks.hicache import hicache_options
 from ddtctl.rules.hooks.kv_cache import (
@@ -106,6 +108,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "elastic_scale_up",
     "hicache_options",
     "lora_speculative",
     "lora_moe_runner",

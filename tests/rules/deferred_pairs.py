@@ -1,0 +1,64 @@
+"""Failing / passing launches for the rules that turned SGLang 0.5.23 raise sites "deferred to dry-run" into static
+checks (DDT957 on). test_rules.py runs them statically; tests/fidelity/test_fuzz.py resolves every pair with SGLang
+(the failing one must be rejected, the passing one accepted), the env pairs with their server environment.
+
+CASES: rule -> (argv that trips it, argv that does not, gpu); EXTRA: (rule, bad, good, gpu);
+ENV: (rule, bad argv, bad env, good argv, good env, gpu) for rules that read SGLANG_* variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"
+M = {p.name: str(p) for p in MODELS.iterdir() if p.is_dir()}
+
+DENSE = ["--model-path", M["qwen3-8b"]]
+MOE = ["--model-path", M["qwen3-30b-a3b"]]
+MLA = ["--model-path", M["deepseek-v3-nextn"]]
+HYBRID = ["--model-path", M["qwen3.6-27b"]]
+EAGLE3 = DENSE + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"]]
+
+CASES: dict[str, tuple[list[str], list[str], str | None]] = {}
+EXTRA: list[tuple[str, list[str], list[str], str]] = []
+ENV: list[tuple[str, list[str], dict[str, str], list[str], dict[str, str], str]] = []
+
+# ---- DDT957 elastic EP (parallel_hook.py handle_elastic_ep) ----
+ELASTIC = ["--elastic-ep-backend", "mooncake", "--tp-size", "2", "--ep-size", "2"]
+SCALE = MOE + ["--elastic-ep-backend", "mooncake", "--max-ep-size", "4", "--tp-size", "2", "--attn-dp-size", "2",
+               "--enable-dp-lm-head", "--moe-a2a-backend", "nixl"]
+JOIN = SCALE + ["--elastic-ep-join-mode", "scale", "--node-rank", "1", "--nnodes", "2",
+                "--elastic-ep-join-rank-offset"]
+WIDE = SCALE + ["--tp-size", "4", "--max-ep-size", "8", "--attn-dp-size", "2", "--moe-dense-tp-size", "1"]
+CASES["DDT957"] = (MOE + ELASTIC + ["--enable-eplb", "--eplb-algorithm", "deepseek"],
+                   MOE + ELASTIC + ["--enable-eplb", "--eplb-algorithm", "elasticity_aware"], "H200")
+EXTRA += [
+    ("DDT957", MOE + ELASTIC + ["--pp-size", "2"], MOE + ELASTIC, "H200"),
+    ("DDT957", SCALE + ["--tp-size", "4", "--max-ep-size", "5", "--moe-dense-tp-size", "1"], WIDE, "H200"),
+    ("DDT957", SCALE + ["--tp-size", "4", "--max-ep-size", "8"], WIDE, "H200"),
+    ("DDT957", SCALE + ["--elastic-ep-scale-timeout", "0"], SCALE, "H200"),
+    ("DDT957", SCALE + ["--tokenizer-worker-num", "2"], SCALE, "H200"),
+    ("DDT957", SCALE + ["--use-ray"], SCALE, "H200"),
+    ("DDT957", SCALE + ["--enable-elastic-expert-backup"], SCALE, "H200"),
+    ("DDT957", JOIN + ["2", "--elastic-ep-initial-size", "4"], JOIN + ["2", "--elastic-ep-initial-size", "2"], "H200"),
+    ("DDT957", JOIN + ["4", "--elastic-ep-initial-size", "2"], JOIN + ["2", "--elastic-ep-initial-size", "2"], "H200"),
+    ("DDT957", JOIN + ["2", "--elastic-ep-initial-size", "0"], JOIN + ["2", "--elastic-ep-initial-size", "2"], "H200"),
+    ("DDT957", SCALE + ["--elastic-ep-initial-size", "4"], SCALE + ["--elastic-ep-initial-size", "2"], "H200"),
+    ("DDT957", SCALE + ["--load-balance-method", "total_requests"], SCALE + ["--load-balance-method", "round_robin"],
+     "H200"),
+    ("DDT957", [a if a != "mooncake" else "nixl" for a in SCALE], SCALE, "H200"),
+    ("DDT957", WIDE + ["--dcp-size", "4"], WIDE, "H200"),
+    ("DDT957", SCALE + ["--cuda-graph-backend-decode", "breakable"], SCALE + ["--cuda-graph-backend-decode", "full"],
+     "H200"),
+    ("DDT957", SCALE + ["--cuda-graph-backend-prefill", "breakable"], SCALE, "H200"),
+    ("DDT957", SCALE + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"]],
+     SCALE + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"],
+              "--disable-cuda-graph"], "H200"),
+    ("DDT957", SCALE + ["--is-embedding"], SCALE + ["--is-embedding", "--disable-decode-cuda-graph"], "H200"),
+    ("DDT957", SCALE + ["--forward-hooks", '[{"name": "x", "target_modules": ["a"], "hook_factory": "m:f"}]'],
+     SCALE, "H200"),
+    ("DDT957", SCALE[:-5] + ["--moe-a2a-backend", "nixl", "--moe-dense-tp-size", "1"], SCALE, "H200"),
+    ("DDT957", [a for a in SCALE if a != "--enable-dp-lm-head"], SCALE, "H200"),
+    ("DDT957", WIDE + ["--attn-dp-size", "1", "--attn-cp-size", "2"], WIDE, "H200"),
+    ("DDT957", SCALE[:-2] + ["--disable-prefill-cuda-graph"], SCALE, "H200"),
+]
