@@ -1,6 +1,6 @@
-"""DDT957: elastic expert parallelism (sglang 0.5.23 srt/arg_groups/parallel_hook.py:519-750 handle_elastic_ep)
-past its flag dependencies (DDT907): the EPLB algorithm, PP 1, and the runtime scale-up's topology, launch
-paths and CUDA graphs."""
+"""DDT957: elastic expert parallelism (sglang 0.5.23 srt/arg_groups/parallel_hook.py:519-750
+handle_elastic_ep) past its flag dependencies (DDT907): the EPLB algorithm, PP 1, and the runtime scale-up's
+topology, launch paths and CUDA graphs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Iterator
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size
 from ddtctl.rules.hooks.graphs import DISABLED, FULL, a2a_backend, decode_graph, prefill_graph
+
+_EPLB_ALGORITHMS = ("auto", "elasticity_aware", "elasticity_aware_hierarchical")
 
 
 def _scaling(ctx: Context) -> bool:
@@ -26,7 +28,8 @@ def _topology(ctx: Context) -> Iterator[Hit]:
     tp, dp, cp = ctx.get("tp_size", 1) or 1, attn_dp_size(ctx), ctx.get("attn_cp_size", 1) or 1
     if tp % (dp * cp):
         yield Hit(
-            f"elastic EP scale-up: invalid attention topology tp-size {tp}, attn-dp-size {dp}, attn-cp-size {cp}",
+            f"elastic EP scale-up: invalid attention topology tp-size {tp}, attn-dp-size {dp}, "
+            f"attn-cp-size {cp}",
             about="tp_size",
         )
         return
@@ -40,8 +43,8 @@ def _topology(ctx: Context) -> Iterator[Hit]:
     for flag, size in sizes:
         if not isinstance(size, int) or size <= 0 or size % replica:
             yield Hit(
-                f"elastic EP scale-up: {flag} {size} must be a positive multiple of the attention replica size "
-                f"{replica} (tp-size / attn-dp-size)",
+                f"elastic EP scale-up: {flag} {size} must be a positive multiple of the attention replica "
+                f"size {replica} (tp-size / attn-dp-size)",
                 about="max_ep_size",
             )
     if tp // dp // cp > 1 and ctx.given.get("moe_dense_tp_size") != 1:
@@ -69,8 +72,8 @@ def _launch(ctx: Context) -> Iterator[Hit]:
     if ctx.get("ep_join_mode") == "scale":
         if initial is None or initial <= 0:
             yield Hit(
-                "an elastic EP scale joiner needs a positive --elastic-ep-initial-size (the primary's launch-time "
-                "EP size)",
+                "an elastic EP scale joiner needs a positive --elastic-ep-initial-size (the primary's "
+                "launch-time EP size)",
                 about="ep_join_mode",
             )
         elif initial > offset:
@@ -86,7 +89,9 @@ def _launch(ctx: Context) -> Iterator[Hit]:
                 about="max_ep_size",
             )
         if tp == 1 and ctx.given.get("moe_dense_tp_size") != 1:
-            yield Hit("a single-rank elastic EP joining group requires --moe-dense-tp-size 1", about="tp_size")
+            yield Hit(
+                "a single-rank elastic EP joining group requires --moe-dense-tp-size 1", about="tp_size"
+            )
     elif initial is not None and initial != tp:
         yield Hit(
             f"the primary --elastic-ep-initial-size must equal its launch-time tp-size ({tp}), got {initial}",
@@ -104,12 +109,15 @@ def _launch(ctx: Context) -> Iterator[Hit]:
             edits={"load_balance_method": "round_robin"},
         )
     if ctx.given.get("elastic_ep_backend") != "mooncake":
-        yield Hit("elastic EP runtime scale-up requires --elastic-ep-backend mooncake", about="elastic_ep_backend")
+        yield Hit(
+            "elastic EP runtime scale-up requires --elastic-ep-backend mooncake", about="elastic_ep_backend"
+        )
     dcp = ctx.get("dcp_size", 1) or 1
     attn_tp = tp // attn_dp_size(ctx) // (ctx.get("attn_cp_size", 1) or 1)
     if attn_tp and attn_tp % dcp:
         yield Hit(
-            f"elastic EP scale-up requires --dcp-size to divide the attention TP width ({attn_tp}), got {dcp}",
+            f"elastic EP scale-up requires --dcp-size to divide the attention TP width ({attn_tp}), "
+            f"got {dcp}",
             about="dcp_size",
         )
 
@@ -129,8 +137,9 @@ def _graphs(ctx: Context) -> Iterator[Hit]:
     if decode != FULL:
         return
     device = ctx.given.get("device")
+    not_cuda = device is not None and not str(device).startswith("cuda")
     for bad, text, dest in (
-        (device is not None and not str(device).startswith("cuda"), f"requires CUDA (got --device {device})", "device"),
+        (not_cuda, f"requires CUDA (got --device {device})", "device"),
         (ctx.algorithm is not None, "does not support speculative decoding", "speculative_algorithm"),
         (bool(ctx.get("is_embedding")), "does not support embedding models", "is_embedding"),
         (ctx.given.get("dllm_algorithm") is not None, "does not support diffusion models", "dllm_algorithm"),
@@ -191,17 +200,17 @@ def _parallel(ctx: Context) -> Iterator[Hit]:
     reference=f"{AG}parallel_hook.py:519-747 handle_elastic_ep (assert)",
 )
 def elastic_scale_up(ctx: Context) -> Iterator[Hit]:
-    """An elastic-EP launch (`--elastic-ep-backend`) runs EPLB with the `auto` or `elasticity_aware(_hierarchical)`
-    algorithm and PP 1. With `--max-ep-size` above `--tp-size` (runtime scale-up): each EP size is a whole
-    number of attention replicas, attention TP > 1 needs `--moe-dense-tp-size 1`; a positive scale timeout, one
-    tokenizer worker, no Ray, no expert backup; a primary's `--elastic-ep-initial-size` is its tp-size, a
-    joiner's fits below the current EP size and `--max-ep-size`; round-robin load balancing over the mooncake
-    backend; `--dcp-size` divides the attention TP width; decode CUDA graph full or disabled (full: CUDA, no
-    speculation, embedding, diffusion, encoder-only, forward hooks or PDMux), prefill CUDA graph disabled;
-    attention DP with `--enable-dp-lm-head`, no attention CP or MoE DP, ep-size = tp-size and the NIXL
-    all-to-all."""
+    """An elastic-EP launch (`--elastic-ep-backend`) runs EPLB with the `auto` or
+    `elasticity_aware(_hierarchical)` algorithm and PP 1. With `--max-ep-size` above `--tp-size` (runtime
+    scale-up): each EP size is a whole number of attention replicas, attention TP > 1 needs
+    `--moe-dense-tp-size 1`; a positive scale timeout, one tokenizer worker, no Ray, no expert backup; a
+    primary's `--elastic-ep-initial-size` is its tp-size, a joiner's fits below the current EP size and
+    `--max-ep-size`; round-robin load balancing over the mooncake backend; `--dcp-size` divides the attention
+    TP width; decode CUDA graph full or disabled (full: CUDA, no speculation, embedding, diffusion,
+    encoder-only, forward hooks or PDMux), prefill CUDA graph disabled; attention DP with
+    `--enable-dp-lm-head`, no attention CP or MoE DP, ep-size = tp-size and the NIXL all-to-all."""
     algorithm = ctx.get("eplb_algorithm") or "auto"
-    if ctx.get("enable_eplb") and algorithm not in ("auto", "elasticity_aware", "elasticity_aware_hierarchical"):
+    if ctx.get("enable_eplb") and algorithm not in _EPLB_ALGORITHMS:
         yield Hit(
             f"elastic EP needs --eplb-algorithm auto or elasticity_aware(_hierarchical), got {algorithm}",
             about="eplb_algorithm",

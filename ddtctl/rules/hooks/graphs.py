@@ -1,8 +1,8 @@
 """The CUDA-graph backends SGLang 0.5.23 settles on per phase (decode / prefill), as far as the elastic-EP and
 MoE checks need them: srt/arg_groups/cuda_graph_hook.py:32-102 parse_cuda_graph_config (explicit JSON >
 per-phase flags > off-switches > defaults: decode `full`, prefill `breakable`), then the prefill auto-disable
-cascade (cuda_graph_hook.py:136-256 apply_cuda_graph_compatibility, skipped when the prefill backend is given),
-the all-to-all backends (moe_hook.py handle_a2a_moe) and the PD roles (cuda_graph_hook.py:557-580)."""
+cascade (cuda_graph_hook.py:136-256 apply_cuda_graph_compatibility, skipped when the prefill backend is
+given), the all-to-all backends (moe_hook.py handle_a2a_moe) and the PD roles (cuda_graph_hook.py:557-580)."""
 
 from __future__ import annotations
 
