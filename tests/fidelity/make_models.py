@@ -126,6 +126,17 @@ def deepseek_v3_nextn():
             "bos_token_id": 0, "eos_token_id": 1, "attention_bias": False, "ep_size": 1}
 
 
+def deepseek_v32():
+    """DeepSeek V3.2 (DSA: DeepSeek Sparse Attention): V3's shape plus the lightning indexer."""
+    return {**deepseek_v3_nextn(), "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+            "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+
+
+def deepseek_v32_sink():
+    """A DSA model with learnable attention sinks and index top-k shared every other layer."""
+    return {**deepseek_v32(), "learnable_sink": True, "index_topk_freq": 2}
+
+
 def nemotron_h():
     """A Mamba2 hybrid (NemotronHForCausalLM, 8B-like): Mamba2 layers `M`, attention `*`, MLP `-`."""
     pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -156,6 +167,8 @@ MODELS = {
     "qwen3.6-35b-a3b-dflash-b16": dflash(2048, 40, 16, vocab=248320, mask=248077),
     "deepseek-v3-nextn": deepseek_v3_nextn(),
     "nemotron-h-8b": nemotron_h(),
+    "deepseek-v32": deepseek_v32(),
+    "deepseek-v32-sink": deepseek_v32_sink(),
 }
 
 

@@ -62,3 +62,43 @@ EXTRA += [
     ("DDT957", WIDE + ["--attn-dp-size", "1", "--attn-cp-size", "2"], WIDE, "H200"),
     ("DDT957", SCALE[:-2] + ["--disable-prefill-cuda-graph"], SCALE, "H200"),
 ]
+
+# ---- DDT958 / DDT959 DeepSeek Sparse Attention (overrides.py DSA passes, hisparse_hook.py, model_hook.py) ----
+DSA = ["--model-path", M["deepseek-v32"]]
+SINK = ["--model-path", M["deepseek-v32-sink"]]  # learnable attention sinks, index top-k shared every other layer
+TILELANG = DSA + ["--kv-cache-dtype", "fp8_e4m3", "--dsa-prefill-backend", "tilelang", "--dsa-decode-backend",
+                  "tilelang"]
+HISPARSE = DSA + ["--enable-hisparse", "--disable-radix-cache"]
+PCP = ["--tp-size", "2", "--attn-cp-size", "2", "--enable-prefill-cp", "--cp-strategy"]
+SPLIT = DSA + ["--enable-dsa-cache-layer-split", "--disaggregation-mode", "prefill"] + PCP + ["interleave"]
+CASES["DDT958"] = (DSA + ["--kv-cache-dtype", "fp8_e5m2"], DSA + ["--kv-cache-dtype", "fp8_e4m3"], "H200")
+EXTRA += [
+    ("DDT958", SINK + ["--kv-cache-dtype", "fp8_e4m3"], SINK, "B200"),
+    ("DDT958", SINK + ["--dsa-prefill-backend", "fa3"], SINK + ["--dsa-prefill-backend", "flashmla_sparse"], "B200"),
+    ("DDT958", DSA + ["--dsa-decode-backend", "triton"], DSA + ["--dsa-decode-backend", "fa3"], "H200"),
+    ("DDT958", TILELANG[:-2], TILELANG, "H200"),
+    ("DDT958", TILELANG + ["--dcp-size", "2", "--tp-size", "2"], TILELANG + ["--tp-size", "2"], "H200"),
+    ("DDT958", TILELANG + ["--enable-hisparse", "--disable-radix-cache"], TILELANG, "H200"),
+]
+CASES["DDT959"] = (DSA + ["--enable-hisparse"], HISPARSE, "H200")
+EXTRA += [
+    ("DDT959", HISPARSE + ["--enable-mixed-chunk"], HISPARSE, "H200"),
+    ("DDT959", HISPARSE + ["--speculative-algorithm", "EAGLE", "--speculative-adaptive"],
+     HISPARSE + ["--speculative-algorithm", "EAGLE"], "H200"),
+    ("DDT959", HISPARSE + ["--dsa-decode-backend", "fa3"], HISPARSE + ["--dsa-decode-backend", "flashmla_sparse"],
+     "H200"),
+    ("DDT959", HISPARSE + ["--kv-cache-dtype", "fp8_e4m3", "--dsa-decode-backend", "flashmla_sparse"],
+     HISPARSE + ["--kv-cache-dtype", "fp8_e4m3", "--dsa-decode-backend", "flashmla_kv"], "H200"),
+    ("DDT959", DSA + PCP + ["interleave", "--disaggregation-mode", "decode"],
+     DSA + PCP + ["interleave", "--disaggregation-mode", "prefill"], "H200"),
+    ("DDT959", DSA + PCP + ["zigzag"], DSA + PCP + ["interleave"], "H200"),
+    ("DDT959", DSA + ["--enable-dsa-cache-layer-split", "--disaggregation-mode", "decode"], SPLIT, "H200"),
+    ("DDT959", DSA + ["--enable-dsa-cache-layer-split"], SPLIT, "H200"),
+    ("DDT959", DSA + ["--enable-dsa-cache-layer-split", "--disaggregation-mode", "prefill"], SPLIT, "H200"),
+    ("DDT959", SPLIT + ["--disaggregation-transfer-backend", "nixl"], SPLIT, "H200"),
+    ("DDT959", SPLIT + ["--pp-size", "2"], SPLIT, "H200"),
+    ("DDT959", SINK + ["--enable-two-batch-overlap", "--tp-size", "2", "--attn-dp-size", "2", "--moe-a2a-backend",
+                       "deepep"],
+     DSA + ["--enable-two-batch-overlap", "--tp-size", "2", "--attn-dp-size", "2", "--moe-a2a-backend", "deepep"],
+     "B200"),
+]

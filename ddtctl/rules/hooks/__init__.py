@@ -27,6 +27,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
     elastic      parallel_hook.py handle_elastic_ep (scale-up)    DDT957
+    dsa          DeepSeek Sparse Attention (overrides.py, hisparse) DDT958 DDT959
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -40,6 +41,7 @@ from ddtctl.rules.hooks.attention import (
     trtllm_mha_generation,
 )
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
+from ddtctl.rules.hooks.dsa import dsa_features, dsa_kv_and_backends
 from ddtctl.rules.hooks.elastic import elastic_scale_up
 from ddtctl.rules.hooks.features import feature_modes
 from ddtctl.rules.hooks.hicache import hicache_options
@@ -108,6 +110,8 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "dsa_features",
+    "dsa_kv_and_backends",
     "elastic_scale_up",
     "hicache_options",
     "lora_speculative",
