@@ -102,3 +102,53 @@ EXTRA += [
      DSA + ["--enable-two-batch-overlap", "--tp-size", "2", "--attn-dp-size", "2", "--moe-a2a-backend", "deepep"],
      "B200"),
 ]
+
+# ---- DDT960 KV-cache sharding (kv_shard_hook.py) ----
+SHARD = DENSE + ["--enable-kv-cache-sharding", "--disaggregation-mode", "prefill", "--tp-size", "2", "--attn-cp-size",
+                 "2", "--enable-prefill-cp", "--cp-strategy", "zigzag", "--page-size", "64", "--attention-backend",
+                 "fa3"]
+SHARD_MLA = MLA + ["--enable-kv-cache-sharding", "--disaggregation-mode", "prefill", "--tp-size", "2"]
+SHARD_DSA = DSA + ["--enable-kv-cache-sharding", "--disaggregation-mode", "prefill", "--tp-size", "2",
+                   "--attn-cp-size", "2", "--enable-prefill-cp", "--cp-strategy", "interleave"]
+CASES["DDT960"] = (SHARD[:-4] + ["--attention-backend", "fa3"], SHARD, "H200")
+EXTRA += [
+    ("DDT960", SHARD + ["--chunked-prefill-size", "-1"], SHARD + ["--chunked-prefill-size", "1000"], "H200"),
+    ("DDT960", SHARD + ["--chunked-prefill-size", "5000", "--page-size", "1000000"],
+     SHARD + ["--chunked-prefill-size", "5000"], "H200"),
+    ("DDT960", SHARD[:-2], SHARD, "B200"),
+    ("DDT960", SHARD_MLA + ["--tp-size", "1"], SHARD_MLA, "B200"),
+    ("DDT960", SHARD_MLA + ["--attn-dp-size", "2"], SHARD_MLA, "B200"),
+    ("DDT960", SHARD_MLA + ["--disable-chunked-prefix-cache"], SHARD_MLA, "B200"),
+    ("DDT960", SHARD_MLA + ["--attn-cp-size", "2", "--attention-backend", "trtllm_mla"], SHARD_MLA, "B200"),
+    ("DDT960", SHARD[:-2] + ["--attention-backend", "trtllm_mla"], SHARD, "B200"),
+    ("DDT960", SHARD_MLA + ["--dcp-size", "2"], SHARD_MLA, "B200"),
+    ("DDT960", DENSE + ["--enable-kv-cache-sharding", "--disaggregation-mode", "prefill", "--page-size", "64"], SHARD,
+     "H200"),
+    ("DDT960", SHARD + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                        M["qwen3-8b-eagle3"]], SHARD, "H200"),
+    ("DDT960", SHARD + ["--disaggregation-transfer-backend", "mori"],
+     SHARD + ["--disaggregation-transfer-backend", "nixl"], "H200"),
+    ("DDT960", SHARD + ["--enable-hierarchical-cache", "--hicache-storage-backend", "file"],
+     SHARD + ["--enable-hierarchical-cache"], "H200"),
+    ("DDT960", SHARD + ["--enable-dynamic-chunking", "--pp-size", "2"], SHARD + ["--enable-dynamic-chunking"],
+     "H200"),
+    ("DDT960", SHARD + ["--dllm-algorithm", "LowConfidence"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--radix-cache-backend", "x"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-unified-cache-external-linker"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-streaming-session"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-session-radix-cache"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-flexkv"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-unified-memory"], SHARD, "H200"),
+    ("DDT960", SHARD + ["--enable-lmcache"], SHARD, "H200"),
+    ("DDT960", SHARD_DSA[:-7], SHARD_DSA, "B200"),
+    ("DDT960", SHARD_DSA + ["--kv-cache-dtype", "bfloat16"], SHARD_DSA, "B200"),
+    ("DDT960", SHARD_DSA + ["--disaggregation-transfer-backend", "nixl"], SHARD_DSA, "B200"),
+    ("DDT960", SHARD_DSA + ["--attention-backend", "fa3"], SHARD_DSA, "B200"),
+    ("DDT960", SHARD_DSA + ["--enable-hierarchical-cache", "--hicache-mem-layout", "page_first_direct",
+                            "--hicache-io-backend", "direct"], SHARD_DSA + ["--enable-hierarchical-cache"], "B200"),
+]
+ENV += [
+    ("DDT960", SHARD, {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "rust"},
+     SHARD + ["--disable-radix-cache"], {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "rust"}, "H200"),
+    ("DDT960", SHARD, {"SGLANG_DISAGG_STAGING_BUFFER": "1"}, SHARD, {}, "H200"),
+]

@@ -28,6 +28,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     features     feature switches that need their mode           DDT938
     elastic      parallel_hook.py handle_elastic_ep (scale-up)    DDT957
     dsa          DeepSeek Sparse Attention (overrides.py, hisparse) DDT958 DDT959
+    kv_shard     kv_shard_hook.py (KV-cache sharding)             DDT960
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -53,6 +54,7 @@ from ddtctl.rules.hooks.kv_cache import (
     nvfp4_backends,
     unified_memory,
 )
+from ddtctl.rules.hooks.kv_shard import kv_sharding
 from ddtctl.rules.hooks.lora import lora_limits, lora_moe_runner, lora_speculative
 from ddtctl.rules.hooks.memory import chunked_prefill, default_chunked_prefill, default_decode_graph_bs
 from ddtctl.rules.hooks.model import (
@@ -110,6 +112,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "kv_sharding",
     "dsa_features",
     "dsa_kv_and_backends",
     "elastic_scale_up",
