@@ -152,3 +152,92 @@ ENV += [
      SHARD + ["--disable-radix-cache"], {"SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": "rust"}, "H200"),
     ("DDT960", SHARD, {"SGLANG_DISAGG_STAGING_BUFFER": "1"}, SHARD, {}, "H200"),
 ]
+
+# ---- DDT961 / DDT962 MoE all-to-all dispatch and runners (moe_hook.py, overrides.py) ----
+FI_A2A = MOE + ["--moe-a2a-backend", "flashinfer", "--tp-size", "2", "--attn-dp-size", "2"]
+FI_CUT = FI_A2A + ["--moe-runner-backend", "flashinfer_cutlass"]
+FI_CUTE = FI_A2A + ["--moe-runner-backend", "flashinfer_cutedsl", "--quantization", "modelopt_fp4"]
+W4A16 = {"SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16": "1"}
+MEGA = MOE + ["--moe-a2a-backend", "flashinfer_megamoe", "--tp-size", "2", "--attn-dp-size", "2", "--quantization",
+              "mxfp8"]
+DEEPEP2 = MOE + ["--moe-a2a-backend", "deepep_v2", "--tp-size", "2", "--cuda-graph-max-bs-decode", "64"]
+DEEPEP2_ENV = {"SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "4096"}
+PPLX = MOE + ["--moe-a2a-backend", "pplx", "--tp-size", "2", "--attn-dp-size", "2"]
+PPLX_ENV = {"SGLANG_PPLX_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "8192"}
+DRAFT3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"],
+          "--speculative-num-draft-tokens", "4", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
+CASES["DDT961"] = (FI_A2A, FI_CUT, "B200")
+EXTRA += [
+    ("DDT961", FI_A2A + ["--moe-runner-backend", "flashinfer_trtllm", "--flashinfer-a2a-dispatch-type", "mxfp8"],
+     FI_A2A + ["--moe-runner-backend", "flashinfer_trtllm", "--flashinfer-a2a-dispatch-type", "mxfp8",
+               "--quantization", "mxfp8"], "B200"),
+    ("DDT961", FI_A2A + ["--moe-runner-backend", "cutlass", "--quantization", "mxfp8",
+                         "--flashinfer-a2a-dispatch-type", "mxfp8"],
+     FI_CUT + ["--quantization", "mxfp8", "--flashinfer-a2a-dispatch-type", "mxfp8"], "B200"),
+    ("DDT961", FI_CUT + ["--flashinfer-a2a-dispatch-type", "nvfp4"], FI_CUT + ["--flashinfer-a2a-dispatch-type",
+                                                                              "bf16"], "B200"),
+    ("DDT961", FI_CUT + ["--chunked-prefill-size", "-1"], FI_CUT + ["--chunked-prefill-size", "2048"], "B200"),
+    ("DDT961", MEGA, MOE + ["--tp-size", "2", "--attn-dp-size", "2", "--quantization", "mxfp8"], "H200"),  # SM100
+    ("DDT961", MEGA[:-6] + ["--quantization", "mxfp8"], MEGA, "B200"),
+    ("DDT961", MEGA[:-2] + ["--quantization", "modelopt_fp4", "--moe-runner-backend", "triton"],
+     MEGA[:-2] + ["--quantization", "modelopt_fp4"], "B200"),
+    ("DDT961", MOE + ["--moe-a2a-backend", "deepep", "--moe-runner-backend", "flashinfer_cutedsl", "--quantization",
+                      "modelopt_fp4", "--deepep-mode", "normal", "--tp-size", "2"],
+     MOE + ["--moe-a2a-backend", "deepep", "--moe-runner-backend", "flashinfer_cutedsl", "--quantization",
+            "modelopt_fp4", "--tp-size", "2"], "B200"),
+    ("DDT961", DEEPEP2, DEEPEP2[:-2] + ["--chunked-prefill-size", "256", "--disable-cuda-graph"], "H200"),
+    ("DDT961", PPLX, PPLX + ["--chunked-prefill-size", "256"], "H200"),
+]
+ENV += [
+    ("DDT961", FI_CUT + ["--flashinfer-a2a-dispatch-type", "bf16"], {"SGLANG_MOE_NVFP4_DISPATCH": "0"},
+     FI_CUT + ["--flashinfer-a2a-dispatch-type", "bf16"], {}, "B200"),
+    ("DDT961", FI_CUT, {"SGLANG_FLASHINFER_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "1024"},
+     FI_CUT + ["--chunked-prefill-size", "2048", "--cuda-graph-max-bs-decode", "64"],
+     {"SGLANG_FLASHINFER_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "1024"}, "B200"),
+    ("DDT961", FI_CUTE + ["--flashinfer-a2a-dispatch-type", "nvfp4"], W4A16,
+     FI_CUTE + ["--flashinfer-a2a-dispatch-type", "bf16"], W4A16, "B200"),
+    ("DDT961", FI_CUTE, {**W4A16, "SGLANG_MOE_NVFP4_DISPATCH": "1"}, FI_CUTE, W4A16, "B200"),
+    ("DDT961", MEGA, {"SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE": "fp16"},
+     MEGA, {"SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE": "mxfp8"}, "B200"),
+    ("DDT961", MEGA, {"SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE": "mxfp8", **W4A16}, MEGA, W4A16, "B200"),
+    ("DDT961", MEGA, {"SGLANG_FLASHINFER_MEGAMOE_COMBINE_DTYPE": "mxfp8",
+                      "SGLANG_FLASHINFER_MEGAMOE_IN_KERNEL_FC2_REDUCE": "1"},
+     MEGA, {"SGLANG_FLASHINFER_MEGAMOE_IN_KERNEL_FC2_REDUCE": "1"}, "B200"),
+    ("DDT961", MEGA + ["--dtype", "float16"], W4A16, MEGA + ["--dtype", "bfloat16"], W4A16, "B200"),
+    ("DDT961", DEEPEP2[:-2] + ["--chunked-prefill-size", "256"],
+     {"SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "200"}, DEEPEP2, DEEPEP2_ENV, "H200"),
+    ("DDT961", DEEPEP2 + ["--moe-runner-backend", "triton"], DEEPEP2_ENV,
+     DEEPEP2 + ["--moe-runner-backend", "deep_gemm"], DEEPEP2_ENV, "H200"),
+    ("DDT961", DEEPEP2 + ["--enable-two-batch-overlap", "--attn-dp-size", "2"], DEEPEP2_ENV,
+     DEEPEP2 + ["--attn-dp-size", "2"], DEEPEP2_ENV, "H200"),
+    ("DDT961", DEEPEP2 + ["--enforce-shared-experts-fusion"], DEEPEP2_ENV, DEEPEP2, DEEPEP2_ENV, "H200"),
+    ("DDT961", DEEPEP2 + ["--deepep-v2-mode", "direct", "--nnodes", "2", "--tp-size", "4", "--dist-init-addr",
+                          "127.0.0.1:5000"], DEEPEP2_ENV,
+     DEEPEP2 + ["--deepep-v2-mode", "hybrid", "--nnodes", "2", "--tp-size", "4", "--dist-init-addr",
+                "127.0.0.1:5000"], DEEPEP2_ENV, "H200"),
+    ("DDT961", DEEPEP2 + DRAFT3, DEEPEP2_ENV, DEEPEP2 + DRAFT3 + ["--speculative-moe-a2a-backend", "none"],
+     DEEPEP2_ENV, "H200"),
+    ("DDT961", PPLX + ["--deepep-mode", "normal"], PPLX_ENV, PPLX + ["--deepep-mode", "low_latency"], PPLX_ENV,
+     "H200"),
+    ("DDT961", PPLX + ["--moe-runner-backend", "triton"], PPLX_ENV, PPLX + ["--moe-runner-backend", "deep_gemm"],
+     PPLX_ENV, "H200"),
+]
+CASES["DDT962"] = (MOE + ["--moe-runner-backend", "cutlass", "--quantization", "fp8", "--tp-size", "2", "--ep-size",
+                          "2"],
+                   MOE + ["--moe-runner-backend", "cutlass", "--quantization", "fp8", "--tp-size", "2"], "H200")
+EXTRA += [
+    ("DDT962", MOE + ["--quantization", "nvfp4_online"], MOE + ["--quantization", "mxfp8"], "H200"),
+    ("DDT962", MOE + ["--quantization", "nvfp4_online", "--moe-runner-backend", "triton"],
+     MOE + ["--quantization", "nvfp4_online"], "B200"),
+    ("DDT931", DENSE + ["--moe-a2a-backend", "deepep_v2", "--tp-size", "2", "--chunked-prefill-size", "256",
+                        "--disable-cuda-graph"],
+     MOE + ["--moe-a2a-backend", "deepep_v2", "--tp-size", "2", "--chunked-prefill-size", "256",
+            "--disable-cuda-graph"], "H200"),
+]
+ENV += [
+    ("DDT962", MOE + ["--moe-a2a-backend", "deepep", "--moe-runner-backend", "flashinfer_cutedsl", "--quantization",
+                      "modelopt_fp4", "--tp-size", "2"], {"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION": "1"},
+     MOE + ["--moe-a2a-backend", "flashinfer", "--moe-runner-backend", "flashinfer_cutedsl", "--quantization",
+            "modelopt_fp4", "--tp-size", "2", "--attn-dp-size", "2"],
+     {"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION": "1"}, "B200"),
+]

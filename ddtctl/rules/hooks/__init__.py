@@ -29,6 +29,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     elastic      parallel_hook.py handle_elastic_ep (scale-up)    DDT957
     dsa          DeepSeek Sparse Attention (overrides.py, hisparse) DDT958 DDT959
     kv_shard     kv_shard_hook.py (KV-cache sharding)             DDT960
+    moe_a2a      moe_hook.py all-to-all dispatch, MoE runners     DDT961 DDT962
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -67,6 +68,7 @@ from ddtctl.rules.hooks.model import (
     sparse_attention_features,
 )
 from ddtctl.rules.hooks.moe import a2a_backends, a2a_needs_dp, eplb_dwdp, moe_runner_quant, two_batch_overlap
+from ddtctl.rules.hooks.moe_a2a import a2a_dispatch, moe_runner_layout
 from ddtctl.rules.hooks.overrides import DRAFT_ATTENTION_BACKENDS, overridden, predicted_overrides
 from ddtctl.rules.hooks.parallel import (
     attention_dp,
@@ -112,6 +114,8 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "a2a_dispatch",
+    "moe_runner_layout",
     "kv_sharding",
     "dsa_features",
     "dsa_kv_and_backends",
