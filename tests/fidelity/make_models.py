@@ -137,6 +137,12 @@ def deepseek_v32_sink():
     return {**deepseek_v32(), "learnable_sink": True, "index_topk_freq": 2}
 
 
+def _minimal(architecture: str, model_type: str, **extra) -> dict:
+    """A config.json with only the architecture and model type: transformers' config class fills its defaults
+    (the public checkpoint's shape), which is all SGLang's resolver reads."""
+    return {"architectures": [architecture], "model_type": model_type, "torch_dtype": "bfloat16", **extra}
+
+
 def nemotron_h():
     """A Mamba2 hybrid (NemotronHForCausalLM, 8B-like): Mamba2 layers `M`, attention `*`, MLP `-`."""
     pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -169,6 +175,14 @@ MODELS = {
     "nemotron-h-8b": nemotron_h(),
     "deepseek-v32": deepseek_v32(),
     "deepseek-v32-sink": deepseek_v32_sink(),
+    "llama4-scout": _minimal("Llama4ForCausalLM", "llama4_text"),
+    "gpt-oss": _minimal("GptOssForCausalLM", "gpt_oss"),
+    "olmo2": _minimal("Olmo2ForCausalLM", "olmo2"),
+    "lfm2": _minimal("Lfm2ForCausalLM", "lfm2"),
+    "exaone4": _minimal("Exaone4ForCausalLM", "exaone4"),
+    "iquest-q1": _minimal("IQuestQ1ForCausalLM", "iquest_q1"),
+    "iquest-q1-mtp": _minimal("IQuestQ1MTP", "iquest_q1_mtp", num_hidden_layers=1),
+    "iquest-q1-mtp-l40": _minimal("IQuestQ1MTP", "iquest_q1_mtp", num_hidden_layers=1, num_target_layers=40),
 }
 
 

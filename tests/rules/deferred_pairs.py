@@ -241,3 +241,33 @@ ENV += [
             "modelopt_fp4", "--tp-size", "2", "--attn-dp-size", "2"],
      {"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION": "1"}, "B200"),
 ]
+
+# ---- DDT963 architectures' attention allow-lists (model_hook.py), DDT964 IQuest Q1 MTP (speculative_hook.py) ----
+def _model(name: str) -> list[str]:
+    return ["--model-path", M[name]]
+
+
+CASES["DDT963"] = (_model("llama4-scout") + ["--attention-backend", "flashinfer"],
+                   _model("llama4-scout") + ["--attention-backend", "fa3"], "H200")
+EXTRA += [
+    ("DDT963", _model("gpt-oss") + ["--prefill-attention-backend", "flashinfer"],
+     _model("gpt-oss") + ["--attention-backend", "triton"], "H200"),
+    ("DDT963", _model("gpt-oss") + ["--moe-runner-backend", "triton_kernel", "--tp-size", "2", "--ep-size", "2"],
+     _model("gpt-oss") + ["--moe-runner-backend", "triton_kernel", "--tp-size", "2"], "H200"),
+    ("DDT963", _model("olmo2") + ["--attention-backend", "flashinfer"], _model("olmo2") + ["--attention-backend",
+                                                                                           "triton"], "H200"),
+    ("DDT963", _model("lfm2") + ["--attention-backend", "triton"], _model("lfm2") + ["--attention-backend", "fa3"],
+     "H200"),
+    ("DDT963", _model("exaone4") + ["--attention-backend", "flashinfer"],
+     _model("exaone4") + ["--attention-backend", "triton"], "H200"),
+]
+IQUEST = _model("iquest-q1") + ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path"]
+CASES["DDT964"] = (IQUEST + [M["iquest-q1"]], IQUEST + [M["iquest-q1-mtp"]], "H200")
+EXTRA += [
+    ("DDT964", IQUEST + [M["qwen3-8b-eagle3"]], IQUEST + [M["iquest-q1-mtp"]], "H200"),
+    ("DDT964", IQUEST + [M["iquest-q1-mtp-l40"]], IQUEST + [M["iquest-q1-mtp"]], "H200"),
+    ("DDT964", IQUEST + [M["iquest-q1-mtp"], "--speculative-token-map", "/x.pt"], IQUEST + [M["iquest-q1-mtp"]],
+     "H200"),
+    ("DDT964", IQUEST + [M["iquest-q1-mtp"], "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "5"],
+     IQUEST + [M["iquest-q1-mtp"], "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4"], "H200"),
+]

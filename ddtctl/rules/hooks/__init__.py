@@ -18,8 +18,8 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     moe          moe_hook.py, mega_moe_hook.py                   DDT902 DDT905 DDT930-DDT932
     kv_cache     kv_cache_hook.py                                DDT910 DDT911 DDT915 DDT927 DDT928 DDT940
     attention    attention_hook.py                               DDT912-DDT914 DDT933 DDT937
-    model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934
-    speculative  speculative_hook.py (UNO, DSPARK), validation   DDT918 DDT920-DDT922 DDT956
+    model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934 DDT963
+    speculative  speculative_hook.py (UNO, DSPARK, IQuest)        DDT918 DDT920-DDT922 DDT956 DDT964
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
     validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
@@ -61,6 +61,7 @@ from ddtctl.rules.hooks.memory import chunked_prefill, default_chunked_prefill, 
 from ddtctl.rules.hooks.model import (
     ENCODER_DISAGGREGATION_ARCHITECTURES,
     LANGUAGE_MODEL_ONLY_ARCHITECTURES,
+    architecture_backends,
     context_length,
     derived_context_length,
     language_model_only,
@@ -104,7 +105,7 @@ from ddtctl.rules.hooks.serving import (
     ranges,
     sampling_backend,
 )
-from ddtctl.rules.hooks.speculative import aux_hidden, dspark, uno, uno_settings, watermark
+from ddtctl.rules.hooks.speculative import aux_hidden, dspark, iquest_mtp, uno, uno_settings, watermark
 from ddtctl.rules.hooks.validation import (
     aux_layer_ids,
     bucket_rules,
@@ -114,6 +115,8 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "architecture_backends",
+    "iquest_mtp",
     "a2a_dispatch",
     "moe_runner_layout",
     "kv_sharding",

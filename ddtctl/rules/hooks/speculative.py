@@ -239,3 +239,85 @@ def watermark(ctx: Context):
         return Hit(
             f"--enable-watermark supports speculative algorithms NGRAM, EAGLE and EAGLE3, not {ctx.algorithm}"
         )
+
+
+# configs/iquest_q1.py IQuestQ1Config / IQuestQ1MTPConfig defaults
+_IQUEST = {"hidden_size": 3072, "vocab_size": 160000, "num_hidden_layers": 88, "num_draft_slots": 7}
+
+
+def _iquest_draft(ctx: Context) -> Iterator[Hit]:
+    """speculative_hook.py:1022-1036: an independent MTP draft checkpoint of the target's shape."""
+    target = ctx.known_model.raw or {}
+    draft = (ctx.draft.raw if ctx.draft is not None else None) or {}
+    if draft.get("model_type") != "iquest_q1_mtp":
+        yield Hit(
+            "IQuest Q1 requires an independent MTP draft checkpoint (model_type iquest_q1_mtp)",
+            about="speculative_draft_model_path",
+        )
+        return
+    merged = {**_IQUEST, **(draft.get("target_config") or {}), **draft}
+    if any(merged.get(k, _IQUEST[k]) != target.get(k, _IQUEST[k]) for k in ("hidden_size", "vocab_size")):
+        yield Hit(
+            "the MTP draft's hidden size and vocabulary must match the target's",
+            about="speculative_draft_model_path",
+        )
+    layers = (
+        draft.get("num_target_layers") or (draft.get("target_config") or {}).get("num_hidden_layers") or 88
+    )
+    if layers != target.get("num_hidden_layers", _IQUEST["num_hidden_layers"]):
+        yield Hit(
+            f"the MTP draft was built for {layers} target layers, the target has "
+            f"{target.get('num_hidden_layers', _IQUEST['num_hidden_layers'])}",
+            about="speculative_draft_model_path",
+        )
+
+
+@rule(
+    "DDT964",
+    "IQuest Q1 speculates with its own MTP draft, linearly",
+    reads=(
+        "speculative_draft_model_path",
+        "speculative_token_map",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+    ),
+    applies=lambda ctx: (
+        ctx.algorithm == "EAGLE" and ctx.model is not None and ctx.model.architecture == "IQuestQ1ForCausalLM"
+    ),
+    reference=f"{AG}speculative_hook.py:1014-1061 _handle_iquest_q1_mtp_draft",
+)
+def iquest_mtp(ctx: Context) -> Iterator[Hit]:
+    """An IQuest Q1 target (EAGLE / NEXTN) needs an independent MTP draft checkpoint (model_type
+    iquest_q1_mtp) of its hidden size, vocabulary and layer count, no `--speculative-token-map`, positive
+    draft steps (default: the draft's num_draft_slots), top-k 1 and `--speculative-num-draft-tokens` = steps
+    + 1."""
+    path = ctx.given.get("speculative_draft_model_path")
+    if path is None or path == ctx.get("model_path"):
+        yield Hit(
+            "IQuest Q1 requires an independent draft model path (its MTP checkpoint)",
+            about="speculative_draft_model_path",
+        )
+        return
+    if ctx.draft is not None and ctx.draft.known:
+        yield from _iquest_draft(ctx)
+    if ctx.given.get("speculative_token_map") is not None:
+        yield Hit(
+            "IQuest Q1's MTP draft uses its own full-vocabulary head: drop --speculative-token-map",
+            about="speculative_token_map",
+        )
+    steps = ctx.given.get("speculative_num_steps")
+    if steps is None and ctx.draft is not None:
+        steps = (ctx.draft.raw or {}).get("num_draft_slots", _IQUEST["num_draft_slots"])
+    if isinstance(steps, int) and steps < 1:
+        yield Hit("IQuest Q1's MTP requires positive --speculative-num-steps", about="speculative_num_steps")
+    if ctx.given.get("speculative_eagle_topk") not in (None, 1):
+        yield Hit("IQuest Q1's MTP requires --speculative-eagle-topk 1", about="speculative_eagle_topk")
+    tokens = ctx.given.get("speculative_num_draft_tokens")
+    if isinstance(steps, int) and tokens is not None and tokens != steps + 1:
+        yield Hit(
+            f"IQuest Q1's MTP verifies draft steps + 1 = {steps + 1} tokens, got "
+            f"--speculative-num-draft-tokens {tokens}",
+            about="speculative_num_draft_tokens",
+            edits={"speculative_num_draft_tokens": steps + 1},
+        )
