@@ -271,3 +271,32 @@ EXTRA += [
     ("DDT964", IQUEST + [M["iquest-q1-mtp"], "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "5"],
      IQUEST + [M["iquest-q1-mtp"], "--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4"], "H200"),
 ]
+
+# ---- sites an older rule already checks (mapped to it, checked here against SGLang's raise site) ----
+EXTRA += [
+    ("DDT002", DENSE + ["--dcp-size", "0"], DENSE + ["--dcp-size", "1"], "H200"),
+    ("DDT002", DENSE + ["--grpc-port", "70000"], DENSE + ["--grpc-port", "30001"], "H200"),
+    ("DDT002", DENSE + ["--hicache-host-memory-fraction", "1.5"], DENSE + ["--hicache-host-memory-fraction", "0.5"],
+     "H200"),
+    ("DDT501", DENSE + ["--mamba-radix-cache-strategy", "extra_buffer"],
+     HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer"], "H200"),
+    ("DDT935", MOE + ["--tp-size", "4", "--moe-dp-size", "2", "--ep-size", "2", "--pp-size", "2",
+                      "--disable-overlap-schedule"],
+     MOE + ["--tp-size", "4", "--moe-dp-size", "2", "--ep-size", "2", "--attn-cp-size", "2"], "H200"),
+]
+
+# ---- DDT965 context parallelism layouts, DDT908 layernorm SP (parallel_hook.py, layernorm_sp_hook.py) ----
+NEMOTRON = ["--model-path", M["nemotron-h-8b"]]
+CASES["DDT965"] = (NEMOTRON + ["--tp-size", "2", "--attn-cp-size", "2"], NEMOTRON + ["--tp-size", "2"], "H200")
+EXTRA += [
+    ("DDT965", DENSE + ["--tp-size", "2", "--attn-cp-size", "2", "--enable-aiter-allreduce-fusion"],
+     DENSE + ["--tp-size", "2", "--attn-cp-size", "2"], "H200"),
+    ("DDT965", MLA + ["--tp-size", "2", "--dcp-size", "2", "--attn-cp-size", "2", "--enable-prefill-cp",
+                      "--cp-strategy", "interleave"], MLA + ["--tp-size", "2", "--dcp-size", "2"], "H200"),
+    ("DDT908", MOE + ["--enable-layernorm-sp", "--tp-size", "2"], DENSE + ["--enable-layernorm-sp", "--tp-size", "2"],
+     "H200"),
+    ("DDT908", DENSE + ["--enable-layernorm-sp", "--tp-size", "2", "--attn-dp-size", "2"],
+     DENSE + ["--enable-layernorm-sp", "--tp-size", "2"], "H200"),
+    ("DDT908", DENSE + ["--enable-layernorm-sp", "--tp-size", "2", "--pp-size", "2", "--disable-overlap-schedule"],
+     DENSE + ["--enable-layernorm-sp", "--tp-size", "2"], "H200"),
+]

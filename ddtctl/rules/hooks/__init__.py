@@ -15,6 +15,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     resolution   `resolve`: the attention backends, page size and radix cache SGLang settles on
     memory       memory_hook.py defaults (chunked prefill, CUDA-graph batch size)   DDT944
     parallel     parallel_hook.py, layernorm_sp_hook.py          DDT901 DDT903 DDT904 DDT906-DDT909 DDT941
+                                                                 DDT965
     moe          moe_hook.py, mega_moe_hook.py                   DDT902 DDT905 DDT930-DDT932
     kv_cache     kv_cache_hook.py                                DDT910 DDT911 DDT915 DDT927 DDT928 DDT940
     attention    attention_hook.py                               DDT912-DDT914 DDT933 DDT937
@@ -74,6 +75,7 @@ from ddtctl.rules.hooks.overrides import DRAFT_ATTENTION_BACKENDS, overridden, p
 from ddtctl.rules.hooks.parallel import (
     attention_dp,
     attn_cp_divides,
+    context_parallel_layouts,
     dcp,
     dp_lm_head,
     elastic_ep,
@@ -115,6 +117,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "context_parallel_layouts",
     "architecture_backends",
     "iquest_mtp",
     "a2a_dispatch",
