@@ -300,3 +300,38 @@ EXTRA += [
     ("DDT908", DENSE + ["--enable-layernorm-sp", "--tp-size", "2", "--pp-size", "2", "--disable-overlap-schedule"],
      DENSE + ["--enable-layernorm-sp", "--tp-size", "2"], "H200"),
 ]
+
+# ---- DDT966 unified memory pool (kv_cache_hook.py handle_unified_memory_pool) ----
+UNIFIED = ["--enable-unified-memory"]
+UM_DECODE = UNIFIED + ["--disaggregation-mode", "decode"]
+OFFLOAD = UM_DECODE + ["--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"]
+HYBRID_EAGLE3 = HYBRID + ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M["qwen3-8b-eagle3"],
+                          "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                          "--speculative-num-draft-tokens", "4"] + UNIFIED
+CASES["DDT966"] = (DENSE + UM_DECODE + ["--disaggregation-transfer-backend", "nixl"], DENSE + UM_DECODE, "H200")
+EXTRA += [
+    ("DDT966", DENSE + OFFLOAD[:-1] + ["mooncake"], DENSE + OFFLOAD, "H200"),
+    ("DDT966", MLA + OFFLOAD, DENSE + OFFLOAD, "H200"),
+    ("DDT966", HYBRID + OFFLOAD, DENSE + OFFLOAD, "H200"),
+    ("DDT966", _model("gpt-oss") + OFFLOAD, DENSE + OFFLOAD, "H200"),
+    ("DDT966", HYBRID + UM_DECODE + ["--disaggregation-decode-retraction-backup", "host_pool"],
+     DENSE + UM_DECODE + ["--disaggregation-decode-retraction-backup", "host_pool"], "H200"),
+    ("DDT966", HYBRID_EAGLE3 + ["--attention-backend", "fa4"], HYBRID_EAGLE3 + ["--attention-backend", "trtllm_mha"],
+     "B200"),
+    ("DDT966", HYBRID_EAGLE3 + ["--speculative-draft-attention-backend", "fa4"],
+     HYBRID_EAGLE3 + ["--speculative-draft-attention-backend", "triton"], "B200"),
+    ("DDT966", DENSE + UNIFIED + ["--tp-size", "2", "--dcp-size", "2"], MLA + UNIFIED + ["--tp-size", "2", "--dcp-size",
+                                                                                       "2"], "B200"),
+    ("DDT966", MLA + UNIFIED + ["--tp-size", "2", "--dcp-size", "2", "--disaggregation-mode", "decode"],
+     MLA + UNIFIED + ["--tp-size", "2", "--dcp-size", "2"], "B200"),
+    ("DDT966", MLA + UNIFIED + ["--tp-size", "2", "--dcp-size", "2"], MLA + UNIFIED + ["--tp-size", "2"], "H200"),
+    ("DDT966", DENSE + UNIFIED + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path",
+                                  M["qwen3-8b-dflash-b16"], "--attention-backend", "trtllm_mha"],
+     DENSE + UNIFIED + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-b16"], "--attention-backend", "triton"], "B200"),
+    ("DDT940", HYBRID_EAGLE3 + ["--enable-hierarchical-cache"], HYBRID_EAGLE3, "H200"),
+    ("DDT940", HYBRID_EAGLE3 + ["--disaggregation-mode", "decode"], HYBRID_EAGLE3, "H200"),
+]
+ENV += [
+    ("DDT966", DENSE + UM_DECODE, {"SGLANG_DISABLE_LAZY_COMPACTION": "1"}, DENSE + UM_DECODE, {}, "H200"),
+]

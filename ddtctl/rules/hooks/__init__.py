@@ -31,6 +31,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     dsa          DeepSeek Sparse Attention (overrides.py, hisparse) DDT958 DDT959
     kv_shard     kv_shard_hook.py (KV-cache sharding)             DDT960
     moe_a2a      moe_hook.py all-to-all dispatch, MoE runners     DDT961 DDT962
+    unified_memory kv_cache_hook.py unified memory pool           DDT966
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -108,6 +109,7 @@ from ddtctl.rules.hooks.serving import (
     sampling_backend,
 )
 from ddtctl.rules.hooks.speculative import aux_hidden, dspark, iquest_mtp, uno, uno_settings, watermark
+from ddtctl.rules.hooks.unified_memory import unified_memory_layouts
 from ddtctl.rules.hooks.validation import (
     aux_layer_ids,
     bucket_rules,
@@ -117,6 +119,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "unified_memory_layouts",
     "context_parallel_layouts",
     "architecture_backends",
     "iquest_mtp",
