@@ -335,3 +335,35 @@ EXTRA += [
 ENV += [
     ("DDT966", DENSE + UM_DECODE, {"SGLANG_DISABLE_LAZY_COMPACTION": "1"}, DENSE + UM_DECODE, {}, "H200"),
 ]
+
+# ---- DDT967 DSpark layouts, DP spec/prefill coordination, ragged verify (speculative_hook.py, attention_hook.py) --
+DSPARK = DENSE + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", M["qwen3-8b-dflash-b16"]]
+DSPARK_MOE = MOE + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path",
+                    M["qwen3-30b-a3b-dflash-b16"]]
+ADP = ["--tp-size", "2", "--attn-dp-size", "2", "--enable-dp-lm-head"]
+COORD = {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"}
+REPLAY = HYBRID + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", M["qwen3.6-27b-dflash-b16"],
+                   "--enable-linear-replayssm-spec"]
+CASES["DDT967"] = (DSPARK + ADP[:-1], DSPARK + ADP, "H200")
+EXTRA += [
+    ("DDT967", DSPARK_MOE + ADP + ["--moe-a2a-backend", "deepep"], DSPARK_MOE + ADP, "H200"),
+    ("DDT967", DSPARK + ["--tp-size", "4", "--attn-dp-size", "2", "--attn-cp-size", "2", "--enable-dp-lm-head"],
+     DSPARK + ADP, "H200"),
+    ("DDT967", DSPARK + ADP + ["--speculative-moe-a2a-backend", "deepep"], DSPARK + ADP, "H200"),
+    ("DDT967", DSPARK + ["--pp-size", "2", "--disable-overlap-schedule"], DSPARK, "H200"),
+    ("DDT967", DSPARK + ["--speculative-dspark-block-size", "0"], DSPARK + ["--speculative-dspark-block-size", "8"],
+     "H200"),
+    ("DDT967", DENSE + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-noblock"], "--speculative-num-draft-tokens", "1"],
+     DENSE + ["--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", M["qwen3-8b-dflash-noblock"],
+              "--speculative-num-draft-tokens", "4"], "H200"),
+]
+ENV += [
+    ("DDT967", DENSE, COORD, EAGLE3, COORD, "H200"),
+    ("DDT967", DSPARK_MOE + ADP + ["--moe-a2a-backend", "mori", "--chunked-prefill-size", "4096"],
+     {"SGLANG_RAGGED_VERIFY_MODE": "compact"}, DSPARK_MOE + ADP + ["--moe-a2a-backend", "mori",
+                                                                   "--chunked-prefill-size", "4096"], {}, "H200"),
+    ("DDT967", DSPARK + ADP, {**COORD, "SGLANG_RAGGED_VERIFY_MODE": "compact"}, DSPARK + ADP, COORD, "H200"),
+    ("DDT967", REPLAY, {"SGLANG_RAGGED_VERIFY_MODE": "cap-accept"}, REPLAY + ["--linear-attn-verify-backend", "triton"],
+     {"SGLANG_RAGGED_VERIFY_MODE": "cap-accept"}, "H200"),
+]

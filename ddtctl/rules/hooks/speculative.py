@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ddtctl.rules.engine import Context, Hit, rule
-from ddtctl.rules.hooks.common import AG, attn_dp_size
+from ddtctl.rules.hooks.common import AG, attn_dp_size, env_flag
 from ddtctl.rules.hooks.resolution import backends, is_deterministic, resolve
 
 
@@ -321,3 +321,108 @@ def iquest_mtp(ctx: Context) -> Iterator[Hit]:
             about="speculative_num_draft_tokens",
             edits={"speculative_num_draft_tokens": steps + 1},
         )
+
+
+def _dspark_dp(ctx: Context) -> Iterator[Hit]:
+    """speculative_hook.py:670-710: DSpark with attention DP (CUDA)."""
+    a2a = str(ctx.get("moe_a2a_backend") or "none")
+    if not ctx.get("enable_dp_lm_head"):
+        yield Hit(
+            "DSpark with attention DP requires --enable-dp-lm-head",
+            fix="set enable-dp-lm-head: true",
+            edits={"enable_dp_lm_head": True},
+        )
+    if a2a not in ("none", "megamoe", "mori"):
+        yield Hit(
+            f"DSpark with attention DP supports --moe-a2a-backend none, megamoe or mori, not {a2a}",
+            about="moe_a2a_backend",
+        )
+    elif (a2a != "none" or env_flag(ctx, _COORDINATION)) and ctx.env.get(_RAGGED, "static") != "static":
+        yield Hit(f"DSpark DP MoE or prefill coordination requires {_RAGGED}=static", about=f"env.{_RAGGED}")
+    if (ctx.get("attn_cp_size", 1) or 1) > 1:
+        yield Hit("DSpark with attention DP does not support context parallelism", about="attn_cp_size")
+    draft = ctx.given.get("speculative_moe_a2a_backend")
+    if draft is not None and draft != a2a:
+        yield Hit(
+            "DSpark ignores --speculative-moe-a2a-backend: with attention DP it must match "
+            f"--moe-a2a-backend ({a2a})",
+            about="speculative_moe_a2a_backend",
+            edits={"speculative_moe_a2a_backend": None},
+        )
+
+
+def _dspark_width(ctx: Context) -> Iterator[Hit]:
+    """speculative_hook.py:805-850: gamma (--speculative-dspark-block-size, else the drafter's) and the verify
+    width."""
+    block = ctx.given.get("speculative_dspark_block_size")
+    if isinstance(block, int) and block <= 0:
+        yield Hit(
+            f"DSpark requires --speculative-dspark-block-size to be positive, got {block}",
+            about="speculative_dspark_block_size",
+        )
+        return
+    gamma = block or (ctx.draft.block_size if ctx.draft is not None else None)
+    tokens = ctx.given.get("speculative_num_draft_tokens")
+    if gamma is None and isinstance(tokens, int) and tokens < 2:
+        yield Hit(
+            f"DSpark's --speculative-num-draft-tokens must be >= 2 (gamma + 1), got {tokens}",
+            about="speculative_num_draft_tokens",
+        )
+
+
+_COORDINATION = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION"
+_RAGGED = "SGLANG_RAGGED_VERIFY_MODE"
+
+
+@rule(
+    "DDT967",
+    "DSpark's attention-DP layout and gamma; DP spec/prefill coordination",
+    reads=(
+        "speculative_algorithm",
+        "attn_dp_size",
+        "enable_dp_lm_head",
+        "moe_a2a_backend",
+        "speculative_moe_a2a_backend",
+        "speculative_dspark_block_size",
+        "speculative_num_draft_tokens",
+        "pp_size",
+    ),
+    applies=lambda ctx: (
+        ctx.algorithm == "DSPARK"
+        or env_flag(ctx, _COORDINATION)
+        or (bool(ctx.get("enable_linear_replayssm_spec")) and ctx.env.get(_RAGGED, "static") != "static")
+    ),
+    reference=f"{AG}speculative_hook.py:250-258 handle_speculative_decoding, 302-316 _handle_dflash, 666-850 "
+    "_handle_dspark; attention_hook.py:470-490 handle_linear_attn_backend",
+)
+def dspark_layout(ctx: Context) -> Iterator[Hit]:
+    """SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1 needs single-layer EAGLE, EAGLE3 or DSPARK (so DFLASH with
+    attention DP runs with it off). DSpark with attention DP needs `--enable-dp-lm-head`, the none / megamoe /
+    mori all-to-all (with an all-to-all or coordination: SGLANG_RAGGED_VERIFY_MODE=static), no context
+    parallelism and no other draft all-to-all; DSpark pipeline parallelism runs only on PD prefill; a
+    positive `--speculative-dspark-block-size`, and without a gamma at least 2 draft tokens. A ragged
+    SGLANG_RAGGED_VERIFY_MODE with `--enable-linear-replayssm-spec` needs DSPARK / DFLASH and a ring-writing
+    verify kernel (`--linear-attn-verify-backend` triton or nv_cutedsl)."""
+    dp = attn_dp_size(ctx) > 1
+    if env_flag(ctx, _COORDINATION):
+        if ctx.algorithm not in ("EAGLE", "EAGLE3", "DSPARK") or ctx.get("enable_multi_layer_eagle"):
+            yield Hit(
+                f"{_COORDINATION}=1 requires single-layer EAGLE, EAGLE3 or DSPARK",
+                about=f"env.{_COORDINATION}",
+            )
+    ragged = ctx.env.get(_RAGGED, "static")
+    if ctx.get("enable_linear_replayssm_spec") and ragged != "static":
+        verify = ctx.get("linear_attn_verify_backend")
+        if ctx.algorithm not in ("DSPARK", "DFLASH") or verify not in ("triton", "nv_cutedsl"):
+            yield Hit(
+                f"--enable-linear-replayssm-spec with {_RAGGED}={ragged} needs DSPARK or DFLASH and "
+                "--linear-attn-verify-backend triton or nv_cutedsl",
+                about="enable_linear_replayssm_spec",
+            )
+    if ctx.algorithm != "DSPARK":
+        return
+    if dp and str(ctx.given.get("device") or "cuda").startswith(("cuda", "xpu")):
+        yield from _dspark_dp(ctx)
+    if (ctx.get("pp_size", 1) or 1) != 1 and ctx.get("disaggregation_mode") != "prefill":
+        yield Hit("DSpark pipeline parallelism requires a PD prefill server", about="pp_size")
+    yield from _dspark_width(ctx)
