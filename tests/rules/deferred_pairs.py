@@ -367,3 +367,30 @@ ENV += [
     ("DDT967", REPLAY, {"SGLANG_RAGGED_VERIFY_MODE": "cap-accept"}, REPLAY + ["--linear-attn-verify-backend", "triton"],
      {"SGLANG_RAGGED_VERIFY_MODE": "cap-accept"}, "H200"),
 ]
+
+# ---- DDT968 PD disaggregation (pd_disaggregation_hook.py) ----
+PD_DECODE = DENSE + ["--disaggregation-mode", "decode"]
+PD_PREFILL = DENSE + ["--disaggregation-mode", "prefill"]
+HOST_RECEIVE = ["--disaggregation-decode-host-receive-threshold", "0.5"]
+RUST = {"SGLANG_RUST_SERVER": "1"}
+CASES["DDT968"] = (PD_DECODE + HOST_RECEIVE + ["--enable-pd-role-switch"], PD_DECODE + HOST_RECEIVE, "H200")
+EXTRA += [
+    ("DDT968", PD_DECODE + HOST_RECEIVE + ["--disaggregation-decode-retraction-backup", "cpu_tensor"],
+     PD_DECODE + HOST_RECEIVE + ["--disaggregation-decode-retraction-backup", "host_pool"], "H200"),
+    ("DDT968", PD_DECODE + ["--disaggregation-decode-enable-radix-cache", "--disaggregation-transfer-backend", "fake"],
+     PD_DECODE + ["--disaggregation-decode-enable-radix-cache"], "H200"),
+    ("DDT968", PD_PREFILL + ["--disaggregation-transfer-backend", "fake"],
+     PD_DECODE + ["--disaggregation-transfer-backend", "fake"], "H200"),
+    ("DDT968", PD_PREFILL + ["--enable-pd-role-switch", "--pp-size", "2", "--disable-overlap-schedule"],
+     PD_PREFILL + ["--enable-pd-role-switch"], "H200"),
+    ("DDT968", EAGLE3 + ["--disaggregation-mode", "prefill", "--enable-pd-role-switch"],
+     EAGLE3 + ["--disaggregation-mode", "prefill"], "H200"),
+    ("DDT968", PD_PREFILL + ["--disaggregation-ib-device", " "], PD_PREFILL, "H200"),
+]
+ENV += [
+    ("DDT968", PD_PREFILL + ["--disaggregation-transfer-backend", "mori"], {"SGLANG_DISAGG_STAGING_BUFFER": "1"},
+     PD_PREFILL + ["--disaggregation-transfer-backend", "nixl"], {"SGLANG_DISAGG_STAGING_BUFFER": "1"}, "H200"),
+    ("DDT968", PD_PREFILL + ["--disaggregation-bootstrap-port", "9000", "--disaggregation-transfer-backend", "nixl"],
+     RUST, PD_PREFILL + ["--disaggregation-bootstrap-port", "30000", "--disaggregation-transfer-backend", "nixl"],
+     RUST, "H200"),
+]

@@ -33,6 +33,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     kv_shard     kv_shard_hook.py (KV-cache sharding)             DDT960
     moe_a2a      moe_hook.py all-to-all dispatch, MoE runners     DDT961 DDT962
     unified_memory kv_cache_hook.py unified memory pool           DDT966
+    pd           pd_disaggregation_hook.py                        DDT968
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -85,6 +86,7 @@ from ddtctl.rules.hooks.parallel import (
     moe_dense_tp,
     pp_micro_batch,
 )
+from ddtctl.rules.hooks.pd import pd_disaggregation
 from ddtctl.rules.hooks.resolution import (
     BACKEND_ALIASES,
     DEEPSEEK_FAMILY,
@@ -128,6 +130,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "pd_disaggregation",
     "dspark_layout",
     "unified_memory_layouts",
     "context_parallel_layouts",

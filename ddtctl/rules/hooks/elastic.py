@@ -220,6 +220,10 @@ def elastic_scale_up(ctx: Context) -> Iterator[Hit]:
     if (ctx.get("pp_size", 1) or 1) != 1:
         yield Hit("elastic EP requires --pp-size 1", about="pp_size")
         return
+    device = ctx.given.get("mooncake_ib_device")
+    if ctx.given.get("elastic_ep_backend") == "mooncake" and isinstance(device, str) and not device.strip():
+        # validation_hook.py:530-533 validate_ib_devices (parallel_hook.py:540-545)
+        yield Hit("--mooncake-ib-device names no IB device", about="mooncake_ib_device")
     if not _scaling(ctx):
         return
     for check in (_topology, _launch, _graphs, _parallel):
