@@ -394,3 +394,34 @@ ENV += [
      RUST, PD_PREFILL + ["--disaggregation-bootstrap-port", "30000", "--disaggregation-transfer-backend", "nixl"],
      RUST, "H200"),
 ]
+
+# ---- DDT969 HiCache DCP / host receive (hicache_hook.py), DDT970 cache combinations (kv_cache, mamba hooks) ----
+HICACHE_DCP = ["--enable-hierarchical-cache", "--tp-size", "2", "--dcp-size", "2"]
+HOST_RECEIVE_DECODE = PD_DECODE + HOST_RECEIVE
+KVLESS = DENSE + ["--is-embedding", "--prefill-only-disable-kv-cache", "--chunked-prefill-size", "-1",
+                  "--disable-radix-cache"]
+EXTRA_BUFFER = HYBRID + ["--mamba-radix-cache-strategy", "extra_buffer"]
+CASES["DDT969"] = (DENSE + HICACHE_DCP, MLA + HICACHE_DCP, "H200")
+EXTRA += [
+    ("DDT969", MLA + HICACHE_DCP + ["--hicache-storage-backend", "file", "--hicache-host-memory-mode", "buffer_only"],
+     MLA + HICACHE_DCP + ["--hicache-storage-backend", "file"], "H200"),
+    ("DDT969", MLA + HICACHE_DCP + ["--speculative-algorithm", "EAGLE"], MLA + HICACHE_DCP, "H200"),
+    ("DDT969", HOST_RECEIVE_DECODE + ["--hicache-storage-backend", "mooncake"],
+     HOST_RECEIVE_DECODE + ["--hicache-storage-backend", "file"], "H200"),
+]
+CASES["DDT970"] = (PD_DECODE + ["--disaggregation-decode-enable-offload-kvcache"],
+                   PD_DECODE + ["--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"],
+                   "H200")
+EXTRA += [
+    ("DDT970", PD_DECODE + ["--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file",
+                            "--disaggregation-decode-retraction-backup", "host_pool"],
+     PD_DECODE + ["--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"], "H200"),
+    ("DDT970", KVLESS + ["--attention-backend", "flashinfer"], KVLESS, "H200"),
+    ("DDT970", KVLESS, KVLESS + ["--attention-backend", "fa4"], "B200"),
+    ("DDT970", HYBRID + ["--enable-int8-mamba-checkpoint", "--enable-hierarchical-cache"],
+     HYBRID + ["--enable-int8-mamba-checkpoint"], "H200"),
+    ("DDT970", HYBRID + ["--enable-int8-mamba-checkpoint", "--radix-cache-backend", "x"],
+     HYBRID + ["--enable-int8-mamba-checkpoint"], "H200"),
+    ("DDT970", EXTRA_BUFFER + ["--page-size", "96", "--mamba-track-interval", "192"],
+     EXTRA_BUFFER + ["--page-size", "128", "--mamba-track-interval", "256"], "H200"),
+]

@@ -34,6 +34,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     moe_a2a      moe_hook.py all-to-all dispatch, MoE runners     DDT961 DDT962
     unified_memory kv_cache_hook.py unified memory pool           DDT966
     pd           pd_disaggregation_hook.py                        DDT968
+    caches       HiCache DCP / host receive, cache combinations   DDT969 DDT970
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -46,6 +47,7 @@ from ddtctl.rules.hooks.attention import (
     mla_backends,
     trtllm_mha_generation,
 )
+from ddtctl.rules.hooks.caches import cache_combinations, hicache_layouts
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
 from ddtctl.rules.hooks.dsa import dsa_features, dsa_kv_and_backends
 from ddtctl.rules.hooks.elastic import elastic_scale_up
@@ -130,6 +132,8 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "cache_combinations",
+    "hicache_layouts",
     "pd_disaggregation",
     "dspark_layout",
     "unified_memory_layouts",
