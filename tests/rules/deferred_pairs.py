@@ -3,7 +3,8 @@ checks (DDT957 on). test_rules.py runs them statically; tests/fidelity/test_fuzz
 (the failing one must be rejected, the passing one accepted), the env pairs with their server environment.
 
 CASES: rule -> (argv that trips it, argv that does not, gpu); EXTRA: (rule, bad, good, gpu);
-ENV: (rule, bad argv, bad env, good argv, good env, gpu) for rules that read SGLANG_* variables.
+ENV: (rule, bad argv, bad env, good argv, good env, gpu) for rules that read SGLANG_* variables; ENV_ONLY: the rules
+that only an environment trips (their test_rules.py case is their first ENV pair).
 """
 
 from __future__ import annotations
@@ -425,3 +426,51 @@ EXTRA += [
     ("DDT970", EXTRA_BUFFER + ["--page-size", "96", "--mamba-track-interval", "192"],
      EXTRA_BUFFER + ["--page-size", "128", "--mamba-track-interval", "256"], "H200"),
 ]
+
+# ---- DDT971 load publisher / serving env / mm transports, DDT972 PP speculative relay (validation_hook.py,
+# serving_hook.py), DDT973 CUDA-graph config (cuda_graph_hook.py), DDT922 / DDT913 additions ----
+KV_EVENTS = ["--kv-events-config", '{"publisher": "zmq", "endpoint": "tcp://*:5557"}']
+PP_SPEC = {"SGLANG_ENABLE_PP_SPEC": "1"}
+PP_NEXTN = MLA + ["--pp-size", "2", "--speculative-algorithm", "EAGLE", "--disable-overlap-schedule"]
+CASES["DDT971"] = (DENSE + ["--load-publish-endpoint", "auto"], DENSE + ["--load-publish-endpoint", "auto"] + KV_EVENTS,
+                   "H200")
+EXTRA += [
+    ("DDT971", DENSE + ["--load-publish-endpoint", "auto", "--kv-events-config", "{bad"],
+     DENSE + ["--load-publish-endpoint", "auto"] + KV_EVENTS, "H200"),
+    ("DDT971", DENSE + ["--load-publish-endpoint", "auto", "--kv-events-config", '{"publisher": "null"}'],
+     DENSE + ["--load-publish-endpoint", "auto"] + KV_EVENTS, "H200"),
+    ("DDT971", DENSE + ["--load-publish-endpoint", "auto", "--kv-events-config",
+                        '{"publisher": "zmq", "endpoint": "tcp://10.0.0.1:5557"}'],
+     DENSE + ["--load-publish-endpoint", "auto"] + KV_EVENTS, "H200"),
+    ("DDT971", DENSE + ["--load-publish-endpoint", "tcp://*:5557"] + KV_EVENTS,
+     DENSE + ["--load-publish-endpoint", "tcp://*:6000"] + KV_EVENTS, "H200"),
+    ("DDT971", DENSE + ["--mm-feature-transport", "cuda_vmm", "--pp-size", "2", "--disable-overlap-schedule"],
+     DENSE + ["--mm-feature-transport", "cuda_vmm"], "H200"),
+    ("DDT971", DENSE + ["--mm-feature-transport", "cuda_ipc", "--nnodes", "2", "--tp-size", "2", "--dist-init-addr",
+                        "127.0.0.1:5000"], DENSE + ["--mm-feature-transport", "cuda_ipc"], "H200"),
+    ("DDT973", DENSE + ["--cuda-graph-config", '{"prefill": {"backend": "bogus"}}'],
+     DENSE + ["--cuda-graph-config", '{"prefill": {"backend": "disabled"}}'], "H200"),
+    ("DDT973", DENSE + ["--cuda-graph-prefill-max-context", "50000"],
+     DENSE + ["--cuda-graph-prefill-max-context", "4096"], "H200"),
+    ("DDT973", DENSE + ["--cuda-graph-prefill-max-context", "8000", "--context-length", "4096"],
+     DENSE + ["--cuda-graph-prefill-max-context", "4000", "--context-length", "4096"], "H200"),
+    ("DDT913", MLA + ["--enable-deterministic-inference", "--attention-backend", "fa4"],
+     MLA + ["--enable-deterministic-inference", "--attention-backend", "fa3"], "H200"),
+]
+ENV += [
+    ("DDT971", DENSE, {"SGLANG_DISAGGREGATION_SAMPLING_MASK_MAX_TOKENS": "8"}, DENSE,
+     {"SGLANG_ENABLE_DISAGG_SAMPLING_MASK": "1"}, "H200"),
+    ("DDT971", DENSE + ["--grpc-port", "30001"], {"SGLANG_GRPC_WORKER_THREADS": "0"}, DENSE + ["--grpc-port", "30001"],
+     {"SGLANG_GRPC_WORKER_THREADS": "2"}, "H200"),
+    ("DDT972", PP_NEXTN + ["--speculative-adaptive"], PP_SPEC, PP_NEXTN, PP_SPEC, "H200"),
+    ("DDT972", PP_NEXTN + ["--disaggregation-mode", "prefill"], PP_SPEC, PP_NEXTN, PP_SPEC, "H200"),
+    ("DDT972", PP_NEXTN + ["--tp-size", "2", "--attn-dp-size", "2"], PP_SPEC, PP_NEXTN, PP_SPEC, "H200"),
+    ("DDT972", DENSE + ["--pp-size", "2", "--speculative-algorithm", "DSPARK", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-b16"], "--disaggregation-mode", "prefill", "--disable-overlap-schedule"],
+     PP_SPEC, PP_NEXTN, PP_SPEC, "H200"),
+    ("DDT922", EAGLE3 + ["--enable-watermark"], {"SGLANG_RUST_SERVER": "1"}, EAGLE3 + ["--enable-watermark"], {},
+     "H200"),
+]
+CASES["DDT973"] = (DENSE + ["--cuda-graph-prefill-max-context", "50000"],
+                   DENSE + ["--cuda-graph-prefill-max-context", "4096"], "H200")
+ENV_ONLY = ("DDT972",)

@@ -524,6 +524,8 @@ from deferred_pairs import CASES as DEFERRED_CASES  # noqa: E402
 from deferred_pairs import ENV as DEFERRED_ENV  # noqa: E402
 from deferred_pairs import EXTRA as DEFERRED_EXTRA  # noqa: E402
 
+from deferred_pairs import ENV_ONLY  # noqa: E402
+
 CASES.update(HOOK_CASES)
 CASES.update(DEFERRED_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
@@ -534,6 +536,10 @@ PROFILE_ONLY = {"DDT601": 1}
 ENV_OF: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "DDT116": ({"DDTREE_GDN_TREE": "fast"}, {"DDTREE_GDN_TREE": "compact"}),
 }
+for _rid, _bad, _bad_env, _good, _good_env, _gpu in DEFERRED_ENV:
+    if _rid in ENV_ONLY and _rid not in CASES:
+        CASES[_rid] = (_bad, _good, _gpu)
+        ENV_OF[_rid] = (_bad_env, _good_env)
 
 
 def _rules_of(argv, gpu, *, count=None, env=None):

@@ -35,6 +35,8 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     unified_memory kv_cache_hook.py unified memory pool           DDT966
     pd           pd_disaggregation_hook.py                        DDT968
     caches       HiCache DCP / host receive, cache combinations   DDT969 DDT970
+    publishing   load publisher, serving env, mm transports, PP spec DDT971 DDT972
+    graphs       the CUDA-graph backends SGLang settles on         DDT973
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -52,6 +54,7 @@ from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_ml
 from ddtctl.rules.hooks.dsa import dsa_features, dsa_kv_and_backends
 from ddtctl.rules.hooks.elastic import elastic_scale_up
 from ddtctl.rules.hooks.features import feature_modes
+from ddtctl.rules.hooks.graphs import cuda_graph_config
 from ddtctl.rules.hooks.hicache import hicache_options
 from ddtctl.rules.hooks.kv_cache import (
     hicache,
@@ -89,6 +92,7 @@ from ddtctl.rules.hooks.parallel import (
     pp_micro_batch,
 )
 from ddtctl.rules.hooks.pd import pd_disaggregation
+from ddtctl.rules.hooks.publishing import pp_spec_relay, serving_transports
 from ddtctl.rules.hooks.resolution import (
     BACKEND_ALIASES,
     DEEPSEEK_FAMILY,
@@ -132,6 +136,9 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "cuda_graph_config",
+    "pp_spec_relay",
+    "serving_transports",
     "cache_combinations",
     "hicache_layouts",
     "pd_disaggregation",

@@ -1,15 +1,16 @@
 """The CUDA-graph backends SGLang 0.5.23 settles on per phase (decode / prefill), as far as the elastic-EP and
 MoE checks need them: srt/arg_groups/cuda_graph_hook.py:32-102 parse_cuda_graph_config (explicit JSON >
-per-phase flags > off-switches > defaults: decode `full`, prefill `breakable`), then the prefill auto-disable
-cascade (cuda_graph_hook.py:136-256 apply_cuda_graph_compatibility, skipped when the prefill backend is
-given), the all-to-all backends (moe_hook.py handle_a2a_moe) and the PD roles (cuda_graph_hook.py:557-580)."""
+per-phase flags > off-switches > defaults: decode `full`, prefill `breakable`), then the prefill
+auto-disable cascade (cuda_graph_hook.py:136-256 apply_cuda_graph_compatibility, skipped when the prefill
+backend is given), the all-to-all backends (moe_hook.py handle_a2a_moe) and the PD roles
+(cuda_graph_hook.py:557-580). DDT973 checks `--cuda-graph-config` itself."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
-from ddtctl.rules.engine import Context
+from ddtctl.rules.engine import Context, Hit, rule
 
 FULL, BREAKABLE, DISABLED = "full", "breakable", "disabled"
 # cuda_graph_hook.py:227-232: a2a backends the breakable prefill graph is validated with
@@ -78,3 +79,43 @@ def prefill_graph(ctx: Context) -> str:
     ):
         return DISABLED
     return BREAKABLE
+
+
+@rule(
+    "DDT973",
+    "CUDA-graph config backends and the prefill graph's context size",
+    reads=("cuda_graph_config", "cuda_graph_prefill_max_context", "context_length", "page_size"),
+    applies=lambda ctx: bool(_explicit(ctx)) or ctx.given.get("cuda_graph_prefill_max_context") is not None,
+    reference="sglang 0.5.23 srt/arg_groups/cuda_graph_hook.py:410-447 validate_cuda_graph_config, "
+    "_resolve_max_context_size",
+)
+def cuda_graph_config(ctx: Context) -> Iterator[Hit]:
+    """Each phase of `--cuda-graph-config` names a backend full, breakable or disabled; the prefill graph's
+    max context (`--cuda-graph-prefill-max-context` or the config's max_context_size), rounded up to whole
+    pages, fits the model's context length (`--context-length`, else config.json's)."""
+    explicit = _explicit(ctx)
+    for phase in ("decode", "prefill"):
+        backend = explicit.get(phase, {}).get("backend")
+        if backend is not None and backend not in (FULL, BREAKABLE, DISABLED):
+            yield Hit(
+                f"--cuda-graph-config {phase} backend {backend!r} is not full, breakable or disabled",
+                about="cuda_graph_config",
+            )
+    size = explicit.get("prefill", {}).get("max_context_size") or ctx.given.get(
+        "cuda_graph_prefill_max_context"
+    )
+    if not isinstance(size, int) or size <= 0 or ctx.model is None or not ctx.model.known:
+        return
+    from ddtctl.rules.hooks.model import derived_context_length
+    from ddtctl.rules.hooks.resolution import resolved_page
+
+    limit = ctx.given.get("context_length") or derived_context_length(ctx.model.raw or {})
+    page = resolved_page(ctx)
+    aligned = -(-size // page) * page
+    if limit and aligned > limit:
+        yield Hit(
+            f"the prefill CUDA graph's max context ({aligned}, page-aligned) exceeds the model context "
+            f"length ({limit})",
+            about="cuda_graph_prefill_max_context",
+            fix=f"set cuda-graph-prefill-max-context: {limit // page * page}",
+        )

@@ -229,16 +229,29 @@ def dspark(ctx: Context):
     "watermarking supports NGRAM, EAGLE and EAGLE3",
     reads=("enable_watermark",),
     applies=lambda ctx: bool(ctx.get("enable_watermark")),
-    reference=f"{AG}validation_hook.py:82-96 check_watermark",
+    reference=f"{AG}validation_hook.py:60-107 check_watermark_server_args",
 )
 def watermark(ctx: Context):
-    """`--enable-watermark` is not supported with PD disaggregation and only with NGRAM / EAGLE / EAGLE3."""
+    """`--enable-watermark` is not supported with PD disaggregation, a custom sampling backend or
+    SGLANG_RUST_SERVER, and only with NGRAM / EAGLE / EAGLE3."""
     if ctx.get("disaggregation_mode") not in (None, "null"):
         return Hit("--enable-watermark is not supported with PD disaggregation", about="disaggregation_mode")
     if ctx.algorithm not in (None, "NGRAM", "EAGLE", "EAGLE3"):
         return Hit(
             f"--enable-watermark supports speculative algorithms NGRAM, EAGLE and EAGLE3, not {ctx.algorithm}"
         )
+    backend = ctx.given.get("sampling_backend")
+    if backend is not None and backend not in ("flashinfer", "pytorch", "ascend", "intel_xpu"):
+        # validation_hook.py:78-83 (choices.py:133 BUILT_IN_SAMPLING_BACKENDS)
+        return Hit(
+            f"--enable-watermark does not support custom sampling backends, got {backend}",
+            about="sampling_backend",
+        )
+    if env_flag(ctx, "SGLANG_RUST_SERVER"):
+        return Hit(
+            "--enable-watermark is not supported with SGLANG_RUST_SERVER", about="env.SGLANG_RUST_SERVER"
+        )
+    return None
 
 
 # configs/iquest_q1.py IQuestQ1Config / IQuestQ1MTPConfig defaults
