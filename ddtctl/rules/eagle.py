@@ -242,6 +242,9 @@ def trtllm_topk(ctx: Context):
     applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.is_set("speculative_draft_model_path"),
     reference=f"{SPEC_HOOK} _handle_eagle_family; fails at draft model load",
     sglang_enforces=False,
+    evidence="the draft worker has no checkpoint to load at start-up (tests/fidelity/cases.yaml "
+    "q3-eagle3-no-draft, "
+    "stricter_by_design)",
 )
 def eagle_draft(ctx: Context):
     """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others

@@ -93,6 +93,10 @@ def test_hook_rule_cases_agree_with_sglang(client):
     assert not wrong, "\n".join(wrong)
 
 
+def _launch_key(argv, env, gpu) -> tuple:
+    return tuple(argv), tuple(sorted((env or {}).items())), gpu
+
+
 def _site_rules() -> dict[tuple[str, int], str | None]:
     """(sglang file, line) -> the rule ddtctl/rules/coverage.yaml maps that raise site to (None: an exemption)."""
     from ddtctl.rules import coverage as cov
@@ -109,7 +113,7 @@ def test_deferred_rule_pairs_agree_with_sglang(client):
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
-    from deferred_pairs import CASES, ENV, EXTRA
+    from deferred_pairs import ACCEPTED, CASES, ENV, EXTRA
     from test_rules import _rules_of
 
     from ddtctl.dryrun import dry_run_argvs
@@ -117,14 +121,25 @@ def test_deferred_rule_pairs_agree_with_sglang(client):
     pairs = [(rid, bad, {}, good, {}, gpu or "H200") for rid, (bad, good, gpu) in sorted(CASES.items())]
     pairs += [(rid, bad, {}, good, {}, gpu) for rid, bad, good, gpu in EXTRA]
     pairs += list(ENV)
-    items, envs = [], []
-    for i, (rid, bad, bad_env, good, good_env, gpu) in enumerate(pairs):
-        items += [(f"{rid}#{i}-bad", bad, gpu), (f"{rid}#{i}-good", good, gpu)]
-        envs += [bad_env or None, good_env or None]
+    # each distinct launch (argv, environment, GPU) resolved once: many pairs share their passing launch
+    launches = [(argv, {}, gpu) for _, argv, gpu in ACCEPTED]
+    for _, bad, bad_env, good, good_env, gpu in pairs:
+        launches += [(bad, bad_env, gpu), (good, good_env, gpu)]
+    keys = {_launch_key(*launch): launch for launch in launches}
+    index = {key: f"launch{i}" for i, key in enumerate(keys)}
+    items = [(index[key], argv, gpu) for key, (argv, _, gpu) in keys.items()]
+    envs = [env or None for _, env, _ in keys.values()]
     results = {r.source: r for r in dry_run_argvs(items, client=client, envs=envs)}
+
+    def result(argv, env, gpu):
+        return results[index[_launch_key(argv, env, gpu)]]
+
     site_rules, wrong = _site_rules(), []
-    for i, (rid, bad, bad_env, _, _, gpu) in enumerate(pairs):
-        refused, passed = results[f"{rid}#{i}-bad"], results[f"{rid}#{i}-good"]
+    for i, (rid, argv, gpu) in enumerate(ACCEPTED):
+        if not result(argv, {}, gpu).accepted:
+            wrong.append(f"{rid}#accepted{i}: SGLang rejects a launch the rule reports below error severity")
+    for i, (rid, bad, bad_env, good, good_env, gpu) in enumerate(pairs):
+        refused, passed = result(bad, bad_env, gpu), result(good, good_env, gpu)
         if not passed.accepted:
             wrong.append(f"{rid}#{i}: SGLang rejects the passing case: {passed.error}")
         if refused.accepted:

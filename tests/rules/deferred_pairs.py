@@ -474,3 +474,27 @@ ENV += [
 CASES["DDT973"] = (DENSE + ["--cuda-graph-prefill-max-context", "50000"],
                    DENSE + ["--cuda-graph-prefill-max-context", "4096"], "H200")
 ENV_ONLY = ("DDT972",)
+
+# ---- launches SGLang 0.5.23 accepts that a warning / info rule reports (the override convention: never an error)
+# (rule, argv, gpu): test_rules.py checks the rule reports it, below error severity; test_fuzz.py that SGLang
+# accepts it.
+UNO_LINEAR = DENSE + ["--speculative-algorithm", "UNO", "--uno-lora-path", "/x", "--speculative-num-draft-tokens",
+                      "4", "--attention-backend", "fa3"]
+ACCEPTED: list[tuple[str, list[str], str]] = [
+    ("DDT956", UNO_LINEAR + ["--speculative-num-steps", "0"], "H200"),
+    ("DDT974", EAGLE3 + ["--speculative-num-steps", "0", "--speculative-eagle-topk", "1",
+                         "--speculative-num-draft-tokens", "1"], "H200"),
+    ("DDT974", EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "0",
+                         "--speculative-num-draft-tokens", "4"], "H200"),
+    ("DDT974", DENSE + ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "0"], "H200"),
+    ("DDT974", DENSE + ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path",
+                        M["qwen3-8b-dflash-b16"], "--speculative-num-draft-tokens", "0"], "H200"),
+    ("DDT506", ["--model-path", M["qwen3-next-80b-a3b"], "--mamba-full-memory-ratio", "1.5"], "H200"),
+]
+STATIC_CASES = {
+    "DDT974": (ACCEPTED[1][1], EAGLE3 + ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                                         "--speculative-num-draft-tokens", "4"], "H200"),
+}
+ACCEPTED += [
+    ("DDT930", MOE + ["--moe-runner-backend", "flashinfer_cutlass", "--quantization", "mxfp8"], "B200"),
+]

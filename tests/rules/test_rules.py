@@ -524,10 +524,11 @@ from deferred_pairs import CASES as DEFERRED_CASES  # noqa: E402
 from deferred_pairs import ENV as DEFERRED_ENV  # noqa: E402
 from deferred_pairs import EXTRA as DEFERRED_EXTRA  # noqa: E402
 
-from deferred_pairs import ENV_ONLY  # noqa: E402
+from deferred_pairs import ACCEPTED, ENV_ONLY, STATIC_CASES  # noqa: E402
 
 CASES.update(HOOK_CASES)
 CASES.update(DEFERRED_CASES)
+CASES.update(STATIC_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 
 PROFILE_ONLY = {"DDT601": 1}
@@ -639,6 +640,16 @@ def test_deferred_extra_cases(index):
     rule_id, bad, good, gpu = DEFERRED_EXTRA[index]
     assert rule_id in _rules_of(bad, gpu)
     assert rule_id not in _rules_of(good, gpu)
+
+
+@pytest.mark.parametrize("index", range(len(ACCEPTED)))
+def test_accepted_launches_are_not_errors(index):
+    """SGLang accepts these launches (tests/fidelity/test_fuzz.py checks it): the rule reports them, as a warning
+    or info, never as an error."""
+    rule_id, argv, gpu = ACCEPTED[index]
+    findings = validate_argv(argv, gpu=gpu).findings
+    assert rule_id in {f.rule for f in findings}
+    assert not [f for f in findings if f.severity == "error"], [(f.rule, f.message) for f in findings]
 
 
 @pytest.mark.parametrize("index", range(len(DEFERRED_ENV)))

@@ -21,7 +21,7 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     attention    attention_hook.py                               DDT912-DDT914 DDT933 DDT937
     model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934 DDT963
     speculative  speculative_hook.py (UNO, DSPARK, IQuest)        DDT918 DDT920-DDT922 DDT956 DDT964
-                                                                 DDT967
+                                                                 DDT967 DDT974
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
     validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
@@ -125,6 +125,7 @@ from ddtctl.rules.hooks.speculative import (
     uno,
     uno_settings,
     watermark,
+    zero_speculative_counts,
 )
 from ddtctl.rules.hooks.unified_memory import unified_memory_layouts
 from ddtctl.rules.hooks.validation import (
@@ -136,6 +137,7 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "zero_speculative_counts",
     "cuda_graph_config",
     "pp_spec_relay",
     "serving_transports",

@@ -24,6 +24,8 @@ from ddtctl.rules.hooks.resolution import _is_dsa
     ),
     reference="sglang 0.5.23 srt/configs/model_config.py:1291-1310 _derive_context_length; "
     "utils/hf_transformers/common.py:677 get_context_length",
+    evidence="SGLang's resolver raises it in ModelConfig (model_config.py:1291-1310), outside the raise-site "
+    "walk; the DDT919 pair is rejected by SGLang (tests/fidelity/test_fuzz.py hook pairs)",
 )
 def context_length(ctx: Context):
     """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor)
@@ -269,6 +271,8 @@ NOT_ON_CUDA = {
     applies=lambda ctx: ctx.get("quantization") in NOT_ON_CUDA and ctx.gpu is not None,
     reference="sglang/srt/configs/model_config.py:2151-2155 (Unknown quantization method); "
     "layers/quantization/__init__.py:56-142 BASE_QUANTIZATION_METHODS",
+    evidence="SGLang's resolver raises it in ModelConfig (model_config.py:2151-2155), outside the raise-site "
+    "walk; the DDT942 pair is rejected by SGLang (tests/fidelity/test_fuzz.py hook pairs)",
 )
 def quantization_platform(ctx: Context):
     """`--quantization gptq`, `mlx_q4` and `mlx_q8` are argparse choices on every platform, but SGLang

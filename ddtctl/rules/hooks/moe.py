@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.engine import INFO, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
 
@@ -71,6 +71,14 @@ def _quantization(ctx: Context) -> str | None | bool:
     return None
 
 
+# choices.py:161-167 MXFP8_MOE_RUNNER_BACKEND_CHOICES: the runners --quantization mxfp8 keeps
+_MXFP8_RUNNERS = (
+    "cutlass",
+    "deep_gemm",
+    "flashinfer_megamoe",
+    "flashinfer_trtllm",
+    "flashinfer_trtllm_routed",
+)
 _RUNNER_QUANT = {
     "flashinfer_cutlass": ("modelopt_fp4", "modelopt_fp8", "modelopt_mixed", None),
     "flashinfer_cutedsl": ("modelopt_fp4", "modelopt_mixed", "nvfp4_online"),
@@ -121,6 +129,17 @@ def moe_runner_quant(ctx: Context):
     is known: --quantization, or a checkpoint without a quantization_config.)"""
     backend = ctx.get("moe_runner_backend")
     quant = _quantization(ctx)
+    if quant == "mxfp8" and backend not in _MXFP8_RUNNERS:
+        # overrides.py:1484-1510: --quantization mxfp8 replaces a runner it does not run (with a warning)
+        default = "flashinfer_megamoe" if _a2a(ctx) == "flashinfer_megamoe" else "flashinfer_trtllm"
+        return Hit(
+            f"--quantization mxfp8 does not run on --moe-runner-backend {backend}: SGLang runs {default} "
+            "instead",
+            about="moe_runner_backend",
+            severity=INFO,
+            fix="remove moe-runner-backend",
+            edits={"moe_runner_backend": None},
+        )
     if quant is not False and quant not in _RUNNER_QUANT[backend]:
         label = "bfloat16 (no quantization)" if quant is None else repr(quant)
         return Hit(

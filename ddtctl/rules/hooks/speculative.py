@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.engine import INFO, WARNING, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size, env_flag
 from ddtctl.rules.hooks.resolution import backends, is_deterministic, resolve
 
@@ -176,6 +176,15 @@ def uno_settings(ctx: Context) -> Iterator[Hit]:
         for message in _uno_tree(int(verify), topk, None if steps is None else int(steps)):
             yield Hit(message, about="speculative_num_draft_tokens")
         yield from _uno_tree_features(ctx)
+    elif topk == 1 and ctx.given.get("speculative_num_steps") not in (None, 1):
+        # speculative_hook.py:566-575: linear UNO overrides the draft steps with a warning (an override: info)
+        yield Hit(
+            f"UNO's linear mode runs --speculative-num-steps 1: SGLang overrides "
+            f"{ctx.given['speculative_num_steps']}",
+            about="speculative_num_steps",
+            severity=INFO,
+            edits={"speculative_num_steps": None},
+        )
     if (ctx.get("tp_size", 1) or 1, ctx.get("pp_size", 1) or 1) != (1, 1):
         yield Hit("UNO requires TP=PP=1", about="tp_size")
     if attn_dp_size(ctx) > 1 or (ctx.get("attn_cp_size", 1) or 1) != 1:
@@ -439,3 +448,51 @@ def dspark_layout(ctx: Context) -> Iterator[Hit]:
     if (ctx.get("pp_size", 1) or 1) != 1 and ctx.get("disaggregation_mode") != "prefill":
         yield Hit("DSpark pipeline parallelism requires a PD prefill server", about="pp_size")
     yield from _dspark_width(ctx)
+
+
+def _zero_counts(ctx: Context) -> Iterator[str]:
+    """The speculative counts of 0 SGLang keeps (DFLASH / DSPARK / UNO replace theirs: DDT208, DDT950,
+    DDT956)."""
+    given = {
+        d: ctx.given.get(d)
+        for d in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    }
+    zero = {d for d, v in given.items() if isinstance(v, int) and v < 1}
+    if ctx.algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
+        zero &= {
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+        }  # zero draft tokens become steps + 1 (DDT307)
+    elif ctx.algorithm == "NGRAM":
+        zero &= {"speculative_num_draft_tokens"}
+    elif ctx.algorithm in ("DFLASH", "DDTREE"):
+        zero &= {"speculative_num_draft_tokens"}
+    else:
+        zero = set()
+    for dest in sorted(zero):
+        yield dest
+
+
+@rule(
+    "DDT974",
+    "speculative step / top-k / draft-token counts of 0",
+    severity=WARNING,
+    reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
+    applies=lambda ctx: ctx.algorithm is not None,
+    reference=f"{AG}speculative_hook.py (no raise site: SGLang 0.5.23 resolves these values as given)",
+    sglang_enforces=False,
+    evidence="SGLang 0.5.23 accepts them at launch (tests/rules/deferred_pairs.py DDT974 pairs resolve with "
+    "SGLang); no runtime evidence either way, hence a warning, not an error",
+)
+def zero_speculative_counts(ctx: Context) -> Iterator[Hit]:
+    """EAGLE / EAGLE3 / STANDALONE with 0 draft steps or top-k 0, NGRAM / DFLASH / DDTREE with 0 draft tokens:
+    SGLang 0.5.23 accepts and keeps the 0 (it replaces it for DFLASH / DSPARK / UNO steps and top-k, and
+    EAGLE's draft tokens: info elsewhere), so the draft worker runs with an empty draft. A warning: nothing
+    at launch refuses it and ddtctl has no runtime evidence of a failure."""
+    for dest in _zero_counts(ctx):
+        yield Hit(
+            f"--{dest.replace('_', '-')} {ctx.given[dest]}: SGLang keeps it, so {ctx.algorithm} drafts "
+            "nothing",
+            about=dest,
+            edits={dest: None},
+        )
