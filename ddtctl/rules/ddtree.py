@@ -9,7 +9,7 @@ as the profile's `env:` switches them), in ddtree_kernels.py, whose decisions DD
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ddtctl.rules import ddtree_core
 from ddtctl.rules.ddtree_kernels import (
@@ -76,30 +76,13 @@ def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
             )
 
 
-# Not a raise site of the pinned wheel: the DDTREE payload's speculative hook raises the same verdict inside
-# SGLang's resolver (ddtree_core.py ships in the payload); tests/fidelity/ddtree_cases.yaml resolves each
-# case with
-# the payload on SGLang's path.
-_PAYLOAD_EVIDENCE = (
-    "the DDTREE payload raises it in SGLang's resolver (ddtree_core.py, shipped in the payload); "
-    "tests/fidelity/ddtree_cases.yaml resolves these launches with the payload"
-)
-
-
 def _core_rule(
     rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR, needs: tuple[str, ...] = ()
 ) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
     """Register a DDTREE rule decided by `ddtree_core` (the decorated function's docstring is its doc)."""
-    return rule(
-        rule_id,
-        title,
-        severity=severity,
-        reads=reads,
-        needs=needs,
-        applies=_is_ddtree,
-        reference=REFERENCE,
-        evidence=_PAYLOAD_EVIDENCE,
-    )
+    evidence = "no wheel raise site: the DDTREE payload raises it in SGLang's resolver (ddtree_cases.yaml)"
+    extra: dict[str, Any] = {"applies": _is_ddtree, "reference": REFERENCE, "evidence": evidence}
+    return rule(rule_id, title, severity=severity, reads=reads, needs=needs, **extra)
 
 
 @_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
@@ -444,10 +427,7 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool "
     "(intermediate_ssm, intermediate_conv_window)",
     sglang_enforces=False,
-    evidence="SGLang accepts the launch; at start-up MambaPool allocates the verify scratch for every "
-    "request "
-    "slot and runs out of GPU memory (tests/fidelity/ddtree_cases.yaml dd-h36-vl-seed-b128, "
-    "notes/step-cost-h200.md)",
+    evidence="MambaPool's start-up allocation runs out of GPU memory (ddtree_cases.yaml dd-h36-vl-seed-b128)",
 )
 def verify_scratch_fits(ctx: Context):
     """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token

@@ -66,7 +66,7 @@ def _role_switch(ctx: Context) -> Iterator[Hit]:
 
 @rule(
     "DDT968",
-    "PD disaggregation: host receive, decode DCP / radix cache, transfers, role switch, bootstrap port",
+    "PD disaggregation: host receive, decode radix cache, transfers, role switch, bootstrap port",
     reads=(
         "disaggregation_mode",
         "disaggregation_transfer_backend",
