@@ -9,7 +9,7 @@ as the profile's `env:` switches them), in ddtree_kernels.py, whose decisions DD
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ddtctl.rules import ddtree_core
 from ddtctl.rules.ddtree_kernels import (
@@ -80,9 +80,9 @@ def _core_rule(
     rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR, needs: tuple[str, ...] = ()
 ) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
     """Register a DDTREE rule decided by `ddtree_core` (the decorated function's docstring is its doc)."""
-    return rule(
-        rule_id, title, severity=severity, reads=reads, needs=needs, applies=_is_ddtree, reference=REFERENCE
-    )
+    evidence = "no wheel raise site: the DDTREE payload raises it in SGLang's resolver (ddtree_cases.yaml)"
+    extra: dict[str, Any] = {"applies": _is_ddtree, "reference": REFERENCE, "evidence": evidence}
+    return rule(rule_id, title, severity=severity, reads=reads, needs=needs, **extra)
 
 
 @_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
@@ -427,6 +427,7 @@ def _room(ctx: Context, tp: int) -> tuple[float, str] | None:
     reference="sglang 0.5.23 srt/mem_cache/memory_pool.py MambaPool "
     "(intermediate_ssm, intermediate_conv_window)",
     sglang_enforces=False,
+    evidence="MambaPool's start-up allocation runs out of GPU memory (ddtree_cases.yaml dd-h36-vl-seed-b128)",
 )
 def verify_scratch_fits(ctx: Context):
     """On a hybrid Gated-DeltaNet target (Qwen3-Next, Qwen3.5, Qwen3.6) SGLang keeps, for every verify token

@@ -226,6 +226,9 @@ def _uses_switches(ctx: Context) -> bool:
     applies=_uses_switches,
     reference=REFERENCE,
     sglang_enforces=False,
+    evidence="the payload does not validate the switches (ddtree_sglang/hybrid.py compares with 'compact'): "
+    "a misspelt one runs SGLang's kernel, whose verify scratch is ~60x the compact records DDT114 sized "
+    "(notes/step-cost-h200.md), and an unknown precision reaches Triton's tl.dot input_precision",
 )
 def kernel_switches(ctx: Context) -> Iterator[Hit]:
     """The profile's `env:` may switch the DDTREE payload's kernels for hybrid Gated-DeltaNet targets:

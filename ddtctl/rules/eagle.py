@@ -66,7 +66,13 @@ def adaptive_steps(ctx: Context):
     "DDT301",
     "EAGLE steps, topk and draft tokens are set together",
     reads=("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"),
-    applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not adaptive_effective(ctx),
+    # an IQuest Q1 target's MTP hook declares steps, topk 1 and steps + 1 draft tokens first
+    # (speculative_hook.py:1014-1061 _handle_iquest_q1_mtp_draft; DDT964 checks them)
+    applies=lambda ctx: (
+        ctx.algorithm in EAGLE_FAMILY
+        and not adaptive_effective(ctx)
+        and not (ctx.model is not None and ctx.model.architecture == "IQuestQ1ForCausalLM")
+    ),
     reference=f"{SPEC_HOOK}:1159-1163 _handle_eagle_family (assert / TypeError); "
     "speculative_hook.py:261-264, "
     "1369-1389 _maybe_disable_adaptive",
@@ -236,6 +242,9 @@ def trtllm_topk(ctx: Context):
     applies=lambda ctx: ctx.algorithm in EAGLE_FAMILY and not ctx.is_set("speculative_draft_model_path"),
     reference=f"{SPEC_HOOK} _handle_eagle_family; fails at draft model load",
     sglang_enforces=False,
+    evidence="the draft worker has no checkpoint to load at start-up (tests/fidelity/cases.yaml "
+    "q3-eagle3-no-draft, "
+    "stricter_by_design)",
 )
 def eagle_draft(ctx: Context):
     """Only DeepSeek-V3-style targets (NEXTN/MTP inside the checkpoint) may omit the draft model; for others

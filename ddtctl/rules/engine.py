@@ -174,6 +174,10 @@ class Rule:
     reference: str = ""
     doc: str = ""
     sglang_enforces: bool = True  # False: SGLang 0.5.23 misses it at launch (ddtctl is stricter by design)
+    # Why an error-severity rule is an error where no raise site of SGLang's resolver maps to it
+    # (ddtctl/rules/coverage.yaml): the runtime failure it prevents, with its evidence (a file:line, a test, a
+    # note). tests/rules/test_evidence.py fails on an error rule with neither.
+    evidence: str = ""
 
 
 RULES: dict[str, Rule] = {}
@@ -189,6 +193,7 @@ def rule(
     applies: Callable[[Context], bool] | None = None,
     reference: str = "",
     sglang_enforces: bool = True,
+    evidence: str = "",
 ):
     def register(fn: Callable[[Context], Iterable[Hit] | Hit | None]) -> Callable:
         def check(ctx: Context) -> Iterable[Hit]:
@@ -212,6 +217,7 @@ def rule(
             reference=reference,
             doc=inspect.cleandoc(fn.__doc__ or ""),
             sglang_enforces=sglang_enforces,
+            evidence=evidence,
         )
         return fn
 

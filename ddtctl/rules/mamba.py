@@ -4,7 +4,7 @@ model_hook.py)."""
 from __future__ import annotations
 
 from ddtctl.model_facts import EXTRA_BUFFER_ARCHITECTURES
-from ddtctl.rules.engine import FACT_MODEL, INFO, Context, Hit, rule
+from ddtctl.rules.engine import FACT_MODEL, INFO, WARNING, Context, Hit, rule
 
 MAMBA_HOOK = "sglang 0.5.23 srt/arg_groups/mamba_hook.py"
 EXTRA = ("extra_buffer", "extra_buffer_lazy")
@@ -131,6 +131,10 @@ def track_interval(ctx: Context):
     reference=f"{MAMBA_HOOK}:132-133 validate_mamba_extra_buffer (assert), run before speculative_hook.py "
     "resolves the draft tokens",
     sglang_enforces=False,
+    evidence="the verify window overruns the mamba track interval at runtime; with the same draft tokens "
+    "given "
+    "explicitly SGLang's own assert refuses it (tests/fidelity/cases.yaml "
+    "next-dflash-track-8-block-from-config, stricter_by_design)",
 )
 def track_interval_derived(ctx: Context):
     """SGLang asserts `mamba_track_interval >= speculative_num_draft_tokens` (mamba_hook.py:132-133) before
@@ -221,16 +225,28 @@ def no_buffer(ctx: Context):
     applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"),
     reference="sglang 0.5.23 fields/schedule.py (not validated)",
     sglang_enforces=False,
+    evidence="a ratio <= 0: mem_cache/kv_cache_configurator.py:3354-3355 sizes the mamba pool as budget x "
+    "ratio / (1 + ratio) at start-up: -1 divides by zero, other negatives give a negative pool "
+    "(tests/fidelity/cases.yaml next-full-memory-ratio-negative)",
 )
 def memory_ratio(ctx: Context):
-    """SGLang does not validate `--mamba-full-memory-ratio` (-1 passes and breaks memory planning at startup);
-    it must be in (0, 1]."""
+    """SGLang does not validate `--mamba-full-memory-ratio`: a ratio <= 0 breaks the mamba pool's sizing at
+    start-up (an error); above 1 the pool is still sized (ratio / (1 + ratio) of the budget), so SGLang runs
+    it: a warning that the intended range is (0, 1]."""
     ratio = ctx.get("mamba_full_memory_ratio")
-    if not 0 < ratio <= 1:
+    if ratio <= 0:
         return Hit(
-            f"--mamba-full-memory-ratio must be in (0, 1], got {ratio}",
+            f"--mamba-full-memory-ratio must be positive, got {ratio}: the mamba pool is sized as "
+            "budget x ratio / (1 + ratio)",
             fix="set mamba-full-memory-ratio: 0.5",
             edits={"mamba_full_memory_ratio": 0.5},
+        )
+    if ratio > 1:
+        return Hit(
+            f"--mamba-full-memory-ratio {ratio} is above 1: SGLang runs it, but the ratio is meant in (0, 1]",
+            fix="set mamba-full-memory-ratio: 0.5",
+            edits={"mamba_full_memory_ratio": 0.5},
+            severity=WARNING,
         )
 
 

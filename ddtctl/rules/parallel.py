@@ -14,6 +14,9 @@ VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
     applies=lambda ctx: ctx.gpu_count is not None,
     reference="runtime: NCCL init fails",
     sglang_enforces=False,
+    evidence="the scheduler processes bind GPUs base-gpu-id + rank x gpu-id-step: a rank past the host's "
+    "GPUs "
+    "has no device to set (torch.cuda.set_device raises), before NCCL can initialise",
 )
 def world_size(ctx: Context):
     """tp x pp x (dp without DP attention) GPUs per node must be available: hardware.count GPUs per host."""
@@ -38,6 +41,8 @@ def world_size(ctx: Context):
     applies=lambda ctx: (ctx.get("tp_size", 1) or 1) > 1,
     reference="runtime: model load asserts head divisibility",
     sglang_enforces=False,
+    evidence="model load: QKVParallelLinear splits the heads with sglang/srt/distributed/utils.py:75 divide, "
+    "whose ensure_divisibility asserts (layers/linear.py:1139)",
 )
 def heads_divisible(ctx: Context):
     """Attention heads are split across TP ranks: `num_attention_heads % tp_size == 0`, and KV heads either
@@ -182,6 +187,8 @@ def _fa3_backends(ctx: Context) -> set:
     "create_flashattention_v3_backend "
     "(assert at model load; the resolver accepts it)",
     sglang_enforces=False,
+    evidence="create_flashattention_v3_backend asserts SM80..SM90 when the model runner builds the backend "
+    "(tests/fidelity/cases.yaml q3-fa3-on-b200, stricter_by_design)",
 )
 def backend_generation(ctx: Context):
     """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA

@@ -22,10 +22,10 @@ TYPED_EXTRA = {"max_mamba_cache_size", "linear_attn_backend", "enable_multi_laye
 # reported once, with the rule's fix. Besides these, every float flag must be finite (NaN passes every <
 # / > test) and every integer must fit int64; every port is 1..65535 (issue #14: .nan, .inf, 1e999,
 # tp-size -8 and port -1 were accepted).
+# Not here: --speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens. SGLang
+# 0.5.23 takes 0 at launch and, for DFLASH / DSPARK / UNO, replaces it (an override, reported as info); the
+# algorithm rules check what SGLang refuses (UNO top-k >= 1: DDT956) and DDT974 warns where 0 is kept.
 RANGES: dict[str, dict[str, Any]] = {
-    "speculative_num_steps": {"ge": 1},
-    "speculative_eagle_topk": {"ge": 1},
-    "speculative_num_draft_tokens": {"ge": 1},
     "speculative_accept_threshold_single": {"ge": 0, "le": 1},
     "speculative_accept_threshold_acc": {"ge": 0, "le": 1},
     "speculative_ngram_min_bfs_breadth": {"ge": 1},

@@ -126,6 +126,23 @@ def deepseek_v3_nextn():
             "bos_token_id": 0, "eos_token_id": 1, "attention_bias": False, "ep_size": 1}
 
 
+def deepseek_v32():
+    """DeepSeek V3.2 (DSA: DeepSeek Sparse Attention): V3's shape plus the lightning indexer."""
+    return {**deepseek_v3_nextn(), "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+            "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+
+
+def deepseek_v32_sink():
+    """A DSA model with learnable attention sinks and index top-k shared every other layer."""
+    return {**deepseek_v32(), "learnable_sink": True, "index_topk_freq": 2}
+
+
+def _minimal(architecture: str, model_type: str, **extra) -> dict:
+    """A config.json with only the architecture and model type: transformers' config class fills its defaults
+    (the public checkpoint's shape), which is all SGLang's resolver reads."""
+    return {"architectures": [architecture], "model_type": model_type, "torch_dtype": "bfloat16", **extra}
+
+
 def nemotron_h():
     """A Mamba2 hybrid (NemotronHForCausalLM, 8B-like): Mamba2 layers `M`, attention `*`, MLP `-`."""
     pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -156,6 +173,17 @@ MODELS = {
     "qwen3.6-35b-a3b-dflash-b16": dflash(2048, 40, 16, vocab=248320, mask=248077),
     "deepseek-v3-nextn": deepseek_v3_nextn(),
     "nemotron-h-8b": nemotron_h(),
+    "deepseek-v32": deepseek_v32(),
+    "deepseek-v32-sink": deepseek_v32_sink(),
+    "llama4-scout": _minimal("Llama4ForCausalLM", "llama4_text"),
+    "gpt-oss": _minimal("GptOssForCausalLM", "gpt_oss", num_hidden_layers=24, sliding_window=128,
+                        layer_types=["sliding_attention", "full_attention"] * 12),
+    "olmo2": _minimal("Olmo2ForCausalLM", "olmo2"),
+    "lfm2": _minimal("Lfm2ForCausalLM", "lfm2"),
+    "exaone4": _minimal("Exaone4ForCausalLM", "exaone4"),
+    "iquest-q1": _minimal("IQuestQ1ForCausalLM", "iquest_q1"),
+    "iquest-q1-mtp": _minimal("IQuestQ1MTP", "iquest_q1_mtp", num_hidden_layers=1),
+    "iquest-q1-mtp-l40": _minimal("IQuestQ1MTP", "iquest_q1_mtp", num_hidden_layers=1, num_target_layers=40),
 }
 
 

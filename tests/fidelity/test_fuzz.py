@@ -93,6 +93,69 @@ def test_hook_rule_cases_agree_with_sglang(client):
     assert not wrong, "\n".join(wrong)
 
 
+def _launch_key(argv, env, gpu) -> tuple:
+    return tuple(argv), tuple(sorted((env or {}).items())), gpu
+
+
+def _site_rules() -> dict[tuple[str, int], str | None]:
+    """(sglang file, line) -> the rule ddtctl/rules/coverage.yaml maps that raise site to (None: an exemption)."""
+    from ddtctl.rules import coverage as cov
+
+    return {(s.file, s.line): (m or {}).get("rule") for s, m in cov.classify(cov.sites(), cov.load_mapping())}
+
+
+@pytest.mark.sglang
+def test_deferred_rule_pairs_agree_with_sglang(client):
+    """The rules of the raise sites once "deferred to dry-run" (tests/rules/deferred_pairs.py): SGLang rejects each
+    failing launch at a raise site coverage.yaml maps to a rule the static validator reports for that launch (the
+    same reason, not only the same verdict), and accepts each passing one; env pairs run under their SGLANG_*
+    environment."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+    from deferred_pairs import ACCEPTED, CASES, ENV, EXTRA
+    from test_rules import _rules_of
+
+    from ddtctl.dryrun import dry_run_argvs
+
+    pairs = [(rid, bad, {}, good, {}, gpu or "H200") for rid, (bad, good, gpu) in sorted(CASES.items())]
+    pairs += [(rid, bad, {}, good, {}, gpu) for rid, bad, good, gpu in EXTRA]
+    pairs += list(ENV)
+    # each distinct launch (argv, environment, GPU) resolved once: many pairs share their passing launch
+    launches = [(argv, {}, gpu) for _, argv, gpu in ACCEPTED]
+    for _, bad, bad_env, good, good_env, gpu in pairs:
+        launches += [(bad, bad_env, gpu), (good, good_env, gpu)]
+    keys = {_launch_key(*launch): launch for launch in launches}
+    index = {key: f"launch{i}" for i, key in enumerate(keys)}
+    items = [(index[key], argv, gpu) for key, (argv, _, gpu) in keys.items()]
+    envs = [env or None for _, env, _ in keys.values()]
+    results = {r.source: r for r in dry_run_argvs(items, client=client, envs=envs)}
+
+    def result(argv, env, gpu):
+        return results[index[_launch_key(argv, env, gpu)]]
+
+    site_rules, wrong = _site_rules(), []
+    for i, (rid, argv, gpu) in enumerate(ACCEPTED):
+        if not result(argv, {}, gpu).accepted:
+            wrong.append(f"{rid}#accepted{i}: SGLang rejects a launch the rule reports below error severity")
+    for i, (rid, bad, bad_env, good, good_env, gpu) in enumerate(pairs):
+        refused, passed = result(bad, bad_env, gpu), result(good, good_env, gpu)
+        if not passed.accepted:
+            wrong.append(f"{rid}#{i}: SGLang rejects the passing case: {passed.error}")
+        if refused.accepted:
+            wrong.append(f"{rid}#{i}: SGLang accepts the failing case")
+            continue
+        where = (refused.error_at or "").split(" in ")[0]
+        file, _, line = where.rpartition(":")
+        # the raise / assert statement's first line: the error may point into its message's lines
+        lines = [n for (f, n) in site_rules if f == file and line.isdigit() and int(line) - 12 <= n <= int(line)]
+        mapped = site_rules.get((file, max(lines))) if lines else None
+        static = _rules_of(bad, gpu, env=bad_env or {"SGLANG_PLACEHOLDER": "1"})
+        if mapped is None or mapped not in static:
+            wrong.append(f"{rid}#{i}: SGLang rejects at {where} (mapped to {mapped}), static reports {sorted(static)}")
+    assert not wrong, "\n".join(wrong)
+
+
 @pytest.mark.sglang
 def test_launch_rule_cases_pass_sglangs_resolver(client):
     """Each launch-time rule (ddtctl/rules/launch/) catches what SGLang's own resolver lets through: its failing case

@@ -520,7 +520,16 @@ HOOK_EXTRA += [
     ("DDT938", POD_OK + ["--enable-prefill-cp"], POD_OK, "H200"),
     ("DDT938", POD_OK + ["--enable-hisparse"], POD_OK, "H200"),
 ]
+# the rules of the raise sites that were "deferred to dry-run" (DDT957 on): tests/rules/deferred_pairs.py
+from deferred_pairs import CASES as DEFERRED_CASES  # noqa: E402
+from deferred_pairs import ENV as DEFERRED_ENV  # noqa: E402
+from deferred_pairs import EXTRA as DEFERRED_EXTRA  # noqa: E402
+
+from deferred_pairs import ACCEPTED, ENV_ONLY, STATIC_CASES  # noqa: E402
+
 CASES.update(HOOK_CASES)
+CASES.update(DEFERRED_CASES)
+CASES.update(STATIC_CASES)
 # DDT912's pair differs by GPU only: trtllm_mla on Hopper vs Blackwell (see test_mla_backend_needs_blackwell).
 CASES.update(LAUNCH_CASES)  # ddtctl/rules/launch/: SGLang's resolver accepts each failing case (test_fuzz.py)
 
@@ -531,6 +540,10 @@ ENV_OF: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "DDT116": ({"DDTREE_GDN_TREE": "fast"}, {"DDTREE_GDN_TREE": "compact"}),
     **LAUNCH_ENV_OF,
 }
+for _rid, _bad, _bad_env, _good, _good_env, _gpu in DEFERRED_ENV:
+    if _rid in ENV_ONLY and _rid not in CASES:
+        CASES[_rid] = (_bad, _good, _gpu)
+        ENV_OF[_rid] = (_bad_env, _good_env)
 
 
 def _rules_of(argv, gpu, *, count=None, env=None):
@@ -623,6 +636,46 @@ def test_hook_extra_cases(index):
     rule_id, bad, good, gpu = HOOK_EXTRA[index]
     assert rule_id in _rules_of(bad, gpu)
     assert rule_id not in _rules_of(good, gpu)
+
+
+@pytest.mark.parametrize("index", range(len(DEFERRED_EXTRA)))
+def test_deferred_extra_cases(index):
+    rule_id, bad, good, gpu = DEFERRED_EXTRA[index]
+    assert rule_id in _rules_of(bad, gpu)
+    assert rule_id not in _rules_of(good, gpu)
+
+
+@pytest.mark.parametrize("index", range(len(ACCEPTED)))
+def test_accepted_launches_are_not_errors(index):
+    """SGLang accepts these launches (tests/fidelity/test_fuzz.py checks it): the rule reports them, as a warning
+    or info, never as an error."""
+    rule_id, argv, gpu = ACCEPTED[index]
+    findings = validate_argv(argv, gpu=gpu).findings
+    assert rule_id in {f.rule for f in findings}
+    assert not [f for f in findings if f.severity == "error"], [(f.rule, f.message) for f in findings]
+
+
+@pytest.mark.parametrize("index", range(len(DEFERRED_ENV)))
+def test_deferred_env_cases(index):
+    """Rules that read the server's SGLANG_* environment (the profile's `env:`): the bad launch trips them, the
+    good one does not; tests/fidelity/test_fuzz.py resolves both with SGLang under the same environment."""
+    rule_id, bad, bad_env, good, good_env, gpu = DEFERRED_ENV[index]
+    assert rule_id in _env_rules(bad, gpu, bad_env)
+    assert rule_id not in _env_rules(good, gpu, good_env)
+
+
+def _env_rules(argv, gpu, env):
+    """The rules the constraint graph reports for `argv` on `gpu` under the server environment `env` (only:
+    validate_argv's own run has no environment, so a rule quiet under `env` may fire there)."""
+    from ddtctl.rules.engine import Context, run_rules
+    from ddtctl.schema.extensions import extended_catalog
+    from ddtctl.schema.gpus import resolve_gpu
+
+    result = validate_argv(argv, gpu=gpu)
+    catalog = extended_catalog("0.5.23")
+    ctx = Context(given=result.flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines={}, keys={},
+                  model=result.model, draft=result.draft, gpu=resolve_gpu(gpu), env=dict(env))
+    return {f.rule for f in run_rules(ctx)[0]}
 
 
 def _core_violation_sites() -> dict[str, tuple[str, ...]]:

@@ -15,17 +15,28 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     resolution   `resolve`: the attention backends, page size and radix cache SGLang settles on
     memory       memory_hook.py defaults (chunked prefill, CUDA-graph batch size)   DDT944
     parallel     parallel_hook.py, layernorm_sp_hook.py          DDT901 DDT903 DDT904 DDT906-DDT909 DDT941
+                                                                 DDT965
     moe          moe_hook.py, mega_moe_hook.py                   DDT902 DDT905 DDT930-DDT932
     kv_cache     kv_cache_hook.py                                DDT910 DDT911 DDT915 DDT927 DDT928 DDT940
     attention    attention_hook.py                               DDT912-DDT914 DDT933 DDT937
-    model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934
-    speculative  speculative_hook.py (UNO, DSPARK), validation   DDT918 DDT920-DDT922 DDT956
+    model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934 DDT963
+    speculative  speculative_hook.py (UNO, DSPARK, IQuest)        DDT918 DDT920-DDT922 DDT956 DDT964
+                                                                 DDT967 DDT974
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
     validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
     lora         lora_hook.py (limits, MoE runners, speculation) DDT952-DDT954
     hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
+    elastic      parallel_hook.py handle_elastic_ep (scale-up)    DDT957
+    dsa          DeepSeek Sparse Attention (overrides.py, hisparse) DDT958 DDT959
+    kv_shard     kv_shard_hook.py (KV-cache sharding)             DDT960
+    moe_a2a      moe_hook.py all-to-all dispatch, MoE runners     DDT961 DDT962
+    unified_memory kv_cache_hook.py unified memory pool           DDT966
+    pd           pd_disaggregation_hook.py                        DDT968
+    caches       HiCache DCP / host receive, cache combinations   DDT969 DDT970
+    publishing   load publisher, serving env, mm transports, PP spec DDT971 DDT972
+    graphs       the CUDA-graph backends SGLang settles on         DDT973
     overrides    values SGLang replaces (info)                   DDT950
 """
 
@@ -38,8 +49,12 @@ from ddtctl.rules.hooks.attention import (
     mla_backends,
     trtllm_mha_generation,
 )
+from ddtctl.rules.hooks.caches import cache_combinations, hicache_layouts
 from ddtctl.rules.hooks.common import AG, MLA_ARCHITECTURES, attn_dp_size, is_mla
+from ddtctl.rules.hooks.dsa import dsa_features, dsa_kv_and_backends
+from ddtctl.rules.hooks.elastic import elastic_scale_up
 from ddtctl.rules.hooks.features import feature_modes
+from ddtctl.rules.hooks.graphs import cuda_graph_config
 from ddtctl.rules.hooks.hicache import hicache_options
 from ddtctl.rules.hooks.kv_cache import (
     hicache,
@@ -49,11 +64,13 @@ from ddtctl.rules.hooks.kv_cache import (
     nvfp4_backends,
     unified_memory,
 )
+from ddtctl.rules.hooks.kv_shard import kv_sharding
 from ddtctl.rules.hooks.lora import lora_limits, lora_moe_runner, lora_speculative
 from ddtctl.rules.hooks.memory import chunked_prefill, default_chunked_prefill, default_decode_graph_bs
 from ddtctl.rules.hooks.model import (
     ENCODER_DISAGGREGATION_ARCHITECTURES,
     LANGUAGE_MODEL_ONLY_ARCHITECTURES,
+    architecture_backends,
     context_length,
     derived_context_length,
     language_model_only,
@@ -61,10 +78,12 @@ from ddtctl.rules.hooks.model import (
     sparse_attention_features,
 )
 from ddtctl.rules.hooks.moe import a2a_backends, a2a_needs_dp, eplb_dwdp, moe_runner_quant, two_batch_overlap
+from ddtctl.rules.hooks.moe_a2a import a2a_dispatch, moe_runner_layout
 from ddtctl.rules.hooks.overrides import DRAFT_ATTENTION_BACKENDS, overridden, predicted_overrides
 from ddtctl.rules.hooks.parallel import (
     attention_dp,
     attn_cp_divides,
+    context_parallel_layouts,
     dcp,
     dp_lm_head,
     elastic_ep,
@@ -72,6 +91,8 @@ from ddtctl.rules.hooks.parallel import (
     moe_dense_tp,
     pp_micro_batch,
 )
+from ddtctl.rules.hooks.pd import pd_disaggregation
+from ddtctl.rules.hooks.publishing import pp_spec_relay, serving_transports
 from ddtctl.rules.hooks.resolution import (
     BACKEND_ALIASES,
     DEEPSEEK_FAMILY,
@@ -96,7 +117,17 @@ from ddtctl.rules.hooks.serving import (
     ranges,
     sampling_backend,
 )
-from ddtctl.rules.hooks.speculative import aux_hidden, dspark, uno, uno_settings, watermark
+from ddtctl.rules.hooks.speculative import (
+    aux_hidden,
+    dspark,
+    dspark_layout,
+    iquest_mtp,
+    uno,
+    uno_settings,
+    watermark,
+    zero_speculative_counts,
+)
+from ddtctl.rules.hooks.unified_memory import unified_memory_layouts
 from ddtctl.rules.hooks.validation import (
     aux_layer_ids,
     bucket_rules,
@@ -106,6 +137,24 @@ from ddtctl.rules.hooks.validation import (
 )
 
 __all__ = [
+    "zero_speculative_counts",
+    "cuda_graph_config",
+    "pp_spec_relay",
+    "serving_transports",
+    "cache_combinations",
+    "hicache_layouts",
+    "pd_disaggregation",
+    "dspark_layout",
+    "unified_memory_layouts",
+    "context_parallel_layouts",
+    "architecture_backends",
+    "iquest_mtp",
+    "a2a_dispatch",
+    "moe_runner_layout",
+    "kv_sharding",
+    "dsa_features",
+    "dsa_kv_and_backends",
+    "elastic_scale_up",
     "hicache_options",
     "lora_speculative",
     "lora_moe_runner",

@@ -8,6 +8,7 @@ from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.resolution import (
     BACKEND_ALIASES,
+    DETERMINISTIC_DEEPSEEK,
     backends,
     is_deterministic,
     known_resolution,
@@ -111,11 +112,13 @@ def _mla_backend_involved(ctx: Context) -> bool:
 )
 def deterministic(ctx: Context):
     """`--enable-deterministic-inference` (also turned on by `--rl-on-policy-target`) supports attention
-    backends ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at that
-    point, which includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla for
-    DeepSeek on SM100). Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell). DeepSeek-style
-    MLA models need one that keeps the radix cache (ascend, fa3, fa4, triton)."""
-    for kind, where, message in known_resolution(ctx).errors:
+    backends ascend, fa3, fa4, flashinfer, intel_xpu and triton; the backend counts as SGLang has it at
+    that point, which includes a model's own override (trtllm_mha for Qwen3.5/3.6 hybrids and trtllm_mla
+    for DeepSeek on SM100). Unset, SGLang picks fa3 (Hopper) or flashinfer / triton (Blackwell).
+    DeepSeek-style MLA models need one that keeps the radix cache (ascend, fa3, fa4, triton), and fa4 only
+    on SM100 / SM110."""
+    res = known_resolution(ctx)
+    for kind, where, message in res.errors:
         if kind == "deterministic":
             return Hit(
                 f"{message} ({where})",
@@ -125,6 +128,20 @@ def deterministic(ctx: Context):
                 fix="set attention-backend: triton",
                 edits={"attention_backend": "triton"},
             )
+    if (
+        ctx.known_model.architecture in DETERMINISTIC_DEEPSEEK
+        and res.attention == "fa4"
+        and ctx.known_gpu.sm // 10 not in (10, 11)
+    ):
+        # attention_hook.py:646-653: absorbed MLA's qv argument exists on SM100 / SM110 only
+        return Hit(
+            f"deterministic inference with an absorbed-MLA model on fa4 requires SM100 / SM110, not "
+            f"SM{ctx.known_gpu.sm}",
+            about="attention_backend",
+            fix="set attention-backend: fa3",
+            edits={"attention_backend": "fa3"},
+        )
+    return None
 
 
 @rule(

@@ -38,3 +38,24 @@ def is_mla(ctx: Context) -> bool:
 def _speculative(ctx: Context) -> bool:
     """The algorithm SGLang keeps (aux hidden-state capture resets it: validation_hook.py:693-703)."""
     return ctx.algorithm is not None
+
+
+def env_set(ctx: Context, name: str) -> bool:
+    """Whether the server environment (the profile's `env:`) sets `name` at all (environ.py `is_set`)."""
+    return name in ctx.env
+
+
+def env_flag(ctx: Context, name: str, default: bool = False) -> bool:
+    """An SGLANG_* boolean as environ.py EnvBool parses it (true/1/yes/y, false/0/no/n)."""
+    value = ctx.env.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("true", "1", "yes", "y")
+
+
+def env_int(ctx: Context, name: str, default: int | None) -> int | None:
+    """An SGLANG_* integer (environ.py EnvInt); the default when unset or not a number."""
+    try:
+        return int(ctx.env[name])
+    except (KeyError, ValueError):
+        return default

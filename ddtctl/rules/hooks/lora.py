@@ -89,6 +89,10 @@ def lora_limits(ctx: Context) -> Iterator[Hit]:
     reads=("moe_runner_backend", "lora_backend", "quantization", "moe_a2a_backend"),
     applies=lambda ctx: str(ctx.get("moe_runner_backend") or "").startswith("lora") and _lora_on(ctx),
     reference=f"{AG}lora_hook.py:183-237 check_lora_moe_runner_args",
+    evidence="lora_hook.py:201-234 raise each check, but coverage.yaml keys those sites by their shared "
+    "first "
+    "fragment ('--moe-runner-backend'), mapped to DDT916; the DDT953 pairs are rejected there by SGLang "
+    "(tests/fidelity/test_fuzz.py hook pairs)",
 )
 def lora_moe_runner(ctx: Context) -> Iterator[Hit]:
     """`--moe-runner-backend lora_*` (with LoRA on; DDT916 says when it is off) needs `--lora-backend

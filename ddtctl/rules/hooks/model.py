@@ -5,7 +5,7 @@ family-only options.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from ddtctl.rules.engine import FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size
@@ -24,6 +24,8 @@ from ddtctl.rules.hooks.resolution import _is_dsa
     ),
     reference="sglang 0.5.23 srt/configs/model_config.py:1291-1310 _derive_context_length; "
     "utils/hf_transformers/common.py:677 get_context_length",
+    evidence="SGLang's resolver raises it in ModelConfig (model_config.py:1291-1310), outside the raise-site "
+    "walk; the DDT919 pair is rejected by SGLang (tests/fidelity/test_fuzz.py hook pairs)",
 )
 def context_length(ctx: Context):
     """A `--context-length` above the model's derived context length (max_position_embeddings x rope factor)
@@ -269,6 +271,8 @@ NOT_ON_CUDA = {
     applies=lambda ctx: ctx.get("quantization") in NOT_ON_CUDA and ctx.gpu is not None,
     reference="sglang/srt/configs/model_config.py:2151-2155 (Unknown quantization method); "
     "layers/quantization/__init__.py:56-142 BASE_QUANTIZATION_METHODS",
+    evidence="SGLang's resolver raises it in ModelConfig (model_config.py:2151-2155), outside the raise-site "
+    "walk; the DDT942 pair is rejected by SGLang (tests/fidelity/test_fuzz.py hook pairs)",
 )
 def quantization_platform(ctx: Context):
     """`--quantization gptq`, `mlx_q4` and `mlx_q8` are argparse choices on every platform, but SGLang
@@ -283,3 +287,101 @@ def quantization_platform(ctx: Context):
         fix="use gptq_marlin for GPTQ checkpoints" if method == "gptq" else "remove quantization",
         edits={"quantization": "gptq_marlin" if method == "gptq" else None},
     )
+
+
+_ALLOW_LISTED = (
+    "GptOssForCausalLM",
+    "Llama4ForConditionalGeneration",
+    "Llama4ForCausalLM",
+    "Exaone4ForCausalLM",
+    "ExaoneMoEForCausalLM",
+    "ExaoneMoeForCausalLM",
+    "Olmo2ForCausalLM",
+    "Lfm2ForCausalLM",
+    "Lfm2MoeForCausalLM",
+)
+# model_hook.py:526-719 handle_model_specific_adjustments: attention backends each architecture refuses
+_GPT_OSS_BACKENDS = ("triton", "trtllm_mha", "fa3", "fa4", "ascend", "intel_amx", "intel_xpu", "aiter")
+_LLAMA4_BACKENDS = ("fa3", "aiter", "triton", "ascend", "trtllm_mha", "intel_xpu")
+_EXAONE_BACKENDS = ("fa3", "triton", "trtllm_mha")
+
+
+def _given_backends(ctx: Context) -> tuple[str | None, str | None, str | None]:
+    """(attention, prefill, decode) backends as given (the architecture's model override fills an unset
+    one with a backend it accepts)."""
+    main = ctx.given.get("attention_backend")
+    return (
+        main,
+        ctx.given.get("prefill_attention_backend") or main,
+        ctx.given.get("decode_attention_backend") or main,
+    )
+
+
+def _architecture_backend(ctx: Context, arch: str) -> Hit | None:
+    """The attention-backend allow-list of `arch` (None: accepted or not checked)."""
+    main, prefill, decode = _given_backends(ctx)
+    raw = ctx.known_model.raw or {}
+    if arch == "GptOssForCausalLM":
+        bad = [b for b in (prefill, decode) if b is not None and b not in _GPT_OSS_BACKENDS]
+        if bad:
+            return Hit(
+                f"{arch} runs attention on {', '.join(_GPT_OSS_BACKENDS)}, not {bad[0]}",
+                about="attention_backend",
+            )
+    elif arch in ("Llama4ForConditionalGeneration", "Llama4ForCausalLM") and ctx.given.get("device") != "cpu":
+        if main is not None and main not in _LLAMA4_BACKENDS:
+            return Hit(
+                f"{arch} runs attention on {', '.join(_LLAMA4_BACKENDS)}, not {main}",
+                about="attention_backend",
+            )
+    elif arch in ("Exaone4ForCausalLM", "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM"):
+        sliding = raw.get("sliding_window_pattern", 4 if raw.get("model_type") == "exaone4" else None)
+        if sliding is not None and main is not None and main not in _EXAONE_BACKENDS:
+            return Hit(
+                f"{arch} runs attention on {', '.join(_EXAONE_BACKENDS)}, not {main}",
+                about="attention_backend",
+            )
+    elif arch == "Olmo2ForCausalLM" and main == "flashinfer":
+        return Hit(
+            f"{arch} does not run attention on flashinfer (SGLang refuses it)", about="attention_backend"
+        )
+    elif arch in ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM") and main == "triton":
+        return Hit(
+            f"{arch} does not support the triton attention backend (its first layer may not be an attention "
+            "layer)",
+            about="attention_backend",
+        )
+    return None
+
+
+@rule(
+    "DDT963",
+    "architectures' attention-backend allow-lists and GPT-OSS's Triton-kernel MoE",
+    reads=(
+        "attention_backend",
+        "prefill_attention_backend",
+        "decode_attention_backend",
+        "moe_runner_backend",
+    ),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: ctx.model is not None and ctx.model.architecture in _ALLOW_LISTED,
+    reference=f"{AG}model_hook.py:526-570 (GptOssForCausalLM), 607-626 (Llama4), 669-683 (Exaone4), 684-695 "
+    "(Olmo2), 714-721 (Lfm2) handle_model_specific_adjustments (assert)",
+)
+def architecture_backends(ctx: Context) -> Iterator[Hit]:
+    """GPT-OSS runs attention on triton, trtllm_mha, fa3 or fa4 (on NVIDIA) and its triton_kernel MoE with
+    ep-size 1; Llama 4 on fa3, triton or trtllm_mha; Exaone 4 (sliding-window) on fa3, triton or trtllm_mha;
+    Olmo2 not on flashinfer; LFM2 not on triton. (Unset, each architecture's model override picks one it
+    accepts.)"""
+    arch = str(ctx.known_model.architecture)
+    hit = _architecture_backend(ctx, arch)
+    if hit is not None:
+        yield hit
+    if arch == "GptOssForCausalLM" and ctx.get("moe_runner_backend") == "triton_kernel":
+        ep = (
+            ctx.get("tp_size", 1)
+            if (ctx.get("moe_a2a_backend") or "none") != "none"
+            else ctx.get("ep_size", 1)
+        )
+        if (ep or 1) != 1:
+            yield Hit("GPT-OSS's triton_kernel MoE runs with --ep-size 1 only", about="ep_size")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.engine import INFO, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
 
@@ -71,6 +71,14 @@ def _quantization(ctx: Context) -> str | None | bool:
     return None
 
 
+# choices.py:161-167 MXFP8_MOE_RUNNER_BACKEND_CHOICES: the runners --quantization mxfp8 keeps
+_MXFP8_RUNNERS = (
+    "cutlass",
+    "deep_gemm",
+    "flashinfer_megamoe",
+    "flashinfer_trtllm",
+    "flashinfer_trtllm_routed",
+)
 _RUNNER_QUANT = {
     "flashinfer_cutlass": ("modelopt_fp4", "modelopt_fp8", "modelopt_mixed", None),
     "flashinfer_cutedsl": ("modelopt_fp4", "modelopt_mixed", "nvfp4_online"),
@@ -121,6 +129,17 @@ def moe_runner_quant(ctx: Context):
     is known: --quantization, or a checkpoint without a quantization_config.)"""
     backend = ctx.get("moe_runner_backend")
     quant = _quantization(ctx)
+    if quant == "mxfp8" and backend not in _MXFP8_RUNNERS:
+        # overrides.py:1484-1510: --quantization mxfp8 replaces a runner it does not run (with a warning)
+        default = "flashinfer_megamoe" if _a2a(ctx) == "flashinfer_megamoe" else "flashinfer_trtllm"
+        return Hit(
+            f"--quantization mxfp8 does not run on --moe-runner-backend {backend}: SGLang runs {default} "
+            "instead",
+            about="moe_runner_backend",
+            severity=INFO,
+            fix="remove moe-runner-backend",
+            edits={"moe_runner_backend": None},
+        )
     if quant is not False and quant not in _RUNNER_QUANT[backend]:
         label = "bfloat16 (no quantization)" if quant is None else repr(quant)
         return Hit(
@@ -178,6 +197,16 @@ def _resolved_ep(ctx: Context) -> int:
     return ctx.get("tp_size", 1) if _a2a(ctx) in _EP_SPANNING else (ctx.get("ep_size", 1) or 1)
 
 
+# configs/moe_model_registry.py:21-29 _DEEPEP_V2_MODELS
+_DEEPEP_V2_ARCHITECTURES = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "MiMoV2ForCausalLM",
+    "MiMoV2FlashForCausalLM",
+)
 _FLASHINFER_MEGAMOE_ARCHITECTURES = (  # moe_hook.py:240-254 validate_flashinfer_megamoe_model
     "BeamForCausalLM",
     "DeepseekV2ForCausalLM",
@@ -274,16 +303,16 @@ def _mega_moe_budget(ctx: Context):
     f"moe_hook.py:237-277, 315-335 (flashinfer_megamoe); moe_hook.py:307-313 (dispatch type)",
 )
 def a2a_backends(ctx: Context):
-    """`--moe-a2a-backend deepep_v2` runs only on architectures a model package registered with
-    register_deepep_v2_model (SGLang 0.5.23 registers none itself). MoRI dispatches a whole chunked-prefill
-    chunk per rank: the chunked prefill size (SGLang's default is 8192 or 16384 on >= 90 GB GPUs) must not
-    exceed SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096 unless set) except on a PD decode server or with
-    chunked prefill off. MegaMoE (also `--moe-runner-backend megamoe`) needs an SM90 or SM100 GPU and no
-    two-batch / single-batch overlap; on MoE blocks without a fallback (Qwen2/3 MoE, Qwen3-Next, Qwen3.5/3.6
-    MoE, ...) each rank's prefill chunk and largest decode forward must fit
-    SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK (8192 by default; SGLang's default chunked prefill is
-    16384 on >= 160 GB GPUs). FlashInfer MegaMoE (`flashinfer_megamoe`) is validated for DeepSeek, GLM-4 MoE,
-    Qwen2/3 MoE, Nemotron-H, Kimi-K3 and Beam only, with MXFP8 / NVFP4 experts.
+    """`--moe-a2a-backend deepep_v2` runs only on the architectures registered with register_deepep_v2_model
+    (SGLang 0.5.23: DeepSeek V3 / V4, Qwen3 MoE, GLM-5 (DSA / Next), MiMo V2). MoRI dispatches a whole
+    chunked-prefill chunk per rank: the chunked prefill size (SGLang's default is 8192 or 16384 on >= 90 GB
+    GPUs) must not exceed SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096 unless set) except on a PD
+    decode server or with chunked prefill off. MegaMoE (also `--moe-runner-backend megamoe`) needs an SM90
+    or SM100 GPU and no two-batch / single-batch overlap; on MoE blocks without a fallback (Qwen2/3 MoE,
+    Qwen3-Next, Qwen3.5/3.6 MoE, ...) each rank's prefill chunk and largest decode forward must fit
+    SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK (8192 by default; SGLang's default chunked prefill
+    is 16384 on >= 160 GB GPUs). FlashInfer MegaMoE (`flashinfer_megamoe`) is validated for DeepSeek, GLM-4
+    MoE, Qwen2/3 MoE, Nemotron-H, Kimi-K3 and Beam only, with MXFP8 / NVFP4 experts.
     `--flashinfer-a2a-dispatch-type` needs `--moe-a2a-backend flashinfer`."""
     backend = _a2a(ctx)
     if backend != "flashinfer" and ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto"):
@@ -305,10 +334,13 @@ def a2a_backends(ctx: Context):
                 f"{_quantization(ctx) or 'unquantized'} ones",
                 about="moe_a2a_backend",
             )
-    if backend == "deepep_v2":
+    if backend == "deepep_v2" and ctx.model is not None and ctx.model.known:
+        if ctx.model.architecture in _DEEPEP_V2_ARCHITECTURES:
+            return None
         return Hit(
-            "--moe-a2a-backend deepep_v2 is not validated for any architecture SGLang 0.5.23 ships "
-            "(a model package must call register_deepep_v2_model)",
+            f"--moe-a2a-backend deepep_v2 is not validated for {ctx.model.architecture} (SGLang 0.5.23 "
+            f"registers {', '.join(_DEEPEP_V2_ARCHITECTURES)}; another model package must call "
+            "register_deepep_v2_model)",
             about="moe_a2a_backend",
             fix="use moe-a2a-backend: deepep",
             edits={"moe_a2a_backend": "deepep"},

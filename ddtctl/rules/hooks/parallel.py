@@ -157,28 +157,46 @@ def elastic_ep(ctx: Context):
         )
 
 
+# layers/layernorm_sp.py:40-54 SP_SUPPORTED_ARCHITECTURES
+_LAYERNORM_SP_ARCHITECTURES = ("Qwen3ForCausalLM", "MuseSparkForConditionalGeneration")
+
+
 @rule(
     "DDT908",
-    "layernorm sequence parallelism needs tp > 1",
+    "layernorm sequence parallelism: a supported model, tp > 1, no attention DP or PP",
     reads=("enable_layernorm_sp",),
     applies=lambda ctx: (
         bool(ctx.get("enable_layernorm_sp")) or bool(ctx.get("enable_megamoe_for_layernorm_sp"))
     ),
-    reference=f"{AG}layernorm_sp_hook.py:24-26, 135-137 handle_layernorm_sp",
+    reference=f"{AG}layernorm_sp_hook.py:24-26, 120-190 handle_layernorm_sp, validate_layernorm_sp",
 )
 def layernorm_sp(ctx: Context):
-    """`--enable-megamoe-for-layernorm-sp` requires `--enable-layernorm-sp`, which requires tp_size > 1."""
+    """`--enable-megamoe-for-layernorm-sp` requires `--enable-layernorm-sp`, which runs on Qwen3 (dense) and
+    Muse Spark with tp_size > 1, without attention DP and without pipeline parallelism."""
     if ctx.get("enable_megamoe_for_layernorm_sp") and not ctx.get("enable_layernorm_sp"):
         return Hit(
             "--enable-megamoe-for-layernorm-sp requires --enable-layernorm-sp",
             about="enable_megamoe_for_layernorm_sp",
         )
-    if ctx.get("enable_layernorm_sp") and (ctx.get("tp_size", 1) or 1) <= 1:
+    arch = ctx.model.architecture if ctx.model is not None else None
+    if arch is not None and arch not in _LAYERNORM_SP_ARCHITECTURES:
+        return Hit(
+            f"--enable-layernorm-sp is only supported for {', '.join(_LAYERNORM_SP_ARCHITECTURES)}, not "
+            f"{arch}",
+            fix="remove enable-layernorm-sp",
+            edits={"enable_layernorm_sp": None},
+        )
+    if (ctx.get("tp_size", 1) or 1) <= 1:
         return Hit(
             "--enable-layernorm-sp requires --tp-size > 1",
             fix="remove enable-layernorm-sp",
             edits={"enable_layernorm_sp": None},
         )
+    if attn_dp_size(ctx) > 1:
+        return Hit("--enable-layernorm-sp is not compatible with attention DP", about="attn_dp_size")
+    if (ctx.get("pp_size", 1) or 1) > 1:
+        return Hit("--enable-layernorm-sp is not compatible with pipeline parallelism", about="pp_size")
+    return None
 
 
 @rule(
@@ -226,3 +244,34 @@ def attention_dp(ctx: Context):
             about="attn_dp_size",
             fix=f"set tp-size to a multiple of {dp_attn}",
         )
+
+
+@rule(
+    "DDT965",
+    "context parallelism: Nemotron-H, Aiter all-reduce fusion, decode CP with prefill CP",
+    reads=("attn_cp_size", "moe_dp_size", "enable_aiter_allreduce_fusion", "dcp_size", "enable_prefill_cp"),
+    applies=lambda ctx: (
+        (ctx.get("attn_cp_size", 1) or 1) > 1
+        or (ctx.get("moe_dp_size", 1) or 1) > 1
+        or (ctx.get("dcp_size", 1) or 1) > 1
+    ),
+    reference=f"{AG}parallel_hook.py:64-77 _boundary_parallelism_overrides, 150-186 "
+    "handle_context_parallelism, 247-250 handle_decode_context_parallelism",
+)
+def context_parallel_layouts(ctx: Context):
+    """Nemotron-H does not run attention context parallelism; the Aiter all-reduce fusion
+    (`--enable-aiter-allreduce-fusion`) excludes attention CP and MoE DP; decode context parallelism
+    (`--dcp-size > 1`) excludes prefill CP (`--enable-prefill-cp`)."""
+    cp = ctx.get("attn_cp_size", 1) or 1
+    model_type = str(((ctx.model.raw if ctx.model is not None else None) or {}).get("model_type") or "")
+    if cp > 1 and model_type in ("nemotron_h", "nemotron_h_puzzle"):
+        yield Hit("Nemotron-H does not support --attn-cp-size > 1", about="attn_cp_size")
+    if ctx.get("enable_aiter_allreduce_fusion") and (cp > 1 or (ctx.get("moe_dp_size", 1) or 1) > 1):
+        yield Hit(
+            "the Aiter all-reduce fusion is not supported with context parallelism (--attn-cp-size or "
+            "--moe-dp-size > 1)",
+            about="enable_aiter_allreduce_fusion",
+            edits={"enable_aiter_allreduce_fusion": None},
+        )
+    if (ctx.get("dcp_size", 1) or 1) > 1 and ctx.get("enable_prefill_cp"):
+        yield Hit("--dcp-size > 1 does not support --enable-prefill-cp", about="dcp_size")
