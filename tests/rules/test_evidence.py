@@ -1,5 +1,6 @@
 """SGLang's override convention, enforced: an error-severity rule refuses a launch only where SGLang 0.5.23 refuses
-it too (a raise site of its resolver that ddtctl/rules/coverage.yaml maps to the rule) or where the launch fails
+it too (a raise site of its resolver that ddtctl/rules/coverage.yaml maps to the rule, or one on its start path that
+ddtctl/rules/launch/coverage.yaml maps) or where the launch fails
 later for a documented reason (the rule's `evidence`: the runtime failure and where it is shown). Everything else
 SGLang accepts (possibly converting the value, which is reported as info) is at most a warning."""
 
@@ -10,6 +11,7 @@ import pytest
 from ddtctl.errors import EnvironmentMissing
 from ddtctl.rules import coverage as cov
 from ddtctl.rules.engine import ERROR, all_rules
+from ddtctl.rules.launch import sites as launch
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +23,18 @@ def mapped_rules() -> set[str]:
     return {m["rule"] for _, m in rows if m and m.get("rule")}
 
 
-def test_every_error_rule_has_a_raise_site_or_runtime_evidence(mapped_rules):
+@pytest.fixture(scope="module")
+def launch_mapped_rules() -> set[str]:
+    """Rules mapped by the launch-time inventory: raise sites on SGLang's start path, after the resolver."""
+    return {m["rule"] for _, m in launch.classified() if m and m.get("rule")}
+
+
+def test_every_error_rule_has_a_raise_site_or_runtime_evidence(mapped_rules, launch_mapped_rules):
+    backed = mapped_rules | launch_mapped_rules
     unbacked = [
         f"{r.id} ({r.title})"
         for r in all_rules()
-        if r.severity == ERROR and r.id not in mapped_rules and len(r.evidence.strip()) < 20
+        if r.severity == ERROR and r.id not in backed and len(r.evidence.strip()) < 20
     ]
     assert not unbacked, (
         "error rules with no SGLang raise site mapped to them (coverage.yaml) and no `evidence` of a runtime "
