@@ -10,8 +10,10 @@ that fails is recorded and the sweep goes on), run SGLang's own benchmark
 in the same server life; the figures are their medians, their spread says whether the winner is real:
 ddtctl.tune_stats), and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a
 local JSON-lines results file as soon as it is done; a re-run skips the points already there (unless measured
-with fewer runs than `repeats` asks). At the end the host is put back on the release it started from
-(ddtctl.deploy.rollback), unless `keep_best`.
+with fewer runs than `repeats` asks). Every point deploys as a release of kind `sweep` (with the run's id):
+never a rollback target, pruned first. At the end the host is put back on the release it started from
+(ddtctl.deploy.rollback), or serves the winner: the profile `finish_with` wrote it into, deployed as a
+release (`tune --write --deploy`), or its sweep point (`keep_best`, deprecated).
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -101,6 +103,11 @@ class TuneOptions:
         None  # (index, total, result) after each point
     )
     on_start: Callable[[int, "PointSpec"], None] | None = None  # (index, point) before each point
+    # before the first deploy, when a server of ours runs on the host (its HostStatus): go on? (None: yes)
+    confirm: Callable[[Any], bool] | None = None
+    # once the sweep is done, before the host is restored: the profile the winner was written into, to deploy
+    # as a release instead of restoring the starting one (None: restore); `tune --write --deploy`
+    finish_with: Callable[["TuneResult"], str | None] | None = None
 
 
 def _point_key(
@@ -129,6 +136,38 @@ def _point_key(
 
 
 # ----------------------------------------------------------------------------------------------- the sweep
+@dataclass
+class _Sweep:
+    """What every point of one sweep shares."""
+
+    host: Any  # ddtctl.remote.inventory.Host
+    opts: TuneOptions
+    payload_dir: str | None
+    bench_cmd: list[str]
+    concs: list[int]
+    prompts: Prompts | None
+    dopts: dict  # the DeployOptions of every deploy
+    run_id: str  # names the sweep's releases (kind sweep) and its lines of the results file
+
+    def spec(self, path: str | Path, label: str, *, sweep: bool = True):
+        """The DeploySpec of a profile: a point's variant, tagged as a sweep point (never a rollback target),
+        or (sweep=False) the profile the winner was written into, a release that says which run found it."""
+        from ddtctl.deploy import spec_from_profile
+        from ddtctl.remote.protocol import SWEEP
+
+        spec = spec_from_profile(str(path), host=self.host.name, payload_dir=self.payload_dir)
+        spec.kind = SWEEP if sweep else spec.kind
+        spec.tune = {"run": self.run_id, "point": label}
+        return spec
+
+
+def new_run_id() -> str:
+    """A tune run's id: when it started (UTC) and a random suffix."""
+    import secrets
+
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
 def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
     import yaml
@@ -144,9 +183,8 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     server = {k: v for k, v in (doc.data.get("server") or {}).items()}
     algorithm = str(server.get("speculative-algorithm") or "").upper() or None
     space = opts.space or default_space(algorithm, server)
-    points = points_of(space)
     base_pt = baseline_point(opts.baseline, algorithm, server)
-    todo = ([base_pt] if base_pt else []) + points
+    todo = ([base_pt] if base_pt else []) + points_of(space)
     concs, chosen, prompts = _bench_settings(opts)
     results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
     done = read_results(results_path)
@@ -157,22 +195,20 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
         for p in todo
     ):
         payload_dir = default_payload_dir(str(doc.data.get("sglang") or ""))  # one payload for every point
-    bench_cmd = list(opts.bench_cmd or DEFAULT_BENCH)
     start = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
     result = TuneResult(
         host.name, profile, algorithm, chosen, concs, None, [], None, results_path, start.current
     )
-    dopts = dict(
-        remote_dry_run=opts.remote_dry_run,
-        health_interval_s=opts.health_interval_s,
-        stop_grace_s=opts.stop_grace_s,
-        lock_wait_s=opts.lock_wait_s,
-        trust_new_host=opts.trust_new_host,
-        health_timeout_s=opts.health_timeout_s,
-        on_event=opts.on_event,
-        keep_releases=max(5, len(todo) + 3),
-    )  # the starting release must survive the sweep's gc
+    result.run_id = new_run_id()
+    if opts.confirm is not None and (start.server or {}).get("running") and not opts.confirm(start):
+        result.aborted = True  # nothing was changed
+        return result
+    dopts = _deploy_options(opts, len(todo))
+    sw = _Sweep(
+        host, opts, payload_dir, list(opts.bench_cmd or DEFAULT_BENCH), concs, prompts, dopts, result.run_id
+    )
     variants: dict[str, Path] = {}
+    winner_profile: str | None = None
     with tempfile.TemporaryDirectory(prefix="ddtctl-tune-") as tmp:
         try:
             for i, pt in enumerate(todo):
@@ -193,11 +229,9 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
                 else:
-                    pr = _run_point(
-                        pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts, prompts
-                    )
+                    pr = _run_point(sw, pt, key, argv, path)
                     _mask_point(pr, secrets)
-                    append_result(results_path, host.name, profile, pr)
+                    append_result(results_path, host.name, profile, pr, run=result.run_id)
                 if pt.kind == "baseline":
                     result.baseline = pr
                 else:
@@ -205,10 +239,25 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                 if opts.on_point:
                     opts.on_point(i, len(todo), pr)
             result.winner = result.best_at(chosen)
+            winner_profile = opts.finish_with(result) if opts.finish_with else None
         finally:
-            _finish(result, start, host, opts, variants, payload_dir, dopts)
+            _finish(result, start, sw, variants, winner_profile)
     result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _deploy_options(opts: TuneOptions, points: int) -> dict:
+    """The DeployOptions (as keywords) of every deploy of the sweep."""
+    return dict(
+        remote_dry_run=opts.remote_dry_run,
+        health_interval_s=opts.health_interval_s,
+        stop_grace_s=opts.stop_grace_s,
+        lock_wait_s=opts.lock_wait_s,
+        trust_new_host=opts.trust_new_host,
+        health_timeout_s=opts.health_timeout_s,
+        on_event=opts.on_event,
+        keep_releases=max(5, points + 3),
+    )  # the starting release must survive the sweep's gc
 
 
 def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
@@ -249,21 +298,9 @@ def _mask_point(pr: PointResult, secrets: set[str]) -> None:
         run.error = mask(run.error)
 
 
-def _run_point(
-    pt: PointSpec,
-    key: str,
-    argv: list[str],
-    path: Path,
-    host,
-    payload_dir: str | None,
-    bench_cmd: list[str],
-    concs: list[int],
-    opts: TuneOptions,
-    dopts: dict,
-    prompts: Prompts | None = None,
-) -> PointResult:
+def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path) -> PointResult:
     """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
-    from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
+    from ddtctl.deploy import DeployOptions, connect, deploy
     from ddtctl.remote.protocol import Probe
     from ddtctl.remote.transport import LockHeld
     from ddtctl.validate import validate_path
@@ -276,10 +313,11 @@ def _run_point(
             pr.rules = sorted({f.rule for f in v.errors}) or ["DDT000"]
             pr.error = v.error or "; ".join(f"{f.rule}: {f.message}" for f in v.errors)[:500]
             return pr
-        spec = spec_from_profile(str(path), host=host.name, payload_dir=payload_dir)
+        host, opts = sw.host, sw.opts
+        spec = sw.spec(path, pt.label)
         if len(spec.host_names) != 1:
             raise UsageError("tune runs on one host; this profile deploys to several", where=str(path))
-        r = deploy(spec, [host], DeployOptions(**dopts))
+        r = deploy(spec, [host], DeployOptions(**sw.dopts))
         pr.release = r.release.get(host.name)
         if r.status == "rejected":
             pr.rules = sorted(
@@ -297,18 +335,18 @@ def _run_point(
         target = spec.targets([host])[0]
         server_key = api_key(target.argv)  # the server checks it on the benchmark's requests
         with connect(host, trust_new_host=opts.trust_new_host) as conn:
-            for c in concs:
+            for c in sw.concs:
                 b = bench_argv(
-                    bench_cmd,
+                    sw.bench_cmd,
                     host.python,
                     host=target.probe_host,
                     port=target.port,
                     tokenizer=spec.model_paths[0],
                     concurrency=c,
                     opts=opts,
-                    prompts=prompts,
+                    prompts=sw.prompts,
                 )
-                pr.runs += _bench_repeats(conn, b, c, opts, prompts, server_key)
+                pr.runs += _bench_repeats(conn, b, c, opts, sw.prompts, server_key)
             probe = conn.call(Probe(target.port, target.probe_host, lines=0), retry=True)
             pr.server_metrics = server_metrics(probe.server_info)
         bad = [r for r in pr.runs if not r.ok]
@@ -352,52 +390,68 @@ def _serving(status, release: str | None) -> bool:
 
 
 def _finish(
-    result: TuneResult,
-    start,
-    host,
-    opts: TuneOptions,
-    variants: dict[str, Path],
-    payload_dir: str | None,
-    dopts: dict,
+    result: TuneResult, start, sw: _Sweep, variants: dict[str, Path], winner_profile: str | None
 ) -> None:
-    """Put the host back on its starting release (or keep the winner serving, with keep_best)."""
-    from ddtctl.deploy import DeployOptions, deploy, host_status, rollback, spec_from_profile, stop_server
+    """End the sweep: deploy `winner_profile` (the profile the winner was written into) as a release, or keep
+    the winner's sweep point serving (keep_best), or put the host back on its starting release. A winner
+    that fails to deploy leaves the host on its starting release too (deploy_error)."""
+    from ddtctl.deploy import DeployOptions, deploy, host_status
 
+    host, opts = sw.host, sw.opts
     try:
-        if opts.keep_best and result.winner is not None and result.winner.label in variants:
-            spec = spec_from_profile(
-                str(variants[result.winner.label]), host=host.name, payload_dir=payload_dir
+        if winner_profile is not None and result.winner is not None:
+            r = deploy(
+                sw.spec(winner_profile, result.winner.label, sweep=False), [host], DeployOptions(**sw.dopts)
             )
-            r = deploy(spec, [host], DeployOptions(**dopts))
+            if r.status in ("deployed", "unchanged"):
+                result.deployed = True
+            else:
+                result.deploy_error = f"could not deploy the winner: {r.error or r.status}"
+        if (
+            not result.deployed
+            and opts.keep_best
+            and result.winner is not None
+            and result.winner.label in variants
+        ):
+            r = deploy(
+                sw.spec(variants[result.winner.label], result.winner.label), [host], DeployOptions(**sw.dopts)
+            )
             if r.status not in ("deployed", "unchanged"):
                 raise DdtctlError(f"could not keep the winner serving: {r.error or r.status}")
             result.kept_best = True
-        else:
-            now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
-            was_serving = _serving(start, start.current)
-            if start.current is not None and (
-                now.current != start.current or (was_serving and not _serving(now, start.current))
-            ):
-                rb = rollback(
-                    host,
-                    start.current,
-                    lock_wait_s=opts.lock_wait_s,
-                    stop_grace_s=opts.stop_grace_s,
-                    health_timeout_s=opts.health_timeout_s,
-                    on_event=opts.on_event,
-                    trust_new_host=opts.trust_new_host,
-                )
-                if not rb.ok:
-                    raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
-                now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
-            if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
-                stop_server(
-                    host,
-                    grace_s=opts.stop_grace_s,
-                    lock_wait_s=opts.lock_wait_s,
-                    trust_new_host=opts.trust_new_host,
-                )
+        elif not result.deployed:
+            _restore(start, sw)
             result.restored = True
         result.end_release = host_status(host, trust_new_host=opts.trust_new_host, probe=False).current
     except DdtctlError as err:
         result.restore_error = err.one_line()
+
+
+def _restore(start, sw: _Sweep) -> None:
+    """The host back on the release it started from (serving again if it served), or stopped if it served
+    nothing of ours."""
+    from ddtctl.deploy import host_status, rollback, stop_server
+
+    host, opts = sw.host, sw.opts
+    now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+    was_serving = _serving(start, start.current)
+    if start.current is not None and (
+        now.current != start.current or (was_serving and not _serving(now, start.current))
+    ):
+        rb = rollback(
+            host,
+            start.current,
+            lock_wait_s=opts.lock_wait_s,
+            stop_grace_s=opts.stop_grace_s,
+            health_timeout_s=opts.health_timeout_s,
+            on_event=opts.on_event,
+            trust_new_host=opts.trust_new_host,
+            allow_sweep=True,  # a sweep point left serving by an earlier --keep-best is where it started
+        )
+        if not rb.ok:
+            raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
+        now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+    if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
+        stop_server(
+            host, grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s, trust_new_host=opts.trust_new_host
+        )
