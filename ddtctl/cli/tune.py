@@ -295,6 +295,7 @@ def _run_with_progress(run_tune, profile: str, host, opts, *, yes: bool = True, 
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # no bar in a pipe (nor the blank line it leaves there)
     ) as progress:
         task = progress.add_task("tune", total=None)
 
@@ -322,8 +323,11 @@ def _run_with_progress(run_tune, profile: str, host, opts, *, yes: bool = True, 
                 progress.update(task, description=f"tune: {ev.stage}: {ev.message[:60]}")
 
         def confirm(start) -> bool:
+            if yes:
+                return True
+            _check_can_ask(start, fmt)
             progress.stop()  # no bar over the question
-            go = _confirm_restart(start, yes=yes, fmt=fmt, deploy=opts.finish_with is not None)
+            go = _confirm_restart(start, deploy=opts.finish_with is not None)
             progress.start()
             return go
 
@@ -332,26 +336,33 @@ def _run_with_progress(run_tune, profile: str, host, opts, *, yes: bool = True, 
         return run_tune(profile, host, opts)
 
 
-def _confirm_restart(start, *, yes: bool, fmt: OutputFormat, deploy: bool) -> bool:
-    """tune restarts the server the host runs for every point: go on? --yes, else a question on a terminal;
-    never with --format json or without a terminal (a one-line error saying so)."""
+def _serves(start) -> str:
+    srv = start.server or {}
+    return f"{start.host} serves release {srv.get('release')} (pid {srv.get('pid')}, port {srv.get('port')})"
+
+
+def _check_can_ask(start, fmt: OutputFormat) -> None:
+    """tune restarts the server the host runs for every point: that is asked, never with --format json or
+    without a terminal (a one-line error saying so)."""
     import sys
 
     from ddtctl.errors import UsageError
 
-    if yes:
-        return True
-    srv = start.server or {}
-    what = f"{start.host} serves release {srv.get('release')} (pid {srv.get('pid')}, port {srv.get('port')})"
     if fmt == OutputFormat.json or not sys.stdin.isatty():
         why = "--format json does not prompt" if fmt == OutputFormat.json else "stdin is not a terminal"
         raise UsageError(
-            f"tune restarts the server {what} and needs confirmation: {why}",
+            f"tune restarts the server {_serves(start)} and needs confirmation: {why}",
             where=start.host,
             fix="pass --yes",
         )
+
+
+def _confirm_restart(start, *, deploy: bool) -> bool:
+    """Go on? (on a terminal)."""
+    import sys
+
     end = "the winner, deployed from the profile" if deploy else f"release {start.current}"
-    sys.stderr.write(f"{what}: tune restarts it for every point and ends on {end}.\n")
+    sys.stderr.write(f"{_serves(start)}: tune restarts it for every point and ends on {end}.\n")
     return typer.confirm("Go on?", default=False)
 
 
@@ -395,7 +406,7 @@ def _report(
         code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
-        from ddtctl.report import ErrorInfo
+        from ddtctl.report import ErrorInfo, FindingRecord
 
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
@@ -407,7 +418,9 @@ def _report(
         # the sweep's results stand; the refusal is one of them (as validate's fix_refused), the envelope's
         # `error` stays for commands that produced nothing
         out["write_refused"] = ErrorInfo.from_exception(refused).to_json() if refused else None
-        out["warnings"] = list(warnings or [])
+        out["warnings"] = [  # as deploy's: findings of severity warning
+            FindingRecord(id=None, severity="warning", message=w).to_json() for w in warnings or []
+        ]
         emit_json("tune", out, code)
     else:
         _print_text(result, written)
@@ -529,7 +542,7 @@ def _print_text(result, written) -> None:
         if schedule:
             con.print(
                 f"budget schedule (the fastest budget per concurrency, 0: the chain): {schedule}"
-                + (" (--write --schedule writes it)" if written is None else ""),
+                + (" (--write --schedule writes it)" if written is None and not result.replotted else ""),
                 markup=False,
             )
     if written is not None:
