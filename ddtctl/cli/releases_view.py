@@ -29,13 +29,6 @@ def run_releases(
     return _prune(host, fmt, trust_new_host, keep=keep, plan=plan, yes=yes, lock_wait=lock_wait)
 
 
-def _kind(r: dict) -> str:
-    """`release`, or `sweep` with its tune run; a release a tune run deployed (its winner) names the run
-    too."""
-    run = (r.get("tune") or {}).get("run")
-    return f"{r['kind']} (tune {run})" if run else str(r["kind"])
-
-
 def _list(host, fmt: OutputFormat, trust_new_host: bool) -> None:
     from ddtctl.deploy import host_status, release_summary
 
@@ -59,7 +52,7 @@ def _list(host, fmt: OutputFormat, trust_new_host: bool) -> None:
         cells = [
             "*" if r["id"] == st.current else "",
             r["id"],
-            _kind(r),
+            str(r["kind"]),
             str(r["status"]),
             str(r["created"]),
             str(r["profile"]),
@@ -69,11 +62,14 @@ def _list(host, fmt: OutputFormat, trust_new_host: bool) -> None:
         ]
         table.add_row(*(escape(c) for c in cells))
     con = stdout_console()
+    if not con.is_terminal:  # a pipe, a file: no column cut to rich's default 80
+        con.width = max(con.width, 160)
     con.print(table)
-    if any(r["kind"] == "sweep" for r in rows):
+    runs = list(dict.fromkeys((r.get("tune") or {}).get("run") for r in rows if r["kind"] == "sweep"))
+    if runs:
         con.print(
-            "sweep: a point `ddtctl tune` measured, never a rollback target (`releases HOST --prune` removes "
-            "them first)",
+            f"sweep: a point measured by tune run {', '.join(str(x) for x in runs)}; never a rollback target "
+            "(`releases HOST --prune` removes them first)",
             markup=False,
         )
 

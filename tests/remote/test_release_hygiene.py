@@ -50,8 +50,8 @@ def test_releases_shows_sweep_points_and_rollback_refuses_one(lab):
     rows = {line.lstrip("* ").split()[0]: line for line in text.stdout.splitlines()
             if line.lstrip("* ").split()[:1] and line.lstrip("* ").split()[0] in ids}
     assert [rows[rid].lstrip("* ").split()[1] for rid in ids] == [kind for _, kind, _ in RELEASES]
-    assert "sweep (tune RUN1)" in rows["r2"] and rows["r4"].startswith("*")
-    assert "never a rollback target" in text.stdout
+    assert rows["r4"].startswith("*") and "lab.r2" in rows["r2"]
+    assert "sweep: a point measured by tune run RUN1; never a rollback target" in text.stdout
 
     refused = _cli(lab, "rollback", "lo", "r3")
     assert refused.exit_code == 2
