@@ -87,3 +87,31 @@ def test_tune_usage_is_refused_in_one_line_before_anything_runs(tmp_path, args, 
     assert message in run.stderr
     doc = json.loads(ddtctl_main("tune", *argv, "--format", "json").stdout)
     assert doc["error"]["exit_code"] == 2 and doc["results"] is None
+
+
+def test_the_restart_question_on_a_terminal_and_no_for_an_answer(monkeypatch, capsys):
+    """On a terminal tune asks before restarting the server the host runs; "no" ends it with nothing changed."""
+    import io
+
+    from ddtctl.cli._app import OutputFormat
+    from ddtctl.cli.tune import _check_can_ask, _confirm_restart, _report
+    from ddtctl.deploy import HostStatus
+    from ddtctl.tune import TuneResult
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    start = HostStatus("lo", "r1", None, {"running": True, "release": "r1", "pid": 7, "port": 30000}, None, None,
+                       None, [])
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    _check_can_ask(start, OutputFormat.text)  # a terminal, text: it may ask
+    assert _confirm_restart(start, deploy=True) is False
+    err = capsys.readouterr().err
+    assert err == ("lo serves release r1 (pid 7, port 30000): tune restarts it for every point and ends on the "
+                   "winner, deployed from the profile.\n")
+    with pytest.raises(Exception, match="--format json does not prompt"):
+        _check_can_ask(start, OutputFormat.json)
+    aborted = TuneResult("lo", "p.yaml", None, 1, [1], None, [], None, "r.jsonl", "r1", aborted=True)
+    assert _report(aborted, "p.yaml", write=True, plot=None, plot_terminal=False, fmt=OutputFormat.text) == 0
+    assert capsys.readouterr().out == "aborted: nothing changed\n"

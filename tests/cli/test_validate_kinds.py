@@ -103,8 +103,8 @@ def test_validate_inventory_checks_the_file_its_hosts_and_their_profiles(repo_di
     code, out, _ = ddtctl("validate", "--inventory", "hosts.yaml", "--format", "json")
     inv = results(out, "validate")["inventory"]
     assert code == 2 and not inv["ok"] and inv["hosts"] == ["gpu1", "gpu2", "gpu3", "gpu4", "gpu5"]
-    assert [e["where"] for e in inv["errors"]] == ["hosts.yaml: hosts.gpu3.profile", "hosts.yaml: hosts.gpu4.profile",
-                                                   "hosts.yaml: hosts.gpu5"]
+    assert [e["where"] for e in inv["errors"]] == ["hosts.yaml", "hosts.yaml", "hosts.yaml: hosts.gpu5"]
+    assert inv["errors"][0]["message"].startswith("hosts.gpu3.profile: gone.yaml: no such file")
 
 
 def test_validate_inventory_refuses_a_name_given_twice_and_a_missing_file(repo_dir):

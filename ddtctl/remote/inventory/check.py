@@ -66,20 +66,23 @@ def _check_profile(out: InventoryCheck, inventory: Path, name: str, profile: str
     rest)."""
     from ddtctl.profile import load_profile
 
-    where = f"{inventory}: hosts.{name}.profile"
+    where = str(inventory)
+    key = f"hosts.{name}.profile"  # in the message: a GitHub annotation shows the message, not `where`
     given = Path(profile).expanduser()
     beside = inventory.absolute().parent / given
     found = beside if not given.is_absolute() and beside.exists() else given
     if not found.exists():
         looked = {str(beside), str(given.absolute())}
         out.errors.append(
-            UsageError(f"{profile}: no such file (looked for {' and '.join(sorted(looked))})", where=where)
+            UsageError(
+                f"{key}: {profile}: no such file (looked for {' and '.join(sorted(looked))})", where=where
+            )
         )
         return
     try:
         load_profile(found)
     except DdtctlError as err:
         said = f"{err.where}: {err.message}" if err.where else err.message
-        out.errors.append(UsageError(f"{profile} is not a profile: {said}", where=where, fix=err.fix))
+        out.errors.append(UsageError(f"{key}: {profile} is not a profile: {said}", where=where, fix=err.fix))
         return
     out.profiles[name] = str(found)
