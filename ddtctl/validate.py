@@ -423,7 +423,12 @@ def validate_path(
 
     kind = document_kind(doc.data)
     if kind != PROFILE:  # hosts.yaml, a tune search space: checked as what they are, not failed as profiles
-        return check_document(str(path), kind)
+        try:
+            note = check_document(str(path), kind)
+        except DdtctlError as err:  # its line names the file already: not twice
+            text = err.one_line().removeprefix(f"{printable(str(path))}: ")
+            return ValidationResult(str(path), False, error=text, failure=err, path=str(path), kind=kind)
+        return ValidationResult(str(path), True, path=str(path), kind=kind, note=note)
     if overrides:
         if _is_sglang_config(doc):
             raise UsageError(

@@ -36,21 +36,9 @@ def document_kind(data: Any) -> str:
     return PROFILE
 
 
-def check_document(path: str, kind: str):
-    """The file checked as what it is: a ValidationResult with a note saying so, or its first error."""
-    from ddtctl.errors import DdtctlError, printable
-    from ddtctl.validate import ValidationResult
-
-    try:
-        note = _check_inventory(path) if kind == INVENTORY else _check_space(path)
-    except DdtctlError as err:  # the line names the file already: not twice
-        text = err.one_line().removeprefix(f"{printable(path)}: ")
-        result = ValidationResult(source=path, valid=False, error=text, failure=err, path=path)
-    else:
-        result = ValidationResult(source=path, valid=True, path=path)
-        result.note = note
-    result.kind = kind
-    return result
+def check_document(path: str, kind: str) -> str:
+    """The file checked as what it is: the note that says so, or (DdtctlError) its first error."""
+    return _check_inventory(path) if kind == INVENTORY else _check_space(path)
 
 
 def _check_inventory(path: str) -> str:

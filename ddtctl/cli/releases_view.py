@@ -62,8 +62,6 @@ def _list(host, fmt: OutputFormat, trust_new_host: bool) -> None:
         ]
         table.add_row(*(escape(c) for c in cells))
     con = stdout_console()
-    if not con.is_terminal:  # a pipe, a file: no column cut to rich's default 80
-        con.width = max(con.width, 160)
     con.print(table)
     runs = list(dict.fromkeys((r.get("tune") or {}).get("run") for r in rows if r["kind"] == "sweep"))
     if runs:

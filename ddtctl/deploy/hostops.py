@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ddtctl.argv import mask_argv, secret_values
+from ddtctl.argv import secret_values
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
 from ddtctl.remote.protocol import (
@@ -29,7 +29,7 @@ from .events import Event, EventLog, Level, Stage
 from .health import HealthResult, expected_identity, wait_healthy
 from .launch import INSTALL_TIMEOUT_S, STOP_TIMEOUT_EXTRA_S, target_from_release
 from .lock import RemoteLock, locked_call
-from .releases import rollback_target
+from .releases import release_summary, rollback_target
 from .secrets import mask_info
 
 DEFAULT_ROLLBACK_HEALTH_TIMEOUT_S = 600.0
@@ -55,24 +55,6 @@ class HostStatus:
         d["server_info"] = mask_info(self.server_info)
         d["releases"] = [release_summary(r) for r in self.releases]
         return d
-
-
-def release_summary(r: dict) -> dict:
-    """One release as `ddtctl releases` and `status --format json` show it (argv masked)."""
-    profile = r.get("profile") or {}
-    return {
-        "id": r["id"],
-        "status": r.get("status"),
-        "created": r.get("created_iso"),
-        "profile": profile.get("name"),
-        "profile_sha256": profile.get("sha256"),
-        "payload_hash": r.get("payload_hash"),
-        "algorithm": r.get("algorithm"),
-        "argv": mask_argv(list(r.get("argv") or [])),
-        "port": r.get("port"),
-        "kind": r.get("kind") or "release",  # sweep: a point `ddtctl tune` deployed (not a rollback target)
-        "tune": r.get("tune"),  # {"run", "point"}: the tune run behind a sweep point or a winner deployed
-    }
 
 
 def _open(host: Host, trust_new_host: bool = False) -> Connection:

@@ -13,6 +13,7 @@ import getpass
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ddtctl.argv import mask_argv
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import Prune, ReleaseRecord, State, StateReply
@@ -21,6 +22,24 @@ from ddtctl.remote.transport import Connection
 from .lock import RemoteLock, locked_call
 
 DEFAULT_KEEP = 5  # as deploy's own clean-up (DeployOptions.keep_releases)
+
+
+def release_summary(r: dict) -> dict:
+    """One release as `ddtctl releases` and `status --format json` show it (argv masked)."""
+    profile = r.get("profile") or {}
+    return {
+        "id": r["id"],
+        "status": r.get("status"),
+        "created": r.get("created_iso"),
+        "profile": profile.get("name"),
+        "profile_sha256": profile.get("sha256"),
+        "payload_hash": r.get("payload_hash"),
+        "algorithm": r.get("algorithm"),
+        "argv": mask_argv(list(r.get("argv") or [])),
+        "port": r.get("port"),
+        "kind": r.get("kind") or "release",  # sweep: a point `ddtctl tune` deployed (not a rollback target)
+        "tune": r.get("tune"),  # {"run", "point"}: the tune run behind a sweep point or a winner deployed
+    }
 
 
 def rollback_target(
@@ -68,8 +87,6 @@ class PrunePlan:
     protected: dict[str, str]  # release id -> why it stays whatever --keep says (current, rollback target...)
 
     def to_json(self) -> dict:
-        from .hostops import release_summary
-
         return {
             "keep": self.keep,
             "remove": [release_summary(r.raw) for r in self.remove],
