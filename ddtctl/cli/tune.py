@@ -327,7 +327,7 @@ def _run_with_progress(run_tune, profile: str, host, opts, *, yes: bool = True, 
                 return True
             _check_can_ask(start, fmt)
             progress.stop()  # no bar over the question
-            go = _confirm_restart(start, deploy=opts.finish_with is not None)
+            go = _confirm_restart(start, deploy=bool(getattr(opts.finish_with, "deploy", False)))
             progress.start()
             return go
 
