@@ -1163,7 +1163,8 @@ def tune_argv(w: World, profile: Path, space: Path, prompts: Path | None, result
     argv = ["tune", HOST, "--profile", profile, "--space", space, "--concurrency",
             ",".join(map(str, a.tune_concurrency)), "--num-prompts", a.tune_num_prompts, "--input-len",
             a.tune_input_len, "--output-len", a.tune_output_len, "--results", results, "--payload", w.payload_dir,
-            "--health-timeout", a.tune_health_timeout, "-i", w.inventory, "--repeats", a.tune_repeats]
+            "--health-timeout", a.tune_health_timeout, "-i", w.inventory, "--repeats", a.tune_repeats,
+            "--yes"]  # the host serves the deploy's release: tune restarts it (and asks, on a terminal)
     if prompts:
         argv += ["--prompts", prompts]
     if a.tune_skip_dry_run:

@@ -10,8 +10,10 @@ that fails is recorded and the sweep goes on), run SGLang's own benchmark
 in the same server life; the figures are their medians, their spread says whether the winner is real:
 ddtctl.tune_stats), and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a
 local JSON-lines results file as soon as it is done; a re-run skips the points already there (unless measured
-with fewer runs than `repeats` asks). At the end the host is put back on the release it started from
-(ddtctl.deploy.rollback), unless `keep_best`.
+with fewer runs than `repeats` asks). Every point deploys as a release of kind `sweep` (with the run's id):
+never a rollback target, pruned first. At the end the host is put back on the release it started from
+(ddtctl.deploy.rollback), or serves the winner: the profile `finish_with` wrote it into, deployed as a
+release (`tune --write --deploy`), or its sweep point (`keep_best`, deprecated).
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -19,9 +21,7 @@ Nothing here prints: `tune()` returns a TuneResult and reports progress through 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,29 +46,25 @@ from ddtctl.tune_results import (  # noqa: F401  (part of this module's API)
     append_result,
     read_results,
 )
+from ddtctl.tune_space import (  # noqa: F401  (part of this module's API)
+    BASELINES,
+    DDTREE_SPACE,
+    EAGLE_SPACE,
+    ENV_PREFIX,
+    PointSpec,
+    baseline_point,
+    default_space,
+    env_name,
+    env_value,
+    load_space,
+    normalize_space,
+    point_env,
+    points_of,
+    variant_data,
+)
 from ddtctl.tune_write import WriteResult, write_point  # noqa: F401  (part of this module's API)
 
 DEFAULT_CONCURRENCY = (1, 8)
-BASELINES = ("auto", "dflash", "none", "off")
-
-# Defaults per algorithm (dashed flag -> values; None = leave the flag unset, SGLang's default).
-DDTREE_SPACE: dict[str, list[Any]] = {
-    # up to 128: the fastest budget at batch 1 on the 8B target (1.22 x DFLASH, notes/step-cost-h200.md);
-    # larger batches favour smaller ones, and a budget whose scratch does not fit is skipped (validated first)
-    "speculative-ddtree-budget": [16, 32, 64, 128],
-    "speculative-ddtree-topk-cap": [None],
-}
-EAGLE_SPACE: dict[str, list[Any]] = {
-    "speculative-num-steps": [3, 5],
-    "speculative-eagle-topk": [1, 4],
-    "speculative-num-draft-tokens": [4, 8],
-}
-DFLASH_BLOCKS = (4, 8, 16)
-DDTREE_ONLY = re.compile(r"^speculative-ddtree-")
-SPECULATIVE = re.compile(r"^speculative-")
-# `env.NAME` keys of a search space set (None: remove) a variable of the profile's `env:`, not a flag
-ENV_PREFIX = "env."
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 # ----------------------------------------------------------------------------------------------- options
@@ -107,171 +103,11 @@ class TuneOptions:
         None  # (index, total, result) after each point
     )
     on_start: Callable[[int, "PointSpec"], None] | None = None  # (index, point) before each point
-
-
-@dataclass
-class PointSpec:
-    label: str
-    kind: str  # baseline | point
-    flags: dict[str, Any]  # dashed flag or env.NAME -> value (None = remove the flag / the variable)
-
-
-def load_space(path: str) -> dict[str, list[Any]]:
-    """A `--space` YAML: a mapping flag -> list of values (a scalar is a list of one; null = leave unset)."""
-    from ddtctl.safeio import load_yaml
-
-    # bounded, regular files only, no aliases, limited nesting (issue #31)
-    return normalize_space(load_yaml(path, 1 << 20, what="search space"), path)
-
-
-def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
-    """Flag keys canonicalised (dashed); `env.NAME` keys kept, their values as the strings the server gets."""
-    from ddtctl.profile import canonical_flag_key
-
-    if not isinstance(data, dict) or not data:
-        raise UsageError(
-            "the search space must be a mapping flag -> list of values",
-            where=where,
-            fix="e.g. speculative-ddtree-budget: [16, 32, 64]",
-        )
-    out: dict[str, list[Any]] = {}
-    for key, values in data.items():
-        values = values if isinstance(values, list) else [values]
-        if not values or any(isinstance(v, (dict, list)) for v in values):
-            raise UsageError(f"{key}: give a list of plain values", where=where)
-        name = env_name(str(key))
-        if name is None:
-            out[canonical_flag_key(str(key))] = values
-        else:
-            _check_env_name(name, where)
-            out[ENV_PREFIX + name] = [None if v is None else env_value(v) for v in values]
-    return out
-
-
-def env_name(key: str) -> str | None:
-    """The environment variable a space key sets (`env.NAME`), None for a server flag."""
-    return key[len(ENV_PREFIX) :] if key.startswith(ENV_PREFIX) else None
-
-
-def env_value(value: Any) -> str:
-    """A space value as the server's environment holds it (YAML's spelling of a boolean, not Python's)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _check_env_name(name: str, where: str) -> None:
-    from ddtctl.argv import is_secret_env
-
-    if not ENV_NAME.fullmatch(name):
-        raise UsageError(
-            f"{ENV_PREFIX}{name}: {name!r} is not an environment variable name",
-            where=where,
-            fix="letters, digits and _ after `env.`, not starting with a digit, e.g. env.DDTREE_CONV_TREE",
-        )
-    if is_secret_env(name):  # the space's values go into the results file and the report as they are
-        raise UsageError(
-            f"{ENV_PREFIX}{name}: a secret is not something to tune (its values would be shown)",
-            where=where,
-            fix=f"set {name} in the profile's env: instead",
-        )
-
-
-def default_space(algorithm: str | None, server: dict[str, Any]) -> dict[str, list[Any]]:
-    algo = (algorithm or "").upper()
-    if algo == "DDTREE":
-        return {k: list(v) for k, v in DDTREE_SPACE.items()}
-    if algo in ("EAGLE", "EAGLE3", "NEXTN"):
-        return {k: list(v) for k, v in EAGLE_SPACE.items()}
-    if algo == "DFLASH":
-        from ddtctl.model_facts import read_model_facts
-
-        facts = read_model_facts(server.get("speculative-draft-model-path"))
-        top = (facts.block_size if facts and facts.block_size else None) or server.get(
-            "speculative-dflash-block-size"
-        )
-        if not top:
-            raise UsageError(
-                "the drafter's block size is unknown here",
-                fix="pass --space with speculative-dflash-block-size values",
-            )
-        return {"speculative-dflash-block-size": [b for b in DFLASH_BLOCKS if b < int(top)] + [int(top)]}
-    raise UsageError(
-        f"no default search space for speculative-algorithm {algorithm or '(none)'}",
-        fix="pass --space SPACE.yaml (flag -> list of values)",
-    )
-
-
-def points_of(space: dict[str, list[Any]]) -> list[PointSpec]:
-    keys = list(space)
-    out = []
-    for combo in itertools.product(*(space[k] for k in keys)):
-        flags = dict(zip(keys, combo, strict=True))
-        label = " ".join(f"{_short(k)}={'-' if v is None else v}" for k, v in flags.items())
-        out.append(PointSpec(label, "point", flags))
-    return out
-
-
-def _short(flag: str) -> str:
-    name = env_name(flag)
-    if name is not None:
-        return name
-    return re.sub(r"^speculative-(ddtree-|dflash-|eagle-)?", "", flag)
-
-
-def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> PointSpec | None:
-    """The reference point: the profile with DFLASH (no DDTREE flags), or without speculative decoding."""
-    algo = (algorithm or "").upper()
-    if kind == "off":
-        return None
-    if kind == "auto":
-        kind = "dflash" if algo == "DDTREE" else "none"
-    if kind == "dflash":
-        flags: dict[str, Any] = {k: None for k in server if DDTREE_ONLY.match(k)}
-        flags["speculative-algorithm"] = "DFLASH"
-        return PointSpec("baseline DFLASH", "baseline", flags)
-    if kind == "none":
-        return PointSpec("baseline no-spec", "baseline", {k: None for k in server if SPECULATIVE.match(k)})
-    raise UsageError(f"unknown baseline {kind!r}", fix=f"one of: {', '.join(BASELINES)}")
-
-
-# ----------------------------------------------------------------------------------------------- variants
-def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dict[str, Any]:
-    """The profile document (parsed) with `flags` set (None: removed) and a name saying which point it is;
-    `env.NAME` keys set (None: remove) NAME in the document's `env:`."""
-    from ddtctl.profile import canonical_flag_key
-
-    out = json.loads(json.dumps(data))
-    server = dict(out.get("server") or {})
-    env = dict(out.get("env") or {})
-    for name, text in point_env(flags).items():
-        env.pop(name, None)
-        if text is not None:
-            env[name] = text
-    for key, value in flags.items():
-        if env_name(key) is not None:
-            continue
-        canon = canonical_flag_key(key)
-        for k in [k for k in server if canonical_flag_key(k) == canon]:
-            del server[k]
-        if value is not None:
-            server[canon] = value
-    out["server"] = server
-    if env or "env" in out:
-        out["env"] = env
-    suffix = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")
-    out["name"] = f"{out.get('name', 'profile')}.tune-{suffix}"[:128]
-    return out
-
-
-def point_env(flags: dict[str, Any]) -> dict[str, str | None]:
-    """The environment a point's space sets (None: removed), without the profile's own."""
-    out: dict[str, str | None] = {}
-    for key, value in flags.items():
-        name = env_name(key)
-        if name is not None:
-            out[name] = None if value is None else env_value(value)
-    return out
+    # before the first deploy, when a server of ours runs on the host (its HostStatus): go on? (None: yes)
+    confirm: Callable[[Any], bool] | None = None
+    # once the sweep is done, before the host is restored: the profile the winner was written into, to deploy
+    # as a release instead of restoring the starting one (None: restore); `tune --write --deploy`
+    finish_with: Callable[["TuneResult"], str | None] | None = None
 
 
 def _point_key(
@@ -300,6 +136,38 @@ def _point_key(
 
 
 # ----------------------------------------------------------------------------------------------- the sweep
+@dataclass
+class _Sweep:
+    """What every point of one sweep shares."""
+
+    host: Any  # ddtctl.remote.inventory.Host
+    opts: TuneOptions
+    payload_dir: str | None
+    bench_cmd: list[str]
+    concs: list[int]
+    prompts: Prompts | None
+    dopts: dict  # the DeployOptions of every deploy
+    run_id: str  # names the sweep's releases (kind sweep) and its lines of the results file
+
+    def spec(self, path: str | Path, label: str, *, sweep: bool = True):
+        """The DeploySpec of a profile: a point's variant, tagged as a sweep point (never a rollback target),
+        or (sweep=False) the profile the winner was written into, a release that says which run found it."""
+        from ddtctl.deploy import spec_from_profile
+        from ddtctl.remote.protocol import SWEEP
+
+        spec = spec_from_profile(str(path), host=self.host.name, payload_dir=self.payload_dir)
+        spec.kind = SWEEP if sweep else spec.kind
+        spec.tune = {"run": self.run_id, "point": label}
+        return spec
+
+
+def new_run_id() -> str:
+    """A tune run's id: when it started (UTC) and a random suffix."""
+    import secrets
+
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
 def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
     import yaml
@@ -315,9 +183,8 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     server = {k: v for k, v in (doc.data.get("server") or {}).items()}
     algorithm = str(server.get("speculative-algorithm") or "").upper() or None
     space = opts.space or default_space(algorithm, server)
-    points = points_of(space)
     base_pt = baseline_point(opts.baseline, algorithm, server)
-    todo = ([base_pt] if base_pt else []) + points
+    todo = ([base_pt] if base_pt else []) + points_of(space)
     concs, chosen, prompts = _bench_settings(opts)
     results_path = opts.results_path or str(Path(profile).with_suffix("")) + ".tune.jsonl"
     done = read_results(results_path)
@@ -328,22 +195,20 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
         for p in todo
     ):
         payload_dir = default_payload_dir(str(doc.data.get("sglang") or ""))  # one payload for every point
-    bench_cmd = list(opts.bench_cmd or DEFAULT_BENCH)
     start = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
     result = TuneResult(
         host.name, profile, algorithm, chosen, concs, None, [], None, results_path, start.current
     )
-    dopts = dict(
-        remote_dry_run=opts.remote_dry_run,
-        health_interval_s=opts.health_interval_s,
-        stop_grace_s=opts.stop_grace_s,
-        lock_wait_s=opts.lock_wait_s,
-        trust_new_host=opts.trust_new_host,
-        health_timeout_s=opts.health_timeout_s,
-        on_event=opts.on_event,
-        keep_releases=max(5, len(todo) + 3),
-    )  # the starting release must survive the sweep's gc
+    result.run_id = new_run_id()
+    if opts.confirm is not None and (start.server or {}).get("running") and not opts.confirm(start):
+        result.aborted = True  # nothing was changed
+        return result
+    dopts = _deploy_options(opts, len(todo))
+    sw = _Sweep(
+        host, opts, payload_dir, list(opts.bench_cmd or DEFAULT_BENCH), concs, prompts, dopts, result.run_id
+    )
     variants: dict[str, Path] = {}
+    winner_profile: str | None = None
     with tempfile.TemporaryDirectory(prefix="ddtctl-tune-") as tmp:
         try:
             for i, pt in enumerate(todo):
@@ -364,11 +229,9 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                     pr = done[key]  # the same launch argv, host and benchmark settings: not run again
                     pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
                 else:
-                    pr = _run_point(
-                        pt, key, argv, path, host, payload_dir, bench_cmd, concs, opts, dopts, prompts
-                    )
+                    pr = _run_point(sw, pt, key, argv, path)
                     _mask_point(pr, secrets)
-                    append_result(results_path, host.name, profile, pr)
+                    append_result(results_path, host.name, profile, pr, run=result.run_id)
                 if pt.kind == "baseline":
                     result.baseline = pr
                 else:
@@ -376,10 +239,25 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
                 if opts.on_point:
                     opts.on_point(i, len(todo), pr)
             result.winner = result.best_at(chosen)
+            winner_profile = opts.finish_with(result) if opts.finish_with else None
         finally:
-            _finish(result, start, host, opts, variants, payload_dir, dopts)
+            _finish(result, start, sw, variants, winner_profile)
     result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _deploy_options(opts: TuneOptions, points: int) -> dict:
+    """The DeployOptions (as keywords) of every deploy of the sweep."""
+    return dict(
+        remote_dry_run=opts.remote_dry_run,
+        health_interval_s=opts.health_interval_s,
+        stop_grace_s=opts.stop_grace_s,
+        lock_wait_s=opts.lock_wait_s,
+        trust_new_host=opts.trust_new_host,
+        health_timeout_s=opts.health_timeout_s,
+        on_event=opts.on_event,
+        keep_releases=max(5, points + 3),
+    )  # the starting release must survive the sweep's gc
 
 
 def _bench_settings(opts: TuneOptions) -> tuple[list[int], int, Prompts | None]:
@@ -420,21 +298,9 @@ def _mask_point(pr: PointResult, secrets: set[str]) -> None:
         run.error = mask(run.error)
 
 
-def _run_point(
-    pt: PointSpec,
-    key: str,
-    argv: list[str],
-    path: Path,
-    host,
-    payload_dir: str | None,
-    bench_cmd: list[str],
-    concs: list[int],
-    opts: TuneOptions,
-    dopts: dict,
-    prompts: Prompts | None = None,
-) -> PointResult:
+def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path) -> PointResult:
     """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
-    from ddtctl.deploy import DeployOptions, connect, deploy, spec_from_profile
+    from ddtctl.deploy import DeployOptions, connect, deploy
     from ddtctl.remote.protocol import Probe
     from ddtctl.remote.transport import LockHeld
     from ddtctl.validate import validate_path
@@ -447,10 +313,11 @@ def _run_point(
             pr.rules = sorted({f.rule for f in v.errors}) or ["DDT000"]
             pr.error = v.error or "; ".join(f"{f.rule}: {f.message}" for f in v.errors)[:500]
             return pr
-        spec = spec_from_profile(str(path), host=host.name, payload_dir=payload_dir)
+        host, opts = sw.host, sw.opts
+        spec = sw.spec(path, pt.label)
         if len(spec.host_names) != 1:
             raise UsageError("tune runs on one host; this profile deploys to several", where=str(path))
-        r = deploy(spec, [host], DeployOptions(**dopts))
+        r = deploy(spec, [host], DeployOptions(**sw.dopts))
         pr.release = r.release.get(host.name)
         if r.status == "rejected":
             pr.rules = sorted(
@@ -468,18 +335,18 @@ def _run_point(
         target = spec.targets([host])[0]
         server_key = api_key(target.argv)  # the server checks it on the benchmark's requests
         with connect(host, trust_new_host=opts.trust_new_host) as conn:
-            for c in concs:
+            for c in sw.concs:
                 b = bench_argv(
-                    bench_cmd,
+                    sw.bench_cmd,
                     host.python,
                     host=target.probe_host,
                     port=target.port,
                     tokenizer=spec.model_paths[0],
                     concurrency=c,
                     opts=opts,
-                    prompts=prompts,
+                    prompts=sw.prompts,
                 )
-                pr.runs += _bench_repeats(conn, b, c, opts, prompts, server_key)
+                pr.runs += _bench_repeats(conn, b, c, opts, sw.prompts, server_key)
             probe = conn.call(Probe(target.port, target.probe_host, lines=0), retry=True)
             pr.server_metrics = server_metrics(probe.server_info)
         bad = [r for r in pr.runs if not r.ok]
@@ -523,52 +390,68 @@ def _serving(status, release: str | None) -> bool:
 
 
 def _finish(
-    result: TuneResult,
-    start,
-    host,
-    opts: TuneOptions,
-    variants: dict[str, Path],
-    payload_dir: str | None,
-    dopts: dict,
+    result: TuneResult, start, sw: _Sweep, variants: dict[str, Path], winner_profile: str | None
 ) -> None:
-    """Put the host back on its starting release (or keep the winner serving, with keep_best)."""
-    from ddtctl.deploy import DeployOptions, deploy, host_status, rollback, spec_from_profile, stop_server
+    """End the sweep: deploy `winner_profile` (the profile the winner was written into) as a release, or keep
+    the winner's sweep point serving (keep_best), or put the host back on its starting release. A winner
+    that fails to deploy leaves the host on its starting release too (deploy_error)."""
+    from ddtctl.deploy import DeployOptions, deploy, host_status
 
+    host, opts = sw.host, sw.opts
     try:
-        if opts.keep_best and result.winner is not None and result.winner.label in variants:
-            spec = spec_from_profile(
-                str(variants[result.winner.label]), host=host.name, payload_dir=payload_dir
+        if winner_profile is not None and result.winner is not None:
+            r = deploy(
+                sw.spec(winner_profile, result.winner.label, sweep=False), [host], DeployOptions(**sw.dopts)
             )
-            r = deploy(spec, [host], DeployOptions(**dopts))
+            if r.status in ("deployed", "unchanged"):
+                result.deployed = True
+            else:
+                result.deploy_error = f"could not deploy the winner: {r.error or r.status}"
+        if (
+            not result.deployed
+            and opts.keep_best
+            and result.winner is not None
+            and result.winner.label in variants
+        ):
+            r = deploy(
+                sw.spec(variants[result.winner.label], result.winner.label), [host], DeployOptions(**sw.dopts)
+            )
             if r.status not in ("deployed", "unchanged"):
                 raise DdtctlError(f"could not keep the winner serving: {r.error or r.status}")
             result.kept_best = True
-        else:
-            now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
-            was_serving = _serving(start, start.current)
-            if start.current is not None and (
-                now.current != start.current or (was_serving and not _serving(now, start.current))
-            ):
-                rb = rollback(
-                    host,
-                    start.current,
-                    lock_wait_s=opts.lock_wait_s,
-                    stop_grace_s=opts.stop_grace_s,
-                    health_timeout_s=opts.health_timeout_s,
-                    on_event=opts.on_event,
-                    trust_new_host=opts.trust_new_host,
-                )
-                if not rb.ok:
-                    raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
-                now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
-            if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
-                stop_server(
-                    host,
-                    grace_s=opts.stop_grace_s,
-                    lock_wait_s=opts.lock_wait_s,
-                    trust_new_host=opts.trust_new_host,
-                )
+        elif not result.deployed:
+            _restore(start, sw)
             result.restored = True
         result.end_release = host_status(host, trust_new_host=opts.trust_new_host, probe=False).current
     except DdtctlError as err:
         result.restore_error = err.one_line()
+
+
+def _restore(start, sw: _Sweep) -> None:
+    """The host back on the release it started from (serving again if it served), or stopped if it served
+    nothing of ours."""
+    from ddtctl.deploy import host_status, rollback, stop_server
+
+    host, opts = sw.host, sw.opts
+    now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+    was_serving = _serving(start, start.current)
+    if start.current is not None and (
+        now.current != start.current or (was_serving and not _serving(now, start.current))
+    ):
+        rb = rollback(
+            host,
+            start.current,
+            lock_wait_s=opts.lock_wait_s,
+            stop_grace_s=opts.stop_grace_s,
+            health_timeout_s=opts.health_timeout_s,
+            on_event=opts.on_event,
+            trust_new_host=opts.trust_new_host,
+            allow_sweep=True,  # a sweep point left serving by an earlier --keep-best is where it started
+        )
+        if not rb.ok:
+            raise DdtctlError(f"rollback to {start.current}: {rb.health.message}")
+        now = host_status(host, trust_new_host=opts.trust_new_host, probe=False)
+    if not was_serving and (now.server or {}).get("running"):  # it served nothing of ours: stop again
+        stop_server(
+            host, grace_s=opts.stop_grace_s, lock_wait_s=opts.lock_wait_s, trust_new_host=opts.trust_new_host
+        )

@@ -103,6 +103,11 @@ class TuneResult:
     kept_best: bool = False
     restore_error: str | None = None
     elapsed_s: float = 0.0
+    run_id: str | None = None  # the tune run: its sweep points' releases and results-file lines name it
+    aborted: bool = False  # the restart of the serving host was not confirmed: nothing ran, nothing changed
+    deployed: bool = False  # the profile the winner was written into serves as a release (--write --deploy)
+    deploy_error: str | None = None  # that deploy failed: the host went back to its starting release
+    replotted: bool = False  # read back from a results file (--replot), not measured: no host involved
 
     def ratio(self, point: PointResult, concurrency: int | None = None) -> float | None:
         c = self.concurrency if concurrency is None else concurrency
@@ -157,35 +162,132 @@ class TuneResult:
             "kept_best": self.kept_best,
             "restore_error": self.restore_error,
             "elapsed_s": round(self.elapsed_s, 3),
+            "run_id": self.run_id,
+            "aborted": self.aborted,
+            "deployed": self.deployed,
+            "deploy_error": self.deploy_error,
+            "replotted": self.replotted,
         }
 
 
 RESULTS_MAX_BYTES = 256 << 20  # a sweep writes ~2 KiB a point
 
 
-def read_results(path: str | Path) -> dict[str, PointResult]:
-    """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
-    out: dict[str, PointResult] = {}
+def _records(path: str | Path) -> list[dict]:
+    """The results file's records in file order (torn, deep or garbled lines left out); none for a missing
+    file."""
     check_output(path, what="tune results")  # appended to after each point: a FIFO or device is refused now
     try:
         raw = read_regular(path, RESULTS_MAX_BYTES, what="tune results")
     except UsageError as err:
         if err.message == "no such file":
-            return out
+            return []
         raise
+    out = []
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
             d = loads_json(line, where=str(path))
         except UsageError:  # a torn, deep or garbled line
             continue
         if isinstance(d, dict) and isinstance(d.get("key"), str) and d["key"]:
-            try:
-                out[d["key"]] = PointResult.from_json(d)
-            except (TypeError, ValueError, AttributeError, KeyError):  # not a record this file holds: redo it
-                continue
+            out.append(d)
     return out
 
 
-def append_result(path: str | Path, host: str, profile: str, point: PointResult) -> None:
-    line = json.dumps(dict(point.to_json(), host=host, profile=profile, time=time.time()), default=str)
+def _point(d: dict) -> PointResult | None:
+    try:
+        return PointResult.from_json(d)
+    except (TypeError, ValueError, AttributeError, KeyError):  # not a record this file holds: redo it
+        return None
+
+
+def read_results(path: str | Path) -> dict[str, PointResult]:
+    """The points already in a results file, by key (the last line of a key wins; torn lines are ignored)."""
+    out: dict[str, PointResult] = {}
+    for d in _records(path):
+        point = _point(d)
+        if point is not None:
+            out[d["key"]] = point
+    return out
+
+
+def replot_result(
+    path: str | Path, *, host: str | None = None, profile: str | None = None, at: int | None = None
+) -> TuneResult:
+    """`tune --replot FILE`: the sweep a results file holds, as a TuneResult to print and plot (no host is
+    reached). The records of one host and profile (`host` / `profile` pick them when the file holds several);
+    per point label its latest record, in the order the points first appear; the winner at `at` (default: the
+    lowest concurrency measured)."""
+    if not Path(path).exists():
+        raise UsageError(
+            "no such file", where=str(path), fix="give the results file a sweep wrote (--results)"
+        )
+    recs = [
+        d
+        for d in _records(path)
+        if (host is None or d.get("host") == host) and (profile is None or _same_profile(d, profile))
+    ]
+    pairs = list(dict.fromkeys((str(d.get("host")), str(d.get("profile"))) for d in recs))
+    if not pairs:
+        picked = " of " + " and ".join(x for x in (host, profile) if x) if host or profile else ""
+        raise UsageError(f"the results file holds no sweep{picked}", where=str(path))
+    if len(pairs) > 1:
+        raise UsageError(
+            f"the results file holds {len(pairs)} sweeps ({', '.join(f'{h}: {p}' for h, p in pairs)})",
+            where=str(path),
+            fix="name one: ddtctl tune HOST --profile PROFILE --replot FILE",
+        )
+    latest: dict[str, PointResult] = {}
+    for d in recs:
+        point = _point(d)
+        if point is not None:
+            latest[point.label] = point
+    concs = sorted({r.concurrency for p in latest.values() for r in p.runs if r.ok})
+    chosen = at if at is not None else (concs[0] if concs else 1)
+    if concs and chosen not in concs:
+        raise UsageError(f"--at {chosen}: the file has concurrencies {concs}", where=str(path))
+    base = [p for p in latest.values() if p.kind == "baseline"]
+    points = [p for p in latest.values() if p.kind != "baseline"]
+    result = TuneResult(
+        pairs[0][0],
+        pairs[0][1],
+        _algorithm(points),
+        chosen,
+        concs,
+        base[-1] if base else None,
+        points,
+        None,
+        str(path),
+        None,
+        replotted=True,
+    )
+    result.winner = result.best_at(chosen)
+    return result
+
+
+def _same_profile(record: dict, profile: str) -> bool:
+    """The record's profile is `profile`: the same path, or the same file name (the sweep ran elsewhere)."""
+    recorded = str(record.get("profile"))
+    return recorded == profile or Path(recorded).name == Path(profile).name
+
+
+def _algorithm(points: list[PointResult]) -> str | None:
+    """The speculative algorithm of the sweep's points (their launch argv), for the budget schedule."""
+    for p in points:
+        argv = p.argv
+        for i, a in enumerate(argv):
+            if a == "--speculative-algorithm" and i + 1 < len(argv):
+                return argv[i + 1].upper()
+            if a.startswith("--speculative-algorithm="):
+                return a.split("=", 1)[1].upper()
+    return None
+
+
+def append_result(
+    path: str | Path, host: str, profile: str, point: PointResult, *, run: str | None = None
+) -> None:
+    record = dict(point.to_json(), host=host, profile=profile, time=time.time())
+    if run:
+        record["run"] = run  # the tune run (its sweep points' releases name it too)
+    line = json.dumps(record, default=str)
     append_text(path, line + "\n")

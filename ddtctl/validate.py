@@ -41,6 +41,10 @@ class ValidationResult:
     key_columns: dict[str, tuple[int, int]] = field(default_factory=dict)  # key path -> (line, column)
     failure: DdtctlError | None = None  # why `error` (where, fix, exit code)
     fixed: list[str] = field(default_factory=list)  # --fix: the rules whose fixes were written to the file
+    # what the file is: a profile, or (validate DIR meets them) an inventory or a tune search space, checked
+    # by its own reader and skipped with `note` (ddtctl.validate_kinds)
+    kind: str = "profile"
+    note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """One profile's part of `validate --format json` (ddtctl.report: findings have one shape)."""
@@ -62,6 +66,8 @@ class ValidationResult:
             "fixed": self.fixed,
             "unapplied_unsafe_fixes": self.unapplied,
             "diff": self.diff,
+            "kind": self.kind,
+            "note": self.note,
         }
 
     def _error_json(self) -> dict[str, Any] | None:
@@ -413,6 +419,16 @@ def validate_path(
         doc = read_profile_document(path)
     except DdtctlError as err:
         return _unreadable(path, err)
+    from ddtctl.validate_kinds import PROFILE, check_document, document_kind
+
+    kind = document_kind(doc.data)
+    if kind != PROFILE:  # hosts.yaml, a tune search space: checked as what they are, not failed as profiles
+        try:
+            note = check_document(str(path), kind)
+        except DdtctlError as err:  # its line names the file already: not twice
+            text = err.one_line().removeprefix(f"{printable(str(path))}: ")
+            return ValidationResult(str(path), False, error=text, failure=err, path=str(path), kind=kind)
+        return ValidationResult(str(path), True, path=str(path), kind=kind, note=note)
     if overrides:
         if _is_sglang_config(doc):
             raise UsageError(

@@ -45,7 +45,7 @@ FUNCTIONS = {
     ("ddtctl/overlay/build.py", "_build_lock"): "the overlay build lock file (flock) in ddtctl's own cache",
     ("ddtctl/yamledit.py", "_plain_reads_back"): "parses a one-line scalar ddtctl rendered itself, not a file",
     # The remote side (issue #31's hosts helper owns these; listed so that a new site is still caught):
-    ("ddtctl/remote/inventory/files.py", "load_inventory"): "parses bytes read_regular bounded (its own loader)",
+    ("ddtctl/remote/inventory/files.py", "read_inventory_data"): "parses bytes read_regular bounded (its own loader)",
     ("ddtctl/remote/proxy.py", "__init__"): "a ProxyCommand: a byte stream SSH speaks over, not read to its end",
     ("ddtctl/remote/ship.py", "_send"): "streams a payload file ddtctl built to the host, in bounded chunks",
     ("ddtctl/remote/ship.py", "__init__"): "an SFTP file on the host (paramiko), not a local file",

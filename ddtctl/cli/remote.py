@@ -456,41 +456,38 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
 @app.command()
 def releases(
     host: str = typer.Argument(..., help="Inventory host"),
+    prune: bool = typer.Option(
+        False,
+        "--prune",
+        help="Remove old releases (record and payload) under the deploy lock: sweep points of `ddtctl tune` "
+        "first, never the current release nor the one rollback returns to",
+    ),
+    keep: int = typer.Option(
+        None, "--keep", help="With --prune: releases to keep, the protected ones included (default 5)"
+    ),
+    plan: bool = typer.Option(False, "--plan", help="With --prune: show what it removes; change nothing"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --prune: do not ask for confirmation"),
+    lock_wait: float = options.LOCK_WAIT,
     inventory: str = options.INVENTORY,
     trust_new_host: bool = options.TRUST_NEW_HOST,
     fmt: OutputFormat = options.FORMAT,
 ) -> None:
-    """Releases recorded on HOST (newest last): id, status, profile, payload and profile hashes."""
-    from ddtctl.deploy import _release_summary, host_status
+    """Releases recorded on HOST (newest last): id, kind (a release, or a sweep point of `ddtctl tune`: never
+    a rollback target), status, profile, payload and profile hashes. --prune removes the old ones."""
+    from ddtctl.cli.releases_view import run_releases
 
-    st = host_status(
-        _resolve(host, inventory), trust_new_host=trust_new_host, probe=False
-    )  # no /health needed
-    rows = [_release_summary(r) for r in st.releases]
-    if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
-        emit_json("releases", {"current": st.current, "releases": rows})
-        return
-    from rich.table import Table
-
-    from ddtctl.cli._app import stdout_console
-
-    table = Table(box=None, pad_edge=False)
-    for col in ("", "release", "status", "created", "profile", "algorithm", "payload", "profile sha256"):
-        table.add_column(col, no_wrap=col in ("release", "status"), min_width=len(col))
-    for r in rows:
-        table.add_row(
-            "*" if r["id"] == st.current else "",
-            r["id"],
-            str(r["status"]),
-            str(r["created"]),
-            str(r["profile"]),
-            str(r["algorithm"] or "-"),
-            (r["payload_hash"] or "-")[:12],
-            (r["profile_sha256"] or "")[:12],
+    raise typer.Exit(
+        run_releases(
+            _resolve(host, inventory),
+            fmt=fmt,
+            trust_new_host=trust_new_host,
+            prune=prune,
+            keep=keep,
+            plan=plan,
+            yes=yes,
+            lock_wait=lock_wait,
         )
-    stdout_console().print(table)
+    )
 
 
 @app.command()
@@ -558,7 +555,9 @@ def stop(
 @app.command()
 def rollback(
     host: str = typer.Argument(..., help="Inventory host"),
-    release: str = typer.Argument(None, help="Release id (default: the previous healthy one)"),
+    release: str = typer.Argument(
+        None, help="Release id (default: the previous healthy one; never a sweep point of `ddtctl tune`)"
+    ),
     lock_wait: float = options.LOCK_WAIT,
     health_timeout: float = typer.Option(None, "--health-timeout", help="Seconds (default: the release's)"),
     inventory: str = options.INVENTORY,

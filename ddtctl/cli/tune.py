@@ -3,6 +3,8 @@ ddtctl/tune.py; this module parses, shows progress and prints)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from ddtctl.cli import options
@@ -25,7 +27,9 @@ def _concurrencies(text: str) -> list[int]:
 
 @app.command()
 def tune(
-    host: str = typer.Argument(..., help="Inventory host to tune on (one host)"),
+    host: str = typer.Argument(
+        None, help="Inventory host to tune on (one host); with --replot, the host whose sweep to show"
+    ),
     profile: str = typer.Option(
         None, "--profile", "-p", help="Profile to tune (default: the host's profile)"
     ),
@@ -67,7 +71,23 @@ def tune(
     keep_best: bool = typer.Option(
         False,
         "--keep-best",
-        help="Leave the winner serving (default: the host goes back to the release it started from)",
+        help="Deprecated: leave the winner's sweep point serving (not a release rollback returns to); use "
+        "--write --deploy",
+    ),
+    deploy: bool = typer.Option(
+        False,
+        "--deploy",
+        help="With --write: end on the winner, the written profile deployed as a release (default: the host "
+        "goes back to the release it started from)",
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Do not ask before restarting the server the host runs"
+    ),
+    replot: str = typer.Option(
+        None,
+        "--replot",
+        help="Re-render the table and the plots of the sweep in this results file; no host is reached "
+        "(HOST and --profile pick a sweep when it holds several)",
     ),
     write: bool = typer.Option(
         False,
@@ -135,11 +155,19 @@ def tune(
     from ddtctl.tune import tune as run_tune
     from ddtctl.tune_plot import check_extras
 
+    warnings = _check_usage(host, replot=replot, write=write, deploy=deploy, keep_best=keep_best, fmt=fmt)
     check_extras(png=bool(plot), terminal=plot_terminal)
     if plot:  # refused now, not after the sweep: a FIFO, a device, a missing directory
         from ddtctl.safeio import check_output
 
         check_output(plot, what="plot")
+    if replot:
+        from ddtctl.tune_results import replot_result
+
+        result = replot_result(replot, host=host, profile=profile, at=at)
+        raise typer.Exit(
+            _report(result, profile, write=False, plot=plot, plot_terminal=plot_terminal, fmt=fmt)
+        )
     if baseline not in BASELINES:
         raise UsageError(f"--baseline {baseline!r}", fix=f"one of: {', '.join(BASELINES)}")
     inv = load_inventory(inventory)
@@ -171,23 +199,90 @@ def tune(
         lock_wait_s=lock_wait,
         trust_new_host=trust_new_host,
     )
-    result = _run_with_progress(run_tune, profile, h, opts)
+    writer = _Writer(profile, deploy=deploy, write_anyway=write_anyway, schedule=schedule) if write else None
+    opts.finish_with = writer
+    result = _run_with_progress(run_tune, profile, h, opts, yes=yes, fmt=fmt)
     raise typer.Exit(
         _report(
             result,
             profile,
             write=write,
-            write_anyway=write_anyway,
-            schedule=schedule,
+            writer=writer,
             plot=plot,
             plot_terminal=plot_terminal,
             fmt=fmt,
+            warnings=warnings,
         )
     )
 
 
-def _run_with_progress(run_tune, profile: str, host, opts):
-    """run_tune under one progress bar over the points, each point's outcome printed above it (stderr)."""
+def _check_usage(host, *, replot, write, deploy, keep_best, fmt) -> list[str]:
+    """Combinations refused before anything runs; the deprecation warnings (on stderr, or for the JSON)."""
+    import sys
+
+    from ddtctl.errors import UsageError
+
+    if replot:
+        for option, given in (("--write", write), ("--deploy", deploy), ("--keep-best", keep_best)):
+            if given:
+                raise UsageError(f"{option} needs a sweep; --replot only shows one", fix=f"drop {option}")
+        return []
+    if host is None:
+        raise UsageError(
+            "tune needs a HOST",
+            fix="ddtctl tune HOST --profile P (or --replot RESULTS.jsonl to show a sweep)",
+        )
+    if deploy and not write:
+        raise UsageError(
+            "--deploy deploys the profile --write puts the winner into",
+            fix="ddtctl tune HOST --write --deploy",
+        )
+    if deploy and keep_best:
+        raise UsageError("--deploy and --keep-best both pick what serves at the end", fix="drop --keep-best")
+    warnings = []
+    if keep_best:
+        warnings.append(
+            "`tune --keep-best` is deprecated: the winner serves as a sweep point, not a release rollback "
+            "returns to; use `tune --write --deploy`"
+        )
+    if fmt != OutputFormat.json:
+        sys.stderr.write("".join(f"ddtctl: warning: {w}\n" for w in warnings))
+    return warnings
+
+
+class _Writer:
+    """tune's `finish_with` for --write: the winner (or the budget schedule) into the profile once the sweep
+    is done, unless the measurement cannot back it; with --deploy, the profile to deploy then."""
+
+    def __init__(self, profile: str, *, deploy: bool, write_anyway: bool, schedule: bool):
+        self.profile, self.deploy, self.write_anyway, self.schedule = profile, deploy, write_anyway, schedule
+        self.written: Any = None  # ddtctl.tune_write.WriteResult
+        self.refused: Any = None  # ddtctl.errors.Inconclusive: the winner within the spread
+        self.error: Any = None  # a DdtctlError of the write, raised once the host is restored
+
+    def __call__(self, result) -> str | None:
+        from ddtctl.errors import DdtctlError
+        from ddtctl.tune import write_point
+        from ddtctl.tune_schedule import schedule_point
+        from ddtctl.tune_stats import verdict, write_refusal
+
+        if result.winner is None:
+            return None
+        self.refused = None if self.write_anyway else write_refusal(verdict(result))
+        if self.refused is not None:
+            return None
+        try:
+            point = (schedule_point(result) if self.schedule else None) or result.winner
+            self.written = write_point(self.profile, point)
+        except DdtctlError as err:  # raised once the host is restored (as before the write moved here)
+            self.error = err
+            return None
+        return self.written.path if self.deploy else None
+
+
+def _run_with_progress(run_tune, profile: str, host, opts, *, yes: bool = True, fmt=OutputFormat.text):
+    """run_tune under one progress bar over the points, each point's outcome printed above it (stderr); before
+    it restarts a server the host runs, the question (unless `yes`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ddtctl.cli._app import stderr_console
@@ -200,6 +295,7 @@ def _run_with_progress(run_tune, profile: str, host, opts):
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # no bar in a pipe (nor the blank line it leaves there)
     ) as progress:
         task = progress.add_task("tune", total=None)
 
@@ -226,8 +322,48 @@ def _run_with_progress(run_tune, profile: str, host, opts):
             ):
                 progress.update(task, description=f"tune: {ev.stage}: {ev.message[:60]}")
 
+        def confirm(start) -> bool:
+            if yes:
+                return True
+            _check_can_ask(start, fmt)
+            progress.stop()  # no bar over the question
+            go = _confirm_restart(start, deploy=bool(getattr(opts.finish_with, "deploy", False)))
+            progress.start()
+            return go
+
         opts.on_start, opts.on_point, opts.on_event = on_start, on_point, on_event
+        opts.confirm = confirm
         return run_tune(profile, host, opts)
+
+
+def _serves(start) -> str:
+    srv = start.server or {}
+    return f"{start.host} serves release {srv.get('release')} (pid {srv.get('pid')}, port {srv.get('port')})"
+
+
+def _check_can_ask(start, fmt: OutputFormat) -> None:
+    """tune restarts the server the host runs for every point: that is asked, never with --format json or
+    without a terminal (a one-line error saying so)."""
+    import sys
+
+    from ddtctl.errors import UsageError
+
+    if fmt == OutputFormat.json or not sys.stdin.isatty():
+        why = "--format json does not prompt" if fmt == OutputFormat.json else "stdin is not a terminal"
+        raise UsageError(
+            f"tune restarts the server {_serves(start)} and needs confirmation: {why}",
+            where=start.host,
+            fix="pass --yes",
+        )
+
+
+def _confirm_restart(start, *, deploy: bool) -> bool:
+    """Go on? (on a terminal)."""
+    import sys
+
+    end = "the winner, deployed from the profile" if deploy else f"release {start.current}"
+    sys.stderr.write(f"{_serves(start)}: tune restarts it for every point and ends on {end}.\n")
+    return typer.confirm("Go on?", default=False)
 
 
 def _report(
@@ -240,20 +376,23 @@ def _report(
     fmt: OutputFormat,
     write_anyway: bool = False,
     schedule: bool = False,
+    writer: _Writer | None = None,
+    warnings: list[str] | None = None,
 ) -> int:
-    """Write the winner / plots as asked, print the result; the exit code."""
+    """Write the winner (unless `writer` did, during the sweep) and the plots as asked, print the result; the
+    exit code."""
     import sys
 
     from ddtctl.errors import ExitCode
-    from ddtctl.tune import write_point
-    from ddtctl.tune_schedule import schedule_point
-    from ddtctl.tune_stats import verdict, write_refusal
 
-    written, refused = None, None
-    if write and result.winner is not None:
-        refused = None if write_anyway else write_refusal(verdict(result))
-        if refused is None:
-            written = write_point(profile, (schedule_point(result) if schedule else None) or result.winner)
+    if result.aborted:
+        return _aborted(fmt)
+    if write and writer is None:
+        writer = _Writer(profile, deploy=False, write_anyway=write_anyway, schedule=schedule)
+        writer(result)
+    if writer is not None and writer.error is not None:
+        raise writer.error
+    written, refused = (writer.written, writer.refused) if writer else (None, None)
     plotted = None
     if plot:
         from ddtctl.tune_plot import plot_png
@@ -263,11 +402,11 @@ def _report(
     code = ExitCode.OK if result.winner is not None else ExitCode.INVALID
     if refused is not None:
         code = refused.exit_code
-    if result.restore_error:
+    if result.restore_error or result.deploy_error:
         code = ExitCode.DEPLOY
     if fmt == OutputFormat.json:
         from ddtctl.cli._app import emit_json
-        from ddtctl.report import ErrorInfo
+        from ddtctl.report import ErrorInfo, FindingRecord
 
         if drawn:
             sys.stderr.write(drawn)  # stdout stays one JSON document
@@ -279,6 +418,9 @@ def _report(
         # the sweep's results stand; the refusal is one of them (as validate's fix_refused), the envelope's
         # `error` stays for commands that produced nothing
         out["write_refused"] = ErrorInfo.from_exception(refused).to_json() if refused else None
+        out["warnings"] = [  # as deploy's: findings of severity warning
+            FindingRecord(id=None, severity="warning", message=w).to_json() for w in warnings or []
+        ]
         emit_json("tune", out, code)
     else:
         _print_text(result, written)
@@ -289,6 +431,19 @@ def _report(
         if refused is not None:
             sys.stderr.write(f"ddtctl: error: {refused.one_line()}\n")
     return int(code)
+
+
+def _aborted(fmt: OutputFormat) -> int:
+    """The restart was not confirmed: nothing ran (as deploy's unconfirmed plan, exit 0)."""
+    from ddtctl.errors import ExitCode
+
+    if fmt == OutputFormat.json:
+        from ddtctl.cli._app import emit_json
+
+        emit_json("tune", {"aborted": True})
+    else:
+        stdout_console().print("aborted: nothing changed", markup=False)
+    return ExitCode.OK
 
 
 def _draw_in_terminal(result) -> str | None:
@@ -387,7 +542,7 @@ def _print_text(result, written) -> None:
         if schedule:
             con.print(
                 f"budget schedule (the fastest budget per concurrency, 0: the chain): {schedule}"
-                + (" (--write --schedule writes it)" if written is None else ""),
+                + (" (--write --schedule writes it)" if written is None and not result.replotted else ""),
                 markup=False,
             )
     if written is not None:
@@ -400,12 +555,28 @@ def _print_text(result, written) -> None:
             ),
             markup=False,
         )
+    _print_end(con, result)
+
+
+def _print_end(con, result) -> None:
+    """What the host serves now, and where the results are."""
+    from rich.markup import escape
+
+    host = escape(result.host)
+    if result.replotted:
+        con.print(f"replotted from {result.results_path} (no host reached)", markup=False)
+        return
+    if result.deploy_error:
+        con.print(f"[red]{escape(result.deploy_error)}[/red]")
     if result.restore_error:
         con.print(f"[red]the host was not restored: {escape(result.restore_error)}[/red]")
+    elif result.deployed:
+        con.print(f"host {host} serves the winner from the profile: release {result.end_release}")
     elif result.kept_best:
-        con.print(f"host {escape(result.host)} keeps serving the winner (release {result.end_release})")
+        con.print(f"host {host} keeps serving the winner's sweep point (release {result.end_release})")
     else:
-        con.print(
-            f"host {escape(result.host)} is back on release {result.end_release or 'none (server stopped)'}"
-        )
-    con.print(f"results: {escape(result.results_path)}", markup=False)
+        con.print(f"host {host} is back on release {result.end_release or 'none (server stopped)'}")
+    con.print(
+        f"results: {escape(result.results_path)}" + (f" (tune run {result.run_id})" if result.run_id else ""),
+        markup=False,
+    )

@@ -67,6 +67,13 @@ def validate(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only invalid profiles."),
     sets: Optional[list[str]] = options.SET,
+    inventory: Optional[str] = typer.Option(
+        None,
+        "--inventory",
+        "-i",
+        help="Check this inventory file (hosts.yaml) instead: its schema, every host's profile found and "
+        "readable, no name given twice.",
+    ),
 ) -> None:
     """Check launch profiles against the flag catalog and the constraint graph (fast; no GPU, no SGLang
     import).
@@ -76,8 +83,14 @@ def validate(
     gpu. Command-line flags override them.
 
     Exit codes: 0 all valid, 1 any invalid (with --fix --diff: a file would change), 2 usage or I/O error,
-    7 a bad repository config.
+    7 a bad repository config. A directory's inventory (hosts.yaml) and tune search spaces are checked as
+    what they are, not as profiles.
     """
+    if inventory is not None:
+        from ddtctl.cli.validate_inventory import run_validate_inventory
+
+        alone = not (paths or argv or argv_file or fix or sets or statistics)
+        raise typer.Exit(run_validate_inventory(inventory, output=output.value, alone=alone))
     from ddtctl.cli.validate_report import run_validate
 
     raise typer.Exit(

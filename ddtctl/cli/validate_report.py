@@ -331,6 +331,9 @@ def _print_results(results, *, quiet: bool) -> None:
             continue
         if r.valid and quiet:
             continue
+        if r.note:  # not a profile (validate_kinds): checked as what it is
+            t.line(f"{t.dim('-')} {source}: {t.dim(p(r.note))}")
+            continue
         t.line(
             f"{t.green('✓') if r.valid else t.red('✗')} {source}"
             + ("" if r.valid else ": " + t.red("invalid"))
@@ -351,6 +354,11 @@ def _print_results(results, *, quiet: bool) -> None:
         if r.ignored:
             count = f"{len(r.ignored)} finding{'s' if len(r.ignored) != 1 else ''} ignored"
             t.line(f"  {t.dim(count)} ({', '.join(sorted({f.rule for f, _ in r.ignored}))})")
+    others = [r for r in results if r.kind != "profile"]  # inventories, search spaces (validate_kinds)
     if len(results) > 1:
-        t.line(f"{valid}/{len(results)} valid")
+        bad = sum(1 for r in others if r.error)
+        t.line(
+            f"{valid - len(others) + bad}/{len(results) - len(others)} valid"
+            + (f"; {len(others)} not a profile" + (f" ({bad} with errors)" if bad else "") if others else "")
+        )
     t.flush()

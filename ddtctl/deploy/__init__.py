@@ -19,6 +19,7 @@ Modules, in the order a deploy reaches them (pipeline.STAGES runs them over one 
     health         /health and the served identity against the resolved one
     pipeline       DeployOptions, DeployRun, the stages, deploy(), DeployResult
     hostops        facts, status, releases, logs, stop, rollback outside a deploy
+    releases       the rollback target (never a sweep point of `ddtctl tune`) and `releases --prune`
     events         Stage, Level, Status, Event, EventLog;  secrets: masking of JSON reports
 The agent operations these send are typed in ddtctl.remote.protocol; argv reading and masking is ddtctl.argv.
 """
@@ -62,6 +63,7 @@ from .lock import RemoteLock, locked_call
 from .pipeline import STAGES, DeployOptions, DeployResult, DeployRun, Outcome, connect, deploy
 from .plan import HostPlan, Plan, argv_diff, describe_plan, make_plan_for_host, release_fingerprint
 from .preflight import BUNDLED_WORKER, WORKER_CAPABILITY_RULE, Check, preflight_checks, ships_bundled_worker
+from .releases import DEFAULT_KEEP, PrunePlan, PruneResult, prune_plan, prune_releases, rollback_target
 from .remote_dryrun import remote_dry_run
 from .secrets import mask_info, mask_strings
 from .spec import PAYLOAD_MANIFEST, DeploySpec, Target, default_payload_dir, spec_from_profile, tools_manifest
@@ -70,6 +72,7 @@ _release_summary = release_summary  # the name ddtctl/cli/remote.py imports
 
 __all__ = [
     "BUNDLED_WORKER",
+    "DEFAULT_KEEP",
     "DDTREE_PREFIX",
     "IDENTITY_FIELDS",
     "KERNEL_SELFTEST",
@@ -93,6 +96,8 @@ __all__ = [
     "LogsResult",
     "Outcome",
     "Plan",
+    "PrunePlan",
+    "PruneResult",
     "RemoteLock",
     "RollbackResult",
     "Stage",
@@ -120,10 +125,13 @@ __all__ = [
     "mask_info",
     "mask_strings",
     "preflight_checks",
+    "prune_plan",
+    "prune_releases",
     "release_fingerprint",
     "release_summary",
     "remote_dry_run",
     "rollback",
+    "rollback_target",
     "same_value",
     "secret_values",
     "ships_bundled_worker",

@@ -7,8 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ddtctl.argv import mask_argv, secret_values
-from ddtctl.errors import UsageError
+from ddtctl.argv import secret_values
 from ddtctl.remote.facts import HostFacts, gather_facts
 from ddtctl.remote.inventory import Host, Inventory, load_inventory, resolve_host
 from ddtctl.remote.protocol import (
@@ -30,6 +29,7 @@ from .events import Event, EventLog, Level, Stage
 from .health import HealthResult, expected_identity, wait_healthy
 from .launch import INSTALL_TIMEOUT_S, STOP_TIMEOUT_EXTRA_S, target_from_release
 from .lock import RemoteLock, locked_call
+from .releases import release_summary, rollback_target
 from .secrets import mask_info
 
 DEFAULT_ROLLBACK_HEALTH_TIMEOUT_S = 600.0
@@ -55,22 +55,6 @@ class HostStatus:
         d["server_info"] = mask_info(self.server_info)
         d["releases"] = [release_summary(r) for r in self.releases]
         return d
-
-
-def release_summary(r: dict) -> dict:
-    """One release as `ddtctl releases` and `status --format json` show it (argv masked)."""
-    profile = r.get("profile") or {}
-    return {
-        "id": r["id"],
-        "status": r.get("status"),
-        "created": r.get("created_iso"),
-        "profile": profile.get("name"),
-        "profile_sha256": profile.get("sha256"),
-        "payload_hash": r.get("payload_hash"),
-        "algorithm": r.get("algorithm"),
-        "argv": mask_argv(list(r.get("argv") or [])),
-        "port": r.get("port"),
-    }
 
 
 def _open(host: Host, trust_new_host: bool = False) -> Connection:
@@ -221,24 +205,6 @@ class RollbackResult:
         }
 
 
-def rollback_target(state: StateReply, release: str | None, where: str) -> ReleaseRecord:
-    """The release to roll back to: the one asked for, else the previous healthy one (else the newest healthy
-    one that is not current)."""
-    cur = state.state.current
-    if release is None:
-        good = [r.id for r in sorted(state.releases, key=lambda r: r.id) if r.status == "ok" and r.id != cur]
-        if not good:
-            raise UsageError(
-                "no earlier healthy release to roll back to", where=where, fix="see `ddtctl releases HOST`"
-            )
-        release = state.state.previous if state.state.previous in good else good[-1]
-    rel = state.release(release)
-    if rel is None:
-        known = ", ".join(sorted(r.id for r in state.releases)) or "none"
-        raise UsageError(f"no release {release} on the host", where=where, fix=f"known: {known}")
-    return rel
-
-
 def rollback(
     host: Host,
     release: str | None = None,
@@ -248,8 +214,11 @@ def rollback(
     health_timeout_s: float | None = None,
     on_event: Callable[[Event], None] | None = None,
     trust_new_host: bool = False,
+    allow_sweep: bool = False,
 ) -> RollbackResult:
-    """Make an earlier release current again: reinstall its payload, restart its server, wait for health."""
+    """Make an earlier release current again: reinstall its payload, restart its server, wait for health.
+    `allow_sweep`: `release` may be a sweep point of `ddtctl tune` (tune putting its starting release
+    back)."""
     emit = EventLog(on_event)
     holder = f"{getpass.getuser()} rollback"
     with _open(host, trust_new_host) as conn, RemoteLock(conn, holder=holder, wait_s=lock_wait_s) as lock:
@@ -259,12 +228,12 @@ def rollback(
         undone = lock.recovered
         if release is None and undone is not None and undone.previous:
             # the lock's take-over already undid an interrupted deploy: that was the rollback asked for
-            rel = rollback_target(st, undone.previous, host.name)
+            rel = rollback_target(st, undone.previous, host.name, allow_sweep=True)
             emit.secrets |= secret_values(rel.argv, rel.env)
             h = _wait_restored(conn, host, rel, health_timeout_s, emit, started_offset=None)
             return RollbackResult(host.name, undone.release, rel.id, h, emit.items)
         cur = st.state.current
-        rel = rollback_target(st, release, host.name)
+        rel = rollback_target(st, release, host.name, allow_sweep=allow_sweep)
         emit.secrets |= secret_values(rel.argv, rel.env)
         facts = gather_facts(conn, cache=False)
         emit(Stage.ROLLBACK, f"{cur} -> {rel.id}", host.name)

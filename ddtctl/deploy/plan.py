@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.argv import MASK, is_secret_flag, mask_argv, mask_env, parse_launch_argv
-from ddtctl.remote.protocol import StateReply
+from ddtctl.remote.protocol import SWEEP, StateReply
 
 from .spec import DeploySpec, Target
 
@@ -102,7 +102,9 @@ def make_plan_for_host(
     cur_rel = state.release(current) if current else None
     server = state.server
     running = bool(server and server.running)
-    same = bool(cur_rel and cur_rel.fingerprint == fp)
+    # the same launch as the current release; a sweep point of `ddtctl tune` is never taken for a release: a
+    # deploy of the same launch records its own (and restarts the server under it)
+    same = bool(cur_rel and cur_rel.fingerprint == fp and not (cur_rel.sweep and spec.kind != SWEEP))
     manifests = spec.manifests
     to_ship = sorted({rel for m in manifests for rel, e in m.files.items() if e.sha256 in missing})
     nbytes = sum(e.size for m in manifests for e in m.files.values() if e.sha256 in missing)
@@ -124,6 +126,8 @@ def make_plan_for_host(
             if (same and restart)
             else ("first deploy" if not current else "release changed")
         )
+        if cur_rel is not None and cur_rel.sweep and cur_rel.fingerprint == fp:
+            reason = f"the launch of tune's sweep point {current}, recorded as a release of its own"
     assert release_id is not None
     return HostPlan(
         host=target.name,

@@ -59,6 +59,8 @@ def release_record(spec: DeploySpec, t: Target, hp: HostPlan) -> dict:
         "deployed_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "ddtctl": ddtctl.__version__,
         "created_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kind": spec.kind,
+        **({"tune": spec.tune} if spec.tune else {}),
     }
 
 

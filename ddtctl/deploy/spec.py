@@ -60,6 +60,11 @@ class DeploySpec:
     dist_init_addr: str | None = None  # override for multi-node
     # the profile's `ignore:` entries, rule id -> reason: preflight applies them as `ddtctl validate` does
     ignore: dict[str, str] = field(default_factory=dict)
+    # what the release record says it is: "release", or "sweep" (a point `ddtctl tune` deployed: `rollback`
+    # never returns to it, `releases --prune` removes it first); `tune`: {"run", "point"} of the tune run
+    # behind it
+    kind: str = "release"
+    tune: dict[str, str] | None = None
 
     @property
     def manifests(self) -> list[Manifest]:

@@ -1028,8 +1028,14 @@ def op_logs(params: dict):
     return _log_read(params)
 
 
+def _sweep(root: str, rid: str) -> bool:
+    """A point `ddtctl tune` deployed (release.json `kind: sweep`): dropped before any other release."""
+    return (_read_json(os.path.join(root, rid, "release.json")) or {}).get("kind") == "sweep"
+
+
 def op_gc(params: dict):
-    """Drop failed/old releases beyond `keep` and store objects no release references."""
+    """Drop failed/old releases beyond `keep` (sweep points first, then the oldest) and store objects no
+    release references."""
     _require_lock(params)
     keep = int(params.get("keep", 5))
     state = _state()
@@ -1040,14 +1046,22 @@ def op_gc(params: dict):
     }
     root = _p("releases")
     rids = sorted(r for r in os.listdir(root) if not r.startswith(".")) if os.path.isdir(root) else []
+    order = sorted(rids, key=lambda r: (not _sweep(root, r), r))  # the first ones go first
     removed = []
-    for rid in rids[:-keep] if keep else rids:
+    for rid in order[: max(0, len(rids) - keep)]:
         if rid not in protected:
             shutil.rmtree(os.path.join(root, rid), ignore_errors=True)
             removed.append(rid)
     for junk in os.listdir(root) if os.path.isdir(root) else []:
         if junk.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, junk), ignore_errors=True)
+    dropped = _drop_unused_objects(root)
+    shutil.rmtree(_p("incoming"), ignore_errors=True)
+    return {"removed_releases": removed, "dropped_objects": dropped}
+
+
+def _drop_unused_objects(root: str) -> int:
+    """Remove the store objects no release under `root` references; their count."""
     used: set[str] = set()
     for rid in os.listdir(root) if os.path.isdir(root) else []:
         rel = _read_json(os.path.join(root, rid, "release.json")) or {}
@@ -1059,8 +1073,42 @@ def op_gc(params: dict):
             if h not in used:
                 os.unlink(_p("store", h))
                 dropped += 1
-    shutil.rmtree(_p("incoming"), ignore_errors=True)
-    return {"removed_releases": removed, "dropped_objects": dropped}
+    return dropped
+
+
+def op_prune(params: dict):
+    """Remove the releases `ids` (record and payload dirs; `ddtctl releases --prune`, under the deploy lock),
+    then the store objects no release uses. Each release leaves at once (renamed out of releases/, then
+    deleted); one already gone is skipped (a re-run after a dropped connection). Refuses the current release,
+    the one whose payload is installed, and those of an interrupted deploy."""
+    _require_lock(params)
+    state = _state()
+    journal = _read_json(_p(JOURNAL)) or {}
+    protected = {
+        state.get("current"): "the current release",
+        (state.get("installed_payload") or {}).get("release"): "the release whose payload is installed",
+        journal.get("release"): "an interrupted deploy's release",
+        journal.get("previous"): "the release an interrupted deploy puts back",
+    }
+    ids = [_safe_id(str(r)) for r in params.get("ids") or []]
+    for rid in ids:
+        if rid in protected:
+            raise AgentError("refusing to remove release %s: it is %s" % (rid, protected[rid]))
+    root = _p("releases")
+    removed = []
+    for rid in ids:
+        src, trash = os.path.join(root, rid), os.path.join(root, ".tmp-prune-" + rid)
+        if not os.path.isdir(src):
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        os.rename(src, trash)
+        removed.append(rid)
+    if state.get("previous") in removed:  # `previous` names a release that is gone
+        state["previous"] = None
+        _save_state(state)
+    for rid in removed:
+        shutil.rmtree(os.path.join(root, ".tmp-prune-" + rid), ignore_errors=True)
+    return {"removed_releases": removed, "dropped_objects": _drop_unused_objects(root)}
 
 
 JOURNAL = "deploy-journal.json"

@@ -28,6 +28,8 @@ from ddtctl.remote.lockproto import Recovered as Recovered
 from ddtctl.remote.wire import Batch as Batch  # an operation too, made of the others
 from ddtctl.remote.wire import Op, Request, _checked, _dict, _field, _malformed, _typed
 
+SWEEP = "sweep"  # the release kind of a point `ddtctl tune` deployed
+
 
 # ----------------------------------------------------------------------------------------------- replies
 @dataclass
@@ -158,6 +160,14 @@ class ReleaseRecord:
     health_timeout_s: float | None
     payload_hash: str | None
     raw: dict
+    kind: str = "release"  # "sweep": a point `ddtctl tune` deployed (never a rollback target)
+    tune: dict | None = (
+        None  # {"run": the tune run's id, "point": its label}: a sweep point, or a winner deployed
+    )
+
+    @property
+    def sweep(self) -> bool:
+        return self.kind == SWEEP
 
     @classmethod
     def from_json(cls, data: Any) -> "ReleaseRecord":
@@ -176,6 +186,8 @@ class ReleaseRecord:
             health_timeout_s=float(d["health_timeout_s"]) if d.get("health_timeout_s") else None,
             payload_hash=d.get("payload_hash"),
             raw=d,
+            kind=str(d.get("kind") or "release"),  # a record from before sweep points were tagged: a release
+            tune=_typed(d, "tune", Op.STATE, dict, required=False),
         )
 
 
@@ -537,6 +549,30 @@ class Gc(Request[GcReply]):
     keep: int
 
     REPLY = GcReply
+
+
+@dataclass
+class PruneReply:
+    removed_releases: list[str]
+    dropped_objects: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> "PruneReply":
+        return cls(
+            [str(r) for r in _field(data, "removed_releases", Op.PRUNE)],
+            int(_field(data, "dropped_objects", Op.PRUNE)),
+        )
+
+
+@dataclass(frozen=True)
+class Prune(Request[PruneReply]):
+    """Remove these releases (their record and payload dirs) and the store objects no release uses any more;
+    the agent refuses the current release, the one whose payload is installed and an interrupted deploy's."""
+
+    OP = Op.PRUNE
+    ids: tuple[str, ...]
+
+    REPLY = PruneReply
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ class Op(StrEnum):
     START = "start"
     STOP = "stop"
     GC = "gc"
+    PRUNE = "prune"
     BATCH = "batch"
     LOCK = "lock"
     COMMIT_STREAM = "commit_stream"

@@ -207,6 +207,7 @@ def test_tune_repeats_reach_ddtctl_tune_and_the_check_counts_every_run(dg):
     w = SimpleNamespace(args=ap.parse_args([]), payload_dir="/payload", inventory="/hosts.yaml", release1="r1")
     argv = dg.tune_argv(w, Path("p.yaml"), Path("space.yaml"), None, Path("tune.jsonl"))
     assert argv[argv.index("--repeats") + 1] == 1
+    assert "--yes" in argv  # the host serves the deploy's release: no terminal there to confirm its restart
     w.args = ap.parse_args(["--tune-repeats", "3", "--tune-concurrency", "1,4"])
     argv = dg.tune_argv(w, Path("p.yaml"), Path("space.yaml"), None, Path("tune.jsonl"))
     assert argv[argv.index("--repeats") + 1] == 3

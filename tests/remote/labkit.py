@@ -172,6 +172,39 @@ def write_inventory(path: Path, sshd: Sshd, root: Path, known_hosts: Path, sglan
     return path
 
 
+@dataclass
+class Ran:
+    """What `ddtctl ARGS` did in this process (ddtctl_main)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def ddtctl_main(*args: str) -> Ran:
+    """`ddtctl ARGS` through ddtctl.cli.main in this process (its one-line errors, JSON envelopes and exit codes,
+    which typer's CliRunner does not give), with a stdin that is not a terminal."""
+    import contextlib
+    import io
+
+    from ddtctl.cli import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    stdin, sys.stdin = sys.stdin, io.StringIO("")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([str(a) for a in args])
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    finally:
+        sys.stdin = stdin
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
 def _kill_lab_servers(root: Path) -> None:
     """Stop any stand-in server a test left running (by the pid files the agent wrote)."""
     import signal

@@ -15,7 +15,7 @@ import pytest
 from ddtctl.deploy import DeployOptions, deploy, host_status, spec_from_profile
 from ddtctl.errors import ExitCode
 from ddtctl.tune import TuneOptions, read_results, tune
-from labkit import STANDINS
+from labkit import STANDINS, ddtctl_main
 
 pytestmark = pytest.mark.ssh
 
@@ -43,9 +43,23 @@ def _by_budget(result):
     return {p.flags[BUDGET]: p for p in result.points}
 
 
+def _release(lab, rid):
+    return json.loads((lab.work() / "releases" / rid / "release.json").read_text())
+
+
 def test_sweep_finds_the_fastest_budget_skips_invalid_records_failed_and_restores(lab):
+    from ddtctl.deploy import rollback
+    from ddtctl.errors import UsageError
+
     start = _deploy(lab, lab.profile(server={BUDGET: 40}))  # the host serves budget 40 before the sweep
     prof = lab.profile("sweep", server={BUDGET: 40}, env={"STANDIN_EXIT_IF": "speculative_ddtree_budget=48"})
+    # the CLI asks before restarting the server the host runs; without a terminal and --yes: refused, untouched
+    asked = ddtctl_main("tune", "lo", "--profile", prof, "--payload", lab.payload, "-i", lab.inventory)
+    assert asked.exit_code == ExitCode.USAGE and asked.stderr == (
+        f"ddtctl: error: lo: tune restarts the server lo serves release {start} (pid "
+        f"{host_status(lab.host()).server['pid']}, port {lab.port}) and needs confirmation: stdin is not a terminal "
+        "(fix: pass --yes)\n")
+    assert [r["id"] for r in host_status(lab.host()).releases] == [start]
     seen = []
     res = tune(str(prof), lab.host(), _opts(lab, [16, 32, 48, 64, 5000],
                                             on_point=lambda i, n, p: seen.append((i, n, p.label, p.status))))
@@ -75,6 +89,16 @@ def test_sweep_finds_the_fastest_budget_skips_invalid_records_failed_and_restore
     st = host_status(lab.host())
     assert st.current == start and st.server["release"] == start and st.health == 200
     assert st.server_info["speculative_ddtree_budget"] == 40
+    # every point it deployed is a sweep point of this run (the results file names the run too); the start is not
+    assert _release(lab, start)["kind"] == "release"
+    for p in (res.baseline, pts[16], pts[32], pts[64]):
+        assert _release(lab, p.release)["kind"] == "sweep"
+        assert _release(lab, p.release)["tune"] == {"run": res.run_id, "point": p.label}
+    assert {x["run"] for x in lines} == {res.run_id}
+    # so none is a rollback target: the previous release (the last point) included
+    assert st.previous == pts[64].release
+    with pytest.raises(UsageError, match="no earlier healthy release to roll back to .tune's sweep points"):
+        rollback(lab.host())
 
 
 def test_rerun_skips_done_points_and_keep_best_leaves_the_winner_serving(lab):
@@ -143,18 +167,31 @@ def test_cli_tune_writes_the_winner_keeping_comments_and_prints_the_table(lab):
     args = ["tune", "lo", "--profile", str(prof), "--space", str(space), "--concurrency", "1,8", "--num-prompts", "8",
             "--results", str(results), "--payload", str(lab.payload), "--skip-remote-dry-run",
             "--bench-cmd", f"{sys.executable} {STANDIN_BENCH}", "--health-timeout", "10", "-i", str(lab.inventory)]
-    run = CliRunner().invoke(app, args + ["--write", "--format", "json"])
+    run = CliRunner().invoke(app, args + ["--write", "--deploy", "--format", "json"])
     assert run.exit_code == 0, run.output
     out = json_envelope.results(run.stdout, "tune")
     assert out["winner"]["flags"] == {BUDGET: 32} and out["written"]["changed"]
+    # --deploy: the host ends on the written profile, a release of its own (the last point, budget 32, served
+    # the same launch: a sweep point, never taken for the release)
+    assert out["deployed"] and not out["restored"] and out["end_release"] != out["winner"]["release"]
+    served = host_status(lab.host())
+    assert served.current == out["end_release"] and served.server_info["speculative_ddtree_budget"] == 32
+    release = _release(lab, out["end_release"])
+    assert release["kind"] == "release" and release["profile"]["name"] == "commented"
+    assert release["tune"] == {"run": out["run_id"], "point": "budget=32"}
+    # now the host serves: in JSON, nothing prompts, so without --yes tune is refused before anything runs
+    refused = ddtctl_main(*args, "--format", "json")
+    assert refused.exit_code == ExitCode.USAGE
+    assert "--format json does not prompt" in json_envelope.error(refused.stdout, "tune", 2)["message"]
     text = prof.read_text()
     assert "  speculative-ddtree-budget: 32  # before tuning\n" in text
     assert text.startswith("# tuned on the lab host\n") and "# the lab's port" in text
     assert text.replace("budget: 32", "budget: 40") == PROFILE_WITH_COMMENTS.format(models=lab.models, port=lab.port)
     # again, as text: every point comes from the results file (the profile changed only in the tuned flag)
     png = lab.root / "tune.png"
-    run = CliRunner().invoke(app, args + ["--concurrency", "1,8", "--plot", str(png), "--plot-terminal"])
+    run = CliRunner().invoke(app, args + ["--concurrency", "1,8", "--plot", str(png), "--plot-terminal", "--yes"])
     assert run.exit_code == 0, run.output
+    assert f"host lo is back on release {out['end_release']}" in run.stdout  # it started there
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {png}" in run.stdout
     # the same plot in the terminal (plotext), after the table
     drawn = run.stdout[run.stdout.index("ddtctl tune lo: commented.yaml"):]
@@ -290,6 +327,7 @@ def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
     assert run.exit_code == 0, run.output
     out = json_envelope.results(run.stdout, "tune")
     assert out["winner"]["status"] == "ok" and out["winner"]["runs"][0]["ok"]
+    assert out["kept_best"] and "`tune --keep-best` is deprecated" in out["warnings"][0]["message"]
     assert "--api-key" in out["winner"]["argv"] and "***" in out["winner"]["argv"]
     for shown in (run.stdout, run.stderr, results.read_text()):
         assert SECRET not in shown

@@ -77,8 +77,6 @@ def find_inventory(start: Path | None = None) -> tuple[Path | None, list[Path]]:
 def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | None = None) -> Inventory:
     """Read hosts.yaml: --inventory, else $DDTCTL_INVENTORY, else ./hosts.yaml or the nearest parent
     directory's. None found without an explicit path -> an empty inventory (ssh-config aliases still work)."""
-    import yaml
-
     explicit = path is not None or bool(os.environ.get("DDTCTL_INVENTORY"))
     if explicit:
         p = Path(path or os.environ.get("DDTCTL_INVENTORY") or DEFAULT_INVENTORY).expanduser()
@@ -93,6 +91,18 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
         if found is None:
             return Inventory(path=None, hosts={}, searched=[str(x) for x in searched])
         p = found
+    data = read_inventory_data(p)
+    hosts = {}
+    for name, entry in host_entries(data, str(p)):
+        hosts[name] = inventory_host(name, entry, data, where=str(p), ssh_config=ssh_config)
+    return Inventory(path=p, hosts=hosts)
+
+
+def read_inventory_data(p: Path) -> dict:
+    """hosts.yaml parsed (bounded, a key given twice refused) with its top-level keys checked: the one reader
+    of load_inventory and `ddtctl validate --inventory`."""
+    import yaml
+
     from ddtctl.safeio import read_regular
 
     raw = read_regular(p, MAX_INVENTORY_BYTES, what="inventory")  # a FIFO or /dev/zero is refused, never read
@@ -109,20 +119,27 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
     if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
         raise UsageError("inventory must be a mapping with a `hosts:` mapping", where=str(p))
     _check_top(data, str(p))
-    defaults = data.get("defaults") or {}
-    ssh_cfg = ssh_config or data.get("ssh_config")
-    if data.get("known_hosts") and "known_hosts" not in defaults:
-        defaults = {**defaults, "known_hosts": data["known_hosts"]}
-    hosts = {}
+    return data
+
+
+def host_entries(data: dict, where: str):
+    """(name, entry) of each host of the parsed inventory, their shape checked."""
     for name, entry in (data.get("hosts") or {}).items():
         if entry is not None and not isinstance(entry, dict):
-            raise UsageError(f"host {name!r} must be a mapping", where=str(p))
+            raise UsageError(f"host {name!r} must be a mapping", where=where)
         if not isinstance(name, str):  # `1:` and `"1":` would be one host
-            raise UsageError(f"host name {name!r} must be a string", where=str(p), fix=f'quote it: "{name}":')
-        hosts[str(name)] = make_host(
-            str(name), entry or {}, defaults=defaults, ssh_config=ssh_cfg, where=str(p)
-        )
-    return Inventory(path=p, hosts=hosts)
+            raise UsageError(f"host name {name!r} must be a string", where=where, fix=f'quote it: "{name}":')
+        yield str(name), entry or {}
+
+
+def inventory_host(name: str, entry: dict, data: dict, *, where: str, ssh_config: str | None = None) -> Host:
+    """One host of the parsed inventory: its entry, the `defaults:` and the ssh config resolved."""
+    defaults = data.get("defaults") or {}
+    if data.get("known_hosts") and "known_hosts" not in defaults:
+        defaults = {**defaults, "known_hosts": data["known_hosts"]}
+    return make_host(
+        name, entry, defaults=defaults, ssh_config=ssh_config or data.get("ssh_config"), where=where
+    )
 
 
 # the top-level properties of ddtctl/schema/hosts.py
