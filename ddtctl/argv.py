@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ddtctl.argv_parser import BAD
 from ddtctl.errors import UsageError
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
@@ -131,16 +132,6 @@ def mask_text(text: str, secrets: Iterable[str]) -> str:
 # ------------------------------------------------------------------------------------------ the argv reader
 # One reader for every SGLang argv ddtctl reads back (validate/dry-run --argv, deploy, render's re-check,
 # tune): `parse_server_argv`, on SGLang's parser rebuilt from the catalog (ddtctl/argv_parser.py).
-
-
-class _Bad:
-    """A value argparse's type or choices refused (kept so the parse can go on)."""
-
-    def __repr__(self) -> str:
-        return "<refused>"
-
-
-BAD = _Bad()
 
 
 MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")  # set per node: deploy, render --as

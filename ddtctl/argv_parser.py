@@ -21,8 +21,17 @@ import re
 from decimal import Decimal
 from typing import Any, Callable
 
-from ddtctl.argv import BAD
 from ddtctl.schema.catalog import Catalog, FlagSpec
+
+
+class _Bad:
+    """A value argparse's type or choices refused (kept so the parse can go on)."""
+
+    def __repr__(self) -> str:
+        return "<refused>"
+
+
+BAD = _Bad()
 
 
 # -------------------------------------------------------------------------- type converters of the catalog

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.fix_safety import SAFE, UNSAFE, edit_safety  # noqa: F401  (part of this module's API)
 from ddtctl.rules.engine import Finding
 from ddtctl.yamledit import EditRefused, RoundTrip, add_key, delete_key, find_key, scalar, set_value
 
@@ -31,30 +32,6 @@ class FixResult:
     changed: bool = False
     edits: dict[str, Any] = field(default_factory=dict)  # dashed flag -> value (None = removed)
     refused: str | None = None  # why the edit cannot be made safely (nothing changed then)
-
-
-SAFE, UNSAFE = "safe", "unsafe"
-
-
-def edit_safety(edits: dict[str, Any], catalog: Any = None, *, unsafe: bool | None = None) -> str | None:
-    """SAFE, UNSAFE, or None (no edit): how `validate --fix` treats these edits (dashed flag -> value).
-    `catalog` (a ddtctl.schema.catalog.Catalog) tells choice flags from free-form ones; without it a string
-    value counts as a choice. `unsafe` is the rule's own verdict, when it gave one."""
-    if not edits:
-        return None
-    if unsafe is not None:
-        return UNSAFE if unsafe else SAFE
-    for key, value in edits.items():
-        if value is None or isinstance(value, (list, dict)):
-            return UNSAFE  # drops a flag the user set / replaces a structure
-        if isinstance(value, bool):
-            continue  # a switch
-        if isinstance(value, (int, float)):
-            return UNSAFE  # a size, a ratio, a count: a guess the user must own
-        spec = catalog.get(key) if catalog is not None else None
-        if catalog is not None and (spec is None or not spec.choices or value not in spec.choices):
-            return UNSAFE  # a free-form string (a path, a name)
-    return SAFE
 
 
 def apply_fixes(text: str, findings: list[Finding], lines_map: dict[str, int] | None = None) -> FixResult:

@@ -9,7 +9,7 @@ from ddtctl.errors import UsageError
 
 if TYPE_CHECKING:
     from ddtctl.profile import ProfileDocument
-    from ddtctl.tune import PointResult
+    from ddtctl.tune_results import PointResult
 
 
 @dataclass
@@ -55,7 +55,7 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
 def _server_edits(point: PointResult, server: dict[str, Any]) -> dict[str, Any]:
     """The point's `server:` flags that differ from the profile's (None: remove a flag the profile sets)."""
     from ddtctl.profile import canonical_flag_key
-    from ddtctl.tune import env_name
+    from ddtctl.tune_space import env_name
 
     flags = {k: v for k, v in point.flags.items() if env_name(k) is None}
     edits = {
@@ -68,7 +68,7 @@ def _server_edits(point: PointResult, server: dict[str, Any]) -> dict[str, Any]:
 
 def _refuse_env_edits(point: PointResult, env: dict[str, Any], source: str) -> None:
     """The editor writes `server:` flags only: a winner that needs another `env:` is written by hand."""
-    from ddtctl.tune import env_value, point_env
+    from ddtctl.tune_space import env_value, point_env
 
     wanted = point_env(point.flags)
     differ = {

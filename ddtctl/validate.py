@@ -165,7 +165,7 @@ def check_flags(
 
 def _mark_fixable(findings: list[Finding], catalog) -> None:
     """`fixable` of each finding whose edits `validate --fix` applies (errors): safe or unsafe (fix.py)."""
-    from ddtctl.fix import edit_safety
+    from ddtctl.fix_safety import edit_safety
 
     for f in findings:
         if f.severity == ERROR and f.edits:

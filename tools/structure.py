@@ -2,7 +2,8 @@
 """Issue #33's structure figures over ddtctl/ (the payload and the generated completion snapshot aside):
 
 - import circles: groups of modules that import each other, at module head or inside functions (strongly
-  connected components of the import graph with more than one module);
+  connected components of the import graph with more than one module; `if TYPE_CHECKING:` imports left out, as
+  they never run);
 - internal imports inside function bodies, as a share of all ddtctl imports;
 - functions of McCabe complexity above 10 (radon's grade C or worse, counted by ruff's C901), as a share of all
   functions.
@@ -46,12 +47,17 @@ def _imports(path: Path, module: str, mods: dict[str, Path]) -> list[tuple[str, 
     """(imported ddtctl module, inside a function?) for each import statement's targets."""
     tree = ast.parse(path.read_text())
     inside: set[int] = set()
+    typing_only: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inside |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
     is_pkg = path.name == "__init__.py"
     out = []
     for node in ast.walk(tree):
+        if id(node) in typing_only:  # annotations only: no import at run time, no circle
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]

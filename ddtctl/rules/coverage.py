@@ -33,30 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TypeVar
 
+from ddtctl.rules.wheel import default_root  # noqa: F401  (part of this module's API)
 from ddtctl.safeio import load_yaml, read_text
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
-
-
-def default_root(version: str = "0.5.23") -> Path:
-    """The pinned wheel's sglang package: the managed env's (`ddtctl env create`), else the unpacked wheel at
-    /tmp/sgl/sglang."""
-    import glob
-
-    from ddtctl.paths import cache_root
-
-    base = cache_root() / f"sglang-{version}"
-    for candidate in sorted(glob.glob(str(base / "lib" / "python*" / "site-packages" / "sglang"))):
-        return Path(candidate)
-    from ddtctl.errors import EnvironmentMissing
-
-    fallback = Path("/tmp/sgl/sglang")
-    if fallback.is_dir():
-        return fallback
-    raise EnvironmentMissing(
-        f"no SGLang {version} sources found under {base}",
-        fix="run `ddtctl env create` (or `make sglang-env`)",
-    )
 
 
 FILES = (

@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddtctl.rules.coverage import default_root
+from ddtctl.rules.wheel import default_root
 from ddtctl.safeio import load_yaml, read_text
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
