@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TypeVar
 
-from ddtctl.rules.wheel import default_root  # noqa: F401  (part of this module's API)
+from ddtctl.rules.inventory import default_root, inventory_table  # noqa: F401  (default_root: this module's API)
 from ddtctl.safeio import load_yaml, read_text
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
@@ -183,29 +183,14 @@ def classify(all_sites: list[SiteT], mapping: list[dict]) -> list[tuple[SiteT, d
 
 
 def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, limit: int = 60) -> str:
-    from collections import Counter
-
-    rules = sum(1 for _, m in rows if m and m.get("rule"))
-    exempt = Counter(m["category"] for _, m in rows if m and not m.get("rule"))
-    uncovered = [s for s, m in rows if m is None]
-    lines = [
+    lines = inventory_table(
         "raise-site coverage: SGLang 0.5.23 prepare_server_args + resolve_once + check_server_args",
-        "",
-        "| sites | mapped to a rule | exempted | uncovered |",
-        "|---:|---:|---:|---:|",
-        f"| {len(rows)} | {rules} | {sum(exempt.values())} | {len(uncovered)} |",
-        "",
-        "exemptions by category:",
-    ]
-    lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
-    by_rule = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
-    lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(by_rule.items()))]
-    if show_uncovered and uncovered:
-        lines += ["", f"uncovered ({len(uncovered)}):"]
-        lines += [f"  {s.file}:{s.line} {s.function} {s.kind}: {s.message}" for s in uncovered[:limit]]
-        if len(uncovered) > limit:
-            lines.append(f"  ... {len(uncovered) - limit} more")
-    lines += ["", f"uncovered: {len(uncovered)}"]
+        rows,
+        describe=lambda s: f"{s.file}:{s.line} {s.function} {s.kind}: {s.message}",
+        total_line="uncovered",
+        show_missing=show_uncovered,
+        limit=limit,
+    )
     try:
         orows = classify_overrides(override_sites(), load_override_mapping())
     except Exception as err:  # the raise-site table stands on its own
@@ -302,29 +287,19 @@ classify_overrides = classify  # the same first-match rule over override sites
 
 
 def override_table(rows: list[tuple[OverrideSite, dict | None]], *, limit: int = 60) -> str:
-    from collections import Counter
-
-    modelled = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
-    exempt = Counter(m["category"].split(":")[0] for _, m in rows if m and not m.get("rule"))
-    unmapped = [s for s, m in rows if m is None]
-    lines = [
-        "override inventory: SGLang 0.5.23 declare_resolution / register_post_process / model-override sites",
-        "",
-        "| sites | reported by an info rule | exempted | unmapped |",
-        "|---:|---:|---:|---:|",
-        f"| {len(rows)} | {sum(modelled.values())} | {sum(exempt.values())} | {len(unmapped)} |",
-        "",
-        "exemptions by category:",
-    ]
-    lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
-    lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(modelled.items()))]
-    if unmapped:
-        lines += ["", f"unmapped ({len(unmapped)}):"]
-        lines += [
-            f"  {s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}" for s in unmapped[:limit]
-        ]
-    lines += ["", f"unmapped overrides: {len(unmapped)}"]
-    return "\n".join(lines)
+    return "\n".join(
+        inventory_table(
+            "override inventory: SGLang 0.5.23 declare_resolution / register_post_process / model-override "
+            "sites",
+            rows,
+            describe=lambda s: f"{s.file}:{s.line} {s.function} {s.kind}: {', '.join(s.fields)}",
+            total_line="unmapped overrides",
+            mapped="reported by an info rule",
+            missing="unmapped",
+            category=lambda m: m["category"].split(":")[0],
+            limit=limit,
+        )
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddtctl.rules.wheel import default_root
+from ddtctl.rules.inventory import default_root, inventory_table
 from ddtctl.safeio import load_yaml, read_text
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
@@ -309,30 +309,18 @@ def classified(root: Path | None = None) -> list[tuple[LaunchSite, dict | None]]
 
 
 def table(rows: list[tuple[LaunchSite, dict | None]], *, limit: int = 60) -> str:
-    from collections import Counter
-
-    by_rule = Counter(m["rule"] for _, m in rows if m and m.get("rule"))
-    exempt = Counter(m["category"].split(":")[0] for _, m in rows if m and not m.get("rule"))
-    unmapped = [s for s, m in rows if m is None]
-    lines = [
-        "launch-time sites: SGLang 0.5.23 model runner, attention backends, memory pools and draft workers "
-        "(after the resolver)",
-        "",
-        "| sites | mapped to a rule | exempted | unmapped |",
-        "|---:|---:|---:|---:|",
-        f"| {len(rows)} | {sum(by_rule.values())} | {sum(exempt.values())} | {len(unmapped)} |",
-        "",
-        "exemptions by category:",
-    ]
-    lines += [f"  {n:4d}  {cat}" for cat, n in exempt.most_common()]
-    lines += ["", "sites per rule: " + ", ".join(f"{r} {n}" for r, n in sorted(by_rule.items()))]
-    if unmapped:
-        lines += ["", f"unmapped ({len(unmapped)}):"]
-        lines += [f"  {s.file}:{s.line} {s.function} {s.kind}: {s.message}" for s in unmapped[:limit]]
-        if len(unmapped) > limit:
-            lines.append(f"  ... {len(unmapped) - limit} more")
-    lines += ["", f"unmapped launch-time sites: {len(unmapped)}"]
-    return "\n".join(lines)
+    return "\n".join(
+        inventory_table(
+            "launch-time sites: SGLang 0.5.23 model runner, attention backends, memory pools and draft "
+            "workers (after the resolver)",
+            rows,
+            describe=lambda s: f"{s.file}:{s.line} {s.function} {s.kind}: {s.message}",
+            total_line="unmapped launch-time sites",
+            missing="unmapped",
+            category=lambda m: m["category"].split(":")[0],
+            limit=limit,
+        )
+    )
 
 
 def main(argv: list[str]) -> int:
