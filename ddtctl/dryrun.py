@@ -27,7 +27,6 @@ MODEL_PATH_FLAGS = ("--model-path", "--model")
 DRAFT_PATH_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 
 # A generation given as "sm90" has no product; declare a representative one (its memory sizes some defaults).
-_REPRESENTATIVE = {90: "H200", 100: "B200", 103: "B300", 120: "RTX_PRO_6000_BLACKWELL"}
 
 
 @dataclass
@@ -98,13 +97,13 @@ def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
     """A GPU name / GpuSpec -> (platform facts for the worker, display name)."""
     if gpu is None:
         return None, None
-    from ddtctl.schema.gpus import resolve_gpu
+    from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
 
     spec = gpu if hasattr(gpu, "sm") else resolve_gpu(str(gpu))
     memory = getattr(spec, "memory_gb", 0) or 0
     name = spec.name
-    if not memory and spec.sm in _REPRESENTATIVE:
-        rep = resolve_gpu(_REPRESENTATIVE[spec.sm])
+    if not memory and spec.sm in REPRESENTATIVE_BY_SM:
+        rep = resolve_gpu(REPRESENTATIVE_BY_SM[spec.sm])
         memory = rep.memory_gb
         name = f"{spec.name} (as {rep.name})"
     cap = tuple(getattr(spec, "capability", (spec.sm // 10, spec.sm % 10)))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddtctl.argv import Occurrence, ParsedArgv, parse_server_argv
-from ddtctl.rules.engine import ERROR, WARNING, Finding
+from ddtctl.findings import ERROR, WARNING, Finding
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
 SWITCH_TRUE_ACTIONS = (

@@ -11,11 +11,9 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ddtctl.findings import ERROR, INFO, SEVERITY_ORDER, WARNING, Finding  # noqa: F401  (re-exported)
 from ddtctl.model_facts import ModelFacts
 from ddtctl.schema.gpus import GpuSpec
-
-ERROR, WARNING, INFO = "error", "warning", "info"
-SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
 # Algorithm names as SGLang 0.5.23 knows them (spec_info.py), plus DDTREE from the payload. NEXTN is EAGLE.
 KNOWN_ALGORITHMS = (
@@ -32,35 +30,6 @@ KNOWN_ALGORITHMS = (
 )
 DFLASH_FAMILY = ("DFLASH", "DDTREE")
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
-
-
-@dataclass
-class Finding:
-    rule: str
-    severity: str
-    message: str
-    line: int | None = None
-    fix: str | None = None
-    key: str | None = None  # the profile key / option the finding is about
-    edits: dict[str, Any] = field(
-        default_factory=dict
-    )  # profile key (dashed flag) -> new value (None = remove)
-    unsafe: bool | None = (
-        None  # the rule's own verdict on its edits (None: decided from the edits, ddtctl.fix)
-    )
-    fixable: str | None = (
-        None  # "safe" | "unsafe" | None: what `validate --fix` can do (set by ddtctl.validate)
-    )
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "message": self.message,
-            "line": self.line,
-            "fix": self.fix,
-            "fixable": self.fixable,
-        }
 
 
 @dataclass

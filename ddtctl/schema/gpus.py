@@ -50,6 +50,11 @@ _FAMILY_BY_SM = {
 }
 
 
+# One GPU that stands for its compute capability where a launch names only the generation (dry-run's memory
+# figures, the memory hook's rules).
+REPRESENTATIVE_BY_SM = {90: "H200", 100: "B200", 103: "B300", 120: "RTX_PRO_6000_BLACKWELL"}
+
+
 def _normalise(name: str) -> str:
     return re.sub(r"[\s\-]+", "_", name.strip()).upper()
 

@@ -14,10 +14,9 @@ def default_chunked_prefill(ctx: Context) -> int | None:
         return None
     memory = ctx.gpu.memory_gb
     if not memory:
-        from ddtctl.dryrun import _REPRESENTATIVE
-        from ddtctl.schema.gpus import resolve_gpu
+        from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
 
-        name = _REPRESENTATIVE.get(ctx.gpu.sm)
+        name = REPRESENTATIVE_BY_SM.get(ctx.gpu.sm)
         memory = resolve_gpu(name).memory_gb if name else 0
     if not memory:
         return None

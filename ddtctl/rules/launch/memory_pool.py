@@ -6,6 +6,7 @@ accepts every launch these rules reject."""
 
 from __future__ import annotations
 
+from ddtctl.argv_parser import human_readable_int
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, WARNING, Context, Hit, rule
 from ddtctl.rules.launch.common import SRT, env_flag, tp_size
 
@@ -276,6 +277,11 @@ def replayssm_kda(ctx: Context):
     )
 
 
+def _tokens(value) -> int:
+    """A token count as SGLang's human_readable_int reads it (4096, 4k, 4Ki)."""
+    return value if isinstance(value, int) else human_readable_int(str(value))
+
+
 @rule(
     "DDT735",
     "the context length and token budget leave room for one request",
@@ -290,7 +296,7 @@ def request_room(ctx: Context):
     budget // 2, capped by --max-total-tokens) and a longest request of min(context length, token budget)
     - 1 > 0 tokens. --context-length 1 or --max-total-tokens below 2 pass the resolver and fail those
     asserts."""
-    if ctx.is_set("context_length") and int(ctx.get("context_length")) <= 1:
+    if ctx.is_set("context_length") and _tokens(ctx.get("context_length")) <= 1:
         return Hit(
             f"--context-length {ctx.get('context_length')} leaves no room for a request: the worker asserts "
             "'Memory pool size is too small'",
@@ -298,7 +304,7 @@ def request_room(ctx: Context):
             fix="remove context-length (or set it above 1)",
             edits={"context_length": None},
         )
-    if ctx.is_set("max_total_tokens") and int(ctx.get("max_total_tokens")) < 2:
+    if ctx.is_set("max_total_tokens") and _tokens(ctx.get("max_total_tokens")) < 2:
         return Hit(
             f"--max-total-tokens {ctx.get('max_total_tokens')} leaves max-running-requests at 0 (the token "
             "budget // 2): the worker asserts 'max_running_request is zero'",
