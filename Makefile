@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ddtctl-installed
 # CPU torch first (a local file here), so the `kernels` extra never pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup run test lint typecheck format system-deps clean sglang-env fidelity fidelity-fuzz fuzz kernels-compile
+.PHONY: setup run test lint typecheck format system-deps clean sglang-env fidelity fidelity-fuzz fuzz kernels-compile rehearse-tune
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,12 @@ fuzz: setup
 # tf32x3 precision, each block-2 height, block_v 32), with the real Triton compiler: ~10 minutes here.
 kernels-compile: setup
 	DDTCTL_FULL_COMPILE=1 $(BIN)/python -m pytest -q tests/kernels/test_kernels_sm90_compile.py
+
+# The CPU rehearsal of the device call's tune phase (bench/deploy_gpu.py --tune: deploy, then `ddtctl tune` with
+# SGLang's own benchmark against the stand-in server): ~3 minutes, run before such a device call. `make test`
+# proves `ddtctl tune` itself (tests/remote/test_tune.py).
+rehearse-tune: setup system-deps sglang-env
+	DDTCTL_TUNE_REHEARSAL=1 $(BIN)/python -m pytest -q tests/bench/test_deploy_rehearsal.py -k tune_call
 
 clean:
 	rm -rf $(VENV) .pytest_cache

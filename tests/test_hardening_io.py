@@ -334,8 +334,10 @@ def test_a_recursive_glob_does_not_follow_symlink_loops(tmp_path):
     (tmp_path / "d" / ".hidden").mkdir()
     (tmp_path / "d" / ".hidden" / "h.yaml").write_text("x: 1\n")
     assert glob_paths(f"{tmp_path}/d/**/*.yaml") == [f"{tmp_path}/d/p.yaml"]
-    run = ddtctl("validate", f"{tmp_path}/d/**/*.yaml", timeout=60)
-    assert run.returncode == 0 and run.stdout.count("p.yaml") == 1, run.stdout + run.stderr
+    run = ddtctl("validate", f"{tmp_path}/d/**/*.yaml", "--format", "json", timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    profiles = json.loads(run.stdout)["results"]["profiles"]
+    assert [Path(p["source"]).name for p in profiles] == ["p.yaml"], profiles  # once, not once per link to it
 
 
 # -- tune's files ----------------------------------------------------------------------------------------------

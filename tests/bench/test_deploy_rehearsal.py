@@ -161,6 +161,9 @@ def test_cpu_rehearsal_of_the_flagship_at_tp_8_with_phases_skipped(tmp_path):
 
 @pytest.mark.ssh
 @pytest.mark.sglang
+@pytest.mark.skipif(os.environ.get("DDTCTL_TUNE_REHEARSAL") != "1",
+                    reason="~3 minutes: `make rehearse-tune` (before a device call of bench/deploy_gpu.py --tune); "
+                    "tests/remote/test_tune.py proves ddtctl tune itself in make test")
 def test_cpu_rehearsal_of_the_tune_call(tmp_path):
     """Issue #15's device call on the CPU, the same command line less the GPU: deploy, then `ddtctl tune` on that host
     with SGLang's own benchmark (the managed env's, for real: offline random-ids or the prompt file, the tiny model's

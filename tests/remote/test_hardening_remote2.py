@@ -302,7 +302,9 @@ def test_what_the_remote_command_started_is_ended_when_ddtctl_stops_waiting(lab,
 
 @pytest.mark.ssh
 def test_ctrl_c_ends_what_ddtctl_started_on_the_host(lab):
-    inv, pidfile = _hostile_inventory(lab, "hang")
+    # the command timeout far above the test's own waits: under load the 3 s one could end the hang before the
+    # Ctrl-C came (exit 3, not 130); this test is about Ctrl-C
+    inv, pidfile = _hostile_inventory(lab, "hang", timeout_s=120)
     proc = subprocess.Popen([sys.executable, "-m", "ddtctl", "facts", "lo", "-i", str(inv)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids: list[int] = []
