@@ -250,20 +250,25 @@ def _left(pids: list[int]) -> list[int]:
 
 def _pids(path: Path) -> list[int]:
     for _ in range(300):
-        if path.exists():
-            return [int(x) for x in path.read_text().split()]
+        found = path.read_text().split() if path.exists() else []
+        if found:  # written, not only created
+            return [int(x) for x in found]
         time.sleep(0.1)
     raise AssertionError(f"the stand-in never wrote {path}")
 
 
-def _hostile_inventory(lab, mode: str, timeout_s: float = 3) -> tuple[Path, Path]:
-    pidfile = lab.root / f"pids-{mode}"
-    wrapper = lab.root / f"python-{mode}"
+def _hostile_inventory(lab, mode: str, timeout_s: float = 3, tag: str = "") -> tuple[Path, Path]:
+    """An inventory whose host python is the hostile stand-in in `mode`; `tag` keeps one test's files (its pid
+    file above all: a stale one sends the Ctrl-C before ddtctl has started) apart from another's."""
+    name = f"{mode}{tag}"
+    pidfile = lab.root / f"pids-{name}"
+    pidfile.unlink(missing_ok=True)
+    wrapper = lab.root / f"python-{name}"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {HOSTILE} {mode} {pidfile} \"$@\"\n")
     wrapper.chmod(0o755)
     doc = yaml.safe_load(lab.inventory.read_text())
     doc["defaults"].update(python=str(wrapper), command_timeout_s=timeout_s)
-    inv = lab.root / f"hosts-{mode}.yaml"
+    inv = lab.root / f"hosts-{name}.yaml"
     inv.write_text(yaml.safe_dump(doc))
     return inv, pidfile
 
@@ -304,7 +309,7 @@ def test_what_the_remote_command_started_is_ended_when_ddtctl_stops_waiting(lab,
 def test_ctrl_c_ends_what_ddtctl_started_on_the_host(lab):
     # the command timeout far above the test's own waits: under load the 3 s one could end the hang before the
     # Ctrl-C came (exit 3, not 130); this test is about Ctrl-C
-    inv, pidfile = _hostile_inventory(lab, "hang", timeout_s=120)
+    inv, pidfile = _hostile_inventory(lab, "hang", timeout_s=120, tag="-ctrl-c")
     proc = subprocess.Popen([sys.executable, "-m", "ddtctl", "facts", "lo", "-i", str(inv)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids: list[int] = []
