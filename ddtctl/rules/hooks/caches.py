@@ -9,19 +9,8 @@ from typing import Any, Iterator
 
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, is_mla
+from ddtctl.rules.hooks.hicache import hicache_active
 from ddtctl.rules.hooks.resolution import backends, resolve
-
-
-def _hicache_active(ctx: Context) -> bool:
-    """hicache_hook.py:62-71."""
-    return bool(
-        ctx.get("enable_hierarchical_cache")
-        or ctx.get("disaggregation_decode_enable_offload_kvcache")
-        or (
-            ctx.get("disaggregation_mode") == "decode"
-            and ctx.get("disaggregation_decode_retraction_backup") in (None, "host_pool")
-        )
-    )
 
 
 def _dcp(ctx: Context) -> Iterator[Hit]:
@@ -52,7 +41,7 @@ def _dcp(ctx: Context) -> Iterator[Hit]:
     "DDT969",
     "HiCache with decode context parallelism and decode host receive",
     reads=("enable_hierarchical_cache", "dcp_size", "hicache_storage_backend", "hicache_host_memory_mode"),
-    applies=lambda ctx: _hicache_active(ctx),
+    applies=hicache_active,
     reference=f"{AG}hicache_hook.py:60-95 handle_hicache, 131-162 resolve_hicache_dcp_compatibility, 197-222 "
     "resolve_storage_layout_compatibility",
 )

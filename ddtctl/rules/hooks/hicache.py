@@ -10,7 +10,7 @@ from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
 
 
-def _hicache_active(ctx: Context) -> bool:
+def hicache_active(ctx: Context) -> bool:
     """hicache_hook.py:62-71: the host-pool checks run with the hierarchical cache, decode KV offload, or a
     decode server whose retraction backup is the host pool (the default)."""
     return bool(
@@ -78,7 +78,7 @@ def hicache_options(ctx: Context) -> Iterator[Hit]:
     (where the host pool is in use) needs a storage backend and is not for decode servers. (The range of
     `--hicache-host-memory-fraction` is the schema's, DDT002.)"""
     yield from _linker(ctx)
-    if ctx.get("enable_unified_cache_external_linker") or not _hicache_active(ctx):
+    if ctx.get("enable_unified_cache_external_linker") or not hicache_active(ctx):
         return
     if ctx.get("hicache_host_memory_mode") != "buffer_only":
         return
