@@ -45,8 +45,10 @@ if [ -d "$logs" ]; then  # $OUT brings back 8 files: the logs travel as one arch
   echo "=== server log lines (hook, DDTREE metrics, errors)"
   for f in "$logs"/*.log; do
     echo "--- $(basename "$f")"
-    grep -E "draft hook|DDTREE (budget schedule|hybrid tree verify|compact GDN|draft top)" "$f" | cut -c1-200 | head -6
-    grep -E "DDTREE metrics" "$f" | cut -c1-240 | tail -2
+    grep -E "draft hook|DDTREE (budget schedule|hybrid tree verify|compact GDN|draft top|verify graphs at)" "$f" \
+      | cut -c1-200 | head -8
+    grep -E "available_gpu_mem" "$f" | sed -E 's/.*(available_gpu_mem=[0-9.]+ ?GB).*/\1/' | tail -2 | tr '\n' ' '; echo
+    grep -E "DDTREE metrics" "$f" | cut -c1-330 | tail -2
     grep -E "Error|Traceback|out of memory" "$f" | cut -c1-200 | tail -4
   done
   tar czf "$OUT/server_logs.tar.gz" -C "$OUT/throughput" server_logs && rm -rf "$logs"

@@ -221,14 +221,14 @@ class DDTreeWorker(DFlashWorkerV2):
         """DFLASH's draft graphs, then (with a budget schedule) one target verify graph runner per narrower width,
         each capturing the batch sizes that width serves (graphs.capture_width_runners); the target's own runner,
         captured at the widest width, serves the rest."""
+        asked: dict = {}
+        if self._startup_capture is not None:  # the target's graphs were captured (tp_worker first) under it
+            ctx, asked = self._startup_capture
+            self._startup_capture = None
+            ctx.__exit__(None, None, None)  # before anything else may raise: SGLang's batch sizes come back whole
         super().init_cuda_graphs()
         if not self.schedule.scheduled:
             return
-        asked: dict = {}
-        if self._startup_capture is not None:  # the target's graphs were captured (tp_worker first) under it
-            asked = self._startup_capture[1]
-            self._startup_capture[0].__exit__(None, None, None)
-            self._startup_capture = None
         self._width_runners = graphs.capture_width_runners(
             self.target_worker.model_runner, self.schedule, block=int(self.block_size), capture_bs=asked.get("bs"))
 
