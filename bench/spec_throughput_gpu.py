@@ -271,14 +271,15 @@ def gdn_kernel_of(b: Bench) -> str | None:
     return found.group(1) if found else None
 
 
-def profile(b: Bench, req: list[int], steps: int) -> None:
-    """A few decode steps under SGLang's own torch profiler (/start_profile), summarised by self CUDA time; the
-    profiler starts while a long request decodes, so no prefill lands in the window."""
+def profile(b: Bench, reqs: list[list[int]], steps: int) -> None:
+    """A few decode steps of `reqs` decoding together (the live batch) under SGLang's own torch profiler
+    (/start_profile), summarised by self CUDA time; the profiler starts while they decode, so no prefill lands in
+    the window."""
     base = f"http://127.0.0.1:{b.port}"
     trace_dir = WORK / "profiles" / b.name
     try:
         # decode steps only: the request is past its prefill when the profiler starts
-        load = threading.Thread(target=generate, args=(b, [req], 600), daemon=True)
+        load = threading.Thread(target=generate, args=(b, reqs, 600), daemon=True)
         load.start()
         time.sleep(1.5)
         e2e.http("POST", base + "/start_profile", {"output_dir": str(trace_dir), "num_steps": steps,
@@ -391,13 +392,16 @@ def kinds_table(benches: list[Bench]) -> str:
 
 
 def profiled(b: Bench, args) -> bool:
-    """DFLASH and the first budget's DDTREE servers (every variant of it) of the first drafter"""
+    """DFLASH and the first budget's DDTREE servers (every variant of it) of the first drafter; with
+    --profile-sched, the schedule's server too"""
     drafter, budget = args.drafter.split(",")[0], next((x for x in args.budgets.split(",") if x), None)
     if b.drafter != drafter:
         return False
     if b.algo == "DFLASH":
         return not b.variant
-    return b.algo == "DDTREE" and b.variant != "sched" and budget is not None and b.budget == int(budget)
+    if b.variant == "sched":
+        return b.algo == "DDTREE" and bool(getattr(args, "profile_sched", False))
+    return b.algo == "DDTREE" and budget is not None and b.budget == int(budget)
 
 
 def ratios(benches: list[Bench]) -> list[dict]:
@@ -543,6 +547,8 @@ def main() -> int:
                     help="the calibrated drafter's implementation: device (gathers, no host sync) or host (the "
                     "Python oracle of the 2026-11-30 rows, ~3-6 ms a step)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-batch", type=int, default=1, help="requests decoding together while profiled")
+    ap.add_argument("--profile-sched", action="store_true", help="profile the --budget-schedule server too")
     ap.add_argument("--port-base", type=int, default=30000)
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--gpus", default="", help="comma-separated GPU ids: one server at a time per GPU, run in "
@@ -644,7 +650,7 @@ def main() -> int:
                     measure(b, reqs, args.batches, args.new_tokens)
                     b.gdn_tree_kernel = gdn_kernel_of(b)
                     if args.profile and profiled(b, args):
-                        profile(b, reqs[0], 5)
+                        profile(b, reqs[: args.profile_batch], 5)
                     b.status = "done"
                 except Exception as exc:  # noqa: BLE001
                     b.status, b.error = "error", f"{type(exc).__name__}: {exc}"
