@@ -138,6 +138,30 @@ def test_sglang_tree_verify_accepts_what_the_reference_follows(sglang_verify, bs
                 assert int(predicts[b * n + node]) == int(pred[b, node])
 
 
+def test_device_walk_follows_the_reference_walk_at_every_batch_size():
+    """TreePreparer.follow (the builder's own walk kernel, DDTREE_ACCEPT=device) accepts what follow_greedy accepts,
+    batch size after batch size on one preparer (the sizes a server meets as requests finish); it declines inputs
+    that are not its plan's last tree, and a host-built (reference) preparer declines."""
+    budget, depth, vocab = 7, 5, 64  # (the Triton interpreter runs the builder slowly: one small shape)
+    prep = tp.TreePreparer(depth=depth, vocab=vocab, budget=budget, topk_cap=None, mode="triton", device="cpu")
+    for bs in (3, 1):
+        logits = _logits(bs + budget, bs, depth, vocab)
+        vi = prep.prepare(logits, torch.arange(bs) + 5, torch.arange(bs) * 3)
+        pred = _predictions_along_random_paths(vi, seed=bs, vocab=vocab)
+        want = tp.follow_greedy(vi.input_ids, vi.parents, pred, depth)
+        got = prep.follow(vi, pred)
+        assert got is not None
+        assert got.accepted.dtype == got.accept_len.dtype == got.bonus.dtype == torch.int64
+        assert got.accepted.equal(want.accepted) and got.accept_len.equal(want.accept_len), bs
+        assert got.bonus.equal(want.bonus), bs
+        assert tp.flat_accept_index(got.accepted, vi.width).equal(tp.flat_accept_index(want.accepted, vi.width))
+        assert int(want.accept_len.max()) >= 1 or bs == 1  # the predictions walk somewhere
+    other = tp.TreePreparer(depth=depth, vocab=vocab, budget=budget, topk_cap=None, mode="reference", device="cpu")
+    vi_ref = other.prepare(_logits(1, 2, depth, vocab), torch.tensor([5, 6]), torch.tensor([0, 3]))
+    assert other.follow(vi_ref, torch.zeros_like(vi_ref.input_ids)) is None
+    assert prep.follow(vi_ref, torch.zeros_like(vi_ref.input_ids)) is None  # not the plan's tree
+
+
 def test_commit_compacts_the_accepted_path_into_chain_order():
     # root 0; 1,2 children of 0; 3 child of 2; 4 child of 3; 5 child of 1
     parents = torch.tensor([[-1, 0, 0, 2, 3, 1]])

@@ -312,6 +312,22 @@ class TreePreparer:
             self._plans[bs] = plan
         return plan
 
+    def follow(self, vi: VerifyInputs, predict: torch.Tensor) -> Accepted | None:
+        """The greedy walk of `vi` (this preparer's last tree for its batch size) on the device, with the plan's own
+        kernel: one program per request, the batch size only the launch grid. SGLang's verify_tree_greedy_triton
+        takes the batch size as a compile-time constant, so every batch size a server meets (requests finish one
+        by one) compiled the kernel again, mid-serving. None when this preparer builds on the host (reference
+        mode) or holds no plan for these inputs."""
+        if self.mode != "triton":
+            return None
+        plan = self._plans.get(int(predict.shape[0]))
+        if plan is None or plan.input_ids.data_ptr() != vi.input_ids.data_ptr():
+            return None
+        accepted, accept_len, bonus = plan.follow(predict.contiguous())
+        # the plan's buffers are rewritten by the next step's walk: the step's commit and the next draft input
+        # keep their own copies
+        return Accepted(accepted.to(torch.int64), accept_len.to(torch.int64), bonus.clone())
+
     def prepare_from_topk(self, lp: torch.Tensor, ids: torch.Tensor, root_tokens: torch.Tensor,
                           prefix_lens: torch.Tensor) -> VerifyInputs:
         """Build + compile from the draft top-K (lp [bs, L, K] fp32 sorted descending per depth, global ids): what a

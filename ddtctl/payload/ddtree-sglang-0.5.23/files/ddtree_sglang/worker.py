@@ -160,9 +160,14 @@ class DDTreeWorker(DFlashWorkerV2):
         DDTreeDraftInput.reserve_tokens = self.verify_width
         prep_mode = os.environ.get("DDTREE_PREP", "triton" if torch.cuda.is_available() else "reference")
         self.tp_size = int(get_parallel().tp_group.world_size)
-        self.accept_mode = os.environ.get("DDTREE_ACCEPT", "sglang")
-        if self.accept_mode not in ("sglang", "torch"):
-            raise DdtreeWorkerRefused(f"DDTREE_ACCEPT must be sglang or torch, got {self.accept_mode!r}")
+        # the greedy walk: the tree builder's device kernel where the tree is built on the device (its batch size is
+        # a launch dimension); SGLang's Triton walk compiles once per batch size met while serving
+        self.accept_mode = os.environ.get("DDTREE_ACCEPT", "device" if prep_mode == "triton" else "sglang")
+        if self.accept_mode not in ("device", "sglang", "torch"):
+            raise DdtreeWorkerRefused(f"DDTREE_ACCEPT must be device, sglang or torch, got {self.accept_mode!r}")
+        if self.accept_mode == "device" and prep_mode != "triton":
+            raise DdtreeWorkerRefused("DDTREE_ACCEPT=device walks the tree the device builder built: it needs "
+                                      "DDTREE_PREP=triton")
         self.preparer = tree_prep.TreePreparer(
             depth=self.depth, vocab=self.vocab_size, budget=self.budget, topk_cap=self.topk_cap,
             mode=prep_mode, device=self.device,
@@ -364,9 +369,15 @@ class DDTreeWorker(DFlashWorkerV2):
         is_greedy = (sampling_info.top_ks.view(bs) <= 1)[:, None]
         return torch.where(is_greedy, greedy, sampled)
 
-    def _accept(self, vi: tree_prep.VerifyInputs, predict: torch.Tensor) -> tuple[tree_prep.Accepted, torch.Tensor]:
+    def _accept(self, vi: tree_prep.VerifyInputs, predict: torch.Tensor,
+                preparer: tree_prep.TreePreparer | None = None) -> tuple[tree_prep.Accepted, torch.Tensor]:
         """The accepted path (local node indices) and SGLang's flat accept index (b * n + node, -1 padded)."""
         bs, n = vi.input_ids.shape
+        if self.accept_mode == "device":
+            acc = (preparer or self.preparer).follow(vi, predict.to(torch.int64))
+            if acc is None:
+                raise RuntimeError("DDTREE_ACCEPT=device: no device tree plan for this verify")
+            return acc, tree_prep.flat_accept_index(acc.accepted, n)
         if self.accept_mode == "torch":
             acc = tree_prep.follow_greedy(vi.input_ids, vi.parents, predict, self.depth)
             return acc, tree_prep.flat_accept_index(acc.accepted, n)
@@ -574,7 +585,7 @@ class DDTreeWorker(DFlashWorkerV2):
             target_predict.contiguous())
 
         # 4) accept
-        acc, accept_index = self._accept(vi, target_predict)
+        acc, accept_index = self._accept(vi, target_predict, width.preparer)
         cm = tree_prep.commit(vi.input_ids, acc, block)
         commit_lens = cm.commit_lens
         new_seq_lens = prefix_lens + commit_lens.to(prefix_lens.dtype)
