@@ -12,6 +12,7 @@ from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
+from ddtctl.server_argv import render_argv
 
 if TYPE_CHECKING:
     from ddtctl.profile import LoadedProfile
@@ -141,7 +142,7 @@ def load_payload(payload_dir: str) -> Manifest:
 def spec_from_profile(
     path: str, *, host: str | None = None, algo: str | None = None, payload_dir: str | None = None
 ) -> DeploySpec:
-    """Load and render a profile (ddtctl.profile / ddtctl.render) into a DeploySpec."""
+    """Load and render a profile (ddtctl.profile / ddtctl.server_argv) into a DeploySpec."""
     from ddtctl.profile import load_profile
 
     return spec_from_loaded(load_profile(path), host=host, algo=algo, payload_dir=payload_dir)
@@ -155,10 +156,8 @@ def spec_from_loaded(
     payload_dir: str | None = None,
     payload: bool = True,
 ) -> DeploySpec:
-    """A loaded profile rendered (ddtctl.render) into a DeploySpec; `payload=False` leaves the DDTREE payload
-    out (`ddtctl render --host` shows the launch, it ships nothing)."""
-    from ddtctl.render import render_argv
-
+    """A loaded profile rendered (ddtctl.server_argv) into a DeploySpec; `payload=False` leaves the DDTREE
+    payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
     prof = loaded.profile
     if algo:
         prof.server["speculative-algorithm"] = algo.upper()
