@@ -14,7 +14,14 @@ from ddtctl.argv import Occurrence, ParsedArgv, parse_server_argv
 from ddtctl.findings import ERROR, WARNING, Finding
 from ddtctl.flag_typing import YamlTypingError, coerce
 from ddtctl.launch_tokens import UnsafeValue, flag_tokens, single_tokens
-from ddtctl.schema.catalog import Catalog, FlagSpec
+from ddtctl.schema.catalog import (
+    SUGGEST_MAX_KEY,
+    SUGGEST_PER_INPUT,
+    Catalog,
+    FlagSpec,
+    available_versions,
+    load_catalog,
+)
 
 SWITCH_TRUE_ACTIONS = (
     "store_true",
@@ -65,8 +72,6 @@ def out_of_range(spec: FlagSpec, value: Any) -> str | None:
 def _unknown_flag(
     catalog: Catalog, key: str, line: int | None, where: str, out: FlagValues | None = None
 ) -> Finding:
-    from ddtctl.schema.catalog import SUGGEST_MAX_KEY, SUGGEST_PER_INPUT, available_versions, load_catalog
-
     name = key.lstrip("-").replace("_", "-")
     if out is not None:
         out.unknown += 1

@@ -13,13 +13,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ddtctl.argv import MASK, SECRET_ENV, is_secret_flag
 from ddtctl.errors import ProfileError, UsageError
-from ddtctl.profile import Profile
+from ddtctl.launch_tokens import carry_problem, safe_alone
+from ddtctl.profile import Profile, load_profile
 from ddtctl.schema.catalog import Catalog
+from ddtctl.schema.extensions import extended_catalog
 from ddtctl.server_argv import LaunchGroup, RenderMismatch, check_round_trip, launch_groups
-from ddtctl.server_argv import (
-    render_argv as render_argv,
-)  # where its callers (dry-run, tune, bench) import it
+
+# re-exported: its callers (dry-run, tune, diff-flags, bench) import it from here
+from ddtctl.server_argv import render_argv as render_argv
+from ddtctl.sglang_config import config_to_argv, profile_to_config
 
 RENDER_FORMATS = ("argv", "shell", "sglang-config")
 # SGLang 0.5.23's recommended entry point (`python -m sglang.launch_server` warns that it is deprecated)
@@ -92,8 +96,6 @@ def node_launch(loaded: Any, argv: list[str], host: str, inventory: str | None) 
 def masked_tokens(group: LaunchGroup) -> list[str]:
     """A group's tokens with a secret flag's value(s) masked, however they were written (`--api-key X`,
     `--api-key=--X`)."""
-    from ddtctl.argv import MASK, is_secret_flag
-
     tokens = group.tokens
     if group.spec is None or not tokens or not is_secret_flag(group.spec.name):
         return list(tokens)
@@ -114,10 +116,6 @@ def _shell_text(launcher: list[str], groups: list[list[str]], assigns: list[str]
 def _config_values_carried(config: dict[str, Any], catalog: Catalog) -> None:
     """SGLang's --config passes every value as its own argument (ConfigArgumentMerger): refuse a value its
     parser would read as an option there (the argv and shell forms write it `--flag=value`)."""
-    from ddtctl.argv import is_secret_flag
-    from ddtctl.launch_tokens import carry_problem, safe_alone
-    from ddtctl.sglang_config import config_to_argv
-
     for key, value in config.items():
         if value == []:
             raise ProfileError(
@@ -138,8 +136,6 @@ def _sglang_config(prof: Profile, groups: list[LaunchGroup], catalog: Catalog) -
     """The --config mapping, checked the way SGLang reads it: the YAML text loaded back, expanded into argv by
     SGLang's merger (sglang_config.config_to_argv) and parsed back into the profile's values."""
     import yaml
-
-    from ddtctl.sglang_config import config_to_argv, profile_to_config
 
     config = profile_to_config(prof.model.path, prof.server, catalog)
     for key, value in config.items():
@@ -171,10 +167,6 @@ def render_profile(
     import shlex
 
     import yaml
-
-    from ddtctl.argv import SECRET_ENV
-    from ddtctl.profile import load_profile
-    from ddtctl.schema.extensions import extended_catalog
 
     if fmt not in RENDER_FORMATS:
         raise ProfileError(f"unknown render format {fmt!r}", fix=f"use one of {', '.join(RENDER_FORMATS)}")
@@ -212,8 +204,6 @@ def render_profile(
     else:
         config = _sglang_config(prof, groups, catalog)
         if not show_secrets:
-            from ddtctl.argv import is_secret_flag
-
             config = {
                 k: ("***" if is_secret_flag(k) and v not in (None, False, "") else v)
                 for k, v in config.items()

@@ -6,16 +6,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
+from ddtctl.profile import LoadedProfile, load_profile
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
+from ddtctl.safeio import load_json
 from ddtctl.server_argv import render_argv
-
-if TYPE_CHECKING:
-    from ddtctl.profile import LoadedProfile
 
 PAYLOAD_MANIFEST = "ddtree-manifest.json"
 DEFAULT_PORT = 30000
@@ -122,8 +120,6 @@ def load_payload(payload_dir: str) -> Manifest:
     expected = None
     mf = Path(payload_dir) / PAYLOAD_MANIFEST
     if mf.is_file():
-        from ddtctl.safeio import load_json
-
         data = load_json(mf, 64 << 20, what="payload manifest")  # bounded (issue #31)
         expected = {f"files/{e['path']}": e["sha256"] for e in data.get("files", [])}
     payload = build_manifest(payload_dir)
@@ -143,8 +139,6 @@ def spec_from_profile(
     path: str, *, host: str | None = None, algo: str | None = None, payload_dir: str | None = None
 ) -> DeploySpec:
     """Load and render a profile (ddtctl.profile / ddtctl.server_argv) into a DeploySpec."""
-    from ddtctl.profile import load_profile
-
     return spec_from_loaded(load_profile(path), host=host, algo=algo, payload_dir=payload_dir)
 
 
