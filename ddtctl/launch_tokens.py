@@ -21,10 +21,13 @@ parser looks like a negative number; floats are written so that they do (`-1e-05
 from __future__ import annotations
 
 import functools
+import json
 import re
 from decimal import Decimal
 from typing import Any
 
+from ddtctl.argv import is_secret_flag
+from ddtctl.flag_typing import YamlTypingError, coerce
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
 # argparse 3.11 ArgumentParser._negative_number_matcher (later Pythons accept more, never less)
@@ -107,7 +110,7 @@ def float_text(value: float) -> str:
 
 
 def value_text(spec: FlagSpec, typed: Any, raw: Any) -> str:
-    """One typed value (ddtctl.flags.coerce) as the text its argparse type converts back into it."""
+    """One typed value (ddtctl.flag_typing.coerce) as the text its argparse type converts back into it."""
     if isinstance(typed, bool):
         return "true" if typed else "false"
     if isinstance(typed, float):
@@ -115,16 +118,12 @@ def value_text(spec: FlagSpec, typed: Any, raw: Any) -> str:
             return str(raw)  # `mem-fraction-static: 1` stays "1"
         return float_text(typed)
     if isinstance(typed, (dict, list)):
-        import json
-
         return json.dumps(typed, separators=(",", ":"))
     return str(typed)
 
 
 def _raw_text(value: Any) -> str:
     """A value the flag's type refused, written as before typing existed (what `diff-flags` shows)."""
-    import json
-
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     if isinstance(value, bool):
@@ -160,12 +159,9 @@ def list_tokens(option: str, items: list[str], catalog: Catalog, *, secret: bool
 
 def flag_tokens(spec: FlagSpec, value: Any, catalog: Catalog, *, strict: bool = True) -> list[str]:
     """A profile value of one flag as argv tokens (none for a switch that is off). Raises UnsafeValue for a
-    value no command line carries; with `strict`, ValueError / LookupError as ddtctl.flags.coerce does for a
-    value the flag's type refuses (without it such a value is written as its text, still never as an option:
+    value no command line carries; with `strict`, ValueError / LookupError as flag_typing.coerce does for
+    a value the flag's type refuses (without it such a value is written as its text, still never as an option:
     `diff-flags` compares invalid profiles too)."""
-    from ddtctl.argv import is_secret_flag
-    from ddtctl.flags import YamlTypingError, coerce
-
     option, secret = spec.option, is_secret_flag(spec.name)
     if Catalog.is_boolean_switch(spec):
         if spec.action == "boolean_optional" and value is False:

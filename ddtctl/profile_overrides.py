@@ -16,7 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddtctl import PINNED_SGLANG
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.profile_model import Hardware, Launch, ModelSpec, Profile
+from ddtctl.profile_yaml import parse_profile_text
+from ddtctl.schema.extensions import extended_catalog
 
 _SECTIONS = ("hardware", "model", "launch")  # mappings of named fields (ddtctl.profile's models)
 _MAPPINGS = ("server", "env")  # mappings of free names: SGLang flags, environment variables
@@ -35,8 +39,6 @@ class Override:
 
 
 def _fields() -> dict[str, list[str]]:
-    from ddtctl.profile import Hardware, Launch, ModelSpec, Profile
-
     return {
         "": list(Profile.model_fields),
         "hardware": list(Hardware.model_fields),
@@ -83,9 +85,6 @@ def _check_path(key: str, path: tuple[str, ...]) -> None:
 
 
 def _is_flag(name: str) -> bool:
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.schema.extensions import extended_catalog
-
     return bool(_FLAG_NAME.match(name)) and extended_catalog(PINNED_SGLANG).get(name) is not None
 
 
@@ -118,9 +117,6 @@ def _server_key(override: Override, data: dict[str, Any]) -> Override:
     """A server flag checked against the profile's SGLang release (with the DDTREE payload's flags); the key
     of the same flag in the file when it spells it otherwise (`tensor-parallel-size` for `tp-size`), so the
     value is replaced, not given twice."""
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.schema.extensions import extended_catalog
-
     version = data.get("sglang", PINNED_SGLANG)
     try:
         catalog = extended_catalog(version if isinstance(version, str) else PINNED_SGLANG)
@@ -147,8 +143,6 @@ def _server_key(override: Override, data: dict[str, Any]) -> Override:
 def _parsed_value(override: Override) -> tuple[Any, dict[str, tuple[Any, Any, str]]]:
     """The value as the profile reader reads it at that key (so its typing rules apply), and the reader's
     record of its plain scalars' texts (ProfileDocument.plain)."""
-    from ddtctl.profile import parse_profile_text
-
     indent = ""
     lines = []
     for part in override.path[:-1]:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
+from ddtctl.profile import LoadedProfile, load_profile
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
-
-if TYPE_CHECKING:
-    from ddtctl.profile import LoadedProfile
+from ddtctl.safeio import load_json
+from ddtctl.server_argv import render_argv
 
 PAYLOAD_MANIFEST = "ddtree-manifest.json"
 DEFAULT_PORT = 30000
@@ -121,8 +120,6 @@ def load_payload(payload_dir: str) -> Manifest:
     expected = None
     mf = Path(payload_dir) / PAYLOAD_MANIFEST
     if mf.is_file():
-        from ddtctl.safeio import load_json
-
         data = load_json(mf, 64 << 20, what="payload manifest")  # bounded (issue #31)
         expected = {f"files/{e['path']}": e["sha256"] for e in data.get("files", [])}
     payload = build_manifest(payload_dir)
@@ -141,9 +138,7 @@ def load_payload(payload_dir: str) -> Manifest:
 def spec_from_profile(
     path: str, *, host: str | None = None, algo: str | None = None, payload_dir: str | None = None
 ) -> DeploySpec:
-    """Load and render a profile (ddtctl.profile / ddtctl.render) into a DeploySpec."""
-    from ddtctl.profile import load_profile
-
+    """Load and render a profile (ddtctl.profile / ddtctl.server_argv) into a DeploySpec."""
     return spec_from_loaded(load_profile(path), host=host, algo=algo, payload_dir=payload_dir)
 
 
@@ -155,10 +150,8 @@ def spec_from_loaded(
     payload_dir: str | None = None,
     payload: bool = True,
 ) -> DeploySpec:
-    """A loaded profile rendered (ddtctl.render) into a DeploySpec; `payload=False` leaves the DDTREE payload
-    out (`ddtctl render --host` shows the launch, it ships nothing)."""
-    from ddtctl.render import render_argv
-
+    """A loaded profile rendered (ddtctl.server_argv) into a DeploySpec; `payload=False` leaves the DDTREE
+    payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
     prof = loaded.profile
     if algo:
         prof.server["speculative-algorithm"] = algo.upper()
