@@ -16,6 +16,7 @@ from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launc
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
 from ddtctl.profile_overrides import Override, apply_overrides
+from ddtctl.rules import all_rules
 from ddtctl.rules.engine import ERROR, INFO, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
 from ddtctl.schema.gpus import GpuSpec, resolve_gpu
 
@@ -157,7 +158,7 @@ def check_flags(
         env=dict(env or {}),
     )
     findings = list(extra or []) + list(flags.findings)
-    rule_findings, skipped = run_rules(ctx)
+    rule_findings, skipped = run_rules(ctx, all_rules())
     findings.extend(rule_findings)
     _mark_fixable(findings, catalog)
     return _finish(source, findings, skipped, flags=flags, model=model, draft=draft, **kw)
@@ -215,7 +216,7 @@ BUILTIN_DOCS: dict[str, tuple[str, str]] = {
 
 def ignore_refusal(rule_id: str) -> str | None:
     """Why `rule_id` cannot be ignored (unknown, or an error SGLang 0.5.23 rejects itself); None if it can."""
-    from ddtctl.rules.engine import RULES, all_rules
+    from ddtctl.rules.engine import RULES
 
     all_rules()
     r = RULES.get(rule_id)

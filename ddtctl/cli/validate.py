@@ -131,7 +131,7 @@ def list_rules(
     ),
 ) -> None:
     """List every rule of the constraint graph."""
-    from ddtctl.rules.engine import all_rules
+    from ddtctl.rules import all_rules
 
     if coverage:
         from ddtctl.rules import coverage as cov
@@ -217,7 +217,8 @@ def explain(
 ) -> None:
     """Print a rule's documentation."""
     from ddtctl.errors import UsageError
-    from ddtctl.rules.engine import RULES, all_rules
+    from ddtctl.rules import all_rules
+    from ddtctl.rules.engine import RULES
 
     all_rules()
     key = rule_id.strip().upper()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddtctl.rules.engine import Rule
+
 _loaded = False
 
 
@@ -22,3 +27,11 @@ def load_rules() -> None:
     )
 
     _loaded = True
+
+
+def all_rules() -> list[Rule]:
+    """Every registered rule, by id (the rule modules loaded first)."""
+    from ddtctl.rules.engine import RULES
+
+    load_rules()
+    return sorted(RULES.values(), key=lambda r: r.id)

@@ -205,11 +205,12 @@ def _fact_available(ctx: Context, fact: str) -> bool:
     return True
 
 
-def run_rules(ctx: Context, rules: Iterable[Rule] | None = None) -> tuple[list[Finding], dict[str, str]]:
-    """Findings, and the rules that could not run with the reason."""
+def run_rules(ctx: Context, rules: Iterable[Rule]) -> tuple[list[Finding], dict[str, str]]:
+    """Findings of `rules` (every rule: `ddtctl.rules.all_rules()`), and the rules that could not run with the
+    reason."""
     findings: list[Finding] = []
     skipped: dict[str, str] = {}
-    for r in rules if rules is not None else all_rules():
+    for r in rules:
         if r.applies is not None and not r.applies(ctx):
             continue
         missing = [f for f in r.needs if not _fact_available(ctx, f)]
@@ -240,10 +241,3 @@ def _finding_key(ctx: Context, about: str | None) -> str | None:
     if about.startswith("env."):
         return ctx.keys.get(about, about)
     return ctx.keys.get(about, about.replace("_", "-"))
-
-
-def all_rules() -> list[Rule]:
-    from ddtctl.rules import load_rules
-
-    load_rules()
-    return sorted(RULES.values(), key=lambda r: r.id)

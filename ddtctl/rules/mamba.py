@@ -18,7 +18,7 @@ def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
     """(page size, attention backend, radix cache off) when SGLang validates the mamba cache
     (model_hook.py:737, after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 /
     64 on SM100)."""
-    from ddtctl.rules.hooks import resolve
+    from ddtctl.rules.hooks.resolution import resolve
 
     res = resolve(ctx)
     if res is None:

@@ -40,7 +40,7 @@ def test_corpus_shape():
         if c.stricter_by_design:
             assert c.expected_sglang == "accepted" and c.expect_rules, c.id
     assert set(KNOWN) <= {c.id for c in CASES}, "known_disagreements.yaml names unknown cases"
-    from ddtctl.rules.engine import all_rules
+    from ddtctl.rules import all_rules
 
     known_rules = {r.id for r in all_rules()}
     for c in CASES:  # rule ids exist (DDT0xx are the flag-level findings of ddtctl/flags.py)

@@ -10,7 +10,7 @@ import pytest
 
 from ddtctl.errors import EnvironmentMissing
 from ddtctl.rules import coverage as cov
-from ddtctl.rules.engine import all_rules
+from ddtctl.rules import all_rules
 
 
 def _classified(sites, mapping):

@@ -10,7 +10,8 @@ import pytest
 
 from ddtctl.errors import EnvironmentMissing
 from ddtctl.rules import coverage as cov
-from ddtctl.rules.engine import ERROR, all_rules
+from ddtctl.rules import all_rules
+from ddtctl.rules.engine import ERROR
 from ddtctl.rules.launch import sites as launch
 
 

@@ -12,7 +12,8 @@ import pytest
 from launch_cases import DENSE, EAGLE3_ON_MLA, LAUNCH_CASES, LAUNCH_GPU_PAIRS, MLA
 
 from ddtctl.errors import EnvironmentMissing
-from ddtctl.rules.engine import RULES, all_rules
+from ddtctl.rules import all_rules
+from ddtctl.rules.engine import RULES
 from ddtctl.rules.launch import sites as launch
 from ddtctl.validate import validate_argv
 

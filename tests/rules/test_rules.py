@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from launch_cases import LAUNCH_CASES, LAUNCH_ENV_OF
 
-from ddtctl.rules.engine import all_rules
+from ddtctl.rules import all_rules
 from ddtctl.validate import validate_argv
 
 MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"
@@ -558,7 +558,7 @@ def _rules_of(argv, gpu, *, count=None, env=None):
         ctx = Context(given=flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines={}, keys={},
                       model=result.model, draft=result.draft, gpu=resolve_gpu(gpu) if gpu and env else None,
                       gpu_count=count, env=dict(env or {}))
-        findings, _ = run_rules(ctx)
+        findings, _ = run_rules(ctx, all_rules())
         return {f.rule for f in findings} | {f.rule for f in result.findings}
     return {f.rule for f in validate_argv(argv, gpu=gpu).findings}
 
@@ -675,7 +675,7 @@ def _env_rules(argv, gpu, env):
     catalog = extended_catalog("0.5.23")
     ctx = Context(given=result.flags.given, defaults={s.dest: s.default for s in catalog.flags}, lines={}, keys={},
                   model=result.model, draft=result.draft, gpu=resolve_gpu(gpu), env=dict(env))
-    return {f.rule for f in run_rules(ctx)[0]}
+    return {f.rule for f in run_rules(ctx, all_rules())[0]}
 
 
 def _core_violation_sites() -> dict[str, tuple[str, ...]]:

@@ -278,7 +278,7 @@ def trtllm_mha_large_pages(ctx: Context):
     dynamic tokens-per-page kernels, which exist for GQA (more than one query head per KV head on each
     attention-TP rank) with equal QK and V head dims and a power-of-2 page. The constructor raises otherwise,
     before CUDA-graph capture would fail on the missing kernel."""
-    from ddtctl.rules.hooks import resolved_page
+    from ddtctl.rules.hooks.resolution import resolved_page
 
     page = resolved_page(ctx)
     model = ctx.known_model

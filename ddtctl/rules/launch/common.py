@@ -82,7 +82,7 @@ def tp_size(ctx: Context) -> int:
 
 def attn_tp_size(ctx: Context) -> int:
     """runtime_context.py:73-76 derive_attn_tp_size: tp // attention-DP // attention-CP."""
-    from ddtctl.rules.hooks import attn_dp_size
+    from ddtctl.rules.hooks.common import attn_dp_size
 
     return max(1, tp_size(ctx) // max(1, attn_dp_size(ctx)) // max(1, int(ctx.get("attn_cp_size", 1) or 1)))
 
@@ -131,8 +131,8 @@ def runners(ctx: Context) -> list[Runner]:
     model_runner.py:306-320 resolve_draft_attention_backend (EAGLE's draft: --speculative-draft-attention-
     backend, else the target's); draft_worker_common.py:32-63 (DFLASH's: the resolver's draft backend).
     Empty when the backends are unknown (no GPU or model)."""
-    from ddtctl.rules.hooks import resolve
     from ddtctl.rules.hooks.overrides import _dflash_draft_backend
+    from ddtctl.rules.hooks.resolution import resolve
 
     res = resolve(ctx)
     if res is None:

@@ -305,7 +305,7 @@ def domino(ctx: Context):
     pure_draft_prefix_len 1, gru_hidden_dim and emb_dim (one value, nested or top-level) and a block size
     above 1; the worker also refuses it under attention DP and with a negative
     --speculative-domino-candidate-pool-size."""
-    from ddtctl.rules.hooks import attn_dp_size
+    from ddtctl.rules.hooks.common import attn_dp_size
 
     errors = _domino_errors(ctx)
     if errors:

@@ -126,7 +126,7 @@ def mamba_cache_size(ctx: Context):
     slots per request == 0: "state cache is too small to serve any requests"). The slots per request are
     at least 1 without the radix cache, else at least 3 (2 under SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK), plus 1
     or 2 tracking slots for an extra-buffer strategy."""
-    from ddtctl.rules.hooks import attn_dp_size
+    from ddtctl.rules.hooks.common import attn_dp_size
 
     size = int(ctx.get("max_mamba_cache_size") or 0)
     dp = max(1, attn_dp_size(ctx))
