@@ -12,7 +12,8 @@ SECTION_FAMILY: 25 entries over SGLang's 21 namespaces); a namespace without an 
 
 A case counts in the family of every flag it sets (the model path and the draft path, which every speculative
 case sets, excepted), so a disagreeing case counts against each of them; `attention x GPU` rows split the
-attention family by the case's GPU, and `model ...` rows split every case by its model family.
+attention family by the case's GPU, and `model: ...` rows split every case by its model family. `named`
+counts, per family, the disagreements whose deciding message names a flag of it: a finer blame than "set".
 """
 
 from __future__ import annotations
@@ -175,31 +176,47 @@ def model_of(argv: list[str], names: dict[str, str] | None = None) -> str | None
     return None
 
 
+_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def named_families(outcome) -> set[str]:
+    """The families of the flags a disagreement's deciding message names: ddtctl's errors where SGLang accepts
+    (a false reject), SGLang's error where ddtctl accepts (a miss)."""
+    if outcome.sglang_accepted:
+        text = " ".join(message for _, message in outcome.static_errors)
+    else:
+        text = str((outcome.sglang_error or {}).get("message") or "")
+    return {f for option in _OPTION.findall(text) if (f := flag_family(option)) is not None}
+
+
 def family_table(outcomes: list, *, model_names: dict[str, str] | None = None) -> str:
     """Agreement per feature family of the fuzz's outcomes (fuzz.Outcome: .case.argv, .case.gpu,
     .outcome, .sglang_accepted); agreement = (agree + stricter-by-design) / (cases - oracle artefacts), as
-    fuzz.table does."""
+    fuzz.table does. `named` counts the disagreements whose deciding message names a flag of the family."""
     rows: dict[str, Counter] = defaultdict(Counter)
     for o in outcomes:
         keys = case_families(o.case.argv, o.case.gpu)
         model = model_of(o.case.argv, model_names)
-        keys |= {f"model {model}"} if model else set()
+        keys |= {f"model: {model}"} if model else set()
+        named = named_families(o) if o.outcome in ("disagree", "setup-error") else set()
         for key in keys:
             c = rows[key]
             c["cases"] += 1
             c[o.outcome] += 1
             c["sglang rejects"] += not o.sglang_accepted
+            c["named"] += key in named
     lines = [
-        "| feature family | cases | SGLang rejects | agree | stricter | disagree | artefact | agreement |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| feature family | cases | SGLang rejects | agree | stricter | disagree | named | artefact "
+        "| agreement |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key in sorted(rows, key=lambda k: (k.startswith("model "), k.startswith("attention x"), k)):
+    for key in sorted(rows, key=lambda k: (k.startswith("model: "), k.startswith("attention x"), k)):
         c = rows[key]
         judged = c["cases"] - c["oracle-artefact"]
         pct = 100.0 * (c["agree"] + c["stricter-by-design"]) / judged if judged else 100.0
         lines.append(
             f"| {key} | {c['cases']} | {c['sglang rejects']} | {c['agree']} | {c['stricter-by-design']} | "
-            f"{c['disagree'] + c['setup-error']} | {c['oracle-artefact']} | {pct:.1f}% |"
+            f"{c['disagree'] + c['setup-error']} | {c['named']} | {c['oracle-artefact']} | {pct:.1f}% |"
         )
     return "\n".join(lines)
 
@@ -207,7 +224,9 @@ def family_table(outcomes: list, *, model_names: dict[str, str] | None = None) -
 CAPTION = (
     "agreement per feature family (a family per flag from the SGLang namespace/section that declares it, "
     "tests/fidelity/families.py; a case counts in the family of every flag it sets, so a disagreeing case "
-    "counts against each of them; `model` rows split all cases by model):"
+    "counts against each of them; `named`: the disagreements whose deciding message, ddtctl's error for a "
+    "false reject or SGLang's for a miss, names a flag of the family; `model:` rows split all cases by "
+    "model):"
 )
 
 

@@ -98,9 +98,9 @@ def test_every_catalog_flag_has_a_family():
     assert unplaced == ["config"]  # argparse's config-file flag, outside SGLang's namespace classes
 
 
-def _outcome(argv: list[str], gpu: str, outcome: str, accepted: bool) -> fuzz.Outcome:
+def _outcome(argv: list[str], gpu: str, outcome: str, accepted: bool, static=(), sglang=None) -> fuzz.Outcome:
     case = fuzz.FuzzCase(id="c", gpu=gpu, argv=["--model-path", "/m/qwen3-8b", *argv])
-    return fuzz.Outcome(case, outcome, accepted, None, [])
+    return fuzz.Outcome(case, outcome, accepted, sglang, list(static))
 
 
 def _rows(table: str) -> dict[str, list[str]]:
@@ -112,26 +112,53 @@ def _rows(table: str) -> dict[str, list[str]]:
 
 
 def test_a_disagreeing_case_counts_against_every_family_of_its_flags():
+    false_reject = ("DDT701", "attention backend fa3 has no kernels for sm100 (sm100)")
+    range_error = ("DDT002", "argv: --tp-size: 0 is out of range: must be >= 1")
     outcomes = [
         _outcome(
             ["--tp-size", "2", "--hicache-ratio", "2.0", "--attention-backend", "fa3"],
             "sm100",
             "disagree",
             True,
+            static=[false_reject],
         ),
         _outcome(["--tp-size", "4"], "sm90", "agree", True),
-        _outcome(["--no-enable-lora", "--tp-size", "0"], "sm90", "stricter-by-design", True),
+        _outcome(["--no-enable-lora", "--tp-size", "0"], "sm90", "disagree", True, static=[range_error]),
+        _outcome(
+            ["--hicache-ratio", "0.5", "--enable-lora"],
+            "sm90",
+            "disagree",
+            False,
+            sglang={"message": "--hicache-ratio must be larger than 1"},
+        ),  # a miss: SGLang's message names
         _outcome(["--quantization", "mxfp4"], "sm90", "oracle-artefact", False),
     ]
     rows = _rows(families.family_table(outcomes, model_names={"qwen3-8b": "dense"}))
-    # cases, SGLang rejects, agree, stricter, disagree, artefact, agreement
-    assert rows["parallelism"] == ["3", "0", "1", "1", "1", "0", "66.7%"]
-    assert rows["hierarchical cache"] == ["1", "0", "0", "0", "1", "0", "0.0%"]
-    assert rows["attention"] == rows["attention x sm100"] == ["1", "0", "0", "0", "1", "0", "0.0%"]
-    assert rows["lora"] == ["1", "0", "0", "1", "0", "0", "100.0%"]
-    assert rows["quantization"] == ["1", "1", "0", "0", "0", "1", "100.0%"]  # artefacts are not judged
-    assert rows["model dense"] == ["4", "1", "1", "1", "1", "1", "66.7%"]
+    # cases, SGLang rejects, agree, stricter, disagree, named, artefact, agreement
+    assert rows["parallelism"] == ["3", "0", "1", "0", "2", "1", "0", "33.3%"]
+    assert rows["hierarchical cache"] == ["2", "1", "0", "0", "2", "1", "0", "0.0%"]
+    assert rows["attention"] == rows["attention x sm100"] == ["1", "0", "0", "0", "1", "0", "0", "0.0%"]
+    assert rows["lora"] == ["2", "1", "0", "0", "2", "0", "0", "0.0%"]  # set, never named
+    assert rows["quantization"] == ["1", "1", "0", "0", "0", "0", "1", "100.0%"]  # artefacts are not judged
+    assert rows["model: dense"] == ["5", "2", "1", "0", "3", "0", "1", "25.0%"]
     assert "attention x sm90" not in rows and "speculative" not in rows
+
+
+def test_a_stricter_by_design_case_counts_as_agreement():
+    outcomes = [
+        _outcome(["--tp-size", "0"], "sm90", "stricter-by-design", True),
+        _outcome(["--tp-size", "2"], "sm90", "agree", True),
+    ]
+    assert _rows(families.family_table(outcomes))["parallelism"] == [
+        "2",
+        "0",
+        "1",
+        "1",
+        "0",
+        "0",
+        "0",
+        "100.0%",
+    ]
 
 
 def test_the_snapshot_matches_sglangs_source_where_the_env_is_built():
