@@ -296,7 +296,8 @@ def cases(array: Array, rows: list[list[int]] | None = None, *, prefix: str = "c
 
 
 def family_table(outcomes: list[fuzz.Outcome]) -> str:
-    return families.family_table(outcomes, model_names={target: name for name, (target, _, _) in FAMILIES.items()})
+    return families.family_table(outcomes, model_names={target: name for name, (target, _, _) in FAMILIES.items()},
+                                 stricter=fuzz._stricter)
 
 
 def header(array: Array, rows: list[list[int]]) -> str:

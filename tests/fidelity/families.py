@@ -24,7 +24,7 @@ import json
 import re
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -179,17 +179,23 @@ def model_of(argv: list[str], names: dict[str, str] | None = None) -> str | None
 _OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
-def named_families(outcome) -> set[str]:
-    """The families of the flags a disagreement's deciding message names: ddtctl's errors where SGLang accepts
-    (a false reject), SGLang's error where ddtctl accepts (a miss)."""
+def named_families(outcome, stricter: Callable[[str, str], bool] | None = None) -> set[str]:
+    """The families of the flags a disagreement's deciding message names: ddtctl's errors where SGLang
+    accepts (a false reject; less those `stricter(rule, message)` calls stricter than SGLang by design),
+    SGLang's error where ddtctl accepts (a miss)."""
     if outcome.sglang_accepted:
-        text = " ".join(message for _, message in outcome.static_errors)
+        text = " ".join(m for r, m in outcome.static_errors if stricter is None or not stricter(r, m))
     else:
         text = str((outcome.sglang_error or {}).get("message") or "")
     return {f for option in _OPTION.findall(text) if (f := flag_family(option)) is not None}
 
 
-def family_table(outcomes: list, *, model_names: dict[str, str] | None = None) -> str:
+def family_table(
+    outcomes: list,
+    *,
+    model_names: dict[str, str] | None = None,
+    stricter: Callable[[str, str], bool] | None = None,
+) -> str:
     """Agreement per feature family of the fuzz's outcomes (fuzz.Outcome: .case.argv, .case.gpu,
     .outcome, .sglang_accepted); agreement = (agree + stricter-by-design) / (cases - oracle artefacts), as
     fuzz.table does. `named` counts the disagreements whose deciding message names a flag of the family."""
@@ -198,7 +204,7 @@ def family_table(outcomes: list, *, model_names: dict[str, str] | None = None) -
         keys = case_families(o.case.argv, o.case.gpu)
         model = model_of(o.case.argv, model_names)
         keys |= {f"model: {model}"} if model else set()
-        named = named_families(o) if o.outcome in ("disagree", "setup-error") else set()
+        named = named_families(o, stricter) if o.outcome in ("disagree", "setup-error") else set()
         for key in keys:
             c = rows[key]
             c["cases"] += 1

@@ -404,7 +404,7 @@ def main(argv: list[str]) -> int:
         print(f"fidelity-fuzz: {err.one_line()}", file=sys.stderr)
         return 2
     print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0, mode=mode))
-    print(f"\n{families.CAPTION}\n\n{families.family_table(outcomes)}")
+    print(f"\n{families.CAPTION}\n\n{families.family_table(outcomes, stricter=_stricter)}")
     return finish(outcomes, args.json)
 
 

@@ -144,6 +144,20 @@ def test_a_disagreeing_case_counts_against_every_family_of_its_flags():
     assert "attention x sm90" not in rows and "speculative" not in rows
 
 
+def test_a_finding_stricter_by_design_is_not_what_a_false_reject_is_named_for():
+    launch_time = ("DDT735", "--max-total-tokens 1 leaves max-running-requests at 0")
+    range_error = ("DDT002", "argv: --port: 0 is out of range: must be in [1, 65535]")
+    outcome = _outcome(
+        ["--max-total-tokens", "1", "--port", "0"],
+        "sm90",
+        "disagree",
+        True,
+        static=[launch_time, range_error],
+    )
+    assert families.named_families(outcome) == {"scheduling", "serving"}
+    assert families.named_families(outcome, lambda rule, _: rule == "DDT735") == {"serving"}
+
+
 def test_a_stricter_by_design_case_counts_as_agreement():
     outcomes = [
         _outcome(["--tp-size", "0"], "sm90", "stricter-by-design", True),
