@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -37,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
+import families  # noqa: E402
 import fuzz  # noqa: E402
 
 MODELS = fuzz.MODELS
@@ -68,29 +68,6 @@ DENY: dict[str, str] = {
 # Boundary numbers for integer and float flags without a table in fuzz.py: below, at and above the usual floor.
 INT_BOUNDARIES = (-1, 0, 1)
 FLOAT_BOUNDARIES = (-1.0, 0.0, 1.0)
-
-# Feature families for the per-family table: the first pattern that matches a flag's name names its family.
-FEATURE_FAMILIES: tuple[tuple[str, re.Pattern], ...] = tuple(
-    (name, re.compile(pattern))
-    for name, pattern in (
-        ("speculative", r"^speculative-"),
-        ("mamba", r"mamba|linear-attn"),
-        ("disaggregation", r"^disaggregation-|^pdmux|^encoder-|^language-only"),
-        ("lora", r"lora"),
-        ("hierarchical cache", r"hicache|hierarchical|^enable-cache-report|storage"),
-        ("attention", r"attention|attn|^mm-attention|^nsa-|^flashinfer"),
-        ("parallelism", r"^(tp|dp|pp|ep|cp|moe-dense-tp)-size$|^enable-dp|^nnodes$|^node-rank$|^moe-|^ep-|"
-                        r"all-to-all|^enable-eplb|^eplb|^deepep|^expert"),
-        ("quantization", r"quant|fp8|fp4|^kv-cache-dtype$|^dtype$|^modelopt"),
-        ("scheduling", r"schedul|chunked|max-running|max-prefill|max-total|overlap|radix|^page-size$|cuda-graph|"
-                       r"^mem-fraction|^context-length$|^stream|priority|^enable-mixed|torch-compile|piecewise"),
-    )
-)
-
-
-def feature_family(flag: str) -> str:
-    return next((name for name, pattern in FEATURE_FAMILIES if pattern.search(flag)), "other")
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -318,34 +295,9 @@ def cases(array: Array, rows: list[list[int]] | None = None, *, prefix: str = "c
     return out
 
 
-def case_families(case: fuzz.FuzzCase) -> set[str]:
-    flags = {a[2:] for a in case.argv if a.startswith("--")}
-    flags.discard("model-path")
-    flags.discard("speculative-draft-model-path")
-    families = {feature_family(f[3:] if f.startswith("no-") else f) for f in flags}
-    if "speculative-algorithm" in flags:
-        families.add("speculative")
-    gpu_attention = {f"attention x {case.gpu}"} if "attention" in families else set()
-    return families | gpu_attention
-
-
 def family_table(outcomes: list[fuzz.Outcome]) -> str:
-    rows: dict[str, Counter] = defaultdict(Counter)
-    for o in outcomes:
-        for family in case_families(o.case):
-            c = rows[family]
-            c["cases"] += 1
-            c[o.outcome] += 1
-            c["sglang rejects"] += not o.sglang_accepted
-    lines = ["| feature family | cases | SGLang rejects | agree | stricter | disagree | artefact | agreement |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for family in sorted(rows, key=lambda f: (f.startswith("attention x"), f)):
-        c = rows[family]
-        judged = c["cases"] - c["oracle-artefact"]
-        pct = 100.0 * (c["agree"] + c["stricter-by-design"]) / judged if judged else 100.0
-        lines.append(f"| {family} | {c['cases']} | {c['sglang rejects']} | {c['agree']} | "
-                     f"{c['stricter-by-design']} | {c['disagree']} | {c['oracle-artefact']} | {pct:.1f}% |")
-    return "\n".join(lines)
+    return families.family_table(outcomes, model_names={target: name for name, (target, _, _) in FAMILIES.items()},
+                                 stricter=fuzz._stricter)
 
 
 def header(array: Array, rows: list[list[int]]) -> str:
@@ -389,7 +341,7 @@ def main(argv: list[str]) -> int:
         print(f"fidelity-cover: {err.one_line()}", file=sys.stderr)
         return 2
     print(fuzz.table(outcomes, seed=args.seed, examples=args.examples, elapsed=time.monotonic() - t0))
-    print("\nagreement per feature family (a case counts in every family of the flags it sets):\n")
+    print(f"\n{families.CAPTION}\n")
     print(family_table(outcomes))
     return fuzz.finish(outcomes, args.json)
 

@@ -36,6 +36,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
+import families  # noqa: E402
+
 MODELS = HERE / "models"
 SGLANG = "0.5.23"
 GPUS = ("sm90", "sm100", "sm120")
@@ -402,6 +404,7 @@ def main(argv: list[str]) -> int:
         print(f"fidelity-fuzz: {err.one_line()}", file=sys.stderr)
         return 2
     print(table(outcomes, seed=seed, examples=args.examples, elapsed=time.monotonic() - t0, mode=mode))
+    print(f"\n{families.CAPTION}\n\n{families.family_table(outcomes, stricter=_stricter)}")
     return finish(outcomes, args.json)
 
 

@@ -253,6 +253,9 @@ HOOK_EXTRA: list[tuple[str, list[str], list[str], str]] = [
     # raise sites the pairwise covering array found (tests/fidelity/cover.py), one pair each
     ("DDT944", DENSE + ["--ple-offload-embedding", "--cpu-offload-gb", "4"],
      DENSE + ["--no-ple-offload-embedding", "--cpu-offload-gb", "4"], "H200"),
+    # serving_hook.py:692-701 resolves --quantization unquant to None before moe_hook.py:80's assert
+    ("DDT930", DENSE + ["--moe-runner-backend", "flashinfer_cutlass", "--quantization", "fp8"],
+     DENSE + ["--moe-runner-backend", "flashinfer_cutlass", "--quantization", "unquant"], "H200"),
     ("DDT943", DENSE + ["--speculative-algorithm", "NGRAM", "--weight-cache-mode", "daemon"],
      DENSE + ["--speculative-algorithm", "NGRAM"], "H200"),
     ("DDT935", DENSE + ["--asr-max-concurrent-sessions", "0"], DENSE + ["--asr-max-concurrent-sessions", "1"], "H200"),

@@ -55,10 +55,11 @@ def a2a_needs_dp(ctx: Context):
 
 
 def _quantization(ctx: Context) -> str | None | bool:
-    """--quantization, or False when the checkpoint's own quantization_config decides (unknown here)."""
+    """--quantization (None for `unquant`: serving_hook.py:692-701 resolves it to None before the MoE
+    asserts), or False when the checkpoint's own quantization_config decides (unknown here)."""
     given = ctx.given.get("quantization")
     if given is not None:
-        return given
+        return None if given == "unquant" else given
     raw = (ctx.model.raw if ctx.model is not None else None) or {}
     text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
     if (
