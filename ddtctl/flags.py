@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl import PINNED_SGLANG
 from ddtctl.argv import Occurrence, ParsedArgv, parse_server_argv
 from ddtctl.findings import ERROR, WARNING, Finding
 from ddtctl.flag_typing import YamlTypingError, coerce
@@ -57,16 +58,35 @@ def _finding(
     )
 
 
-def out_of_range(spec: FlagSpec, value: Any) -> str | None:
+def out_of_range(spec: FlagSpec, value: Any, *, enforced_only: bool = False) -> str | None:
     """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without
-    building the typed model; a list is checked item by item."""
-    from ddtctl.schema.flag_models import domain_problem
+    building the typed model; a list is checked item by item. `enforced_only`: only the problems that stop
+    SGLang (a non-finite or over-wide number, or a range side its resolver or start-up enforces)."""
+    from ddtctl.schema.flag_models import domain_problem, range_enforced  # pydantic: loaded by validate only
 
     for item in value if isinstance(value, list) else [value]:
         problem = domain_problem(spec, item)
-        if problem:
+        if problem and (not enforced_only or range_enforced(spec, item)):
             return problem
     return None
+
+
+def _range_warning(spec: FlagSpec, value: Any, line: int | None, key: str, where: str) -> Finding | None:
+    """DDT013: a number outside a range side SGLang 0.5.23 does not enforce (its resolver accepts it, and no
+    start-up failure is on record): a warning, and the value stands."""
+    problem = out_of_range(spec, value)
+    if not problem:
+        return None
+    need = problem.rpartition("must be ")[2]
+    return _finding(
+        "DDT013",
+        f"{where}: --{spec.name}: {problem} (SGLang {PINNED_SGLANG}'s resolver accepts it; the range is "
+        f"what the flag means, not what SGLang checks)",
+        line,
+        key,
+        fix=f"set {spec.name} to a value {need}",
+        severity=WARNING,
+    )
 
 
 def _unknown_flag(
@@ -205,7 +225,7 @@ def _accept(
             )
         )
         return
-    problem = out_of_range(spec, typed)
+    problem = out_of_range(spec, typed, enforced_only=True)
     if problem:
         need = problem.rpartition("must be ")[2]
         out.findings.append(
@@ -222,6 +242,9 @@ def _accept(
         return
     if launch and _unlaunchable(out, catalog, key, spec, value, line, where):
         return
+    warning = _range_warning(spec, typed, line, key, where)
+    if warning is not None:
+        out.findings.append(warning)
     out.given[spec.dest] = typed
     out.specs[spec.dest] = spec
     out.lines[spec.dest] = line

@@ -188,6 +188,7 @@ BUILTIN_CHECKS: dict[str, tuple[str, bool]] = {
     "DDT010": (ERROR, False),  # model.architecture differs from config.json
     "DDT011": (ERROR, False),  # a value no SGLang command line carries as a value (ddtctl.launch_tokens)
     "DDT012": (ERROR, False),  # a YAML 1.1 number SGLang's parser would read otherwise from its text
+    "DDT013": (WARNING, False),  # a number outside a range SGLang does not enforce (schema/flag_models.py)
 }
 
 # `ddtctl rules` / `ddtctl explain` documentation of the built-in checks that have one: id -> (title, doc).
@@ -210,6 +211,16 @@ BUILTIN_DOCS: dict[str, tuple[str, str]] = {
         "silently: a numeric flag whose text YAML and argparse read differently is an error. String "
         "flags get the text as written (`revision: 0123` launches `--revision 0123`, "
         "`served-model-name: no` launches `no`).\nFix: write the number in plain decimal.",
+    ),
+    "DDT013": (
+        "a number outside its flag's range that SGLang does not check",
+        "ddtctl knows ranges argparse does not express (ports 1-65535, group sizes >= 1, fractions in "
+        "(0, 1], ...; ddtctl/schema/flag_models.py). Where SGLang 0.5.23 rejects a value outside one "
+        "itself (its resolver raises, or its start-up is shown to fail), that value is an error, DDT002. "
+        "Where SGLang launches it anyway (tests/fidelity/range_probe.py measures which), it is this "
+        "warning: a static error would block a launch SGLang takes, and the value rarely means what was "
+        "meant (`--port 0` binds a random port, `--stream-interval 0` streams every step).\nFix: use a "
+        "value inside the range, or keep it and ignore DDT013 where it is meant.",
     ),
 }
 

@@ -237,10 +237,12 @@ def test_defect4_every_edit_is_checked_before_it_is_written(tmp_path):
 @pytest.mark.parametrize("key, value", [
     ("mem-fraction-static", ".nan"), ("mem-fraction-static", ".inf"), ("mem-fraction-static", "1e999"),
     ("mem-fraction-static", "-.inf"), ("speculative-accept-threshold-single", ".nan"),
-    ("speculative-accept-threshold-acc", ".nan"), ("tp-size", "-8"), ("port", "-1"), ("port", "70000"),
-    ("nccl-port", "0"), ("mem-fraction-static", "1.5"), ("bucket-time-to-first-token", "[0.1, .nan]"),
+    ("speculative-accept-threshold-acc", ".nan"), ("port", "-1"), ("port", "70000"),
+    ("mem-fraction-static", "1.5"), ("bucket-time-to-first-token", "[0.1, .nan]"),
 ])
 def test_defect8_numbers_outside_a_flags_domain_are_errors(tmp_path, key, value):
+    """Non-finite numbers, and ranges SGLang's start-up fails on (a port its socket refuses, a memory fraction
+    above 1): errors."""
     from ddtctl.validate import validate_path
 
     path = tmp_path / "p.yaml"
@@ -250,7 +252,21 @@ def test_defect8_numbers_outside_a_flags_domain_are_errors(tmp_path, key, value)
     assert [f.rule for f in r.errors] == ["DDT002"] and f"--{key}" in r.errors[0].message
 
 
-@pytest.mark.parametrize("argv", [["--mem-fraction-static", "nan"], ["--port", "-1"], ["--tp-size", "-8"],
+@pytest.mark.parametrize("key, value", [("tp-size", "-8"), ("nccl-port", "0"), ("stream-interval", "0")])
+def test_defect8_ranges_sglang_does_not_enforce_are_warnings(tmp_path, key, value):
+    """Issue #32 item 1: SGLang 0.5.23 launches these (its resolver accepts them, no start-up failure is on
+    record), so they are reported as DDT013 warnings and never block."""
+    from ddtctl.validate import validate_path
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nmodel: {{path: /m}}\nserver:\n  {key}: {value}\n")
+    r = validate_path(path)
+    assert r.error is None and r.valid
+    found = [(f.rule, f.severity) for f in r.findings]
+    assert found == [("DDT013", "warning")] and f"--{key}" in r.findings[0].message
+
+
+@pytest.mark.parametrize("argv", [["--mem-fraction-static", "nan"], ["--port", "-1"], ["--port", "65536"],
                                   ["--speculative-accept-threshold-single", "NaN"], ["--watchdog-timeout", "inf"]])
 def test_defect8_raw_argv_numbers_are_checked_too(argv):
     from ddtctl.validate import validate_argv

@@ -72,6 +72,36 @@ RANGES: dict[str, dict[str, Any]] = {
     },  # numpy's seed range; SGLang seeds random, numpy and torch with it
 }
 PORT_RANGE = {"ge": 1, "le": 65535}
+# The sides ("low" / "high") of those ranges that SGLang 0.5.23's resolver rejects itself, a value just
+# outside alone on a dense launch (tests/fidelity/range_probe.py measures it; test_range_probe.py holds this
+# equal). Out of one of these, or of a side whose start-up failure is shown (RUNTIME_EVIDENCE), a value is an
+# error (DDT002); out of any other side it is a warning (DDT013): SGLang launches it, so a static error would
+# block a launch SGLang takes (issue #32 item 1).
+RESOLVER_ENFORCED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("attn_dp_size", "low"),
+        ("base_gpu_id", "low"),
+        ("dcp_size", "low"),
+        ("detokenizer_worker_num", "low"),
+        ("gpu_id_step", "low"),
+        ("grpc_port", "high"),
+        ("grpc_port", "low"),
+        ("hicache_host_memory_fraction", "high"),
+        ("hicache_host_memory_fraction", "low"),
+        ("moe_dense_tp_size", "low"),
+        ("moe_dp_size", "low"),
+        ("nnodes", "low"),
+        ("shared_experts_tp_size", "low"),
+        ("tokenizer_worker_num", "low"),
+    }
+)
+RUNTIME_EVIDENCE: dict[tuple[str, str], str] = {
+    ("mem_fraction_static", "high"): (
+        "the KV pool is sized from more than the GPU's memory: mem_cache/kv_cache_configurator.py:3007 "
+        "slack_gb = pre_model_load_memory * (1 - mem_fraction_static) turns negative, so rest_memory (:3038) "
+        "exceeds the free memory and the pool allocation fails at start-up"
+    ),
+}
 INT64_MAX = 2**63 - 1
 
 
@@ -79,7 +109,7 @@ def value_range(spec: FlagSpec) -> dict[str, Any]:
     """The range of a flag's values beyond its argparse type (empty when it has none)."""
     if spec.dest in RANGES:
         return RANGES[spec.dest]
-    if spec.type == "int" and (spec.dest == "port" or spec.dest.endswith("_port")):
+    if is_port(spec):
         return PORT_RANGE
     return {}
 
@@ -94,6 +124,49 @@ def _requirement(bounds: dict[str, Any]) -> str:
         raise ValueError(f"no gt/ge/lt/le bound in {bounds}")
     op, bound = side
     return f"{op} {bound}"
+
+
+def range_side(spec: FlagSpec, value: Any) -> str | None:
+    """Which side of the flag's range a number falls outside ("low" / "high"), or None (inside, no range, or
+    not a number; a non-finite or over-wide number is outside every domain, not one side of a range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if (isinstance(value, float) and not math.isfinite(value)) or (
+        isinstance(value, int) and abs(value) > INT64_MAX
+    ):
+        return None
+    bounds = value_range(spec)
+    if ("gt" in bounds and not value > bounds["gt"]) or ("ge" in bounds and not value >= bounds["ge"]):
+        return "low"
+    if ("lt" in bounds and not value < bounds["lt"]) or ("le" in bounds and not value <= bounds["le"]):
+        return "high"
+    return None
+
+
+# The ports every SGLang start binds or connects: the HTTP server's (--port) and the NCCL rendezvous'
+# (--nccl-port, the TCP store of torch.distributed's init). Python's socket module refuses a port outside
+# 0-65535 (CPython socketmodule.c getsockaddrarg: "OverflowError: bind(): port must be 0-65535"), so those
+# fail at start-up; port 0 binds a free port the OS picks (SGLang starts: a warning). The other ports serve
+# one mode (disaggregation, encoder, gRPC, ...), and SGLang starts without that mode whatever they hold:
+# warnings.
+ALWAYS_BOUND_PORTS = frozenset({"port", "nccl_port"})
+PORT_EVIDENCE = "Python's socket refuses it at start-up: OverflowError: bind(): port must be 0-65535"
+
+
+def is_port(spec: FlagSpec) -> bool:
+    return spec.type == "int" and (spec.dest == "port" or spec.dest.endswith("_port"))
+
+
+def range_enforced(spec: FlagSpec, value: Any) -> bool:
+    """Whether a number outside the flag's range stops SGLang: its resolver rejects that side of the range
+    (RESOLVER_ENFORCED), or its start-up is shown to fail (RUNTIME_EVIDENCE, PORT_EVIDENCE). A problem that is
+    not one side of a range (a non-finite or over-wide number) always does."""
+    side = range_side(spec, value)
+    if side is None:
+        return True
+    if (spec.dest, side) in RESOLVER_ENFORCED or (spec.dest, side) in RUNTIME_EVIDENCE:
+        return True
+    return spec.dest in ALWAYS_BOUND_PORTS and not 0 <= value <= 65535
 
 
 def domain_problem(spec: FlagSpec, value: Any) -> str | None:
