@@ -17,9 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ddtctl.argv_parser import BAD
+from ddtctl import PINNED_SGLANG
+from ddtctl.argv_parser import BAD, run, server_parser
 from ddtctl.errors import UsageError
+from ddtctl.safeio import read_regular
 from ddtctl.schema.catalog import Catalog, FlagSpec
+from ddtctl.schema.extensions import extended_catalog
 
 MASK = "***"
 # Environment names that hold secrets (HF_TOKEN, OPENAI_API_KEY, ...).
@@ -83,9 +86,6 @@ def _abbreviates_secret(token: str) -> bool:
     if len(name) < 4:
         return False
     if not _LONG_OPTIONS:
-        from ddtctl import PINNED_SGLANG
-        from ddtctl.schema.extensions import extended_catalog
-
         _LONG_OPTIONS.extend(o for s in extended_catalog(PINNED_SGLANG) for o in s.option_strings)
     if name in _LONG_OPTIONS:
         return False
@@ -267,9 +267,6 @@ class ParsedArgv:
 def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config: bool = True) -> ParsedArgv:
     """`parse_server_argv` with the flag catalog of SGLang `sglang` (default: the pinned release) plus the
     DDTREE payload's flags: how deploy, render's re-check and tune read back a launch they rendered."""
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.errors import UsageError
-    from ddtctl.schema.extensions import extended_catalog
 
     try:
         catalog = extended_catalog(sglang or PINNED_SGLANG)
@@ -315,8 +312,6 @@ def _without(tokens: list[str], option: str) -> list[str]:
 
 
 def _run_recovering(parser: Any, tokens: list[str]) -> tuple[dict[str, Any], Any, list[str], bool]:
-    from ddtctl.argv_parser import run
-
     """argparse reads the options' spellings before any value, so one ambiguous prefix loses the whole parse:
     it is reported, taken out, and the rest read again. (state, namespace, extras, whether a structural
     error remains after the ambiguous ones)."""
@@ -336,10 +331,6 @@ def _run_recovering(parser: Any, tokens: list[str]) -> tuple[dict[str, Any], Any
 
 
 def _parse(tokens: list[str], catalog: Catalog, n_config: int) -> ParsedArgv:
-    from ddtctl.argv_parser import (
-        run,
-        server_parser,
-    )  # argparse stays off validate's profile path (cold start)
 
     parser = server_parser(catalog)
     state, namespace, extras, broken = _run_recovering(parser, tokens)
@@ -404,7 +395,6 @@ def _is_option(token: str) -> bool:
 # ------------------------------------------------------------------------------------------ launch lines
 def split_launcher(tokens: Sequence[str]) -> Launch:
     """`[env] [FOO=1 ...] python3 -m sglang.launch_server ARGS` / `sglang serve [MODEL] ARGS` / bare ARGS."""
-    from ddtctl.errors import UsageError
 
     tokens = [str(t) for t in tokens]
     env: dict[str, str] = {}
@@ -460,9 +450,6 @@ def _serve_argv(argv: list[str]) -> list[str]:
 def read_argv_file(path: str) -> list[str]:
     """A pasted shell launch line (backslash-newline continuations, `#` comments, quotes) as shlex tokens."""
     import shlex
-
-    from ddtctl.errors import UsageError
-    from ddtctl.safeio import read_regular
 
     data = read_regular(path, ARGV_FILE_LIMIT, what="argv file", fix="give a text file with one launch line")
     try:

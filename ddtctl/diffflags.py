@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ddtctl import PINNED_SGLANG
+from ddtctl.envs import require_env
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.procs import run_bounded
 from ddtctl.profilediff import (  # noqa: F401 - two profiles' launches, importable from here as before
@@ -473,8 +475,6 @@ class InstalledDiff:
 
 def default_python(version: str | None = None) -> Path:
     """The managed env's interpreter, or EnvironmentMissing saying how to get one."""
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.envs import require_env
 
     return Path(require_env(version or PINNED_SGLANG).python)
 
@@ -484,7 +484,6 @@ def diff_installed(
 ) -> InstalledDiff:
     """Shipped catalog (of `sglang`, default: the installed release, or the pinned one when none is shipped)
     vs the live parser of the sglang `python` imports."""
-    from ddtctl import PINNED_SGLANG
 
     py = Path(python) if python else default_python(sglang)
     live = live_catalog(py, timeout_s=timeout_s)

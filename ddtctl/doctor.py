@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddtctl.argv import parse_launch_argv
 from ddtctl.doctor_checks import ROW_NAMES, run_checks
 from ddtctl.doctor_model import PINS, DoctorFacts, Launch, Pins, Row, Status
 from ddtctl.errors import ExitCode, RemoteError, UsageError
+from ddtctl.profile import load_profile
 from ddtctl.remote.facts import HostFacts
 from ddtctl.remote.inventory import Host
+from ddtctl.render import render_argv
 
 __all__ = ["PINS", "DoctorFacts", "Launch", "Pins", "Row", "Status", "run_checks"]
 
@@ -30,9 +33,6 @@ def _count(value: object) -> int:
 def launch_from_profile(path: str) -> Launch:
     """What the profile at `path` asks of its host: GPUs (tp x pp x dp over its hosts), port, algorithm,
     models, env, as SGLang reads the argv deploy would render."""
-    from ddtctl.argv import parse_launch_argv
-    from ddtctl.profile import load_profile
-    from ddtctl.render import render_argv
 
     loaded = load_profile(path)
     prof = loaded.profile
@@ -133,8 +133,6 @@ def doctor_target(host: str | None, profile: str | None, inventory: str | None) 
 
     inv = load_inventory(inventory)
     if host is None and profile is not None:
-        from ddtctl.profile import load_profile
-
         prof = load_profile(profile).profile
         host = prof.host or (prof.hosts[0] if prof.hosts else None)
     if host is None:

@@ -10,6 +10,7 @@ from typing import Callable
 
 from ddtctl.doctor_model import PINS, DoctorFacts, Launch, Row, Status
 from ddtctl.errors import UsageError
+from ddtctl.schema.gpus import resolve_gpu
 
 GIB = 1 << 30
 DISK_MIN_BYTES = 1 << 30  # the work dir: releases (hard links into the store), logs (preflight's headroom)
@@ -103,7 +104,6 @@ def check_gpus(launch: Launch, df: DoctorFacts) -> Row:
 
 
 def check_gpu_kind(launch: Launch, df: DoctorFacts) -> Row:
-    from ddtctl.schema.gpus import resolve_gpu
 
     gpus = df.facts.gpus
     if not launch.gpu:

@@ -16,9 +16,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ddtctl.argv import flag_occurrences, parse_launch_argv
-from ddtctl.errors import DdtctlError, EnvironmentMissing, UsageError
+from ddtctl.envs import DEFAULT_SGLANG, require_env
+from ddtctl.errors import DdtctlError, EnvironmentMissing, ExitCode, UsageError
 from ddtctl.hub import is_hub_id
 from ddtctl.paths import model_config_cache_dir
+from ddtctl.profile import discover_profiles, load_profile
+from ddtctl.render import render_argv
+from ddtctl.report import warning_record
+from ddtctl.schema.extensions import extended_catalog
+from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -48,7 +54,6 @@ class DryRunResult:
         """`ok`: SGLang accepted it. `error`: SGLang's rejection (or why nothing was resolved) in the
         envelope's error shape plus SGLang's exception `type` and the `hook` that raised; `where` is SGLang's
         file:line. `warnings`: what SGLang logged, in the findings' shape (ddtctl.report)."""
-        from ddtctl.report import warning_record
 
         return {
             "source": self.source,
@@ -66,7 +71,6 @@ class DryRunResult:
     def error_json(self) -> dict | None:
         if self.accepted or not self.error:
             return None
-        from ddtctl.errors import ExitCode
 
         err = self.error
         return {
@@ -85,7 +89,6 @@ class DryRunResult:
 
 
 def exit_code(results: Sequence[DryRunResult]) -> int:
-    from ddtctl.errors import ExitCode
 
     if any(r.setup_error for r in results):
         return ExitCode.USAGE
@@ -97,7 +100,6 @@ def platform_for(gpu: Any) -> tuple[dict | None, str | None]:
     """A GPU name / GpuSpec -> (platform facts for the worker, display name)."""
     if gpu is None:
         return None, None
-    from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
 
     spec = gpu if hasattr(gpu, "sm") else resolve_gpu(str(gpu))
     memory = getattr(spec, "memory_gb", 0) or 0
@@ -214,7 +216,6 @@ def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) 
                 f"python {p} does not exist", fix="pass an existing interpreter to --python"
             )
         return p
-    from ddtctl.envs import DEFAULT_SGLANG, require_env
 
     return require_env(sglang or DEFAULT_SGLANG).python
 
@@ -329,9 +330,6 @@ def dry_run_profiles(
 ) -> list[DryRunResult]:
     """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`);
     `overrides`: `--set KEY=VALUE` (ddtctl.profile_overrides), applied to each profile before the schema."""
-    from ddtctl.profile import discover_profiles, load_profile
-    from ddtctl.render import render_argv
-    from ddtctl.schema.extensions import extended_catalog
 
     items: list[tuple[str, list[str], Any]] = []
     hosts: list[str | None] = []

@@ -20,8 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.errors import DdtctlError
 from ddtctl.fix_safety import SAFE, UNSAFE, edit_safety  # noqa: F401  (part of this module's API)
+from ddtctl.profile import canonical_flag_key, parse_profile_text
+from ddtctl.profile_edit import edit_profile
 from ddtctl.rules.engine import Finding
+from ddtctl.validate import validate_document, validate_path
 from ddtctl.yamledit import EditRefused, RoundTrip, add_key, delete_key, find_key, scalar, set_value
 
 
@@ -60,8 +64,6 @@ def _edited(text: str, edits: dict[str, Any]) -> str:
     editor."""
     from ruamel.yaml.comments import CommentedMap
 
-    from ddtctl.profile import canonical_flag_key
-
     doc = RoundTrip(text)
     server = doc.data.get("server")
     if server is None:
@@ -85,8 +87,6 @@ def _edited(text: str, edits: dict[str, Any]) -> str:
 
 def verify(original: dict[str, Any], fixed_text: str, edits: dict[str, Any], source: str) -> str | None:
     """Why the fixed text is not the original profile with exactly `edits` applied (None when it is)."""
-    from ddtctl.errors import DdtctlError
-    from ddtctl.profile import parse_profile_text
 
     try:
         doc = parse_profile_text(fixed_text, source)
@@ -97,7 +97,6 @@ def verify(original: dict[str, Any], fixed_text: str, edits: dict[str, Any], sou
 
 def edit_mismatch(original: dict[str, Any], edited: dict[str, Any], edits: dict[str, Any]) -> str | None:
     """Why the `edited` profile data is not the `original` with exactly `edits` applied (None when it is)."""
-    from ddtctl.profile import canonical_flag_key
 
     expected = dict(original)
     server = dict(expected.get("server") or {})
@@ -137,9 +136,6 @@ def fix_results(
 
 
 def _fix_one(result, gpu, *, unsafe: bool, dry_run: bool, ignore, on_fixed):
-    from ddtctl.errors import DdtctlError
-    from ddtctl.profile_edit import edit_profile
-    from ddtctl.validate import validate_document, validate_path
 
     if result.error or result.valid or result.profile is None or result.raw is None or result.text is None:
         if dry_run and not result.error:

@@ -16,8 +16,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ddtctl.diffflags import diff_versions, version_key
 from ddtctl.errors import ProfileError, UsageError
-from ddtctl.schema.catalog import SUGGEST_PER_INPUT, Catalog
+from ddtctl.profile import parse_profile_text
+from ddtctl.profile_edit import edit_profile
+from ddtctl.report import FindingRecord
+from ddtctl.schema.catalog import SUGGEST_PER_INPUT, Catalog, available_versions, load_catalog
+from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
 from ddtctl.yamledit import EditRefused, RoundTrip, find_key, rename_key, set_value
 
 if TYPE_CHECKING:
@@ -91,7 +96,6 @@ class MigrationResult:
 
     def _finding(self, issue: KeyIssue, severity: str) -> dict:
         """A KeyIssue in the shape of every command's findings (ddtctl.report), plus `blocking`."""
-        from ddtctl.report import FindingRecord
 
         record = FindingRecord(
             id=None,
@@ -153,9 +157,6 @@ def migrate_text(
     document: ProfileDocument | None = None,
 ) -> MigrationResult:
     """`text` ("\n" line endings) migrated; `document`: its parse, when the caller has it."""
-    from ddtctl.diffflags import diff_versions
-    from ddtctl.profile import parse_profile_text
-    from ddtctl.schema.catalog import load_catalog
 
     doc = document if document is not None else parse_profile_text(text, source)
     data = doc.data
@@ -212,8 +213,6 @@ def migrate_text(
 
 def _payload_flags() -> set[str]:
     try:
-        from ddtctl.schema.extensions import DDTREE_FLAG_SPECS
-
         return {s.name for s in DDTREE_FLAG_SPECS}
     except ImportError:  # pragma: no cover
         return set()
@@ -298,7 +297,6 @@ def _target_flag(
 ) -> tuple[str, str, Any] | None:
     """The flag `key` becomes in the target release: (new name, why, new value or None). None when it has no
     successor (recorded in result.removed)."""
-    from ddtctl.schema.catalog import load_catalog
 
     new_name, reason, new_value = None, "", None
     if now is not None:  # still parses, as a deprecated alias: move to the live flag before it disappears
@@ -390,8 +388,6 @@ def _editor(text: str, source: str) -> RoundTrip:
 
 
 def _span_versions(a: str, b: str) -> list[str]:
-    from ddtctl.diffflags import version_key
-    from ddtctl.schema.catalog import available_versions
 
     lo, hi = sorted((version_key(a), version_key(b)))
     return [v for v in available_versions() if lo <= version_key(v) <= hi]
@@ -423,7 +419,6 @@ def migrate_profile(
     (ddtctl.profile_edit: bounded read, "\n" line endings edited and the file's own written back, the result
     parsed again, a fresh O_EXCL temporary renamed over the file, a symlink written through, refused if
     read-only or changed since it was read: issue #14)."""
-    from ddtctl.profile_edit import edit_profile
 
     migrated: list[MigrationResult] = []
 

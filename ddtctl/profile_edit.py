@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ddtctl.errors import DdtctlError
-from ddtctl.profile import ProfileDocument
+from ddtctl.profile import ProfileDocument, decode_profile, parse_profile_text, read_profile_document
+from ddtctl.safeio import rewrite
+from ddtctl.yamledit import EditRefused
 
 # the caller's edit: the profile ("\n" line endings) -> the edited text; raises yamledit.EditRefused to refuse
 Edit = Callable[[ProfileDocument], str]
@@ -71,7 +73,6 @@ def read_for_edit(
     """The profile's bytes and its parse with "\\n" line endings. `original`: the bytes the caller read (and
     validated) before; the file is not read again, and rewrite() refuses to write if it no longer holds
     them. Otherwise the bounded reader reads it (a FIFO, a device or an oversized file: a ProfileError)."""
-    from ddtctl.profile import decode_profile, parse_profile_text, read_profile_document
 
     source = str(path)
     if original is None:
@@ -96,9 +97,6 @@ def edit_profile(
     text does not parse as a profile, or when `check(before, after)` gives a reason. Reading (ProfileError)
     and writing (UsageError: read-only, changed since read, not a regular file, an I/O error) fail as
     one-line DdtctlErrors; an error `edit` raises goes through."""
-    from ddtctl.profile import parse_profile_text
-    from ddtctl.safeio import rewrite
-    from ddtctl.yamledit import EditRefused
 
     source = str(path)
     raw, before = read_for_edit(path, original)

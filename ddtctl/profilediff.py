@@ -9,7 +9,10 @@ from typing import Any, Sequence
 
 from ddtctl.argv import MASK, is_secret_env, is_secret_flag, mask_argv, parse_server_argv
 from ddtctl.errors import EnvironmentMissing, UsageError
+from ddtctl.profile import load_profile
+from ddtctl.render import render_argv
 from ddtctl.schema.catalog import Catalog
+from ddtctl.schema.extensions import extended_catalog
 
 # Resolved fields SGLang draws at random when the user leaves them unset:
 # a difference there is not a difference.
@@ -112,9 +115,6 @@ def diff_profiles(
     """What launches differently: the rendered argv of two profiles and, with `resolved`, SGLang's resolution.
 
     extra_sys_path goes first on the resolver's sys.path (the DDTREE overlay view, for DDTREE profiles)."""
-    from ddtctl.profile import load_profile
-    from ddtctl.render import render_argv
-    from ddtctl.schema.extensions import extended_catalog
 
     la, lb = load_profile(path_a), load_profile(path_b)
     pa, pb = la.profile, lb.profile

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from ddtctl.argv import MASK, SECRET_ENV, parse_launch_argv, refuse_multi_node_flags
 from ddtctl.errors import UsageError
-from ddtctl.render import Rendered
+from ddtctl.profile import load_profile
+from ddtctl.render import Rendered, render_profile
 
 ENGINE_FORMATS = ("k8s-lws", "skypilot")
 DIST_INIT_PORT = 50000  # the inventory's dist_init_port default (ddtctl/schema/hosts.py)
@@ -119,8 +120,6 @@ def _nodes_and_gpus(prof: Any, parsed: Any, nodes: int | None, source: str) -> t
 def launch_layout(path: str, opts: EngineOptions) -> Layout:
     """The profile's SSH launch (render_profile's argv, as `ddtctl render --as argv` prints it) and where it
     runs."""
-    from ddtctl.profile import load_profile
-    from ddtctl.render import render_profile
 
     ssh = render_profile(path, "argv", show_secrets=opts.show_secrets, overrides=opts.overrides)
     prof = load_profile(path, opts.overrides).profile

@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import ConfigError, DdtctlError
-from ddtctl.safeio import read_text
+from ddtctl.profile import discover_profiles
+from ddtctl.rule_select import parse_selectors
+from ddtctl.safeio import glob_paths, read_text
+from ddtctl.schema.gpus import resolve_gpu
 
 CONFIG_NAME = ".ddtctl.toml"
 PYPROJECT = "pyproject.toml"
@@ -130,7 +133,6 @@ def _strings(config: RepoConfig, key: str, value: Any) -> tuple[str, ...]:
 
 
 def _gpu(config: RepoConfig, value: Any) -> str:
-    from ddtctl.schema.gpus import resolve_gpu
 
     if not isinstance(value, str):
         raise config.error("gpu", f"expected a GPU name, got {value!r}", fix='gpu = "H200"')
@@ -142,7 +144,6 @@ def _gpu(config: RepoConfig, value: Any) -> str:
 
 
 def _check_selectors(config: RepoConfig) -> None:
-    from ddtctl.rule_select import parse_selectors
 
     for key in ("select", "ignore"):
 
@@ -200,11 +201,9 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 def discover(paths: list[str], config: RepoConfig | None) -> list[Path]:
     """The profiles `validate PATH...` checks: ddtctl.profile.discover_profiles, less the files found inside a
     directory that the configuration's `include` / `exclude` leave out."""
-    from ddtctl.profile import discover_profiles
 
     if config is None or (config.include is None and not config.exclude):
         return discover_profiles(paths)
-    from ddtctl.safeio import glob_paths
 
     kept: list[str] = []
     for raw in paths:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.rules import all_rules
+from ddtctl.rules.engine import ERROR, RULES
 
 ALL = "ALL"
 _FULL_ID = re.compile(r"DDT\d{3}")
@@ -43,8 +45,6 @@ _BUILTIN_TITLES = {
 
 def known_ids() -> list[str]:
     """Every rule id validate can report: the graph's rules and the built-in checks."""
-    from ddtctl.rules import all_rules
-    from ddtctl.rules.engine import RULES
     from ddtctl.validate import BUILTIN_CHECKS
 
     all_rules()
@@ -54,8 +54,6 @@ def known_ids() -> list[str]:
 def rule_meta(rule_id: str) -> tuple[str, str, bool, str | None]:
     """(title, severity, whether SGLang rejects it itself, documentation or None) of a rule or a built-in
     check."""
-    from ddtctl.rules import all_rules
-    from ddtctl.rules.engine import ERROR, RULES
     from ddtctl.validate import BUILTIN_CHECKS, BUILTIN_DOCS
 
     all_rules()

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ddtctl.rule_select import rule_meta
+
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SRCROOT = "%SRCROOT%"
@@ -43,7 +45,6 @@ def _message(record: Any) -> dict[str, str]:
 
 
 def _rule(rule_id: str) -> dict[str, Any]:
-    from ddtctl.rule_select import rule_meta
 
     title, severity, enforced, doc = rule_meta(rule_id)
     rule: dict[str, Any] = {

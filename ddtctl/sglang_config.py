@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import ProfileError
+from ddtctl.safeio import load_yaml
 from ddtctl.schema.catalog import Catalog, FlagSpec
 
 
@@ -72,7 +73,6 @@ def _config_path(argv: list[str]) -> tuple[int, str] | None:
 
 def load_config(path: str) -> dict[str, Any]:
     """The mapping SGLang's `--config FILE` reads, from a bounded regular file (safeio.load_yaml)."""
-    from ddtctl.safeio import load_yaml
 
     p = Path(path)
     if p.suffix.lower() not in (".yaml", ".yml"):

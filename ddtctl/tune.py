@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.profile import load_profile, read_profile_document
+from ddtctl.render import render_argv
+from ddtctl.safeio import write_new
 from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part of this module's API)
     DEFAULT_BENCH,
     MIN_OUTPUT_LEN,
@@ -63,6 +66,7 @@ from ddtctl.tune_space import (  # noqa: F401  (part of this module's API)
     variant_data,
 )
 from ddtctl.tune_write import WriteResult, write_point  # noqa: F401  (part of this module's API)
+from ddtctl.validate import validate_path
 
 DEFAULT_CONCURRENCY = (1, 8)
 
@@ -173,9 +177,6 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     import yaml
 
     from ddtctl.deploy import default_payload_dir, host_status, mask_argv, secret_values
-    from ddtctl.profile import load_profile, read_profile_document
-    from ddtctl.render import render_argv
-    from ddtctl.safeio import write_new
 
     opts = opts or TuneOptions()
     t0 = time.monotonic()
@@ -303,7 +304,6 @@ def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path)
     from ddtctl.deploy import DeployOptions, connect, deploy
     from ddtctl.remote.protocol import Probe
     from ddtctl.remote.transport import LockHeld
-    from ddtctl.validate import validate_path
 
     t0 = time.monotonic()
     pr = PointResult(key, pt.label, pt.kind, dict(pt.flags), "invalid", argv=argv)

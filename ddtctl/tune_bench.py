@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import UsageError
 from ddtctl.safeio import loads_json, read_regular
 
@@ -211,7 +212,6 @@ def bench_argv(
 def api_key(argv: list[str]) -> str | None:
     """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one:
     read as SGLang reads it (the last one, in any spelling argparse takes); `argv` may carry the launcher."""
-    from ddtctl.argv import parse_launch_argv
 
     key = parse_launch_argv(argv, config=False).get("api_key")
     return key if isinstance(key, str) else None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtctl.errors import UsageError
+from ddtctl.safeio import write_bytes_new
 from ddtctl.tune import TuneResult
 from ddtctl.tune_stats import Spread
 
@@ -155,8 +156,6 @@ def plot_png(result: TuneResult, path: str | Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     import io
-
-    from ddtctl.safeio import write_bytes_new
 
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)

@@ -16,6 +16,7 @@ from typing import Any
 from ddtctl.errors import UsageError
 from ddtctl.safeio import append_text, check_output, loads_json, read_regular
 from ddtctl.tune_bench import BenchRun
+from ddtctl.tune_schedule import budget_schedule
 from ddtctl.tune_stats import Spread, median_of, verdict
 
 
@@ -133,7 +134,6 @@ class TuneResult:
         return dict(point.to_json(), stats=stats)
 
     def to_json(self) -> dict:
-        from ddtctl.tune_schedule import budget_schedule
 
         v = verdict(self)
         return {

@@ -13,7 +13,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ddtctl.argv import is_secret_env
 from ddtctl.errors import UsageError
+from ddtctl.model_facts import read_model_facts
+from ddtctl.profile import canonical_flag_key
+from ddtctl.safeio import load_yaml
 
 BASELINES = ("auto", "dflash", "none", "off")
 
@@ -46,7 +50,6 @@ class PointSpec:
 
 def load_space(path: str) -> dict[str, list[Any]]:
     """A `--space` YAML: a mapping flag -> list of values (a scalar is a list of one; null = leave unset)."""
-    from ddtctl.safeio import load_yaml
 
     # bounded, regular files only, no aliases, limited nesting (issue #31)
     return normalize_space(load_yaml(path, 1 << 20, what="search space"), path)
@@ -54,7 +57,6 @@ def load_space(path: str) -> dict[str, list[Any]]:
 
 def normalize_space(data: Any, where: str = "space") -> dict[str, list[Any]]:
     """Flag keys canonicalised (dashed); `env.NAME` keys kept, their values as the strings the server gets."""
-    from ddtctl.profile import canonical_flag_key
 
     if not isinstance(data, dict) or not data:
         raise UsageError(
@@ -89,7 +91,6 @@ def env_value(value: Any) -> str:
 
 
 def _check_env_name(name: str, where: str) -> None:
-    from ddtctl.argv import is_secret_env
 
     if not ENV_NAME.fullmatch(name):
         raise UsageError(
@@ -112,8 +113,6 @@ def default_space(algorithm: str | None, server: dict[str, Any]) -> dict[str, li
     if algo in ("EAGLE", "EAGLE3", "NEXTN"):
         return {k: list(v) for k, v in EAGLE_SPACE.items()}
     if algo == "DFLASH":
-        from ddtctl.model_facts import read_model_facts
-
         facts = read_model_facts(server.get("speculative-draft-model-path"))
         top = (facts.block_size if facts and facts.block_size else None) or server.get(
             "speculative-dflash-block-size"
@@ -167,7 +166,6 @@ def baseline_point(kind: str, algorithm: str | None, server: dict[str, Any]) -> 
 def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dict[str, Any]:
     """The profile document (parsed) with `flags` set (None: removed) and a name saying which point it is;
     `env.NAME` keys set (None: remove) NAME in the document's `env:`."""
-    from ddtctl.profile import canonical_flag_key
 
     out = json.loads(json.dumps(data))
     server = dict(out.get("server") or {})

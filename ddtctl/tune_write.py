@@ -6,6 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ddtctl.errors import UsageError
+from ddtctl.fix import apply_fixes, edit_mismatch
+from ddtctl.profile import canonical_flag_key
+from ddtctl.profile_edit import edit_profile
+from ddtctl.rules.engine import ERROR, Finding
+from ddtctl.tune_space import env_name, env_value, point_env
+from ddtctl.yamledit import EditRefused
 
 if TYPE_CHECKING:
     from ddtctl.profile import ProfileDocument
@@ -24,10 +30,6 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
     """Put a point's flags into the profile's `server:` block, keeping comments and layout: the editor of
     `validate --fix` (ddtctl.fix.apply_fixes), checked by ddtctl.fix.edit_mismatch, in the profile edit
     transaction (ddtctl.profile_edit: written by ddtctl.safeio.rewrite)."""
-    from ddtctl.fix import apply_fixes, edit_mismatch
-    from ddtctl.profile_edit import edit_profile
-    from ddtctl.rules.engine import ERROR, Finding
-    from ddtctl.yamledit import EditRefused
 
     edits: dict[str, Any] = {}
 
@@ -54,8 +56,6 @@ def write_point(profile: str, point: PointResult) -> WriteResult:
 
 def _server_edits(point: PointResult, server: dict[str, Any]) -> dict[str, Any]:
     """The point's `server:` flags that differ from the profile's (None: remove a flag the profile sets)."""
-    from ddtctl.profile import canonical_flag_key
-    from ddtctl.tune_space import env_name
 
     flags = {k: v for k, v in point.flags.items() if env_name(k) is None}
     edits = {
@@ -68,7 +68,6 @@ def _server_edits(point: PointResult, server: dict[str, Any]) -> dict[str, Any]:
 
 def _refuse_env_edits(point: PointResult, env: dict[str, Any], source: str) -> None:
     """The editor writes `server:` flags only: a winner that needs another `env:` is written by hand."""
-    from ddtctl.tune_space import env_value, point_env
 
     wanted = point_env(point.flags)
     differ = {

@@ -16,8 +16,10 @@ from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launc
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
 from ddtctl.profile import Profile, ProfileDocument, build_profile, discover_profiles, read_profile_document
 from ddtctl.profile_overrides import Override, apply_overrides
+from ddtctl.report import finding_record, line_first_columns
 from ddtctl.rules import all_rules
-from ddtctl.rules.engine import ERROR, INFO, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
+from ddtctl.rules.engine import ERROR, INFO, RULES, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
+from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import GpuSpec, resolve_gpu
 
 
@@ -49,7 +51,6 @@ class ValidationResult:
 
     def as_json(self) -> dict[str, Any]:
         """One profile's part of `validate --format json` (ddtctl.report: findings have one shape)."""
-        from ddtctl.report import finding_record, line_first_columns
 
         firsts = line_first_columns(self.key_columns)
 
@@ -227,7 +228,6 @@ BUILTIN_DOCS: dict[str, tuple[str, str]] = {
 
 def ignore_refusal(rule_id: str) -> str | None:
     """Why `rule_id` cannot be ignored (unknown, or an error SGLang 0.5.23 rejects itself); None if it can."""
-    from ddtctl.rules.engine import RULES
 
     all_rules()
     r = RULES.get(rule_id)
@@ -264,7 +264,6 @@ def apply_ignores(result: ValidationResult, ignores: dict[str, str]) -> Validati
     """Move the findings of ignored rules to `result.ignored` (errors SGLang rejects itself stay reported)."""
     if not ignores or not result.findings:
         return result
-    from ddtctl.rules.engine import RULES
 
     kept: list[Finding] = []
     for f in result.findings:
@@ -318,7 +317,6 @@ def validate_document(
 
 
 def _validate_document(doc: ProfileDocument, *, gpu: str | None = None) -> ValidationResult:
-    from ddtctl.schema.extensions import extended_catalog
 
     profile, schema_errors = build_profile(doc)
     if profile is None:
@@ -462,7 +460,6 @@ def validate_path(
 
 
 def _is_sglang_config(doc: ProfileDocument) -> bool:
-    from ddtctl.schema.extensions import extended_catalog
     from ddtctl.sglang_config import is_sglang_config
 
     return is_sglang_config(doc.data, extended_catalog(PINNED_SGLANG), set(Profile.model_fields))
@@ -498,7 +495,6 @@ def validate_argv(
     """`env`: the server process's environment where the caller knows it (deploy: the inventory's and the
     profile's `env:` merged, as the launch gets them). `use_hub=False`: a Hugging Face hub id's config.json
     is not fetched (deploy's preflight, when the hub cannot be reached from here)."""
-    from ddtctl.schema.extensions import extended_catalog
 
     catalog = extended_catalog(sglang)
     # SGLang's parser: launcher and env prefix split off, SGLang's --config FILE expanded (command line wins)

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddtctl import PINNED_SGLANG
+from ddtctl.errors import UsageError
+from ddtctl.profile import Profile
+from ddtctl.schema.extensions import extended_catalog
+
 INVENTORY, SPACE, PROFILE = "inventory", "search space", "profile"
 _PROFILE_CORE = ("name", "sglang", "model", "server")  # keys only a profile has
 _SGLANG_CONFIG = ("model-path", "model_path")  # SGLang's --config file names the model; a search space never
@@ -15,9 +20,6 @@ _SGLANG_CONFIG = ("model-path", "model_path")  # SGLang's --config file names th
 def document_kind(data: Any) -> str:
     """`inventory`, `search space`, or `profile` (anything else, an SGLang --config file included: the profile
     path judges it)."""
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.profile import Profile
-    from ddtctl.schema.extensions import extended_catalog
 
     if not isinstance(data, dict) or not data or any(k in data for k in _PROFILE_CORE + _SGLANG_CONFIG):
         return PROFILE
@@ -57,9 +59,6 @@ def _check_inventory(path: str) -> str:
 
 
 def _check_space(path: str) -> str:
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.errors import UsageError
-    from ddtctl.schema.extensions import extended_catalog
     from ddtctl.tune_space import env_name, load_space, points_of
 
     space = load_space(path)

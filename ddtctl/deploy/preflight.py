@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ddtctl.argv import parse_launch_argv
+from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
 from ddtctl.errors import HubError, UsageError
 from ddtctl.remote.facts import HostFacts
+from ddtctl.schema.gpus import resolve_gpu
+from ddtctl.validate import ignore_refusal, validate_argv
 
 from .spec import DeploySpec, Target
 
@@ -104,7 +107,6 @@ def check_gpu_generation(spec: DeploySpec, target: Target, facts: HostFacts) -> 
     """The GPU generation (SM) the profile was written for against the host's."""
     if not (spec.gpu and facts.gpus):
         return []
-    from ddtctl.schema.gpus import resolve_gpu
 
     want = resolve_gpu(spec.gpu)
     have_name = facts.gpus[0].name
@@ -231,7 +233,6 @@ def ships_bundled_worker(spec: DeploySpec) -> bool:
 
 def _validation_gpu(spec: DeploySpec, facts: HostFacts) -> str | None:
     """The host's GPU when ddtctl knows it, else the profile's."""
-    from ddtctl.schema.gpus import resolve_gpu
 
     gpu = facts.gpu_name or spec.gpu
     try:
@@ -247,7 +248,6 @@ def ignore_checks(
 ) -> tuple[dict[str, str], list[Check]]:
     """The profile's `ignore:` entries that apply ({rule: reason}), and an error for each that cannot: as
     `ddtctl validate` does (DDT007), plus DDT120 while this deploy ships the worker that refuses it."""
-    from ddtctl.validate import ignore_refusal
 
     applied: dict[str, str] = {}
     refused: list[Check] = []
@@ -275,8 +275,6 @@ def ignore_checks(
 
 def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> list[Check]:
     """`ddtctl validate` of the rendered argv, with the host's GPU and the model configs cached from it."""
-    from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
-    from ddtctl.validate import validate_argv
 
     gpu = _validation_gpu(spec, facts)
     bundled_worker = ships_bundled_worker(spec)

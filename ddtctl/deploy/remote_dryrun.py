@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ddtctl.argv import parse_launch_argv
 from ddtctl.bridge.client import stderr_cause
+from ddtctl.dryrun import DryRunResult, platform_for
 from ddtctl.errors import UsageError
 from ddtctl.remote.facts import HostFacts
 from ddtctl.remote.transport import Connection
@@ -57,7 +58,6 @@ def _resolver_argv(
     target: Target, spec: DeploySpec, facts: HostFacts
 ) -> tuple[list[str], dict | None, str | None]:
     """(argv, platform, gpu) for the resolver: the host's GPU when ddtctl knows it, else the profile's."""
-    from ddtctl.dryrun import platform_for
 
     gpu = facts.gpu_name or spec.gpu
     try:
@@ -80,7 +80,6 @@ def remote_dry_run(
     timeout_s: float = 600,
 ) -> DryRunResult:
     """SGLang's resolver on the host with the release's payload staged (installer.py view)."""
-    from ddtctl.dryrun import DryRunResult
 
     rel_dir = f"{conn.work_dir}/releases/{release_id}"
     extra = ""

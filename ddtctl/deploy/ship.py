@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+import ddtctl
 from ddtctl.remote.protocol import Materialize, State, StateReply
 from ddtctl.remote.ship import ShipResult, StoreListing, list_store, missing_objects, ship
 from ddtctl.remote.transport import Connection
@@ -37,7 +38,6 @@ def survey_host(conn: Connection, spec: DeploySpec) -> Survey:
 
 def release_record(spec: DeploySpec, t: Target, hp: HostPlan) -> dict:
     """releases/<id>/release.json: what the release runs, where it came from, who deployed it."""
-    import ddtctl
 
     return {
         "id": hp.release_id,

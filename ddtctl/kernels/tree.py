@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ddtctl.errors import UsageError
+from ddtctl.safeio import read_regular
 
 MAX_LOGITS_BYTES = (
     512 * 1024 * 1024
@@ -44,8 +45,6 @@ def load_logits(path: str):
     import io
 
     import numpy as np
-
-    from ddtctl.safeio import read_regular
 
     if not Path(path).exists() and not Path(path).is_symlink():
         raise UsageError(f"no such file: {path}", fix="give a .npy file holding draft logits [L, V]")

@@ -39,8 +39,9 @@ from ddtctl.overlay.source import (
     sha256_file,
 )
 from ddtctl.overlay.udiff import PatchError, apply_patch
+from ddtctl.paths import overlay_root
 from ddtctl.procs import run_bounded
-from ddtctl.safeio import load_json, write_bytes_new, write_new
+from ddtctl.safeio import load_json, owned_dir_state, write_bytes_new, write_new
 
 TOOLS = ("installer.py", "smoke.py")
 _HERE = Path(__file__).resolve().parent
@@ -79,7 +80,6 @@ class BuildResult:
 
 
 def cache_root() -> Path:
-    from ddtctl.paths import overlay_root
 
     return overlay_root()
 
@@ -318,7 +318,6 @@ def _legacy_build(path: Path) -> bool:
 def _check_build_dir(build_dir: Path) -> None:
     """A build replaces its directory: only an empty one or one ddtctl built may be replaced (issue #14:
     `overlay build --out DIR` wiped whatever DIR held)."""
-    from ddtctl.safeio import owned_dir_state
 
     if owned_dir_state(build_dir, BUILD_MARKER, legacy=_legacy_build) == "foreign":
         raise OverlayError(

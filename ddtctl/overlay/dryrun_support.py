@@ -17,6 +17,10 @@ from typing import Any, Iterable, Sequence
 
 from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.overlay import installer
+from ddtctl.overlay.build import build, cache_root, resolve_target
+from ddtctl.overlay.source import load_built_manifest
+from ddtctl.profile import discover_profiles, load_profile
 
 ALGORITHM = "DDTREE"
 
@@ -36,7 +40,6 @@ def argv_uses_ddtree(argv: Sequence[str]) -> bool:
 
 def profiles_use_ddtree(paths: Sequence[str], overrides: Sequence[Any] = ()) -> bool:
     """`overrides`: dry-run's `--set KEY=VALUE` (ddtctl.profile_overrides), as the profiles are resolved."""
-    from ddtctl.profile import discover_profiles, load_profile
 
     for path in discover_profiles(list(paths)):
         server = load_profile(path, overrides).profile.server or {}
@@ -48,8 +51,6 @@ def profiles_use_ddtree(paths: Sequence[str], overrides: Sequence[Any] = ()) -> 
 
 def view_for(spec: str | Path, *, python: str | Path | None = None) -> Path:
     """The view directory for an explicit --overlay PATH."""
-    from ddtctl.overlay import installer
-    from ddtctl.overlay.build import build, cache_root, resolve_target
 
     p = Path(spec).expanduser()
     if (p / "view").is_dir() and (p / "payload" / installer.MANIFEST_NAME).is_file():
@@ -58,8 +59,6 @@ def view_for(spec: str | Path, *, python: str | Path | None = None) -> Path:
         return build(p, python=python, reuse=True).view_dir
     if (p / installer.MANIFEST_NAME).is_file():
         import hashlib
-
-        from ddtctl.overlay.source import load_built_manifest
 
         built = load_built_manifest(p / installer.MANIFEST_NAME)
         target = resolve_target(built["sglang"], None, python)
@@ -93,7 +92,6 @@ def overlay_sys_path(
         )
         if not needed:
             return []
-        from ddtctl.overlay.build import build
 
         return [str(build(None, python=python, reuse=True).view_dir)]
     return [str(view_for(mode, python=python))]

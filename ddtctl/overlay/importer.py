@@ -33,7 +33,7 @@ from ddtctl.overlay.source import (
     sha256_bytes,
 )
 from ddtctl.overlay.udiff import PatchError, apply_patch, make_patch
-from ddtctl.safeio import write_new
+from ddtctl.safeio import owned_dir_state, write_new
 
 DEFAULT_SMOKE = [
     {"id": "registered", "what": "SpeculativeAlgorithm.from_string('DDTREE') resolves"},
@@ -112,7 +112,6 @@ IMPORT_MARKER = (
 def _check_out(src: Path, out: Path, force: bool) -> str:
     """Refuse an --out that overlaps the source or holds anything ddtctl did not write (issue #14: `--out SRC
     --force` deleted SRC, an --out above SRC deleted it with its parent). Returns the out dir's state."""
-    from ddtctl.safeio import owned_dir_state
 
     src_r, out_r = src.resolve(), out.resolve()
     if out_r == src_r or out_r in src_r.parents or src_r in out_r.parents:

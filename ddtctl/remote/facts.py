@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddtctl.paths import model_config_cache_dir
 from ddtctl.remote.protocol import Facts, FactsReply
 from ddtctl.remote.protocol import Gpu as Gpu  # HostFacts.gpus' type: importable from here too
 from ddtctl.remote.transport import Connection
+from ddtctl.safeio import write_new
 
 
 @dataclass
@@ -54,8 +56,6 @@ def gather_facts(conn: Connection, *, model_paths: Sequence[str] = (), cache: bo
 
 def cache_model_configs(host: str, models: dict[str, dict]) -> dict[str, str]:
     """Write each remote config.json where validate and dry-run read it (dryrun.model_config_cache_dir)."""
-    from ddtctl.paths import model_config_cache_dir
-    from ddtctl.safeio import write_new
 
     out = {}
     for path, info in models.items():

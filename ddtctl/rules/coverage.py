@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterator, TypeVar
 
 from ddtctl.rules.inventory import default_root, inventory_table  # noqa: F401  (default_root: this module's API)
+from ddtctl.rules.launch import sites as launch
 from ddtctl.safeio import load_yaml, read_text
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
@@ -198,8 +199,6 @@ def table(rows: list[tuple[Site, dict | None]], *, show_uncovered: bool = True, 
     else:
         lines += ["", override_table(orows, limit=20)]
     try:  # the second inventory: launch-time sites after the resolver (ddtctl/rules/launch/sites.py)
-        from ddtctl.rules.launch import sites as launch
-
         lrows = launch.classified()
     except Exception as err:
         lines += ["", f"launch-time inventory unavailable: {err}"]

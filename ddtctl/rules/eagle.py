@@ -13,6 +13,8 @@ from ddtctl.rules.engine import (
     Hit,
     rule,
 )
+from ddtctl.rules.hooks.common import attn_dp_size
+from ddtctl.rules.hooks.resolution import backends, resolved_attention, resolved_page
 from ddtctl.rules.speculative import SPEC_HOOK
 
 # ---------------------------------------------------------------- EAGLE / EAGLE3 / NEXTN / STANDALONE
@@ -21,7 +23,6 @@ from ddtctl.rules.speculative import SPEC_HOOK
 def adaptive_effective(ctx: Context) -> bool:
     """Whether `--speculative-adaptive` survives adaptive_spec_params.py:56-100
     adaptive_unsupported_reason."""
-    from ddtctl.rules.hooks.common import attn_dp_size
 
     if not ctx.get("speculative_adaptive") or ctx.algorithm not in ("EAGLE", "EAGLE3"):
         return False
@@ -175,7 +176,6 @@ _PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
 def _backends(ctx: Context) -> tuple[str | None, str | None]:
-    from ddtctl.rules.hooks.resolution import backends
 
     return backends(ctx)
 
@@ -183,7 +183,6 @@ def _backends(ctx: Context) -> tuple[str | None, str | None]:
 def effective_attention(ctx: Context) -> tuple[str | None, int]:
     """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
     (ddtctl/rules/hooks/resolution.py resolved_attention / resolved_page)."""
-    from ddtctl.rules.hooks.resolution import resolved_attention, resolved_page
 
     backend = resolved_attention(ctx)
     return backend, resolved_page(ctx, backend)

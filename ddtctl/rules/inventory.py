@@ -9,18 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ddtctl.errors import EnvironmentMissing
+from ddtctl.paths import cache_root
+
 
 def default_root(version: str = "0.5.23") -> Path:
     """The pinned wheel's sglang package: the managed env's (`ddtctl env create`), else the unpacked wheel at
     /tmp/sgl/sglang."""
     import glob
 
-    from ddtctl.paths import cache_root
-
     base = cache_root() / f"sglang-{version}"
     for candidate in sorted(glob.glob(str(base / "lib" / "python*" / "site-packages" / "sglang"))):
         return Path(candidate)
-    from ddtctl.errors import EnvironmentMissing
 
     fallback = Path("/tmp/sgl/sglang")
     if fallback.is_dir():

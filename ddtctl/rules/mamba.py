@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ddtctl.model_facts import EXTRA_BUFFER_ARCHITECTURES
 from ddtctl.rules.engine import FACT_MODEL, INFO, WARNING, Context, Hit, rule
+from ddtctl.rules.hooks.resolution import resolve
 
 MAMBA_HOOK = "sglang 0.5.23 srt/arg_groups/mamba_hook.py"
 EXTRA = ("extra_buffer", "extra_buffer_lazy")
@@ -18,7 +19,6 @@ def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
     """(page size, attention backend, radix cache off) when SGLang validates the mamba cache
     (model_hook.py:737, after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 /
     64 on SM100)."""
-    from ddtctl.rules.hooks.resolution import resolve
 
     res = resolve(ctx)
     if res is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL_CONFIG, INFO, Context, Hit, rule
+from ddtctl.rules.hooks.common import is_mla
+from ddtctl.rules.hooks.resolution import backends, resolved_page
 
 VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
 
@@ -158,7 +160,6 @@ def chunked_page(ctx: Context):
     """`chunked_prefill_size % page_size == 0` when chunked prefill is on (size > 0), except on decode nodes.
     The page size is SGLang's resolved one: attention backends snap it (trtllm_mha / trtllm_mla to 64, fa4 on
     SM100 to 128, ...), and hybrid Qwen3.5/3.6 targets get 1 or 64 from their model override on SM100."""
-    from ddtctl.rules.hooks.resolution import resolved_page
 
     size, page = ctx.get("chunked_prefill_size"), resolved_page(ctx)
     if size > 0 and page and size % page and ctx.get("disaggregation_mode") != "decode":
@@ -172,7 +173,6 @@ def chunked_page(ctx: Context):
 
 def _fa3_backends(ctx: Context) -> set:
     """The backends the model runner creates (prefill / decode as resolved; fa3 + fp8_e5m2 becomes triton)."""
-    from ddtctl.rules.hooks.resolution import backends
 
     return set(backends(ctx))
 
@@ -197,7 +197,6 @@ def backend_generation(ctx: Context):
     resolver here. The trtllm_mha generations are DDT937."""
     gpu = ctx.known_gpu
     sm = gpu.sm
-    from ddtctl.rules.hooks.common import is_mla
 
     if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
         return Hit(

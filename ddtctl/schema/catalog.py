@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddtctl.errors import UsageError
+from ddtctl.safeio import read_regular
+
 CATALOG_DIR = Path(__file__).resolve().parent / "catalogs"
 _PREFIX = "sglang-"
 _VERSION = re.compile(r"\d{1,4}\.\d{1,4}\.\d{1,4}")
@@ -215,14 +218,11 @@ def load_catalog(version: str) -> Catalog:
     try:
         if not _VERSION.fullmatch(v):  # a release number, never a path (NUL bytes, slashes, "..")
             raise FileNotFoundError(v)
-        from ddtctl.safeio import read_regular
 
         if not path.is_file():
             raise FileNotFoundError(path)
         raw = read_regular(path, 64 << 20, what="flag catalog")
     except (FileNotFoundError, NotADirectoryError):
-        from ddtctl.errors import UsageError
-
         known = ", ".join(available_versions()) or "none"
         shown = repr(version) if len(str(version)) <= 40 else repr(str(version)[:40]) + "..."
         raise UsageError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddtctl.schema.catalog import Catalog, FlagSpec
+from ddtctl.schema.catalog import Catalog, FlagSpec, load_catalog
 
 PAYLOAD = "the ddtctl DDTREE payload (ddtctl overlay)"
 
@@ -86,7 +86,6 @@ _cache: dict[str, ExtendedCatalog] = {}
 
 
 def extended_catalog(version: str) -> ExtendedCatalog:
-    from ddtctl.schema.catalog import load_catalog
 
     if version not in _cache:
         _cache[version] = ExtendedCatalog(load_catalog(version))

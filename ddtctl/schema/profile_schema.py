@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddtctl.profile import Profile
 from ddtctl.schema.catalog import Catalog
+from ddtctl.schema.extensions import extended_catalog
+from ddtctl.schema.flag_models import typed_flag_model
 
 
 def _catalog_property(spec) -> dict[str, Any]:
@@ -28,9 +31,6 @@ def _catalog_property(spec) -> dict[str, Any]:
 
 
 def profile_json_schema(version: str) -> dict[str, Any]:
-    from ddtctl.profile import Profile
-    from ddtctl.schema.extensions import extended_catalog
-    from ddtctl.schema.flag_models import typed_flag_model
 
     catalog = extended_catalog(version)
     schema = Profile.model_json_schema()

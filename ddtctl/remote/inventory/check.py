@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddtctl.errors import DdtctlError, UsageError
+from ddtctl.profile import load_profile
 from ddtctl.remote.inventory.files import host_entries, inventory_host, read_inventory_data
+from ddtctl.report import ErrorInfo
 
 
 @dataclass
@@ -23,7 +25,6 @@ class InventoryCheck:
         return not self.errors
 
     def to_json(self) -> dict:
-        from ddtctl.report import ErrorInfo
 
         return {
             "source": self.path,
@@ -64,7 +65,6 @@ def _check_profile(out: InventoryCheck, inventory: Path, name: str, profile: str
     """A host's `profile:`: next to the inventory when it is there (deploy and tune look there first), else as
     given (from the current directory); it must read as a profile (its schema; `ddtctl validate` checks the
     rest)."""
-    from ddtctl.profile import load_profile
 
     where = str(inventory)
     key = f"hosts.{name}.profile"  # in the message: a GitHub annotation shows the message, not `where`

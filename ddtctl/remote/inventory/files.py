@@ -11,6 +11,7 @@ from ddtctl.remote.inventory.host import DEFAULT_INVENTORY, Host, Inventory
 from ddtctl.remote.inventory.names import check_host
 from ddtctl.remote.inventory.resolve import make_host
 from ddtctl.remote.inventory.ssh_config import _ssh_config_lookup
+from ddtctl.safeio import read_regular
 
 MAX_INVENTORY_BYTES = 1024 * 1024
 
@@ -102,8 +103,6 @@ def read_inventory_data(p: Path) -> dict:
     """hosts.yaml parsed (bounded, a key given twice refused) with its top-level keys checked: the one reader
     of load_inventory and `ddtctl validate --inventory`."""
     import yaml
-
-    from ddtctl.safeio import read_regular
 
     raw = read_regular(p, MAX_INVENTORY_BYTES, what="inventory")  # a FIFO or /dev/zero is refused, never read
     try:

@@ -42,6 +42,7 @@ from typing import Any
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory.names import check_host, check_user
 from ddtctl.remote.inventory.values import _expand, _number
+from ddtctl.safeio import read_regular
 
 _SETTING = re.compile(r"(\w+)(?:\s*=\s*|\s+)(.+)")  # paramiko SSHConfig's line syntax
 _MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH
@@ -270,8 +271,6 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
 
     def walk(file: str, depth: int, block: str | None) -> None:
         try:
-            from ddtctl.safeio import read_regular
-
             text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
         except OSError as err:
             raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None

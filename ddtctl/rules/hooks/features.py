@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ddtctl.rules import mamba
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.memory import chunked_prefill
@@ -181,7 +182,6 @@ def _linear_replayssm(ctx: Context) -> Iterator[Hit]:
         decode = ctx.get("linear_attn_decode_backend") or ctx.get("linear_attn_backend") or "triton"
         if decode == "flashkda":
             decode = "triton"
-        from ddtctl.rules import mamba
 
         if decode not in ("triton", "helion"):
             yield Hit(

@@ -11,6 +11,8 @@ import json
 from typing import Any, Iterator
 
 from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.hooks.model import derived_context_length
+from ddtctl.rules.hooks.resolution import resolved_page
 
 FULL, BREAKABLE, DISABLED = "full", "breakable", "disabled"
 # cuda_graph_hook.py:227-232: a2a backends the breakable prefill graph is validated with
@@ -106,8 +108,6 @@ def cuda_graph_config(ctx: Context) -> Iterator[Hit]:
     )
     if not isinstance(size, int) or size <= 0 or ctx.model is None or not ctx.model.known:
         return
-    from ddtctl.rules.hooks.model import derived_context_length
-    from ddtctl.rules.hooks.resolution import resolved_page
 
     limit = ctx.given.get("context_length") or derived_context_length(ctx.model.raw or {})
     page = resolved_page(ctx)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size
+from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
 
 
 def default_chunked_prefill(ctx: Context) -> int | None:
@@ -14,8 +15,6 @@ def default_chunked_prefill(ctx: Context) -> int | None:
         return None
     memory = ctx.gpu.memory_gb
     if not memory:
-        from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
-
         name = REPRESENTATIVE_BY_SM.get(ctx.gpu.sm)
         memory = resolve_gpu(name).memory_gb if name else 0
     if not memory:

@@ -4,6 +4,7 @@ pd_disaggregation_hook.py: LoRA, sampling backend, companion options, range chec
 
 from __future__ import annotations
 
+from ddtctl.rules import mamba
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, _nonpositive
 from ddtctl.rules.hooks.memory import chunked_prefill
@@ -283,7 +284,6 @@ def overlap_disabled(ctx: Context) -> bool:
     cache's `auto` strategy falling back to no_buffer (overrides.py:484-486)."""
     if ctx.get("disable_overlap_schedule") or (ctx.get("pp_size", 1) or 1) > 1:
         return True
-    from ddtctl.rules import mamba
 
     return (
         mamba._mamba_cache_active(ctx)

@@ -7,6 +7,7 @@ after the weights are loaded. DDT701 (fa3 per GPU generation, rules/parallel.py)
 from __future__ import annotations
 
 from ddtctl.rules.engine import ERROR, FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
+from ddtctl.rules.hooks.resolution import _is_dsa, resolved_page
 from ddtctl.rules.launch.common import (
     ENCODER_DECODER_ARCHITECTURES,
     NON_GDN_HYBRID_ARCHITECTURES,
@@ -15,11 +16,13 @@ from ddtctl.rules.launch.common import (
     architectures,
     attn_tp_size,
     head_dims,
+    int_field,
     is_hybrid_gdn,
     is_mla_model,
     kv_heads_per_rank,
     runner_label,
     runners,
+    text_config,
     tp_size,
 )
 
@@ -278,7 +281,6 @@ def trtllm_mha_large_pages(ctx: Context):
     dynamic tokens-per-page kernels, which exist for GQA (more than one query head per KV head on each
     attention-TP rank) with equal QK and V head dims and a power-of-2 page. The constructor raises otherwise,
     before CUDA-graph capture would fail on the missing kernel."""
-    from ddtctl.rules.hooks.resolution import resolved_page
 
     page = resolved_page(ctx)
     model = ctx.known_model
@@ -344,7 +346,6 @@ def local_attention(ctx: Context):
     is absent, so only an explicit null fails): it asserts the size is set, and that --enable-unified-memory
     is off (local attention re-translates page tables through the static full-to-SWA map the unified pool
     does not have)."""
-    from ddtctl.rules.launch.common import text_config
 
     if ctx.get("enable_unified_memory"):
         return Hit(
@@ -381,8 +382,6 @@ def dsa_prefill(ctx: Context):
     HiSparse page translation); triton_sparse_mla needs SM90 or newer, at most 32 query heads per rank
     (128 / attention-TP for DeepSeek), a model with index_kpool 1, and a --dsa-triton-union of 0, 2 or 4
     with query heads x union a power of two in [16, 32]. Only a DSA model builds the backend."""
-    from ddtctl.rules.hooks.resolution import _is_dsa
-    from ddtctl.rules.launch.common import text_config
 
     if not _is_dsa(ctx):
         return None
@@ -495,7 +494,6 @@ def mamba2_track_interval(ctx: Context):
     checkpoints states every --mamba-track-interval tokens from its chunked scan, and asserts the interval is
     at least the model's mamba_chunk_size (the text config's; not checked when the config.json leaves it to
     the config class's default)."""
-    from ddtctl.rules.launch.common import int_field, text_config
 
     chunk = int_field(text_config(ctx.model), "mamba_chunk_size")
     if not chunk:
@@ -527,7 +525,6 @@ def dsa_model(ctx: Context):
     constructor asserts the model is a DeepSeek DSA model (a DSA architecture whose config sets index_topk:
     configs/model_config.py is_deepseek_dsa). The resolver accepts `--attention-backend dsa` on any model and
     the launch dies building the backend; for a DSA model SGLang picks it by itself."""
-    from ddtctl.rules.hooks.resolution import _is_dsa
 
     if _is_dsa(ctx):
         return None

@@ -9,6 +9,9 @@ from typing import Any
 
 from ddtctl.model_facts import ModelFacts
 from ddtctl.rules.engine import DFLASH_FAMILY, EAGLE_FAMILY, Context
+from ddtctl.rules.hooks.common import MLA_ARCHITECTURES, attn_dp_size
+from ddtctl.rules.hooks.overrides import _dflash_draft_backend
+from ddtctl.rules.hooks.resolution import resolve
 
 SRT = "sglang 0.5.23 srt/"
 REGISTRY = f"{SRT}layers/attention/attention_registry.py"
@@ -82,7 +85,6 @@ def tp_size(ctx: Context) -> int:
 
 def attn_tp_size(ctx: Context) -> int:
     """runtime_context.py:73-76 derive_attn_tp_size: tp // attention-DP // attention-CP."""
-    from ddtctl.rules.hooks.common import attn_dp_size
 
     return max(1, tp_size(ctx) // max(1, attn_dp_size(ctx)) // max(1, int(ctx.get("attn_cp_size", 1) or 1)))
 
@@ -131,8 +133,6 @@ def runners(ctx: Context) -> list[Runner]:
     model_runner.py:306-320 resolve_draft_attention_backend (EAGLE's draft: --speculative-draft-attention-
     backend, else the target's); draft_worker_common.py:32-63 (DFLASH's: the resolver's draft backend).
     Empty when the backends are unknown (no GPU or model)."""
-    from ddtctl.rules.hooks.overrides import _dflash_draft_backend
-    from ddtctl.rules.hooks.resolution import resolve
 
     res = resolve(ctx)
     if res is None:
@@ -149,7 +149,6 @@ def runners(ctx: Context) -> list[Runner]:
 def is_mla_model(model: ModelFacts | None) -> bool | None:
     """model_config.py attention_arch == MLA (use_mla_backend), for the architectures ddtctl knows; None
     when the model is unknown."""
-    from ddtctl.rules.hooks.common import MLA_ARCHITECTURES
 
     if model is None or not model.known:
         return None

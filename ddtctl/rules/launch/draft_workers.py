@@ -18,6 +18,7 @@ from ddtctl.rules.engine import (
     Hit,
     rule,
 )
+from ddtctl.rules.hooks.common import attn_dp_size
 from ddtctl.rules.launch.common import SRT, text_config
 
 SPEC = f"{SRT}speculative/"
@@ -305,7 +306,6 @@ def domino(ctx: Context):
     pure_draft_prefix_len 1, gru_hidden_dim and emb_dim (one value, nested or top-level) and a block size
     above 1; the worker also refuses it under attention DP and with a negative
     --speculative-domino-candidate-pool-size."""
-    from ddtctl.rules.hooks.common import attn_dp_size
 
     errors = _domino_errors(ctx)
     if errors:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ddtctl.argv_parser import human_readable_int
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, WARNING, Context, Hit, rule
-from ddtctl.rules.launch.common import SRT, env_flag, tp_size
+from ddtctl.rules.hooks.common import attn_dp_size
+from ddtctl.rules.launch.common import SRT, architectures, env_flag, text_config, tp_size
 
 CONFIGURATOR = f"{SRT}mem_cache/kv_cache_configurator.py"
 POOL = f"{SRT}mem_cache/memory_pool.py"
@@ -126,7 +127,6 @@ def mamba_cache_size(ctx: Context):
     slots per request == 0: "state cache is too small to serve any requests"). The slots per request are
     at least 1 without the radix cache, else at least 3 (2 under SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK), plus 1
     or 2 tracking slots for an extra-buffer strategy."""
-    from ddtctl.rules.hooks.common import attn_dp_size
 
     size = int(ctx.get("max_mamba_cache_size") or 0)
     dp = max(1, attn_dp_size(ctx))
@@ -210,7 +210,6 @@ def _unified_pool_model(ctx: Context) -> bool:
     """Whether the unified pool has a branch for the model: a mamba hybrid, or a hybrid-SWA model (the
     allowlist, or a config that opts in with is_hybrid_swa) other than DeepSeek-V4; an architecture ddtctl
     cannot classify counts as one (not checked)."""
-    from ddtctl.rules.launch.common import architectures, text_config
 
     archs = architectures(ctx.model)
     if any(a in DEEPSEEK_V4 for a in archs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ddtctl.rules.engine import DFLASH_FAMILY, FACT_DRAFT, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
 from ddtctl.rules.launch.common import SRT, architectures, env_flag, int_field, text_config, tp_size
+from ddtctl.rules.launch.draft_workers import dflash_config
 
 COMPONENTS = f"{SRT}model_executor/model_runner_components/"
 DFLASH_UTILS = f"{SRT}speculative/dflash_utils.py"
@@ -137,7 +138,6 @@ def dflash_target_layers(ctx: Context):
     num_hidden_layers), else ids spread over the target from the draft's num_hidden_layers (the target needs
     at least 4 layers; the draft config must have num_hidden_layers). A draft trained for a deeper target
     (a Qwen3-30B-A3B DFlash, ids up to 45, on the 36-layer Qwen3-8B) passes the resolver and raises here."""
-    from ddtctl.rules.launch.draft_workers import dflash_config
 
     target = _dflash_target_layers(ctx)
     if target is None:

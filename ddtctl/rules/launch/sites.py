@@ -36,8 +36,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddtctl.errors import UsageError
+from ddtctl.paths import cache_root
 from ddtctl.rules.inventory import default_root, inventory_table
-from ddtctl.safeio import load_yaml, read_text
+from ddtctl.safeio import load_json, load_yaml, read_text, write_new
 
 MAPPING = Path(__file__).resolve().parent / "coverage.yaml"
 
@@ -260,8 +262,6 @@ def _walk_sites(root: Path) -> list[LaunchSite]:
 def _cache_entry(root: Path) -> tuple[str, Path]:
     import hashlib
 
-    from ddtctl.paths import cache_root
-
     digest = hashlib.sha256(read_text(Path(__file__), 1 << 20, what="ddtctl source").encode())
     for pattern in FILES:
         for path in sorted(root.glob(pattern)):
@@ -272,8 +272,6 @@ def _cache_entry(root: Path) -> tuple[str, Path]:
 
 
 def _load_cached(cache: Path) -> list[LaunchSite] | None:
-    from ddtctl.errors import UsageError
-    from ddtctl.safeio import load_json
 
     try:
         doc = load_json(cache, 16 << 20, what="launch-site cache")
@@ -284,9 +282,6 @@ def _load_cached(cache: Path) -> list[LaunchSite] | None:
 
 def _store_cached(cache: Path, key: str, found: list[LaunchSite]) -> None:
     from dataclasses import asdict
-
-    from ddtctl.errors import UsageError
-    from ddtctl.safeio import write_new
 
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
