@@ -96,7 +96,7 @@ def _make_profile(case: dict, tmp: Path) -> Path:
         unknown_keys_profile(path, ("name: t", 'sglang: "0.5.23"', "model: {path: /m}"))
     elif kind == "ctrl-name":
         path = tmp / "bad\n\x1b[31m.yaml"
-        path.write_text('name: bad\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  tp-size: -8\n')
+        path.write_text('name: bad\nsglang: "0.5.23"\nmodel: {path: /m}\nserver:\n  port: -1\n')
     elif kind == "read-only":
         path.chmod(0o444)
     else:  # pragma: no cover - a typo in cases.yaml

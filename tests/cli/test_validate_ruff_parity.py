@@ -294,7 +294,7 @@ def test_sarif_of_a_clean_run_and_of_a_raw_argv(repo, capsys):
     assert not list(sarif_validator().iter_errors(log))
     assert code == 0 and log["runs"][0]["results"] == [] and log["runs"][0]["invocations"][0]["exitCode"] == 0
     code, out, _ = cli(capsys, "validate", "--format", "sarif", "--argv", "--", "--model-path", "/m",
-                       "--tp-size", "0")
+                       "--port", "-1")
     log = json.loads(out)
     assert not list(sarif_validator().iter_errors(log))
     assert code == 1 and all("locations" not in r for r in log["runs"][0]["results"])
