@@ -57,13 +57,7 @@ FAMILIES: dict[str, tuple[str, str | None, str | None]] = {
 ALGORITHMS = (None, "DFLASH", "EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "NGRAM", "DSPARK", "UNO", "FROZEN_KV_MTP")
 
 # Flags left out of the array, each with why the CPU resolver cannot judge it (nothing else is left out).
-DENY: dict[str, str] = {
-    "speculative-algorithm": "a fixed parameter of every case (with a draft that fits the model)",
-    "model-path": "a fixed parameter of every case (the model family)",
-    "device": "the dry-run declares cuda and the GPU generation itself",
-    "enable-http2": "imports granian, absent from the managed env (fuzz.ORACLE_ARTEFACTS)",
-    "enable-nvidia-megakernel": "needs the sgl-nvidia-mega plugin installed (fuzz.ORACLE_ARTEFACTS)",
-}
+DENY: dict[str, str] = fuzz.JUDGE_DENY  # the random sampler's, the one list
 
 # Boundary numbers for integer and float flags without a table in fuzz.py: below, at and above the usual floor.
 INT_BOUNDARIES = (-1, 0, 1)
