@@ -361,15 +361,15 @@ def test_defect11_a_1mb_profile_of_unknown_keys_reports_every_key(tmp_path):
 
 def test_defect11_records_index_the_key_columns_once_per_profile(tmp_path, monkeypatch):
     """Each finding's column came from a scan of every key of the profile: 29k findings x 29k keys took 28 s."""
-    import ddtctl.report as report
+    import ddtctl.validate as validate  # the module that indexes them (it imports line_first_columns by name)
     from ddtctl.validate import validate_path
 
     path = tmp_path / "many.yaml"
     path.write_text("name: t\nmodel: {path: /m}\nserver:\n" + "".join(f"  unknown-{i}: {i}\n" for i in range(300)))
     result = validate_path(path)
     scans: list[int] = []
-    real = report.line_first_columns
-    monkeypatch.setattr(report, "line_first_columns", lambda cols: scans.append(len(cols)) or real(cols))
+    real = validate.line_first_columns
+    monkeypatch.setattr(validate, "line_first_columns", lambda cols: scans.append(len(cols)) or real(cols))
     records = result.as_json()["findings"]
     assert len(records) == 300 and len(scans) == 1
     assert [r["column"] for r in records] == [3] * 300

@@ -327,6 +327,7 @@ class Connection:
         timeout = self.host.command_timeout_s if timeout is None else timeout
         label = " ".join(str(a) for a in argv[:3])[:80]
         streams = rgroup.Streams()
+        chan: paramiko.Channel | None = None
         try:
             chan = self._transport().open_session(timeout=self.host.connect_timeout_s)
             chan.settimeout(0.05)
@@ -346,6 +347,8 @@ class Connection:
                 f"connection lost while running `{label}`: {e or type(e).__name__}", where=self.host.name
             ) from None
         except BaseException:  # Ctrl-C, a bug: what the command started must not outlive this
+            if streams.pgid is None and chan is not None:
+                _await_group(chan, streams)  # a Ctrl-C right after the start can beat the group id line
             self.end_group(streams.pgid)
             raise
         out, err = streams.out.decode(errors="replace"), streams.err.decode(errors="replace")
@@ -533,6 +536,20 @@ def _warn(message: str) -> None:
     import sys
 
     sys.stderr.write(f"ddtctl: warning: {printable(message)}\n")
+
+
+def _await_group(chan: paramiko.Channel, streams: rgroup.Streams, wait_s: float = 2.0) -> None:
+    """Read stderr until the command's process-group line arrives (the wrapper writes it before anything else
+    runs), for at most `wait_s`: without it nothing on the host can be ended."""
+    deadline = time.monotonic() + wait_s
+    try:
+        while streams.pgid is None and time.monotonic() < deadline and not chan.closed:
+            if chan.recv_stderr_ready():
+                _read_stderr(chan, streams)
+            else:
+                time.sleep(0.02)
+    except (paramiko.SSHException, EOFError, OSError):
+        return
 
 
 def _read_stderr(chan: paramiko.Channel, streams: rgroup.Streams) -> None:
