@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,3 +167,18 @@ def parse_agent_reply(res: Any, op: str, where: str) -> Any:
     if not reply.get("ok"):
         raise RemoteError(f"{op}: {reply.get('error')}", where=where)
     return reply.get("result")
+
+
+def await_group(chan: Any, streams: Streams, wait_s: float = 2.0) -> None:
+    """Read a paramiko channel's stderr until the command's process-group line arrives (the wrapper writes it
+    before anything else runs), for at most `wait_s`: without it nothing on the host can be ended."""
+    deadline = time.monotonic() + wait_s
+    try:
+        while streams.pgid is None and time.monotonic() < deadline and not chan.closed:
+            if chan.recv_stderr_ready():
+                while chan.recv_stderr_ready():
+                    streams.add_err(chan.recv_stderr(65536))
+            else:
+                time.sleep(0.02)
+    except Exception:  # noqa: BLE001  (paramiko's SSHException, EOF, OS errors: a closed session has no group)
+        return

@@ -348,7 +348,7 @@ class Connection:
             ) from None
         except BaseException:  # Ctrl-C, a bug: what the command started must not outlive this
             if streams.pgid is None and chan is not None:
-                _await_group(chan, streams)  # a Ctrl-C right after the start can beat the group id line
+                rgroup.await_group(chan, streams)  # a Ctrl-C right after the start can beat its group line
             self.end_group(streams.pgid)
             raise
         out, err = streams.out.decode(errors="replace"), streams.err.decode(errors="replace")
@@ -536,20 +536,6 @@ def _warn(message: str) -> None:
     import sys
 
     sys.stderr.write(f"ddtctl: warning: {printable(message)}\n")
-
-
-def _await_group(chan: paramiko.Channel, streams: rgroup.Streams, wait_s: float = 2.0) -> None:
-    """Read stderr until the command's process-group line arrives (the wrapper writes it before anything else
-    runs), for at most `wait_s`: without it nothing on the host can be ended."""
-    deadline = time.monotonic() + wait_s
-    try:
-        while streams.pgid is None and time.monotonic() < deadline and not chan.closed:
-            if chan.recv_stderr_ready():
-                _read_stderr(chan, streams)
-            else:
-                time.sleep(0.02)
-    except (paramiko.SSHException, EOFError, OSError):
-        return
 
 
 def _read_stderr(chan: paramiko.Channel, streams: rgroup.Streams) -> None:
