@@ -169,6 +169,12 @@ def parse_agent_reply(res: Any, op: str, where: str) -> Any:
     return reply.get("result")
 
 
+def read_stderr(chan: Any, streams: Streams) -> None:
+    """What a paramiko channel has on stderr now, into `streams` (which keeps its tail and the group id)."""
+    while chan.recv_stderr_ready():
+        streams.add_err(chan.recv_stderr(65536))
+
+
 def await_group(chan: Any, streams: Streams, wait_s: float = 2.0) -> None:
     """Read a paramiko channel's stderr until the command's process-group line arrives (the wrapper writes it
     before anything else runs), for at most `wait_s`: without it nothing on the host can be ended."""
@@ -176,8 +182,7 @@ def await_group(chan: Any, streams: Streams, wait_s: float = 2.0) -> None:
     try:
         while streams.pgid is None and time.monotonic() < deadline and not chan.closed:
             if chan.recv_stderr_ready():
-                while chan.recv_stderr_ready():
-                    streams.add_err(chan.recv_stderr(65536))
+                read_stderr(chan, streams)
             else:
                 time.sleep(0.02)
     except Exception:  # noqa: BLE001  (paramiko's SSHException, EOF, OS errors: a closed session has no group)

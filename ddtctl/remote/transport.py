@@ -369,7 +369,7 @@ class Connection:
         eof = False
         deadline = time.monotonic() + timeout
         while True:
-            _read_stderr(chan, streams)
+            rgroup.read_stderr(chan, streams)
             if not eof:
                 try:
                     data = chan.recv(65536)
@@ -390,7 +390,7 @@ class Connection:
                     eof = True
             if eof:
                 if chan.status_event.wait(0.05):
-                    _read_stderr(chan, streams)
+                    rgroup.read_stderr(chan, streams)
                     return
             if not self.alive or (eof and chan.closed and not chan.exit_status_ready()):
                 raise ConnectionLost(f"connection lost while running `{label}`", where=self.host.name)
@@ -536,11 +536,6 @@ def _warn(message: str) -> None:
     import sys
 
     sys.stderr.write(f"ddtctl: warning: {printable(message)}\n")
-
-
-def _read_stderr(chan: paramiko.Channel, streams: rgroup.Streams) -> None:
-    while chan.recv_stderr_ready():
-        streams.add_err(chan.recv_stderr(65536))
 
 
 def _emit_lines(pending: bytes, on_stdout: Callable[[str], None]) -> bytes:
