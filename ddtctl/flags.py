@@ -58,25 +58,31 @@ def _finding(
     )
 
 
-def out_of_range(spec: FlagSpec, value: Any, *, enforced_only: bool = False) -> str | None:
+def out_of_range(spec: FlagSpec, value: Any) -> str | None:
     """The flag's value domain (schema/flag_models.py: finite numbers, RANGES, ports), checked without
-    building the typed model; a list is checked item by item. `enforced_only`: only the problems that stop
-    SGLang (a non-finite or over-wide number, or a range side its resolver or start-up enforces)."""
+    building the typed model; a list is checked item by item."""
+    enforced, unenforced = _domain_problems(spec, value)
+    return enforced or unenforced
+
+
+def _domain_problems(spec: FlagSpec, value: Any) -> tuple[str | None, str | None]:
+    """In one pass, item by item: the first domain problem that stops SGLang (a non-finite or over-wide
+    number, or a range side its resolver or start-up enforces: DDT002), and the first one it launches anyway
+    (DDT013)."""
     from ddtctl.schema.flag_models import domain_problem, range_enforced  # pydantic: loaded by validate only
 
+    unenforced = None
     for item in value if isinstance(value, list) else [value]:
         problem = domain_problem(spec, item)
-        if problem and (not enforced_only or range_enforced(spec, item)):
-            return problem
-    return None
+        if problem and range_enforced(spec, item):
+            return problem, unenforced
+        unenforced = unenforced or problem
+    return None, unenforced
 
 
-def _range_warning(spec: FlagSpec, value: Any, line: int | None, key: str, where: str) -> Finding | None:
+def _range_warning(spec: FlagSpec, problem: str, line: int | None, key: str, where: str) -> Finding:
     """DDT013: a number outside a range side SGLang 0.5.23 does not enforce (its resolver accepts it, and no
     start-up failure is on record): a warning, and the value stands."""
-    problem = out_of_range(spec, value)
-    if not problem:
-        return None
     need = problem.rpartition("must be ")[2]
     return _finding(
         "DDT013",
@@ -225,7 +231,7 @@ def _accept(
             )
         )
         return
-    problem = out_of_range(spec, typed, enforced_only=True)
+    problem, unenforced = _domain_problems(spec, typed)
     if problem:
         need = problem.rpartition("must be ")[2]
         out.findings.append(
@@ -242,9 +248,8 @@ def _accept(
         return
     if launch and _unlaunchable(out, catalog, key, spec, value, line, where):
         return
-    warning = _range_warning(spec, typed, line, key, where)
-    if warning is not None:
-        out.findings.append(warning)
+    if unenforced:
+        out.findings.append(_range_warning(spec, unenforced, line, key, where))
     out.given[spec.dest] = typed
     out.specs[spec.dest] = spec
     out.lines[spec.dest] = line
