@@ -8,6 +8,12 @@ Prints one table. Columns measured side by side in this run:
 Also checks with `python -X importtime` that the validate path imports no torch, sglang or paramiko.
   - ddtctl validate --format json of one hostile 1 MB profile of ~29k unknown keys (every key reported), 3 runs.
 Goals (issue #2): 1 profile < 0.15 s, 50 profiles < 0.4 s; (issue #14) the 1 MB profile < 5 s.
+
+First, the cold start (issue #33: keep it within 10% of the day's): `ddtctl validate <bundled profile>` in a
+fresh process beside a bare `python -c pass` and `python -c "import ddtctl"`, interleaved (each repeat runs each
+once, in a rotated order) so that a busy machine slows them alike; median, and the ratio to `python -c pass`.
+`--against DIR` (repeatable) times another checkout's ddtctl in the same interleaving (PYTHONPATH=DIR), e.g.
+main's before a change; `--cold-only` prints that table alone.
 """
 
 from __future__ import annotations
@@ -39,14 +45,46 @@ def make_profiles(root: Path, n: int) -> list[Path]:
 
 
 def time_cmd(cmd: list[str], runs: int, env=None) -> float:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, env=env)
-        samples.append(time.perf_counter() - start)
-        if proc.returncode not in (0, 1):
-            raise SystemExit(f"{cmd[:4]} failed: {proc.stderr.decode()[-400:]}")
-    return statistics.median(samples)
+    return statistics.median(_once(cmd, env) for _ in range(runs))
+
+
+def cold_start(ddtctl: str, runs: int, trees: list[Path]) -> list[tuple[str, float]]:
+    """(command, median seconds) of a fresh process each, interleaved: `python -c pass`, then per tree
+    (PYTHONPATH=tree) `python -c "import ddtctl"` and `ddtctl validate SEED`."""
+    cmds: list[tuple[str, list[str], dict[str, str]]] = [
+        ("python -c pass", [sys.executable, "-c", "pass"], dict(os.environ, PYTHONPATH=str(REPO)))
+    ]
+    for tree in trees:
+        env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(tree))
+        tag = "" if tree == REPO else f"  [{tree}]"
+        cmds.append((f"python -c 'import ddtctl'{tag}", [sys.executable, "-c", "import ddtctl"], env))
+        cmds.append((f"ddtctl validate {SEED.name}{tag}", [ddtctl, "validate", str(SEED)], env))
+    samples: dict[str, list[float]] = {label: [] for label, _, _ in cmds}
+    for r in range(runs):
+        turn = r % len(cmds)
+        for label, cmd, env in cmds[turn:] + cmds[:turn]:
+            samples[label].append(_once(cmd, env))
+    return [(label, statistics.median(samples[label])) for label, _, _ in cmds]
+
+
+def _once(cmd: list[str], env) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, env=env)
+    took = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{cmd[:4]} failed: {proc.stderr.decode()[-400:]}")
+    return took
+
+
+def print_cold_start(rows: list[tuple[str, float]], runs: int) -> None:
+    floor = rows[0][1]
+    print(f"cold start, a fresh process each, {runs} interleaved runs (median):")
+    width = max(len(label) for label, _ in rows)
+    print(f"| {'command':<{width}} | {'median':>9} | {'/ python -c pass':>16} |")
+    print(f"|{'-' * (width + 2)}|{'-' * 11}|{'-' * 18}|")
+    for label, took in rows:
+        print(f"| {label:<{width}} | {took * 1000:>6.1f} ms | {took / floor:>15.2f}x |")
+    print()
 
 
 def sglang_time(profiles: list[Path]) -> float | None:
@@ -95,8 +133,16 @@ def heavy_imports() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--cold-runs", type=int, default=21, help="repeats of the cold-start table")
+    parser.add_argument("--against", type=Path, action="append", default=[],
+                        help="another checkout timed in the same cold-start run (repeatable)")
+    parser.add_argument("--cold-only", action="store_true", help="print the cold-start table only")
     args = parser.parse_args()
     ddtctl = shutil.which("ddtctl", path=str(Path(sys.executable).parent)) or "ddtctl"
+    trees = [t.resolve() for t in args.against] + [REPO]
+    print_cold_start(cold_start(ddtctl, args.cold_runs, trees), args.cold_runs)
+    if args.cold_only:
+        return
     tmp = Path(tempfile.mkdtemp(prefix="ddtctl-bench-"))
     try:
         one = make_profiles(tmp / "one", 1) if (tmp / "one").mkdir() is None else []

@@ -20,7 +20,9 @@ from ddtctl.doctor_model import PINS, DoctorFacts, Launch, Pins, Row, Status
 from ddtctl.errors import ExitCode, RemoteError, UsageError
 from ddtctl.profile import load_profile
 from ddtctl.remote.facts import HostFacts
-from ddtctl.remote.inventory import Host
+from ddtctl.remote.inventory import Host, load_inventory, resolve_host
+from ddtctl.remote.protocol import Batch, Checkup, Facts, State
+from ddtctl.remote.transport import Connection
 from ddtctl.render import render_argv
 
 __all__ = ["PINS", "DoctorFacts", "Launch", "Pins", "Row", "Status", "run_checks"]
@@ -90,8 +92,6 @@ def _model_paths(launch: Launch) -> tuple[str, ...]:
 
 def gather(conn, launch: Launch) -> DoctorFacts:
     """The facts every check reads, in one round trip (facts, state, checkup in one agent batch)."""
-    from ddtctl.remote.protocol import Batch, Checkup, Facts, State
-
     h: Host = conn.host
     paths = _model_paths(launch)
     checkup = Checkup(h.nvidia_smi, launch.per_node > 1 or None, h.sglang_root, paths)
@@ -104,8 +104,6 @@ def gather(conn, launch: Launch) -> DoctorFacts:
 def doctor(host: Host, launch: Launch, *, trust_new_host: bool = False) -> DoctorReport:
     """Connect (the `ssh` row), gather the facts, run the checks. Only an SSH failure is caught: it is the
     report's first row, failed, with every other row skipped."""
-    from ddtctl.remote.transport import Connection
-
     report = DoctorReport(host.name, f"{host.user}@{host.address}:{host.port}", launch.source)
     try:
         with Connection(host, trust_new_host=trust_new_host).open() as conn:
@@ -129,8 +127,6 @@ def doctor_target(host: str | None, profile: str | None, inventory: str | None) 
     """The host and the launch to check it against. Without HOST: the profile's host (with --profile), else
     the inventory's only host; the inventory has no default host beyond that, so several are a usage error.
     Without --profile: the host's own profile (inventory `profile:`), else the host-only checks."""
-    from ddtctl.remote.inventory import load_inventory, resolve_host
-
     inv = load_inventory(inventory)
     if host is None and profile is not None:
         prof = load_profile(profile).profile

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ddtctl.argv import flag_occurrences, parse_launch_argv
+from ddtctl.bridge.client import ResolverClient, WorkerError, WorkerStartError
 from ddtctl.envs import DEFAULT_SGLANG, require_env
 from ddtctl.errors import DdtctlError, EnvironmentMissing, ExitCode, UsageError
-from ddtctl.hub import is_hub_id
+from ddtctl.hub import config_dir, is_hub_id
 from ddtctl.paths import model_config_cache_dir
 from ddtctl.profile import discover_profiles, load_profile
 from ddtctl.render import render_argv
@@ -172,8 +173,6 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
 def _hub_config_dir(argv: Sequence[str], flag: str, repo_id: str) -> Path:
     """The hub cache's directory holding a hub id's config.json (ddtctl.hub, at the launch's --revision or
     --speculative-draft-model-revision); the hub's failure is a HubError (exit 8) for the whole run."""
-    from ddtctl.hub import config_dir
-
     draft = flag in DRAFT_PATH_FLAGS
     try:
         parsed = parse_launch_argv(argv)
@@ -238,8 +237,6 @@ def dry_run_argvs(
     the rest. `hosts[i]` picks where item i's model configs are looked up; `envs[i]` is its server environment
     (SGLANG_*). `client` lets callers keep one ResolverClient warm across calls (it is not closed here).
     """
-    from ddtctl.bridge.client import ResolverClient, WorkerError, WorkerStartError
-
     prepared: list[tuple[int, list[str], dict | None, str | None, dict[str, str]]] = []
     results: list[DryRunResult | None] = [None] * len(items)
     for i, (source, argv, gpu) in enumerate(items):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from ddtctl.bridge.client import ResolverClient
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import cache_root
 from ddtctl.procs import run_bounded
@@ -364,8 +365,6 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
 def verify_python(python: Path, *, timeout_s: float = 300.0) -> dict:
     """Start the resolver worker with `python` and wait for it to import
     sglang; returns the versions it reports."""
-    from ddtctl.bridge.client import ResolverClient
-
     client = ResolverClient(python, startup_timeout_s=timeout_s)
     try:
         info = client.start()

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 from ddtctl.errors import DdtctlError, UsageError
 from ddtctl.rules import all_rules
 from ddtctl.rules.engine import ERROR, RULES
+from ddtctl.validate import BUILTIN_CHECKS, BUILTIN_DOCS, ignore_refusal
 
 ALL = "ALL"
 _FULL_ID = re.compile(r"DDT\d{3}")
@@ -45,8 +46,6 @@ _BUILTIN_TITLES = {
 
 def known_ids() -> list[str]:
     """Every rule id validate can report: the graph's rules and the built-in checks."""
-    from ddtctl.validate import BUILTIN_CHECKS
-
     all_rules()
     return sorted(set(RULES) | set(BUILTIN_CHECKS))
 
@@ -54,8 +53,6 @@ def known_ids() -> list[str]:
 def rule_meta(rule_id: str) -> tuple[str, str, bool, str | None]:
     """(title, severity, whether SGLang rejects it itself, documentation or None) of a rule or a built-in
     check."""
-    from ddtctl.validate import BUILTIN_CHECKS, BUILTIN_DOCS
-
     all_rules()
     r = RULES.get(rule_id)
     if r is not None:
@@ -88,8 +85,6 @@ def cli_fail(option: str) -> Fail:
 def parse_selectors(values: Sequence[str] | None, fail: Fail, *, is_ignore: bool) -> tuple[str, ...]:
     """`["DDT805,DDT9", "ddt1"]` -> ("DDT805", "DDT9", "DDT1"): each an id, a prefix of ids, or ALL. An
     unknown selector fails; so does the exact id, in an ignore, of a rule that cannot be ignored."""
-    from ddtctl.validate import ignore_refusal
-
     ids = known_ids()
     out: list[str] = []
     for value in values or ():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-if TYPE_CHECKING:
-    from ddtctl.report import ErrorInfo
+from ddtctl.errors import DdtctlError, ExitCode, UsageError
+from ddtctl.report import ErrorInfo, emit_error, github_command, github_error, json_command, start_run
 
 
 def load_app():
@@ -29,9 +29,6 @@ def load_app():
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ddtctl.errors import DdtctlError, ExitCode
-    from ddtctl.report import ErrorInfo, github_command, json_command, start_run
-
     start_run()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DDTCTL_DEBUG") == "1"
@@ -76,8 +73,6 @@ def _run_for_json(app, args: list[str], command: str) -> int:
     argument) reach the envelope too."""
     import typer
 
-    from ddtctl.errors import ExitCode, UsageError
-
     try:
         code = app(args=args, prog_name="ddtctl", standalone_mode=False)
     except typer.Abort:
@@ -92,8 +87,6 @@ def _run_for_json(app, args: list[str], command: str) -> int:
 def _fail(in_json: str | None, in_github: str | None, error: ErrorInfo, line: str) -> NoReturn:
     """Exit with the error's code: the error in the JSON envelope (--format json), else `line` on stderr (and,
     under --format github, as an annotation on stdout, where GitHub reads workflow commands)."""
-    from ddtctl.report import emit_error, github_error
-
     if not (in_json and emit_error(in_json, error)):
         if in_github:
             sys.stdout.write(github_error(in_github, error) + "\n")

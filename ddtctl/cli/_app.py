@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from ddtctl.errors import ExitCode
+from ddtctl.report import emit
 
 app = typer.Typer(
     name="ddtctl",
@@ -60,8 +61,6 @@ def stderr_console():
 
 def emit_json(command: str, results: dict[str, Any] | None, exit_code: int = ExitCode.OK) -> None:
     """The envelope of `command` (ddtctl.report) on stdout; `ok` follows `exit_code`."""
-    from ddtctl.report import emit
-
     emit(command, results, exit_code=exit_code)
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from ddtctl import __version__
+
 SHELLS = ("bash", "zsh", "fish")
 _WORD = re.compile(r"^[A-Za-z0-9_.:+/@-]+$")  # what a command, option or choice may look like in a script
 _OPTION = re.compile(r"^(-[A-Za-z0-9]|--[A-Za-z0-9][A-Za-z0-9-]*)$")
@@ -60,8 +62,6 @@ def _all_options(node: dict) -> list[str]:
 
 
 def _header(shell: str) -> str:
-    from ddtctl import __version__
-
     return (
         f"# {shell} completion for ddtctl {__version__} (static; printed by `ddtctl completion {shell}`).\n"
         "# Commands and options only: host names, profiles and paths complete as files.\n"

@@ -6,9 +6,10 @@ from typing import Any, Optional
 
 import typer
 
+from ddtctl import PINNED_SGLANG
 from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
-from ddtctl.errors import ExitCode
+from ddtctl.errors import ExitCode, UsageError, printable
 
 
 def _short(value: Any, width: int = 60, *, plain: bool = False) -> str:
@@ -29,8 +30,6 @@ def _field_change(change) -> str:
 
 def _esc(text: str) -> str:
     from rich.markup import escape
-
-    from ddtctl.errors import printable
 
     return escape(printable(text))  # keys and values come from the input: no raw control characters out
 
@@ -188,8 +187,6 @@ def diff_flags(
 
     Exit codes: 0 done (with --installed: no drift), 1 --installed found drift, 2 usage or environment error.
     """
-    from ddtctl.errors import UsageError
-
     modes = [
         name
         for name, on in (
@@ -251,7 +248,6 @@ def diff_flags(
             )
         raise typer.Exit(ExitCode.INVALID if res.drift else ExitCode.OK)
 
-    from ddtctl import PINNED_SGLANG
     from ddtctl.diffflags import diff_versions
 
     if not from_version:
@@ -284,7 +280,6 @@ def migrate(
     Exit codes: 0 migrated (or nothing to do), 1 flags remain that need a manual decision, 2 usage or I/O
     error.
     """
-    from ddtctl import PINNED_SGLANG
     from ddtctl.migrate import migrate_profile
 
     result = migrate_profile(profile, to_version or PINNED_SGLANG, from_version=from_version, write=write)

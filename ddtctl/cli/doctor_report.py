@@ -3,7 +3,7 @@ counts. The command itself is registered in ddtctl/cli/remote.py; the checks are
 
 from __future__ import annotations
 
-from ddtctl.cli._app import OutputFormat
+from ddtctl.cli._app import OutputFormat, emit_json, stdout_console
 from ddtctl.doctor import DoctorReport
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}
@@ -12,8 +12,6 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skipped": "dim"}
 def show(report: DoctorReport, fmt: OutputFormat) -> None:
     """The report in the JSON envelope (`ok` follows its exit code), or as text."""
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("doctor", report.to_json(), report.exit_code)
     else:
         print_report(report)
@@ -21,8 +19,6 @@ def show(report: DoctorReport, fmt: OutputFormat) -> None:
 
 def print_report(report: DoctorReport) -> None:
     from rich.markup import escape
-
-    from ddtctl.cli._app import stdout_console
 
     con = stdout_console()
     against = (

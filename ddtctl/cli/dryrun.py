@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli import options
-from ddtctl.cli._app import ReportFormat, app
+from ddtctl.cli._app import ReportFormat, app, emit_json, stdout_console
+from ddtctl.errors import UsageError
+from ddtctl.report import FindingRecord, github_annotation, warning_record
 
 # Shown in the summary line of an accepted result (resolved field -> label).
 _SUMMARY = (
@@ -83,7 +85,6 @@ def dry_run(
     Exit 0 when SGLang accepts all, 1 when it rejects any, 2 on a usage or environment error.
     """
     from ddtctl import dryrun
-    from ddtctl.errors import UsageError
     from ddtctl.profile_overrides import parse_sets, refuse_sets
 
     items = list(items or [])
@@ -154,8 +155,6 @@ def dry_run(
             )
     code = dryrun.exit_code(results)
     if fmt == ReportFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("dry-run", {"profiles": [r.to_json() for r in results]}, code)
     elif fmt == ReportFormat.github:
         _print_annotations(results)
@@ -167,8 +166,6 @@ def dry_run(
 def _print_annotations(results) -> None:
     """One workflow command per rejection (titled with SGLang's exception type) and per warning it logged."""
     import sys
-
-    from ddtctl.report import FindingRecord, github_annotation, warning_record
 
     lines = []
     for r in results:
@@ -191,8 +188,6 @@ def _print_annotations(results) -> None:
 
 def _print_text(results, all_overrides: bool) -> None:
     from rich.markup import escape
-
-    from ddtctl.cli._app import stdout_console
 
     out = stdout_console()
     for r in results:

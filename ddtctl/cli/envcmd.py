@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli import options
-from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli._app import OutputFormat, app, emit_json, stderr_console, stdout_console
 from ddtctl.errors import ExitCode
 
 env_app = typer.Typer(
@@ -45,7 +45,6 @@ def create(
     import time
 
     from ddtctl import envs
-    from ddtctl.cli._app import stderr_console
 
     err = stderr_console()
     t0 = time.monotonic()
@@ -77,7 +76,6 @@ def show(
 ) -> None:
     """Report the managed env: python, versions, size, status. Exit 2 when it is not ready."""
     from ddtctl import envs
-    from ddtctl.cli._app import emit_json, stdout_console
 
     env = envs.managed_env(sglang, with_size=True)
     data = env.to_dict()

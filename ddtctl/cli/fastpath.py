@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddtctl import PINNED_SGLANG, __version__
 from ddtctl.errors import ExitCode
 
 
@@ -84,8 +85,6 @@ def try_validate(args: list[str]) -> int | None:
 
 
 def version_text() -> str:
-    from ddtctl import PINNED_SGLANG, __version__
-
     return f"ddtctl {__version__} (targets SGLang {PINNED_SGLANG})"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli import options
-from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
 from ddtctl.errors import ExitCode
 
 overlay_app = typer.Typer(
@@ -25,14 +25,10 @@ _PY = "Interpreter of that SGLang install (default: guessed from --sglang-root, 
 
 
 def _out():
-    from ddtctl.cli._app import stdout_console
-
     return stdout_console()
 
 
 def _json(command: str, data, exit_code: int = ExitCode.OK) -> None:
-    from ddtctl.cli._app import emit_json
-
     emit_json(f"overlay {command}", data, exit_code)
 
 

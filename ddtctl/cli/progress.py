@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ddtctl.cli._app import stderr_console
+
 
 @contextmanager
 def working(message: str) -> Iterator[Callable[[str], None]]:
     """`with working("dry-run: ...") as update:` -- update(text) renames the step."""
-    from ddtctl.cli._app import stderr_console
-
     console = stderr_console()
     if not console.is_terminal:
         yield lambda text: None

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from ddtctl.cli._app import OutputFormat
+from ddtctl.cli._app import OutputFormat, emit_json, stdout_console
+from ddtctl.deploy import DEFAULT_KEEP, host_status, prune_releases, release_summary
+from ddtctl.errors import ExitCode, UsageError
 
 
 def run_releases(
@@ -18,8 +20,6 @@ def run_releases(
     lock_wait: float,
 ) -> int:
     """The command's body: list the releases, or prune them; the exit code."""
-    from ddtctl.errors import ExitCode, UsageError
-
     if not prune:
         for option, given in (("--keep", keep is not None), ("--plan", plan), ("--yes", yes)):
             if given:
@@ -30,19 +30,13 @@ def run_releases(
 
 
 def _list(host, fmt: OutputFormat, trust_new_host: bool) -> None:
-    from ddtctl.deploy import host_status, release_summary
-
     st = host_status(host, trust_new_host=trust_new_host, probe=False)  # no /health needed
     rows = [release_summary(r) for r in st.releases]
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("releases", {"current": st.current, "releases": rows})
         return
     from rich.markup import escape
     from rich.table import Table
-
-    from ddtctl.cli._app import stdout_console
 
     table = Table(box=None, pad_edge=False)
     cols = ("", "release", "kind", "status", "created", "profile", "algorithm", "payload", "profile sha256")
@@ -89,10 +83,6 @@ def _plan_lines(plan) -> list[str]:
 def _prune(host, fmt: OutputFormat, trust_new_host: bool, *, keep, plan, yes, lock_wait) -> int:
     import sys
 
-    from ddtctl.cli._app import stdout_console
-    from ddtctl.deploy import DEFAULT_KEEP, prune_releases
-    from ddtctl.errors import ExitCode, UsageError
-
     con = stdout_console()
     keep = DEFAULT_KEEP if keep is None else keep
     shown: dict = {}
@@ -121,8 +111,6 @@ def _prune(host, fmt: OutputFormat, trust_new_host: bool, *, keep, plan, yes, lo
         host, keep=keep, plan_only=plan, confirm=confirm, lock_wait_s=lock_wait, trust_new_host=trust_new_host
     )
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("releases", {"prune": r.to_json()})
         return ExitCode.OK
     for finding in r.lock_findings:

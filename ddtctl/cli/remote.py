@@ -6,8 +6,10 @@ from __future__ import annotations
 import typer
 
 from ddtctl.cli import options
-from ddtctl.cli._app import OutputFormat, app
+from ddtctl.cli._app import OutputFormat, app, emit_json, stderr_console, stdout_console
 from ddtctl.cli.stage_events import LiveStages, event_printer
+from ddtctl.errors import DdtctlError, ExitCode, UsageError
+from ddtctl.report import ErrorInfo, FindingRecord
 
 
 def _error_json(message: str | None, exit_code: int, where: str | None = None) -> dict | None:
@@ -18,8 +20,6 @@ def _error_json(message: str | None, exit_code: int, where: str | None = None) -
 def _deploy_json(result, events: list, warnings: list[str]) -> dict:
     """deploy's report with the envelope's shapes: preflight checks as findings (id: the check's name, plus
     `ok` and `host`), `error` as an error object, the stage events, and the deprecation warnings."""
-    from ddtctl.report import FindingRecord
-
     data = result.to_json()
     data["checks"] = [
         dict(
@@ -102,7 +102,6 @@ def deploy(
     plan, stage = plan or dry_run, stage or check
     from ddtctl.deploy import DeployOptions, spec_from_profile
     from ddtctl.deploy import deploy as run_deploy
-    from ddtctl.errors import UsageError
     from ddtctl.remote.inventory import load_inventory, resolve_host
 
     inv = load_inventory(inventory)
@@ -139,12 +138,8 @@ def deploy(
         opts.on_ship_progress = live.ship_progress
         result = run_deploy(spec, hosts, opts)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("deploy", _deploy_json(result, live.events, deprecations), result.exit_code)
     else:
-        from ddtctl.cli._app import stdout_console
-
         con = stdout_console()
         rel = ", ".join(f"{h}: {r}" for h, r in result.release.items())
         line = {
@@ -195,13 +190,9 @@ def facts(
             models = []
     f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("facts", f.to_json())
         return
     from rich.markup import escape
-
-    from ddtctl.cli._app import stdout_console
 
     con = stdout_console()
     con.print(f"[bold]{escape(h.describe())}[/bold]  hostname {escape(f.hostname)}")
@@ -284,19 +275,14 @@ def status(
     5).
     """
     from ddtctl.deploy import host_status
-    from ddtctl.errors import ExitCode
 
     if host is None:
         raise typer.Exit(_status_all(inventory, probe=probe, trust_new_host=trust_new_host, fmt=fmt))
     st = host_status(_resolve(host, inventory), trust_new_host=trust_new_host)
     healthy = _healthy(st)
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("status", dict(st.to_json(), healthy=healthy), ExitCode.OK if healthy else ExitCode.DEPLOY)
     else:
-        from ddtctl.cli._app import stdout_console
-
         con = stdout_console()
         srv = st.server or {}
         con.print(
@@ -357,7 +343,6 @@ def _probe_rows(hosts: list, rows: list[dict], trust_new_host: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from ddtctl.deploy import host_status
-    from ddtctl.errors import DdtctlError, ExitCode
 
     def one(h):
         try:
@@ -382,7 +367,6 @@ def _probe_rows(hosts: list, rows: list[dict], trust_new_host: bool) -> int:
 
 def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
     """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
-    from ddtctl.errors import ExitCode
     from ddtctl.remote.inventory import load_inventory
 
     inv = load_inventory(inventory)
@@ -393,9 +377,6 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     ]
     code = _probe_rows(hosts, rows, trust_new_host) if probe and hosts else ExitCode.OK
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-        from ddtctl.report import ErrorInfo
-
         emit_json(
             "status",
             {
@@ -407,7 +388,6 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
             code,
         )
         return code
-    from ddtctl.cli._app import stderr_console, stdout_console
 
     if not rows:
         where = str(inv.path) if inv.path else inv.missing()
@@ -539,11 +519,8 @@ def stop(
         _resolve(host, inventory), grace_s=grace, lock_wait_s=lock_wait, trust_new_host=trust_new_host
     )
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("stop", r.to_json())
         return
-    from ddtctl.cli._app import stdout_console
 
     stdout_console().print(
         f"stopped release {r.release}" + (" (SIGKILL after the grace period)" if r.forced else "")
@@ -566,7 +543,6 @@ def rollback(
 ) -> None:
     """Reinstall an earlier release's payload and restart its server; wait until healthy."""
     from ddtctl.deploy import rollback as run_rollback
-    from ddtctl.errors import ExitCode
 
     printer = event_printer(fmt)
     r = run_rollback(
@@ -579,11 +555,7 @@ def rollback(
     )
     code = ExitCode.OK if r.ok else ExitCode.DEPLOY
     if fmt == OutputFormat.json:
-        from ddtctl.cli._app import emit_json
-
         emit_json("rollback", dict(r.to_json(), events=[ev.to_json() for ev in printer.events]), code)
     else:
-        from ddtctl.cli._app import stdout_console
-
         stdout_console().print(f"rolled back {r.from_release} -> {r.to_release}: {r.health.message}")
     raise typer.Exit(code)

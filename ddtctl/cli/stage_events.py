@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ddtctl.cli._app import OutputFormat
+from ddtctl.cli._app import OutputFormat, stderr_console
+from ddtctl.errors import UsageError
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -21,8 +22,6 @@ class LiveStages:
     spinner only renders on a terminal; stdout stays clean for --format json)."""
 
     def __init__(self, fmt: OutputFormat):
-        from ddtctl.cli._app import stderr_console
-
         self.fmt = fmt
         self.console = stderr_console()
         self.on_event = event_printer(fmt, self.console, self)
@@ -52,8 +51,6 @@ class LiveStages:
         self.__exit__(None, None, None)  # no spinner over the prompt
         import sys
 
-        from ddtctl.errors import UsageError
-
         if self.fmt == OutputFormat.json:
             raise UsageError(
                 "the plan needs confirmation and --format json does not prompt",
@@ -79,8 +76,6 @@ def event_printer(fmt: OutputFormat, console=None, live: "LiveStages | None" = N
     """Events go to stderr as they happen: the progress of a long command, in json mode too (stdout holds the
     JSON, whose results list the same events)."""
     from rich.markup import escape
-
-    from ddtctl.cli._app import stderr_console
 
     console = console or stderr_console()
     t0 = time.monotonic()

@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
+from ddtctl import PINNED_SGLANG
 from ddtctl.cli import options
 from ddtctl.cli._app import OutputFormat, app, emit_json, stdout_console
-from ddtctl.errors import ExitCode
+from ddtctl.errors import ExitCode, UsageError
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -216,7 +217,6 @@ def explain(
     output: OutputFormat = options.FORMAT,
 ) -> None:
     """Print a rule's documentation."""
-    from ddtctl.errors import UsageError
     from ddtctl.rules import all_rules
     from ddtctl.rules.engine import RULES
 
@@ -275,7 +275,6 @@ def schema(
     """Write the JSON Schema of a profile (for editors: yaml-language-server modeline)."""
     import json
 
-    from ddtctl import PINNED_SGLANG
     from ddtctl.schema.profile_schema import profile_json_schema
 
     text = json.dumps(profile_json_schema(sglang or PINNED_SGLANG), indent=2) + "\n"

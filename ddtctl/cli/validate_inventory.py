@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from ddtctl.errors import ExitCode
+from ddtctl.cli.term import Term
+from ddtctl.errors import ExitCode, UsageError, printable
+from ddtctl.remote.inventory.check import check_inventory
+from ddtctl.report import FindingRecord, emit, github_annotation
 
 
 def run_validate_inventory(path: str, *, output: str, alone: bool) -> int:
-    from ddtctl.errors import UsageError, printable
-    from ddtctl.remote.inventory.check import check_inventory
-
     if not alone:
         raise UsageError(
             "--inventory checks the inventory file alone",
@@ -22,18 +22,13 @@ def run_validate_inventory(path: str, *, output: str, alone: bool) -> int:
     check = check_inventory(path)
     code = ExitCode.OK if check.ok else ExitCode.USAGE
     if output == "json":
-        from ddtctl.report import emit
-
         emit("validate", {"inventory": check.to_json()}, exit_code=code)
         return code
     if output == "github":
-        from ddtctl.report import FindingRecord, github_annotation
-
         for err in check.errors:
             rec = FindingRecord(id=None, severity="error", file=check.path, message=err.message, fix=err.fix)
             sys.stdout.write(github_annotation(rec) + "\n")
         return code
-    from ddtctl.cli.term import Term
 
     t = Term()
     source = printable(check.path)

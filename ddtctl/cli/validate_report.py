@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from ddtctl.errors import ExitCode
+from ddtctl import PINNED_SGLANG, __version__
+from ddtctl.argv import read_argv_file
+from ddtctl.errors import ExitCode, UsageError
+from ddtctl.profile_overrides import parse_sets, refuse_sets
+from ddtctl.repo_config import discover, find_config
+from ddtctl.report import FindingRecord, emit, finding_record, github_annotation, line_first_columns
+from ddtctl.rule_select import Layer, cli_layer, resolve, rule_meta, shown_path
+from ddtctl.validate import validate_argv, validate_path
 
 
 def run_validate(
@@ -30,8 +37,6 @@ def run_validate(
     sets: list[str] | None = None,
 ) -> int:
     """The command body, shared by the typer command and the start-up fast path (ddtctl/cli/fastpath.py)."""
-    from ddtctl.repo_config import find_config
-
     _check_usage(fix=fix, diff=diff, unsafe_fixes=unsafe_fixes, statistics=statistics, output=output)
     overrides = _overrides(sets, raw_launch=argv or argv_file is not None, fix=fix)
     config = find_config()
@@ -54,8 +59,6 @@ def run_validate(
         )
     code = _exit_code(results, diff=diff)
     if output == "json":
-        from ddtctl.report import emit
-
         body: dict = {"profiles": [r.as_json() for r in results]}
         if statistics:
             body["statistics"] = _statistics(results)
@@ -78,8 +81,6 @@ def run_validate(
 
 
 def _check_usage(*, fix: bool, diff: bool, unsafe_fixes: bool, statistics: bool, output: str) -> None:
-    from ddtctl.errors import UsageError
-
     for option, given in (("--diff", diff), ("--unsafe-fixes", unsafe_fixes)):
         if given and not fix:
             raise UsageError(f"{option} needs --fix", fix=f"ddtctl validate --fix {option} PROFILE")
@@ -92,8 +93,6 @@ def _check_usage(*, fix: bool, diff: bool, unsafe_fixes: bool, statistics: bool,
 def _selection(config, select: list[str] | None, ignore: list[str] | None) -> dict[str, str]:
     """{rule id: reason} of the rules not reported: the configuration's select/ignore, then the command line's
     (ddtctl.rule_select)."""
-    from ddtctl.rule_select import Layer, cli_layer, resolve, shown_path
-
     cli = cli_layer(select, ignore)
     if config is None and cli.select is None and not cli.ignore:
         return {}
@@ -114,8 +113,6 @@ def _selection(config, select: list[str] | None, ignore: list[str] | None) -> di
 def _overrides(sets: list[str] | None, *, raw_launch: bool, fix: bool) -> list:
     """`--set KEY=VALUE` (ddtctl.profile_overrides): for profiles only, and not with --fix (which edits the
     file the overrides leave unchanged)."""
-    from ddtctl.profile_overrides import parse_sets, refuse_sets
-
     overrides = parse_sets(sets)
     if raw_launch:
         refuse_sets(
@@ -129,14 +126,7 @@ def _overrides(sets: list[str] | None, *, raw_launch: bool, fix: bool) -> list:
 def _results(
     paths, config, *, argv: bool, argv_file: str | None, gpu, sglang, ignores, fix: bool, overrides=()
 ) -> list:
-    from ddtctl import PINNED_SGLANG
-    from ddtctl.errors import UsageError
-    from ddtctl.repo_config import discover
-    from ddtctl.validate import validate_argv, validate_path
-
     if argv_file is not None:
-        from ddtctl.argv import read_argv_file
-
         if argv or paths or fix:
             raise UsageError(
                 "--argv-file takes the whole launch from the file",
@@ -159,8 +149,6 @@ def _results(
 
 
 def _excluded_by(config) -> str:
-    from ddtctl.rule_select import shown_path
-
     return f"include/exclude in {shown_path(config.path)}" if config else "the configuration"
 
 
@@ -183,8 +171,6 @@ def _line_column(path: str | None, where: str | None) -> tuple[int | None, int |
 
 def _failures(r) -> list:
     """Records of what stopped a profile: it could not be read, or --fix was refused."""
-    from ddtctl.report import FindingRecord
-
     out = []
     if r.error:
         err = r.failure
@@ -209,8 +195,6 @@ def _failures(r) -> list:
 
 def _records(r) -> list:
     """The findings of one result as ddtctl.report records (column of the key where known)."""
-    from ddtctl.report import finding_record, line_first_columns
-
     firsts = line_first_columns(r.key_columns)
     return [
         finding_record(f, file=r.path, key_columns=r.key_columns, first_columns=firsts) for f in r.findings
@@ -219,8 +203,6 @@ def _records(r) -> list:
 
 def _print_annotations(results) -> None:
     """--format github: one workflow command per finding (and per profile that could not be read)."""
-    from ddtctl.report import github_annotation
-
     lines = [github_annotation(rec) for r in results for rec in (*_failures(r), *_records(r))]
     sys.stdout.write("".join(line + "\n" for line in lines))
 
@@ -229,7 +211,6 @@ def _print_sarif(results, code: int) -> None:
     """--format sarif: one SARIF 2.1.0 log (ddtctl.sarif)."""
     import json
 
-    from ddtctl import __version__
     from ddtctl.sarif import sarif_log
 
     findings = [rec for r in results for rec in _records(r)]
@@ -241,8 +222,6 @@ def _print_sarif(results, code: int) -> None:
 
 def _statistics(results) -> list[dict]:
     """--statistics: per rule id, how many findings are reported (ignored ones not counted), most first."""
-    from ddtctl.rule_select import rule_meta
-
     counts: dict[str, int] = {}
     fixable: dict[str, set[str]] = {}
     for r in results:

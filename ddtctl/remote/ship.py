@@ -23,7 +23,7 @@ import paramiko
 from ddtctl.errors import DdtctlError, OverlayError, RemoteError
 from ddtctl.overlay.installer import sha256_file  # the same hashing the host-side installer does
 from ddtctl.remote.protocol import CommitStream, Request, ShipReply
-from ddtctl.remote.transport import Connection, ConnectionLost
+from ddtctl.remote.transport import CommandResult, Connection, ConnectionLost, parse_agent_reply
 
 SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -244,8 +244,6 @@ class _Verifier:
         return bytes(out)
 
     def reply(self, out: bytes) -> ShipReply:
-        from ddtctl.remote.transport import CommandResult, parse_agent_reply
-
         chan = self.chan
         err_text = chan.recv_stderr(65536).decode(errors="replace") if chan.recv_stderr_ready() else ""
         rc = chan.recv_exit_status() if chan.status_event.wait(10) else -1
