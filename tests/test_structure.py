@@ -55,7 +55,7 @@ def test_an_import_up_the_layers_is_counted(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "errors.py").write_text("")
     (pkg / "rules" / "__init__.py").write_text("from ddtctl.errors import X\n")  # down: fine
-    (pkg / "rules" / "a.py").write_text("def f():\n    from ddtctl.cli import main\n")  # up, inside a function
+    (pkg / "rules" / "a.py").write_text("def f():\n    from ddtctl.cli import main\n")  # up, in a function
     (pkg / "cli.py").write_text("from ddtctl.rules import a\n")
     monkeypatch.setattr(structure, "ROOT", tmp_path)
     monkeypatch.setattr(structure, "PKG", pkg)

@@ -5,8 +5,8 @@
   connected components of the import graph with more than one module; `if TYPE_CHECKING:` imports left out, as
   they never run);
 - internal imports inside function bodies, as a share of all ddtctl imports;
-- functions of McCabe complexity above 10 (radon's grade C or worse, counted by ruff's C901), as a share of all
-  functions;
+- functions of McCabe complexity above 10 (radon's grade C or worse, counted by ruff's C901), as a share of
+  all functions;
 - imports against the layering: an import (at module head or inside a function) from a module of a lower layer
   of LAYERS to one of a higher layer. LAYERS is the one classification; the README's layer list (section
   "Layout") says the same, and tests/test_structure.py holds the two equal.
@@ -39,12 +39,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground floor", ("ddtctl", "errors", "findings", "paths", "safeio", "procs", "elsewhere", "report",
                       "fix_safety", "yamledit", "hub", "model_facts", "flag_typing", "argv_parser",
                       "sglang_config", "schema", "schema.*")),
-    ("inputs", ("argv", "launch_tokens", "flags", "profile", "profile_*", "server_argv", "schema.profile_schema",
-                "schema.hosts", "remote.inventory", "remote.inventory.*")),
+    ("inputs", ("argv", "launch_tokens", "flags", "profile", "profile_*", "server_argv",
+                "schema.profile_schema", "schema.hosts", "remote.inventory", "remote.inventory.*")),
     ("rules", ("rules", "rules.*")),
-    ("local work", ("validate*", "fix", "rule_select", "repo_config", "sarif", "render*", "dryrun", "diffflags",
-                    "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay", "overlay.*", "kernels",
-                    "kernels.*")),
+    ("local work", ("validate*", "fix", "rule_select", "repo_config", "sarif", "render*", "dryrun",
+                    "diffflags", "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay", "overlay.*",
+                    "kernels", "kernels.*")),
     ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "doctor*", "tune", "tune.*", "tune_*")),
     ("cli", ("cli", "cli.*", "__main__")),
 )
