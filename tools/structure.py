@@ -43,8 +43,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "schema.profile_schema", "schema.hosts", "remote.inventory", "remote.inventory.*")),
     ("rules", ("rules", "rules.*")),
     ("local work", ("validate*", "fix", "rule_select", "repo_config", "sarif", "render*", "dryrun",
-                    "diffflags", "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay", "overlay.*",
-                    "kernels", "kernels.*")),
+                    "diffflags", "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay",
+                    "overlay.*", "kernels", "kernels.*")),
     ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "doctor*", "tune", "tune.*", "tune_*")),
     ("cli", ("cli", "cli.*", "__main__")),
 )
