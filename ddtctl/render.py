@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ddtctl.argv import MASK, SECRET_ENV, is_secret_flag
 from ddtctl.errors import ProfileError, UsageError
@@ -19,9 +19,10 @@ from ddtctl.launch_tokens import carry_problem, safe_alone
 from ddtctl.profile import Profile, load_profile
 from ddtctl.schema.catalog import Catalog
 from ddtctl.schema.extensions import extended_catalog
-from ddtctl.server_argv import LaunchGroup, RenderMismatch, check_round_trip, launch_groups
+from ddtctl.server_argv import LaunchGroup, check_round_trip, launch_groups
 
-# re-exported: its callers (dry-run, tune, diff-flags, bench) import it from here
+# re-exported: its callers (dry-run, tune, diff-flags, bench) import them from here
+from ddtctl.server_argv import RenderMismatch as RenderMismatch
 from ddtctl.server_argv import render_argv as render_argv
 from ddtctl.sglang_config import config_to_argv, profile_to_config
 
@@ -75,22 +76,6 @@ class NodeLaunch:
     launcher: list[str]
     env: dict[str, str]
     extra: list[str]  # --nnodes N --node-rank R --dist-init-addr ADDR (none on one node)
-
-
-def node_launch(loaded: Any, argv: list[str], host: str, inventory: str | None) -> NodeLaunch:
-    """The launch on inventory node `host`, through deploy's own code: the spec (without the payload, nothing
-    is shipped), the inventory's hosts, and the target of `host` among them (with its rank and the rank 0
-    node's address)."""
-    from ddtctl.deploy.spec import spec_from_loaded
-    from ddtctl.remote.inventory import load_inventory, resolve_host
-
-    spec = spec_from_loaded(loaded, host=host, payload=False)  # refuses a host not among the profile's hosts:
-    inv = load_inventory(inventory)
-    target = next(t for t in spec.targets([resolve_host(n, inv) for n in spec.host_names]) if t.name == host)
-    if target.argv[: len(argv)] != argv:  # deploy launches the argv render checked, then its own flags
-        raise RenderMismatch(f"deploy's argv for {host} does not start with the rendered argv (a ddtctl bug)")
-    launcher = target.launch_argv[: len(target.launch_argv) - len(target.argv)]
-    return NodeLaunch(host, target.rank, target.nnodes, launcher, dict(target.env), target.argv[len(argv) :])
 
 
 def masked_tokens(group: LaunchGroup) -> list[str]:
@@ -155,22 +140,22 @@ def render_profile(
     *,
     show_secrets: bool = False,
     overrides: Sequence[Any] = (),
-    host: str | None = None,
-    inventory: str | None = None,
+    node_of: Callable[[Any, list[str]], NodeLaunch] | None = None,
 ) -> Rendered:
     """A profile as `ddtctl deploy` would launch it: argv (a JSON list), shell (one copy-pasteable command) or
     sglang-config (the YAML that SGLang's own `--config` reads back into the same argv). Secret values (flags
     such as --api-key, environment names such as HF_TOKEN) are masked unless show_secrets: the shell form
     refers to the caller's own environment variable instead. `overrides`: `--set KEY=VALUE`
-    (ddtctl.profile_overrides). `host`: the launch on that inventory node as deploy makes it (node_launch: the
-    host's launcher and environment, and the multi-node flags with the node's rank); argv and shell only."""
+    (ddtctl.profile_overrides). `node_of(loaded, argv)`: the launch on one inventory node as deploy makes it
+    (ddtctl.render_host.render_on_host passes deploy's: the host's launcher and environment, and the
+    multi-node flags with the node's rank); argv and shell only."""
     import shlex
 
     import yaml
 
     if fmt not in RENDER_FORMATS:
         raise ProfileError(f"unknown render format {fmt!r}", fix=f"use one of {', '.join(RENDER_FORMATS)}")
-    if host is not None and fmt not in ("argv", "shell"):
+    if node_of is not None and fmt not in ("argv", "shell"):
         raise UsageError(f"--host renders a command line, not --as {fmt}", fix="--as argv or --as shell")
     loaded = load_profile(path, overrides)
     prof = loaded.profile
@@ -185,7 +170,7 @@ def render_profile(
     shown_groups = [group.tokens if show_secrets else masked_tokens(group) for group in groups]
     launcher = list(prof.launch.launcher or DEFAULT_LAUNCHER)
     env = dict(prof.env)
-    node = node_launch(loaded, argv, host, inventory) if host is not None else None
+    node = node_of(loaded, argv) if node_of is not None else None
     if node is not None:
         launcher, env = node.launcher, node.env
         shown_groups += [node.extra[i : i + 2] for i in range(0, len(node.extra), 2)]
@@ -226,7 +211,7 @@ def render_profile(
         env=shown_env,
         config=config,
         text=text,
-        host=host,
+        host=node.host if node else None,
         node_rank=node.rank if node else None,
         nnodes=node.nnodes if node else None,
     )

@@ -45,7 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("local work", ("validate*", "fix", "rule_select", "repo_config", "sarif", "render*", "dryrun",
                     "diffflags", "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay",
                     "overlay.*", "kernels", "kernels.*")),
-    ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "doctor*", "tune", "tune.*", "tune_*")),
+    ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "render_host", "doctor*", "tune", "tune.*",
+               "tune_*")),
     ("cli", ("cli", "cli.*", "__main__")),
 )
 

@@ -105,9 +105,14 @@ def render(
         ]
         if given:
             raise UsageError(f"{given[0]} is for --as k8s-lws or --as skypilot", fix="leave it out")
-        result = render_profile(
-            profile, as_, show_secrets=show_secrets, overrides=overrides, host=host, inventory=inventory
-        )
+        if host is None:
+            result = render_profile(profile, as_, show_secrets=show_secrets, overrides=overrides)
+        else:  # deploy's own launch on that node (loads the deploy package: only with --host)
+            from ddtctl.render_host import render_on_host
+
+            result = render_on_host(
+                profile, as_, host=host, inventory=inventory, show_secrets=show_secrets, overrides=overrides
+            )
     if fmt == OutputFormat.json:
         emit_json("render", result.to_json())
         return

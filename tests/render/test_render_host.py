@@ -1,6 +1,6 @@
 """`ddtctl render --host NODE`: what deploy would launch on that inventory node (its launcher and environment,
 and on several hosts the multi-node flags with the node's rank), taken from deploy's own spec and targets
-(ddtctl/deploy/spec.py), never re-derived."""
+(ddtctl/deploy/spec.py, through ddtctl/render_host.py), never re-derived."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ddtctl.errors import DdtctlError, UsageError
 from ddtctl.profile_overrides import parse_sets
 from ddtctl.remote.inventory import load_inventory, resolve_host
 from ddtctl.render import render_profile
+from ddtctl.render_host import render_on_host
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = str(REPO / "profiles" / "qwen36-27b-ddtree.yaml")
@@ -46,21 +47,21 @@ def test_each_node_gets_deploys_own_launch_and_rank(site):
     inv = load_inventory(inventory)
     targets = spec.targets([resolve_host(n, inv) for n in spec.host_names])
     for target in targets:
-        shown = render_profile(str(profile), "argv", host=target.name, inventory=str(inventory), show_secrets=True)
+        shown = render_on_host(str(profile), "argv", host=target.name, inventory=str(inventory), show_secrets=True)
         assert shown.launcher + shown.argv == target.launch_argv and shown.env == target.env
         assert (shown.host, shown.node_rank, shown.nnodes) == (target.name, target.rank, 2)
-    node1 = render_profile(str(profile), "shell", host="node1", inventory=str(inventory))
+    node1 = render_on_host(str(profile), "shell", host="node1", inventory=str(inventory))
     assert node1.text == (
         "env NCCL_SOCKET_IFNAME=eth1 NCCL_P2P_LEVEL=SYS /opt/sglang/bin/python -m sglang.launch_server \\\n"
         "    --model-path /models/Qwen3-8B \\\n    --tp-size 8 \\\n    --api-key '***' \\\n"
         "    --nnodes 2 \\\n    --node-rank 1 \\\n    --dist-init-addr 10.0.5.10:50001")
-    node0 = render_profile(str(profile), "argv", host="node0", inventory=str(inventory))
+    node0 = render_on_host(str(profile), "argv", host="node0", inventory=str(inventory))
     assert node0.env["HF_TOKEN"] == "***" and "s3cret" not in json.dumps(node0.to_json())  # masked
 
 
 def test_one_host_profile_gets_the_hosts_launcher_and_no_multi_node_flags(site):
     inventory, _ = site
-    shown = render_profile(FLAGSHIP, "argv", host="node1", inventory=str(inventory))
+    shown = render_on_host(FLAGSHIP, "argv", host="node1", inventory=str(inventory))
     assert shown.launcher == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
     assert shown.argv == render_profile(FLAGSHIP, "argv").argv and "--nnodes" not in shown.argv
     assert shown.env == {"NCCL_SOCKET_IFNAME": "eth1", "NCCL_P2P_LEVEL": "SYS"}  # the profile's env wins
@@ -69,7 +70,7 @@ def test_one_host_profile_gets_the_hosts_launcher_and_no_multi_node_flags(site):
 
 def test_set_reaches_the_node_launch(site):
     inventory, profile = site
-    shown = render_profile(str(profile), "argv", host="node1", inventory=str(inventory),
+    shown = render_on_host(str(profile), "argv", host="node1", inventory=str(inventory),
                            overrides=parse_sets(["server.tp-size=4"]))
     assert shown.argv[shown.argv.index("--tp-size") + 1] == "4" and "--node-rank" in shown.argv
 
@@ -81,14 +82,14 @@ def test_set_reaches_the_node_launch(site):
 def test_what_render_host_refuses(site, host, fmt, message):
     inventory, profile = site
     with pytest.raises(DdtctlError) as err:
-        render_profile(str(profile), fmt, host=host, inventory=str(inventory))
+        render_on_host(str(profile), fmt, host=host, inventory=str(inventory))
     assert err.value.message == message
 
 
 def test_an_unknown_inventory_host_names_the_inventory(site):
     inventory, _ = site
     with pytest.raises(UsageError) as err:
-        render_profile(FLAGSHIP, "argv", host="nod1", inventory=str(inventory))
+        render_on_host(FLAGSHIP, "argv", host="nod1", inventory=str(inventory))
     assert err.value.message == "unknown host 'nod1'" and "did you mean node1" in err.value.fix
 
 
