@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ddtctl.cli._app import stderr_console
+from ddtctl.cli import _app  # read at call time: tests swap its stderr_console
 
 
 @contextmanager
 def working(message: str) -> Iterator[Callable[[str], None]]:
     """`with working("dry-run: ...") as update:` -- update(text) renames the step."""
-    console = stderr_console()
+    console = _app.stderr_console()
     if not console.is_terminal:
         yield lambda text: None
         return
