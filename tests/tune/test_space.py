@@ -8,7 +8,6 @@ import pytest
 from ddtctl.errors import UsageError
 from ddtctl.tune import (
     TuneOptions,
-    _point_key,
     baseline_point,
     load_space,
     normalize_space,
@@ -16,8 +15,9 @@ from ddtctl.tune import (
     points_of,
     variant_data,
 )
-from ddtctl.tune_results import PointResult
-from ddtctl.tune_write import write_point
+from ddtctl.tune.results import PointResult
+from ddtctl.tune.sweep import _point_key
+from ddtctl.tune.write import write_point
 
 CONV = "env.DDTREE_CONV_TREE"
 ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m/target",
