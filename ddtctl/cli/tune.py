@@ -1,5 +1,5 @@
 """`ddtctl tune`: sweep speculative-decoding settings on a host with SGLang's own benchmark (the logic is
-ddtctl/tune.py; this module parses, shows progress and prints)."""
+the ddtctl/tune/ package; this module parses, shows progress and prints)."""
 
 from __future__ import annotations
 
