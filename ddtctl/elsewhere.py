@@ -85,11 +85,6 @@ PROGRAMS: tuple[Program, ...] = (
         "on the GPU host, under the target SGLang interpreter: the payload's Triton kernel self-test",
         may_import=("ddtree_sglang",),
     ),
-    Program(
-        "tune_bench.py",
-        "BENCH_WRAPPER",
-        "on the GPU host: runs SGLang's benchmark client and returns its JSON lines",
-    ),
 )
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddtctl.tune_results import PointResult, TuneResult
+    from ddtctl.tune.results import PointResult, TuneResult
 
 BUDGET = "speculative-ddtree-budget"
 SCHEDULE = "speculative-ddtree-budget-schedule"
