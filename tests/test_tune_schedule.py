@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddtctl.rules import ddtree_core
+from ddtctl.rules.ddtree import core as ddtree_core
 from ddtctl.tune_bench import BenchRun
 from ddtctl.tune_results import PointResult, TuneResult
 from ddtctl.tune_schedule import BUDGET, SCHEDULE, best_budgets, budget_schedule, schedule_point, schedule_text

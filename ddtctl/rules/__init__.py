@@ -15,9 +15,6 @@ def load_rules() -> None:
     if _loaded:
         return
     from ddtctl.rules import (  # noqa: F401
-        ddtree,
-        ddtree_kernels,
-        ddtree_schedule,
         eagle,
         hooks,
         launch,
@@ -25,6 +22,7 @@ def load_rules() -> None:
         parallel,
         speculative,
     )
+    from ddtctl.rules.ddtree import checks, kernels, schedule  # noqa: F401
 
     _loaded = True
 

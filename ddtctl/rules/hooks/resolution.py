@@ -175,7 +175,7 @@ def resolve(ctx: Context) -> Resolution | None:
     if ctx.algorithm == "DDTREE" and all(
         raw[d] is None for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
     ):
-        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
+        # ddtree/core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
         # page size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
         out.final_attention = "triton"
     return out
