@@ -15,12 +15,10 @@ def load_rules() -> None:
     if _loaded:
         return
     from ddtctl.rules import (  # noqa: F401
-        eagle,
         hooks,
         launch,
         mamba,
         parallel,
-        speculative,
     )
     from ddtctl.rules.ddtree import checks, kernels, schedule  # noqa: F401
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ddtctl.rules.engine import Context
 
 AG = "sglang 0.5.23 srt/arg_groups/"
+SPEC_HOOK = f"{AG}speculative_hook.py"
 
 
 # Architectures whose attention is MLA (model_config.py use_mla_backend).

@@ -10,6 +10,7 @@ from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.model import derived_context_length
 from ddtctl.rules.hooks.moe import _EP_SPANNING, _a2a
 from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, Resolution, is_deterministic, resolve
+from ddtctl.rules.hooks.speculative_eagle import adaptive_effective
 
 # (dest, the launch's value, SGLang's, where)
 Override = tuple[str, object, object, str]
@@ -67,7 +68,7 @@ def _speculative_overrides(ctx: Context) -> list[Override]:
     if (
         ctx.get("speculative_adaptive")
         and ctx.given.get("speculative_adaptive")
-        and not _adaptive_effective(ctx)
+        and not adaptive_effective(ctx)
     ):
         out.append(
             (
@@ -231,12 +232,6 @@ def _resolved_overrides(ctx: Context, res: Resolution) -> list[Override]:
                 )
             )
     return out
-
-
-def _adaptive_effective(ctx: Context) -> bool:
-    from ddtctl.rules.eagle import adaptive_effective
-
-    return adaptive_effective(ctx)
 
 
 @rule(

@@ -366,6 +366,14 @@ def resolved_page(ctx: Context, backend: str | None = None) -> int:
     return ctx.get("page_size") or 1
 
 
+def effective_attention(ctx: Context) -> tuple[str | None, int]:
+    """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
+    (resolved_attention / resolved_page)."""
+
+    backend = resolved_attention(ctx)
+    return backend, resolved_page(ctx, backend)
+
+
 def backends(ctx: Context) -> tuple[str | None, str | None]:
     """(prefill, decode) backends as attention_backends_of (model_override_base.py:138) reads them."""
     res = resolve(ctx)
