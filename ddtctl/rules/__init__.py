@@ -14,12 +14,7 @@ def load_rules() -> None:
     global _loaded
     if _loaded:
         return
-    from ddtctl.rules import (  # noqa: F401
-        hooks,
-        launch,
-        mamba,
-        parallel,
-    )
+    from ddtctl.rules import hooks, launch, runtime  # noqa: F401
     from ddtctl.rules.ddtree import checks, kernels, schedule  # noqa: F401
 
     _loaded = True

@@ -49,10 +49,12 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
 from __future__ import annotations
 
 from ddtctl.rules.hooks import (  # noqa: F401  (importing them registers their rules)
+    mamba,
     speculative_common,
     speculative_dflash,
     speculative_eagle,
     speculative_ngram,
+    validation_parallel,
 )
 from ddtctl.rules.hooks.attention import (
     deterministic,

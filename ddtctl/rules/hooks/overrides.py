@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtctl.rules.engine import INFO, Context, Hit, rule
+from ddtctl.rules.engine import (
+    FACT_MODEL,
+    INFO,
+    Context,
+    Hit,
+    rule,
+)
 from ddtctl.rules.hooks.common import AG
+from ddtctl.rules.hooks.mamba import effective_strategy, mamba_cache_active, mamba_strategy
 from ddtctl.rules.hooks.model import derived_context_length
 from ddtctl.rules.hooks.moe import _EP_SPANNING, _a2a
 from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, Resolution, is_deterministic, resolve
@@ -256,4 +263,27 @@ def overridden(ctx: Context):
             severity=INFO,
             fix=f"set {flag}: {value}",
             edits={dest: value},
+        )
+
+
+@rule(
+    "DDT507",
+    "auto mamba strategy silently turns overlap scheduling off",
+    severity=INFO,
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        mamba_cache_active(ctx) and mamba_strategy(ctx) == "auto" and not ctx.get("disable_overlap_schedule")
+    ),
+    reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution",
+)
+def auto_strategy(ctx: Context):
+    """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off
+    without an error. Say what you want explicitly."""
+    if effective_strategy(ctx) == "no_buffer":
+        return Hit(
+            "mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
+            about="disable_overlap_schedule",
+            fix="set mamba-radix-cache-strategy explicitly",
+            edits={},
         )

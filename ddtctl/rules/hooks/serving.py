@@ -4,8 +4,8 @@ pd_disaggregation_hook.py: LoRA, sampling backend, companion options, range chec
 
 from __future__ import annotations
 
-from ddtctl.rules import mamba
 from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.hooks import mamba
 from ddtctl.rules.hooks.common import AG, _nonpositive
 from ddtctl.rules.hooks.memory import chunked_prefill
 from ddtctl.rules.hooks.moe import _resolved_ep
@@ -286,9 +286,9 @@ def overlap_disabled(ctx: Context) -> bool:
         return True
 
     return (
-        mamba._mamba_cache_active(ctx)
-        and mamba._effective_strategy(ctx) == "no_buffer"
-        and mamba._strategy(ctx) == "auto"
+        mamba.mamba_cache_active(ctx)
+        and mamba.effective_strategy(ctx) == "no_buffer"
+        and mamba.mamba_strategy(ctx) == "auto"
     )
 
 
