@@ -15,7 +15,7 @@ from ddtctl.rules.engine import (
 )
 from ddtctl.rules.hooks.common import AG, attn_dp_size
 from ddtctl.rules.hooks.mamba import EXTRA, at_mamba, mamba_strategy
-from ddtctl.rules.hooks.resolution import _is_dsa
+from ddtctl.rules.hooks.resolution import is_dsa
 
 
 @rule(
@@ -95,7 +95,7 @@ def sparse_attention_features(ctx: Context):
     (DeepSeek V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs
     DeepSeek V4 or GLM-5 DSA."""
     arch = ctx.known_model.architecture
-    dsa = _is_dsa(ctx)
+    dsa = is_dsa(ctx)
     hisparse_ok = dsa or str(arch).startswith("DeepseekV4") or "MiniMaxM3" in str(arch)
     if ctx.get("enable_hisparse") and not hisparse_ok:
         yield Hit(

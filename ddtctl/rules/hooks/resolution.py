@@ -225,7 +225,7 @@ def _model_override(
         and att is None
         and pre is None
         and dec is None
-        and not _is_dsa(ctx)
+        and not is_dsa(ctx)
     ):
         att = "trtllm_mla"
     return att, page
@@ -402,7 +402,7 @@ _DSA_ARCHITECTURES = (
 )
 
 
-def _is_dsa(ctx: Context) -> bool:
+def is_dsa(ctx: Context) -> bool:
     """configs/model_config.py:191-212 is_deepseek_dsa: a DSA architecture whose config sets index_topk."""
     model = ctx.known_model
     raw = model.raw or {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddtctl.rules.engine import ERROR, FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
 from ddtctl.rules.hooks.common import is_mla
-from ddtctl.rules.hooks.resolution import _is_dsa, backends, resolved_page
+from ddtctl.rules.hooks.resolution import backends, is_dsa, resolved_page
 from ddtctl.rules.launch.common import (
     ENCODER_DECODER_ARCHITECTURES,
     NON_GDN_HYBRID_ARCHITECTURES,
@@ -384,7 +384,7 @@ def dsa_prefill(ctx: Context):
     (128 / attention-TP for DeepSeek), a model with index_kpool 1, and a --dsa-triton-union of 0, 2 or 4
     with query heads x union a power of two in [16, 32]. Only a DSA model builds the backend."""
 
-    if not _is_dsa(ctx):
+    if not is_dsa(ctx):
         return None
     gpu, backend = ctx.known_gpu, ctx.get("dsa_prefill_backend")
     if backend == "flashmla_sparse_q8":
@@ -527,7 +527,7 @@ def dsa_model(ctx: Context):
     configs/model_config.py is_deepseek_dsa). The resolver accepts `--attention-backend dsa` on any model and
     the launch dies building the backend; for a DSA model SGLang picks it by itself."""
 
-    if _is_dsa(ctx):
+    if is_dsa(ctx):
         return None
     fix, edits = _backend_fix(ctx, "dsa", "flashinfer")
     if not edits:
