@@ -39,7 +39,7 @@ FILES: tuple[Elsewhere, ...] = (
         size_exempt=True,
     ),
     Elsewhere(
-        "rules/ddtree_core.py",
+        "rules/ddtree/core.py",
         "inside SGLang, copied byte for byte into the payload as "
         "`ddtree_sglang/rules_core.py`; `ddtctl validate` and SGLang-with-payload apply this one copy",
         size_exempt=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddtctl.rules import ddtree_core
+from ddtctl.rules.ddtree import core as ddtree_core
 from ddtctl.tune.bench import BenchRun
 from ddtctl.tune.results import PointResult, TuneResult
 from ddtctl.tune.schedule import BUDGET, SCHEDULE, best_budgets, budget_schedule, schedule_point, schedule_text
