@@ -1258,7 +1258,7 @@ def replot(envelope: str, png: str) -> int:
     lack matplotlib)."""
     sys.path.insert(0, str(REPO))
     from ddtctl.tune import PointResult, TuneResult
-    from ddtctl.tune_plot import plot_png
+    from ddtctl.tune.plot import plot_png
 
     r = json.loads(Path(envelope).read_text())
     r = r.get("results", r)

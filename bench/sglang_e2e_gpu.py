@@ -752,6 +752,8 @@ def tree_claims(rows: list[dict]) -> list[dict]:
     for r in rows:
         if r["algo"] != "DDTREE" or not r["oracle"] or r["unsafe"] or (r["budget"] or 0) < 7:
             continue
+        if "--speculative-ddtree-budget-schedule" in (r.get("argv") or []):
+            continue  # its widths change with the batch (the chain at 4): held to equality (RESULT) only
         m = r["ddtree_metrics"] or {}
         branch = m.get("accepted_branch_nodes", m.get("branch_nodes"))
         acc, base, basis = comparable_acceptance(r, dflash.get(r["graphs"]))
@@ -808,6 +810,15 @@ def extend_servers(mk) -> list[Server]:
     return out
 
 
+def schedule_server(mk) -> Server:
+    """DDTREE whose verify width follows the live batch (--speculative-ddtree-budget-schedule): the four concurrent
+    requests drain 4 -> 1, so one server life verifies with the chain, B=15 and B=32, one CUDA graph set a width,
+    and the builder's accept walk (DDTREE_ACCEPT=device, the default) meets every batch size."""
+    s = mk("ddtree-sched-g1", "DDTREE", True, 32, oracle=True)
+    s.extra_args = ["--speculative-ddtree-budget-schedule", "1:32,3:15,0"]
+    return s
+
+
 def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> list[Server]:
     """The servers after the plain reference, per suite (names say algo, budget, graphs and variant)."""
     wave2: list[Server] = []
@@ -827,6 +838,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         refprep.extra_env = {"DDTREE_PREP": "reference", "DDTREE_ACCEPT": "torch"}  # host heap + torch walk
         wave2.append(refprep)
         wave2 += extend_servers(mk)
+        wave2.append(schedule_server(mk))
         extras = ("ddtree-b15-g0", "ddtree-b32-g1", "dflash-g1")
     elif suite == "hybrid":
         for g in graphs:
@@ -856,6 +868,7 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         rows = mk("ddtree-b64-g1-rows", "DDTREE", True, 64, oracle=True)
         rows.extra_env = {"DDTREE_GDN_BLOCK2": "rows"}
         wave2.append(rows)
+        wave2.append(schedule_server(mk))
         # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
         # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor
         extras = ("dflash-g0", "dflash-g1", "ddtree-b15-g0", "ddtree-b32-g1")

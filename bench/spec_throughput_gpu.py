@@ -62,7 +62,7 @@ import drafter_profiles  # noqa: E402  (standard library only: the drafter kinds
 sys.path.pop(0)
 # the budget schedule's syntax, from the rules' one source of truth (standard library only, loaded by its path: the
 # device's python has none of ddtctl's dependencies)
-_core_spec = importlib.util.spec_from_file_location("ddtree_core", REPO / "ddtctl" / "rules" / "ddtree_core.py")
+_core_spec = importlib.util.spec_from_file_location("ddtree_core", REPO / "ddtctl" / "rules" / "ddtree" / "core.py")
 ddtree_core = importlib.util.module_from_spec(_core_spec)
 sys.modules[_core_spec.name] = ddtree_core  # its dataclasses look their module up
 _core_spec.loader.exec_module(ddtree_core)

@@ -12,7 +12,8 @@
 #      acceptance profile by depth with its two miss splits, tests/gpu_standins/drafter_profiles.py), SKIP_E2E=1,
 #      CALL_S (seconds this call may use), SCHEDULE (a DDTREE budget schedule, e.g. 2:127,4:64,8:16,0: one more
 #      DDTREE server per drafter, ddtree-sched-<drafter>, whose verify width follows the live batch), PROFILE= (empty:
-#      no profiler steps), CAPS (e.g. DFLASH:16: --max-running-requests per algorithm).
+#      no profiler steps), CAPS (e.g. DFLASH:16: --max-running-requests per algorithm), ONLY_E2E=1 (the exactness
+#      suites alone, E2E_BUDGETS their DDTREE budgets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0
@@ -27,6 +28,11 @@ pids=()
 if [ "${SKIP_E2E:-0}" != 1 ]; then
   e2e dense float32 worker 31000 "${E2E_BUDGETS:-15}" & pids+=($!)
   e2e hybrid bfloat16 hybrid 32000 "${E2E_BUDGETS:-15}" & pids+=($!)
+fi
+if [ "${ONLY_E2E:-0}" = 1 ]; then  # the exactness suites alone (both on GPU 0), no throughput lane
+  rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for t in dense hybrid; do echo "=== e2e $t"; grep -v whl "$OUT/e2e_$t.log" | tail -40; done
+  exit $rc
 fi
 OUT=$OUT/throughput DDTREE_E2E_WORK=/tmp/spec-throughput timeout $((CALL_S - 5)) python3 bench/spec_throughput_gpu.py \
   --target "${TARGET:-qwen3-8b}" --gpus "${LANES:-1,2,3}" --drafter "${DRAFTERS:-random,calibrated}" \

@@ -39,7 +39,7 @@ FILES: tuple[Elsewhere, ...] = (
         size_exempt=True,
     ),
     Elsewhere(
-        "rules/ddtree_core.py",
+        "rules/ddtree/core.py",
         "inside SGLang, copied byte for byte into the payload as "
         "`ddtree_sglang/rules_core.py`; `ddtctl validate` and SGLang-with-payload apply this one copy",
         size_exempt=True,
@@ -84,11 +84,6 @@ PROGRAMS: tuple[Program, ...] = (
         "KERNEL_WARMUP",
         "on the GPU host, under the target SGLang interpreter: the payload's Triton kernel self-test",
         may_import=("ddtree_sglang",),
-    ),
-    Program(
-        "tune_bench.py",
-        "BENCH_WRAPPER",
-        "on the GPU host: runs SGLang's benchmark client and returns its JSON lines",
     ),
 )
 

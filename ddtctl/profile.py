@@ -182,6 +182,12 @@ def load_profile(path: str | os.PathLike[str], overrides: Sequence[Any] = ()) ->
     doc = read_profile_document(path)
     if overrides:
         apply_overrides(doc, overrides)
+    return loaded_from_document(doc)
+
+
+def loaded_from_document(doc: ProfileDocument) -> LoadedProfile:
+    """A profile document already in memory (parsed from text, as `ddtctl tune` builds each point's),
+    schema-checked as load_profile checks a file; ProfileError on any problem."""
     profile, errors = build_profile(doc)
     if profile is None:
         loc, msg, line = errors[0]

@@ -1,6 +1,6 @@
 """YAML files `ddtctl validate DIR` meets that are not profiles, recognised by their shape: the inventory
 (`hosts.yaml`: a `hosts:` mapping) and tune's search spaces (flag -> list of values, `env.NAME` keys). Each is
-checked by its own reader (ddtctl.remote.inventory.check, ddtctl.tune_space) and reported with a note, not
+checked by its own reader (ddtctl.remote.inventory.check, ddtctl.tune.space) and reported with a note, not
 failed as a broken profile. Light: no paramiko, and the inventory's reader only for an inventory."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _check_inventory(path: str) -> str:
 
 
 def _check_space(path: str) -> str:
-    from ddtctl.tune_space import env_name, load_space, points_of
+    from ddtctl.tune.space import env_name, load_space, points_of
 
     space = load_space(path)
     catalog = extended_catalog(PINNED_SGLANG)

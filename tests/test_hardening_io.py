@@ -344,7 +344,7 @@ def test_a_recursive_glob_does_not_follow_symlink_loops(tmp_path):
 def test_tune_results_skip_deep_or_torn_lines_and_refuse_a_fifo(tmp_path):
     """Before: a 10k-deep line was a RecursionError and a record without `status` a TypeError (exit 70); a
     FIFO results file was appended to."""
-    from ddtctl.tune_results import read_results
+    from ddtctl.tune.results import read_results
 
     good = {"key": "k1", "label": "p", "kind": "point", "flags": {}, "status": "ok", "runs": []}
     path = tmp_path / "r.jsonl"
@@ -359,7 +359,7 @@ def test_tune_results_skip_deep_or_torn_lines_and_refuse_a_fifo(tmp_path):
 
 def test_a_deep_prompt_file_is_one_line(tmp_path):
     """Before: json.loads raised RecursionError (exit 70)."""
-    from ddtctl.tune_bench import load_prompts
+    from ddtctl.tune.bench import load_prompts
 
     path = tmp_path / "p.json"
     path.write_text("[" * 10000 + "]" * 10000)

@@ -157,7 +157,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def over_ten() -> list[tuple[str, str, int]]:
     """(module path, function, McCabe complexity) above 10 (radon's grade C or worse), counted by ruff's C901 as
-    `make lint` counts it (its per-file ignores apply: ddtree_core.py ships byte-identical in the payload)."""
+    `make lint` counts it (its per-file ignores apply: ddtree/core.py ships byte-identical in the payload)."""
     done = subprocess.run([sys.executable, "-m", "ruff", "check", str(PKG), "--select", "C901", "--config",
                            "lint.mccabe.max-complexity=10", "--output-format", "json", "-q"],
                           capture_output=True, text=True, cwd=ROOT)

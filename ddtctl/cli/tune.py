@@ -1,5 +1,5 @@
 """`ddtctl tune`: sweep speculative-decoding settings on a host with SGLang's own benchmark (the logic is
-ddtctl/tune.py; this module parses, shows progress and prints)."""
+the ddtctl/tune/ package; this module parses, shows progress and prints)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def tune(
     from ddtctl.remote.inventory import load_inventory, resolve_host
     from ddtctl.tune import BASELINES, TuneOptions, load_space
     from ddtctl.tune import tune as run_tune
-    from ddtctl.tune_plot import check_extras
+    from ddtctl.tune.plot import check_extras
 
     warnings = _check_usage(host, replot=replot, write=write, deploy=deploy, keep_best=keep_best, fmt=fmt)
     check_extras(png=bool(plot), terminal=plot_terminal)
@@ -162,7 +162,7 @@ def tune(
 
         check_output(plot, what="plot")
     if replot:
-        from ddtctl.tune_results import replot_result
+        from ddtctl.tune.results import replot_result
 
         result = replot_result(replot, host=host, profile=profile, at=at)
         raise typer.Exit(
@@ -256,15 +256,15 @@ class _Writer:
 
     def __init__(self, profile: str, *, deploy: bool, write_anyway: bool, schedule: bool):
         self.profile, self.deploy, self.write_anyway, self.schedule = profile, deploy, write_anyway, schedule
-        self.written: Any = None  # ddtctl.tune_write.WriteResult
+        self.written: Any = None  # ddtctl.tune.write.WriteResult
         self.refused: Any = None  # ddtctl.errors.Inconclusive: the winner within the spread
         self.error: Any = None  # a DdtctlError of the write, raised once the host is restored
 
     def __call__(self, result) -> str | None:
         from ddtctl.errors import DdtctlError
         from ddtctl.tune import write_point
-        from ddtctl.tune_schedule import schedule_point
-        from ddtctl.tune_stats import verdict, write_refusal
+        from ddtctl.tune.schedule import schedule_point
+        from ddtctl.tune.stats import verdict, write_refusal
 
         if result.winner is None:
             return None
@@ -395,7 +395,7 @@ def _report(
     written, refused = (writer.written, writer.refused) if writer else (None, None)
     plotted = None
     if plot:
-        from ddtctl.tune_plot import plot_png
+        from ddtctl.tune.plot import plot_png
 
         plotted = str(plot_png(result, plot))
     drawn = _draw_in_terminal(result) if plot_terminal else None
@@ -452,7 +452,7 @@ def _draw_in_terminal(result) -> str | None:
     import shutil
 
     from ddtctl.errors import UsageError
-    from ddtctl.tune_plot import plot_terminal
+    from ddtctl.tune.plot import plot_terminal
 
     size = shutil.get_terminal_size((100, 24))
     color = stdout_console().is_terminal and not os.environ.get("NO_COLOR")
@@ -479,7 +479,7 @@ def _fmt_tps(spread) -> str:
 
 def _print_verdict(con, result) -> None:
     """Whether the winner is ahead of the runner-up and the baseline beyond the run-to-run spread."""
-    from ddtctl.tune_stats import verdict
+    from ddtctl.tune.stats import verdict
 
     v = verdict(result)
     if v is None:
@@ -491,7 +491,7 @@ def _print_text(result, written) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ddtctl.tune_schedule import budget_schedule
+    from ddtctl.tune.schedule import budget_schedule
 
     con = stdout_console()
     table = Table(

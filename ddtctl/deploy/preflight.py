@@ -38,6 +38,7 @@ class Check:
     host: str | None = None
     severity: Severity = Severity.ERROR
     fix: str | None = None
+    rule: str | None = None  # the rule id of a static-validation check (`validate:DDT116`: "DDT116"), as data
 
     @property
     def blocks(self) -> bool:
@@ -61,9 +62,10 @@ def _check(
     message: str,
     severity: Severity = Severity.ERROR,
     fix: str | None = None,
+    rule: str | None = None,
 ) -> Check:
     """A check of `target`: info when it passes, `severity` when it does not."""
-    return Check(name, ok, message, target.name, Severity.INFO if ok else severity, fix)
+    return Check(name, ok, message, target.name, Severity.INFO if ok else severity, fix, rule)
 
 
 def gpus_needed(target: Target) -> tuple[int, str]:
@@ -266,6 +268,7 @@ def ignore_checks(
                     False,
                     f"ignore {rule_id}: {why}",
                     fix="remove this ignore entry from the profile",
+                    rule="DDT007",
                 )
             )
         else:
@@ -311,13 +314,20 @@ def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> lis
                     False,
                     f.message + " -- the payload this deploy ships is that worker",
                     fix=f.fix,
+                    rule=f.rule,
                 )
             )
         elif f.severity in (Severity.ERROR, Severity.WARNING):
-            out.append(_check(target, name, False, f.message, Severity(f.severity), f.fix))
+            out.append(_check(target, name, False, f.message, Severity(f.severity), f.fix, f.rule))
     for f, reason in res.ignored:
         out.append(
-            _check(target, f"validate:{f.rule}", True, f"ignored by the profile ({reason}): {f.message}")
+            _check(
+                target,
+                f"validate:{f.rule}",
+                True,
+                f"ignored by the profile ({reason}): {f.message}",
+                rule=f.rule,
+            )
         )
     if res.valid and not any(c.blocks for c in out):
         out.append(_check(target, "validate", True, f"static rules pass for {gpu or 'any GPU'}"))

@@ -8,7 +8,7 @@ A payload source directory holds `manifest.json`:
                   "base_sha256": "<pristine file>", "result_sha256": "<patched file>"}],
      "added":   [{"path": "ddtree_sglang/plugin.py", "source": "files/ddtree_sglang/plugin.py",
                   "sha256": "..."},
-                 {"path": "ddtree_sglang/rules_core.py", "source": "ddtctl:rules/ddtree_core.py"},
+                 {"path": "ddtree_sglang/rules_core.py", "source": "ddtctl:rules/ddtree/core.py"},
                  {"path": "ddtree_sglang/kernels", "source": "ddtctl:kernels", "tree": true,
                   "optional": true}],
      "smoke":   [{"id": "registered", "what": "..."}, ...]}

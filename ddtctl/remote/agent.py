@@ -36,6 +36,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 W = ""  # the work dir (absolute), set by main()
@@ -1269,11 +1270,76 @@ def op_lock(params: dict):
     return None
 
 
+def _tail(path: str, limit: int) -> str:
+    """The last `limit` bytes of a file, as text ("" when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _json_rows(path: str, limit: int) -> list:
+    """The JSON objects of a JSON-lines file, from its last `limit` bytes (a line cut there or not JSON: left
+    out)."""
+    rows = []
+    for line in _tail(path, limit).splitlines():
+        try:
+            row = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def op_bench(params: dict):
+    """Run a load generator (SGLang's benchmark client) with `--output-file` in a private temporary directory
+    and return the JSON rows it wrote, its exit status and the tail of its output (`tail_bytes`; the output
+    goes to a file there, never into memory whole). stdin carries one JSON object that must stay off the
+    command line: `env` (added to the benchmark's environment: the server's API key) and `prompts` (a
+    JSON-lines dataset, written there and passed as --dataset-path). The directory is removed afterwards."""
+    extra = json.loads(sys.stdin.read() or "{}")
+    argv = [str(a) for a in params["argv"]]
+    timeout = float(params["timeout_s"])
+    limit = int(params.get("tail_bytes", 3000))
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (extra.get("env") or {}).items()})
+    d = tempfile.mkdtemp(prefix="ddtctl-tune-")
+    out, log = os.path.join(d, "bench.jsonl"), os.path.join(d, "bench.log")
+    start = time.time()
+    try:
+        if extra.get("prompts") is not None:
+            with open(os.path.join(d, "prompts.jsonl"), "w", encoding="utf-8") as f:
+                f.write(extra["prompts"])
+            argv += ["--dataset-path", os.path.join(d, "prompts.jsonl")]
+        try:
+            with _open_private_log(log) as f:
+                rc = subprocess.run(
+                    argv + ["--output-file", out],
+                    stdin=subprocess.DEVNULL,
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    env=env,
+                ).returncode
+            tail = _tail(log, limit)
+        except subprocess.TimeoutExpired:
+            rc, tail = 124, "the benchmark timed out after %gs" % timeout
+        except OSError as err:
+            rc, tail = 127, "cannot run the benchmark: %s" % err
+        rows = _json_rows(out, 16 << 20)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return {"rc": rc, "tail": tail, "rows": rows, "elapsed_s": time.time() - start}
+
+
 def op_batch(params: dict):
     """Several operations in one SSH round trip; stops at the first failure (later ones do not run)."""
     results = []
     for name, sub in params["ops"]:
-        if name in ("lock", "batch", "commit_stream") or name not in OPS:
+        if name in ("lock", "batch", "commit_stream", "bench") or name not in OPS:
             raise AgentError("operation %r cannot be batched" % name)
         sub = dict(sub)
         if params.get("lock_token") and "lock_token" not in sub:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.errors import RemoteError
+from ddtctl.remote.benchproto import Bench as Bench  # `ddtctl tune`'s benchmark run (re-exported)
+from ddtctl.remote.benchproto import BenchReply as BenchReply
 from ddtctl.remote.checkupproto import Checkup as Checkup  # `ddtctl doctor`'s facts (re-exported)
 from ddtctl.remote.checkupproto import CheckupReply as CheckupReply
 from ddtctl.remote.lockproto import Journal as Journal  # the deploy lock's operations (re-exported)

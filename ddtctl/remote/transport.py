@@ -34,6 +34,7 @@ from ddtctl.remote.protocol import Request
 from ddtctl.remote.proxy import ShellProxyCommand, dial, fix_hint
 from ddtctl.remote.rgroup import agent_reply
 from ddtctl.remote.rgroup import parse_agent_reply as parse_agent_reply  # ship.py imports it from here
+from ddtctl.remote.wire import Op
 
 ReplyT = TypeVar("ReplyT")
 
@@ -464,16 +465,21 @@ class Connection:
         *,
         timeout: float | None = None,
         retry: bool = False,
+        stdin: bytes | None = None,
     ) -> Any:
         """Run one agent operation and return its result (RemoteError with the agent's message on failure).
 
         Every run goes through AGENT_BOOT, which runs only an agent whose sha256 is ours: the first run on a
         connection sends the agent on stdin, for the boot to install when the host lacks it (or holds anything
-        else)."""
+        else). `stdin`: the operation's own input, after the agent where the boot reads that first; an
+        operation with input runs once the connection has seen the agent (a `hello` first, if not yet)."""
+        if stdin is not None and not self._agent_seen:
+            self.agent(Op.HELLO.value, retry=True)  # the boot said HAVE: the agent's input is ours alone
         argv = self.agent_argv(op, params)
-        res = self.run(argv, timeout=timeout, retry=retry, stdin=None if self._agent_seen else AGENT_SOURCE)
+        own = stdin or b""
+        res = self.run(argv, timeout=timeout, retry=retry, stdin=own if self._agent_seen else AGENT_SOURCE)
         if res.rc == AGENT_MISSING_RC and self._agent_seen:  # removed or changed since: send it again
-            res = self.run(argv, timeout=timeout, retry=retry, stdin=AGENT_SOURCE)
+            res = self.run(argv, timeout=timeout, retry=retry, stdin=AGENT_SOURCE + own)
         if res.rc == AGENT_MISSING_RC:
             raise RemoteError(
                 f"cannot install the agent in {self.host.work_dir}: {res.stderr.strip()[-300:]}",
@@ -504,7 +510,7 @@ class Connection:
         params = request.params()
         if locked:
             params["lock_token"] = self.lock_token
-        result = self.agent(request.OP.value, params, timeout=timeout, retry=retry)
+        result = self.agent(request.OP.value, params, timeout=timeout, retry=retry, stdin=request.stdin())
         try:
             return request.parse(result)
         except RemoteError as e:  # a reply of the wrong shape: not our agent, or a broken one

@@ -40,6 +40,7 @@ class Op(StrEnum):
     COMMIT_STREAM = "commit_stream"
     JOURNAL = "journal"
     CHECKUP = "checkup"
+    BENCH = "bench"
 
 
 _JSON_KINDS = {
@@ -112,6 +113,11 @@ class Request(Generic[ReplyT]):
 
     def parse(self, result: Any) -> ReplyT:
         return self.REPLY.from_json(result)
+
+    def stdin(self) -> bytes | None:
+        """What the operation reads on its stdin: what must stay off the host's command line (`ps` shows it,
+        logs keep it), e.g. a secret; None: nothing."""
+        return None
 
 
 @dataclass(frozen=True)

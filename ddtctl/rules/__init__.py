@@ -14,17 +14,8 @@ def load_rules() -> None:
     global _loaded
     if _loaded:
         return
-    from ddtctl.rules import (  # noqa: F401
-        ddtree,
-        ddtree_kernels,
-        ddtree_schedule,
-        eagle,
-        hooks,
-        launch,
-        mamba,
-        parallel,
-        speculative,
-    )
+    from ddtctl.rules import hooks, launch, runtime  # noqa: F401
+    from ddtctl.rules.ddtree import checks, kernels, schedule  # noqa: F401
 
     _loaded = True
 

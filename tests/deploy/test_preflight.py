@@ -96,6 +96,18 @@ def test_static_validation_uses_the_hosts_gpu():
     assert "validate:DDT701" in _blocking(on_b200)
 
 
+def test_static_validation_checks_carry_their_rule_id_as_data():
+    """`ddtctl tune` records a rejected point's rule ids from each check's `rule`, not from its name; the checks
+    that are no rule's (the GPUs, the port, the summary `validate`) have none."""
+    fa3 = spec(["--model-path", "/m", "--attention-backend", "fa3"], gpu=None, ignore={"DDT999": "y"})
+    checks = preflight_checks(fa3, target(fa3), facts(gpu="NVIDIA B200", sm=(10, 0)), remote_dry_run=True)
+    assert sorted((c.name, c.rule) for c in checks if c.blocks) == [
+        ("validate:DDT007", "DDT007"),
+        ("validate:DDT701", "DDT701"),
+    ]
+    assert {c.rule for c in checks if not c.name.startswith("validate:")} == {None}
+
+
 def test_static_validation_sees_the_servers_environment():
     """The launch gets the inventory's env and the profile's `env:` merged; a typo in a DDTREE kernel switch
     there blocks before anything is shipped (DDT116), not at the server's start."""

@@ -138,14 +138,14 @@ def test_unsafe_manifest_paths_are_refused(fake_site, fake_payload, tmp_path):
 
 def test_rewrite_imports_for_ddtctl_sourced_trees(fake_site, fake_payload, tmp_path):
     m = json.loads((fake_payload / "manifest.json").read_text())
-    m["added"].append({"path": "fake_ddtree/core.py", "source": "ddtctl:rules/ddtree_core.py"})
+    m["added"].append({"path": "fake_ddtree/core.py", "source": "ddtctl:rules/ddtree/core.py"})
     m["added"].append({"path": "fake_ddtree/err.py", "source": "ddtctl:errors.py",
                        "rewrite": {"ddtctl.errors": "fake_ddtree.err"}})
     (fake_payload / "manifest.json").write_text(json.dumps(m))
     r = _build(fake_payload, fake_site, tmp_path)
     repo = Path(__file__).resolve().parents[2] / "ddtctl"
     # a plain copy stays byte-identical to its source
-    assert (r.payload_dir / "files/fake_ddtree/core.py").read_bytes() == (repo / "rules/ddtree_core.py").read_bytes()
+    assert (r.payload_dir / "files/fake_ddtree/core.py").read_bytes() == (repo / "rules/ddtree/core.py").read_bytes()
     assert os.path.getsize(r.payload_dir / "files/fake_ddtree/err.py") > 0
 
 

@@ -35,10 +35,10 @@ def test_every_file_in_the_payload_dir_is_listed_and_pinned():
 
 def test_the_rules_are_shipped_as_an_unmodified_copy():
     rules = next(a for a in M.added if a.path == "ddtree_sglang/rules_core.py")
-    assert rules.source == "ddtctl:rules/ddtree_core.py" and not rules.rewrite and not rules.tree
-    assert M.source_path(rules) == DDTCTL_ROOT / "rules" / "ddtree_core.py"
+    assert rules.source == "ddtctl:rules/ddtree/core.py" and not rules.rewrite and not rules.tree
+    assert M.source_path(rules) == DDTCTL_ROOT / "rules" / "ddtree" / "core.py"
     expanded = {rel: src for rel, src, _ in M.expand_added()}
-    assert expanded["ddtree_sglang/rules_core.py"].read_bytes() == (DDTCTL_ROOT / "rules/ddtree_core.py").read_bytes()
+    assert expanded["ddtree_sglang/rules_core.py"].read_bytes() == (DDTCTL_ROOT / "rules/ddtree/core.py").read_bytes()
 
 
 def test_kernels_and_their_imports():

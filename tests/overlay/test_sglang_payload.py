@@ -76,7 +76,7 @@ def test_patches_are_few_and_minimal(built):
 
 def test_shipped_rules_are_byte_identical_to_ddtctl_rules(built):
     shipped = built.payload_dir / "files" / "ddtree_sglang" / "rules_core.py"
-    source = REPO / "ddtctl" / "rules" / "ddtree_core.py"
+    source = REPO / "ddtctl" / "rules" / "ddtree" / "core.py"
     assert shipped.read_bytes() == source.read_bytes()
     entry = next(f for f in built.files if f["path"] == "ddtree_sglang/rules_core.py")
     assert entry["sha256"] == sha256_file(source)

@@ -313,7 +313,7 @@ def test_the_servers_api_key_reaches_the_benchmark_and_is_never_shown(lab):
     import ddtctl.cli.tune  # noqa: F401  (registers `tune` on the app)
     from ddtctl.cli._app import app
     from ddtctl.deploy import connect
-    from ddtctl.tune_bench import bench_argv, run_bench
+    from ddtctl.tune.bench import bench_argv, run_bench
 
     prof = lab.profile("keyed", server={BUDGET: 40, "api-key": SECRET})
     results = lab.root / "keyed.jsonl"

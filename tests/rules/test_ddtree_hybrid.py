@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ddtctl.model_facts import read_model_facts
-from ddtctl.rules.ddtree import MIB, verify_scratch
-from ddtctl.rules.ddtree_kernels import SGLANG_KERNELS
+from ddtctl.rules.ddtree.checks import MIB, verify_scratch
+from ddtctl.rules.ddtree.kernels import SGLANG_KERNELS
 from ddtctl.validate import validate_argv
 
 MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"

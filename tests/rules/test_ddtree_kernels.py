@@ -13,8 +13,8 @@ import pytest
 
 from ddtctl.profile import parse_profile_text
 from ddtctl.report import finding_record
-from ddtctl.rules.ddtree import MIB, verify_scratch
-from ddtctl.rules.ddtree_kernels import SGLANG_KERNELS
+from ddtctl.rules.ddtree.checks import MIB, verify_scratch
+from ddtctl.rules.ddtree.kernels import SGLANG_KERNELS
 from ddtctl.validate import validate_document
 
 REPO = Path(__file__).resolve().parents[2]
@@ -267,7 +267,7 @@ def test_shared_ancestors_with_a_kept_compact_verify_asked_for_by_name_give_one_
 
 def test_the_ancestor_switchs_values_are_the_payloads(hybrid, monkeypatch):
     """DDT116's known values are what hybrid.py reads: "shared" turns the shared matrix on, "derive" off."""
-    from ddtctl.rules.ddtree_kernels import ANCESTORS, ANCESTORS_CHOICES
+    from ddtctl.rules.ddtree.kernels import ANCESTORS, ANCESTORS_CHOICES
 
     for value in ANCESTORS_CHOICES:
         monkeypatch.setenv(ANCESTORS, value)
@@ -278,7 +278,7 @@ def test_the_ancestor_switchs_values_are_the_payloads(hybrid, monkeypatch):
 
 def test_the_block2_switchs_values_are_the_payloads(hybrid, monkeypatch):
     """"rows" sizes block 2 to its nodes, "full" (hybrid.py BLOCK2_DEFAULT until the H200 run) keeps 64 rows."""
-    from ddtctl.rules.ddtree_kernels import BLOCK2, BLOCK2_CHOICES
+    from ddtctl.rules.ddtree.kernels import BLOCK2, BLOCK2_CHOICES
 
     assert BLOCK2_CHOICES == ("full", "rows") and hybrid.BLOCK2_DEFAULT == "full"
     for value in BLOCK2_CHOICES:
@@ -289,7 +289,7 @@ def test_the_block2_switchs_values_are_the_payloads(hybrid, monkeypatch):
 def test_the_solve_switchs_values_are_the_payloads(hybrid, monkeypatch):
     """"levels" / "levels2" launch the level-step verify (one / two tree levels a step), "squarings" keeps
     gdn_tree.py's, "auto" (hybrid.py SOLVE_DEFAULT since the H200 kernel run) decides per verify width."""
-    from ddtctl.rules.ddtree_kernels import SOLVE, SOLVE_CHOICES
+    from ddtctl.rules.ddtree.kernels import SOLVE, SOLVE_CHOICES
 
     assert SOLVE_CHOICES == ("auto", "squarings", "levels", "levels2") and hybrid.SOLVE_DEFAULT == "auto"
     assert set(SOLVE_CHOICES) == {hybrid.SOLVE_DEFAULT, "squarings", *hybrid.SOLVE_LEVELS}
@@ -446,7 +446,7 @@ def test_the_compact_scratch_is_what_hybrid_py_allocates(hybrid, monkeypatch, tp
 def test_the_widest_compact_tree_is_the_payloads_and_its_kernels(hybrid):
     """DDT114 / DDT116's COMPACT_MAX_WIDTH is hybrid.py's gate, which is what gdn_tree.py's tiles take."""
     from ddtctl.kernels import gdn_tree
-    from ddtctl.rules import ddtree_kernels
+    from ddtctl.rules.ddtree import kernels as ddtree_kernels
 
     assert ddtree_kernels.COMPACT_MAX_WIDTH == hybrid.COMPACT_MAX_WIDTH == gdn_tree.MAX_WIDTH == 128
 
@@ -454,7 +454,7 @@ def test_the_widest_compact_tree_is_the_payloads_and_its_kernels(hybrid):
 def test_the_kernel_defaults_are_the_payloads(hybrid, monkeypatch):
     """DDT114 / DDT116 read an unset switch as hybrid.py does: both compact kernels by default (the GDN verify
     since its server-level exactness run, the tree conv since its H200 runs)."""
-    from ddtctl.rules import ddtree_kernels
+    from ddtctl.rules.ddtree import kernels as ddtree_kernels
 
     assert ddtree_kernels.DEFAULTS == {
         "DDTREE_GDN_TREE": hybrid.GDN_TREE_DEFAULT,

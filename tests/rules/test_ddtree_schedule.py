@@ -1,4 +1,4 @@
-"""DDT117, the DDTREE budget schedule (ddtctl/rules/ddtree_core.py): its syntax, the bad schedules (non-monotone
+"""DDT117, the DDTREE budget schedule (ddtctl/rules/ddtree/core.py): its syntax, the bad schedules (non-monotone
 batch sizes, a tree wider than the budget, the compact GDN verify's 127 nodes on a hybrid target, or the drafter at
 the topk cap can fill), the budget it resolves (its widest tree), and DDT114 sizing the scratch for that width."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtctl.rules import ddtree_core as core
+from ddtctl.rules.ddtree import core
 from ddtctl.validate import validate_argv
 
 MODELS = Path(__file__).resolve().parents[1] / "fidelity" / "models"

@@ -682,10 +682,10 @@ def _env_rules(argv, gpu, env):
 
 
 def _core_violation_sites() -> dict[str, tuple[str, ...]]:
-    """rule id -> the reads of each DdtreeViolation(...) the DDTREE core (ddtctl/rules/ddtree_core.py) can return."""
+    """rule id -> the reads of each DdtreeViolation(...) the DDTREE core (ddtctl/rules/ddtree/core.py) can return."""
     import ast
 
-    from ddtctl.rules import ddtree_core
+    from ddtctl.rules.ddtree import core as ddtree_core
 
     tree = ast.parse(Path(ddtree_core.__file__).read_text(encoding="utf-8"))
     out: dict[str, tuple[str, ...]] = {}
@@ -707,11 +707,11 @@ def test_every_ddtree_core_violation_is_a_registered_rule_reading_its_flags():
     for rule_id, reads in sites.items():
         r = RULES.get(rule_id)
         assert r is not None, f"{rule_id} is returned by ddtree_core but registered by no rule"
-        assert r.reads == reads and r.title and r.doc and "ddtree_core.py" in r.reference, rule_id
+        assert r.reads == reads and r.title and r.doc and "ddtree/core.py" in r.reference, rule_id
 
 
 def test_ddtree_findings_carry_the_core_verdict_verbatim():
-    from ddtctl.rules import ddtree_core
+    from ddtctl.rules.ddtree import core as ddtree_core
 
     argv = DDTREE + ["--pp-size", "2", "--grammar-backend", "xgrammar"]
     by_rule = {f.rule: f for f in validate_argv(argv, gpu="H200").findings}

@@ -1,6 +1,8 @@
-"""Checks of SGLang 0.5.23's resolution hooks (arg_groups/*) that are not about one speculative algorithm:
-parallel layouts, KV-cache dtypes x GPU generation x attention backend, LoRA, MoE all-to-all, mutually
-exclusive features.
+"""Checks of SGLang 0.5.23's resolution hooks (arg_groups/*): parallel layouts, KV-cache dtypes x GPU
+generation x attention backend, LoRA, MoE all-to-all, mutually exclusive features, the speculative
+algorithms. Each SGLang check has one home: the module named after its hook file (a hook file too large
+for one module is split by its sections, speculative_<section>.py); DDTREE's own rules are in
+ddtctl/rules/ddtree/.
 
 Each rule was derived from a raise / assert site of the pinned wheel (found by tools/raise_sites.py, mapped in
 ddtctl/rules/coverage.yaml) and cites its file:line. `resolve` models what SGLang's pipeline makes of the
@@ -22,9 +24,13 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
     model        model_hook.py, hisparse_hook.py                 DDT919 DDT926 DDT929 DDT934 DDT963
     speculative  speculative_hook.py (UNO, DSPARK, IQuest)        DDT918 DDT920-DDT922 DDT956 DDT964
                                                                  DDT967 DDT974
+    speculative_common  speculative_hook.py, every algorithm     DDT800-DDT805
+    speculative_dflash  speculative_hook.py _handle_dflash       DDT201-DDT209
+    speculative_eagle   speculative_hook.py _handle_eagle_family DDT301-DDT308
+    speculative_ngram   speculative_hook.py _handle_ngram        DDT401-DDT404
     serving      serving_hook.py, lora_hook.py, validation_hook  DDT916 DDT917 DDT924 DDT925 DDT935 DDT936
                                                                  DDT939
-    validation   validation_hook.py, serving_hook.py (argv only) DDT945-DDT948 DDT951
+    validation   validation_hook.py, serving_hook.py (argv only) DDT806 DDT945-DDT948 DDT951
     lora         lora_hook.py (limits, MoE runners, speculation) DDT952-DDT954
     hicache      hicache_hook.py (host memory, unified linker)   DDT955
     features     feature switches that need their mode           DDT938
@@ -42,6 +48,14 @@ One module per SGLang arg group (sglang/srt/arg_groups/*_hook.py); importing the
 
 from __future__ import annotations
 
+from ddtctl.rules.hooks import (  # noqa: F401  (importing them registers their rules)
+    mamba,
+    speculative_common,
+    speculative_dflash,
+    speculative_eagle,
+    speculative_ngram,
+    validation_parallel,
+)
 from ddtctl.rules.hooks.attention import (
     deterministic,
     flex_spec,

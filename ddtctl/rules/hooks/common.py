@@ -5,6 +5,7 @@ from __future__ import annotations
 from ddtctl.rules.engine import Context
 
 AG = "sglang 0.5.23 srt/arg_groups/"
+SPEC_HOOK = f"{AG}speculative_hook.py"
 
 
 # Architectures whose attention is MLA (model_config.py use_mla_backend).
@@ -18,7 +19,7 @@ MLA_ARCHITECTURES = (
 )
 
 
-def _nonpositive(value) -> bool:
+def nonpositive(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0
 
 
@@ -35,7 +36,7 @@ def is_mla(ctx: Context) -> bool:
     return ctx.model is not None and ctx.model.architecture in MLA_ARCHITECTURES
 
 
-def _speculative(ctx: Context) -> bool:
+def is_speculative(ctx: Context) -> bool:
     """The algorithm SGLang keeps (aux hidden-state capture resets it: validation_hook.py:693-703)."""
     return ctx.algorithm is not None
 

@@ -9,20 +9,20 @@ from typing import Any, Iterator
 
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
-from ddtctl.rules.hooks.resolution import _is_dsa
+from ddtctl.rules.hooks.resolution import is_dsa
 
 # hisparse_hook.py:14-21
 HISPARSE_BACKENDS = {"bfloat16": {"flashmla_sparse"}, "fp8_e4m3": {"flashmla_kv", "flashinfer_sparse_mla"}}
 HISPARSE_KV = ("bfloat16", "fp8_e4m3")
 
 
-def _config(ctx: Context) -> dict[str, Any]:
+def dsa_config(ctx: Context) -> dict[str, Any]:
     raw = ctx.known_model.raw or {}
     return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
 
 
 def _sink(ctx: Context) -> bool:
-    return bool(_config(ctx).get("learnable_sink"))
+    return bool(dsa_config(ctx).get("learnable_sink"))
 
 
 def dsa_kv(ctx: Context) -> str:
@@ -83,7 +83,7 @@ def _backend_constraints(ctx: Context, kv: str, prefill: str | None, decode: str
     "DeepSeek Sparse Attention: KV-cache dtype and DSA backends",
     reads=("kv_cache_dtype", "dsa_prefill_backend", "dsa_decode_backend", "dcp_size", "enable_hisparse"),
     needs=(FACT_MODEL, FACT_GPU),
-    applies=lambda ctx: ctx.model is not None and ctx.model.known and _is_dsa(ctx),
+    applies=lambda ctx: ctx.model is not None and ctx.model.known and is_dsa(ctx),
     reference="sglang 0.5.23 srt/arg_groups/overrides.py:500-545 _dsa_kv_cache_dtype_default, 548-583 "
     "_check_dsa_backend_constraints, 646-737 _dsa_split_backend_resolution",
 )
@@ -187,7 +187,7 @@ def _layer_split(ctx: Context) -> Iterator[Hit]:
 
 def _index_sharing(ctx: Context) -> bool:
     """model_hook.py:53-70: layers that reuse another layer's top-k indices."""
-    config = _config(ctx)
+    config = dsa_config(ctx)
     pattern, types = config.get("index_topk_pattern"), config.get("indexer_types")
     return (
         (config.get("index_topk_freq") or 1) > 1
@@ -208,7 +208,7 @@ def _index_sharing(ctx: Context) -> bool:
         "disaggregation_mode",
     ),
     needs=(FACT_MODEL, FACT_GPU),
-    applies=lambda ctx: ctx.model is not None and ctx.model.known and _is_dsa(ctx),
+    applies=lambda ctx: ctx.model is not None and ctx.model.known and is_dsa(ctx),
     reference=f"{AG}hisparse_hook.py:44-124 validate_hisparse; model_hook.py:53-70 "
     "_validate_dsa_tbo_index_sharing, 358-409; parallel_hook.py:124-130 handle_context_parallelism",
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddtctl.rules import mamba
 from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.hooks import mamba
 from ddtctl.rules.hooks.common import AG
 from ddtctl.rules.hooks.memory import chunked_prefill
 from ddtctl.rules.hooks.resolution import is_deterministic, resolve
@@ -189,8 +189,10 @@ def _linear_replayssm(ctx: Context) -> Iterator[Hit]:
                 about="enable_linear_replayssm",
             )
         elif (
-            not mamba._at_mamba(ctx)[2]
-            and (mamba._effective_strategy(ctx) if mamba._mamba_cache_active(ctx) else mamba._strategy(ctx))
+            not mamba.at_mamba(ctx)[2]
+            and (
+                mamba.effective_strategy(ctx) if mamba.mamba_cache_active(ctx) else mamba.mamba_strategy(ctx)
+            )
             in mamba.EXTRA
         ):
             yield Hit(

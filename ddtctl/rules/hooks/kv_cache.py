@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
-from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size, is_mla
+from ddtctl.rules.hooks.common import AG, attn_dp_size, is_mla, is_speculative
 from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, known_resolution, resolve
 
 
@@ -273,7 +273,7 @@ def lmcache(ctx: Context):
             + ("" if ctx.get("disable_radix_cache") else " (SGLang turns it off for this launch)"),
             about="disable_radix_cache" if ctx.get("disable_radix_cache") else "enable_lmcache",
         )
-    if _speculative(ctx):
+    if is_speculative(ctx):
         return Hit(
             "--enable-lmcache does not support speculative decoding (LMCacheUnifiedRadixCache)",
             about="enable_lmcache",

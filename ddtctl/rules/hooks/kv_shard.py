@@ -8,9 +8,9 @@ from typing import Iterator
 
 from ddtctl.rules.engine import FACT_GPU, FACT_MODEL, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size, is_mla
-from ddtctl.rules.hooks.dsa import _config, dsa_backends, dsa_kv
+from ddtctl.rules.hooks.dsa import dsa_backends, dsa_config, dsa_kv
 from ddtctl.rules.hooks.memory import chunked_prefill
-from ddtctl.rules.hooks.resolution import _is_dsa, backends, resolved_page
+from ddtctl.rules.hooks.resolution import backends, is_dsa, resolved_page
 
 # kv_shard_hook.py:118-213: switches the sharded pool does not support (dest, reason)
 _UNSUPPORTED = (
@@ -30,7 +30,7 @@ def _speculation(ctx: Context) -> Iterator[Hit]:
     if ctx.given.get("speculative_algorithm") is None:
         return
     glm = ctx.known_model.architecture == "GlmMoeDsaForCausalLM"
-    nextn = _config(ctx).get("num_nextn_predict_layers") == 1
+    nextn = dsa_config(ctx).get("num_nextn_predict_layers") == 1
     if not (
         ctx.algorithm == "EAGLE"
         and glm
@@ -75,12 +75,12 @@ def _features(ctx: Context) -> Iterator[Hit]:
                 "--enable-kv-cache-sharding supports HiCache host offload but not --hicache-storage-backend",
                 about="hicache_storage_backend",
             )
-        if _is_dsa(ctx) and ctx.get("hicache_host_memory_mode") != "cache":
+        if is_dsa(ctx) and ctx.get("hicache_host_memory_mode") != "cache":
             yield Hit(
                 "CP-sharded DSA HiCache requires --hicache-host-memory-mode cache",
                 about="hicache_host_memory_mode",
             )
-        elif _is_dsa(ctx) and (
+        elif is_dsa(ctx) and (
             ctx.get("hicache_io_backend") != "kernel"
             or ctx.get("hicache_mem_layout") not in ("layer_first", "page_first")
         ):
@@ -94,7 +94,7 @@ def _features(ctx: Context) -> Iterator[Hit]:
             "--enable-kv-cache-sharding does not support --enable-dynamic-chunking with pipeline parallelism",
             about="enable_dynamic_chunking",
         )
-    config = _config(ctx)
+    config = dsa_config(ctx)
     if config.get("is_encoder_decoder"):
         yield Hit("--enable-kv-cache-sharding does not support encoder-decoder models")
     if config.get("attention_chunk_size") is not None:
@@ -114,7 +114,7 @@ def _dsa_backend(ctx: Context, page: int) -> Iterator[Hit]:
             "DSA KV sharding requires the trtllm DSA backends with an fp8_e4m3 KV cache and page size 64",
             about="kv_cache_dtype",
         )
-    config = _config(ctx)
+    config = dsa_config(ctx)
     if (
         (ctx.get("disaggregation_transfer_backend") or "mooncake") != "mooncake"
         or ctx.get("enable_dsa_cache_layer_split")
@@ -130,7 +130,7 @@ def _dsa_backend(ctx: Context, page: int) -> Iterator[Hit]:
 
 def _attention(ctx: Context, prefill: str | None, page: int) -> Iterator[Hit]:
     """kv_shard_hook.py:64-84: fa3 prefill, or trtllm_mla for plain-TP MLA with chunked prefix caching."""
-    if _is_dsa(ctx):
+    if is_dsa(ctx):
         if prefill == "dsa":
             yield from _dsa_backend(ctx, page)
         else:
@@ -229,7 +229,7 @@ def _page_and_chunk(ctx: Context, page: int) -> Iterator[Hit]:
 def _prefill_backend(ctx: Context) -> str | None:
     """The prefill attention backend: a DSA model's attention resolves to `dsa` unless one is given."""
     given = any(ctx.given.get(d) for d in ("attention_backend", "prefill_attention_backend"))
-    if _is_dsa(ctx) and not given:
+    if is_dsa(ctx) and not given:
         return "dsa"
     return backends(ctx)[0]
 

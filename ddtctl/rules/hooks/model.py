@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ddtctl.rules.engine import FACT_MODEL, Context, Hit, rule
+from ddtctl.rules.engine import (
+    FACT_MODEL,
+    Context,
+    Hit,
+    rule,
+)
 from ddtctl.rules.hooks.common import AG, attn_dp_size
-from ddtctl.rules.hooks.resolution import _is_dsa
+from ddtctl.rules.hooks.mamba import EXTRA, at_mamba, mamba_strategy
+from ddtctl.rules.hooks.resolution import is_dsa
 
 
 @rule(
@@ -89,7 +95,7 @@ def sparse_attention_features(ctx: Context):
     (DeepSeek V3.2, GLM-5, ...; hisparse also DeepSeek V4 and MiniMax M3); `--enable-cp-decode-attn-tp` needs
     DeepSeek V4 or GLM-5 DSA."""
     arch = ctx.known_model.architecture
-    dsa = _is_dsa(ctx)
+    dsa = is_dsa(ctx)
     hisparse_ok = dsa or str(arch).startswith("DeepseekV4") or "MiniMaxM3" in str(arch)
     if ctx.get("enable_hisparse") and not hisparse_ok:
         yield Hit(
@@ -385,3 +391,24 @@ def architecture_backends(ctx: Context) -> Iterator[Hit]:
         )
         if (ep or 1) != 1:
             yield Hit("GPT-OSS's triton_kernel MoE runs with --ep-size 1 only", about="ep_size")
+
+
+@rule(
+    "DDT501",
+    "an extra-buffer mamba strategy needs a hybrid model",
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: mamba_strategy(ctx) in EXTRA and not at_mamba(ctx)[2],
+    reference="sglang 0.5.23 model_hook.py:1057-1067 handle_mamba_radix_cache; "
+    "model_override_base.py:260-265 mamba_extra_buffer_of",
+)
+def extra_buffer_non_mamba(ctx: Context):
+    """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba
+    state SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
+    if not ctx.is_hybrid:
+        return Hit(
+            f"--mamba-radix-cache-strategy {mamba_strategy(ctx)} needs a hybrid Mamba/GDN model, "
+            f"got {ctx.known_model.architecture}",
+            fix="remove mamba-radix-cache-strategy",
+            edits={"mamba_radix_cache_strategy": None},
+        )

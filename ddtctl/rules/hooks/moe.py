@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddtctl.rules.engine import INFO, Context, Hit, rule
-from ddtctl.rules.hooks.common import AG, _speculative, attn_dp_size
+from ddtctl.rules.hooks.common import AG, attn_dp_size, is_speculative
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
 
 
@@ -21,7 +21,7 @@ from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
 def two_batch_overlap(ctx: Context):
     """`--enable-two-batch-overlap` with `--moe-a2a-backend none` is only valid on the DP-attention TP-MoE
     path."""
-    if _a2a(ctx) == "none" and attn_dp_size(ctx) <= 1:
+    if resolved_a2a(ctx) == "none" and attn_dp_size(ctx) <= 1:
         return Hit(
             "--enable-two-batch-overlap without an EP all-to-all backend (--moe-a2a-backend none) requires "
             "attention DP (--attn-dp-size > 1)",
@@ -54,7 +54,7 @@ def a2a_needs_dp(ctx: Context):
         )
 
 
-def _quantization(ctx: Context) -> str | None | bool:
+def moe_quantization(ctx: Context) -> str | None | bool:
     """--quantization (None for `unquant`: serving_hook.py:692-701 resolves it to None before the MoE
     asserts), or False when the checkpoint's own quantization_config decides (unknown here)."""
     given = ctx.given.get("quantization")
@@ -129,10 +129,10 @@ def moe_runner_quant(ctx: Context):
     flashinfer_cutedsl runs with moe-a2a-backend none, deepep or flashinfer. (Checked where the quantization
     is known: --quantization, or a checkpoint without a quantization_config.)"""
     backend = ctx.get("moe_runner_backend")
-    quant = _quantization(ctx)
+    quant = moe_quantization(ctx)
     if quant == "mxfp8" and backend not in _MXFP8_RUNNERS:
         # overrides.py:1484-1510: --quantization mxfp8 replaces a runner it does not run (with a warning)
-        default = "flashinfer_megamoe" if _a2a(ctx) == "flashinfer_megamoe" else "flashinfer_trtllm"
+        default = "flashinfer_megamoe" if resolved_a2a(ctx) == "flashinfer_megamoe" else "flashinfer_trtllm"
         return Hit(
             f"--quantization mxfp8 does not run on --moe-runner-backend {backend}: SGLang runs {default} "
             "instead",
@@ -151,22 +151,22 @@ def moe_runner_quant(ctx: Context):
             edits={"moe_runner_backend": None},
         )
     if backend in ("flashinfer_cutlass", "flashinfer_cutedsl"):
-        ep, tp = _resolved_ep(ctx), ctx.get("tp_size", 1)
+        ep, tp = resolved_ep(ctx), ctx.get("tp_size", 1)
         if ep not in (1, tp):
             return Hit(
                 f"--moe-runner-backend {backend} needs --ep-size 1 or --tp-size ({tp}), got {ep}",
                 about="ep_size",
             )
-        if backend == "flashinfer_cutedsl" and _a2a(ctx) not in ("none", "deepep", "flashinfer"):
+        if backend == "flashinfer_cutedsl" and resolved_a2a(ctx) not in ("none", "deepep", "flashinfer"):
             return Hit(
                 f"--moe-runner-backend flashinfer_cutedsl supports --moe-a2a-backend none, deepep or "
-                f"flashinfer, not {_a2a(ctx)}",
+                f"flashinfer, not {resolved_a2a(ctx)}",
                 about="moe_a2a_backend",
             )
 
 
 # overrides.py:1578-1591 _A2A_EP_SPANNING_BACKENDS: these set ep-size to tp-size (overrides.py:1611-1620)
-_EP_SPANNING = (
+EP_SPANNING = (
     "megamoe",
     "deepep",
     "deepep_v2",
@@ -180,7 +180,7 @@ _EP_SPANNING = (
 )
 
 
-def _a2a(ctx: Context) -> str:
+def resolved_a2a(ctx: Context) -> str:
     """--moe-a2a-backend as resolved: `--moe-runner-backend megamoe` is an alias for
     `--moe-a2a-backend megamoe` (mega_moe_hook.py:259-276); Waterfill forces deepep (overrides.py:1596-1607);
     ascend_tp runs as none."""
@@ -194,8 +194,8 @@ def _a2a(ctx: Context) -> str:
     return backend
 
 
-def _resolved_ep(ctx: Context) -> int:
-    return ctx.get("tp_size", 1) if _a2a(ctx) in _EP_SPANNING else (ctx.get("ep_size", 1) or 1)
+def resolved_ep(ctx: Context) -> int:
+    return ctx.get("tp_size", 1) if resolved_a2a(ctx) in EP_SPANNING else (ctx.get("ep_size", 1) or 1)
 
 
 # configs/moe_model_registry.py:21-29 _DEEPEP_V2_MODELS
@@ -296,7 +296,7 @@ def _mega_moe_budget(ctx: Context):
     "MoE all-to-all backends: DeepEP v2, MoRI, MegaMoE, FlashInfer dispatch",
     reads=("moe_a2a_backend",),
     applies=lambda ctx: (
-        _a2a(ctx) in ("deepep_v2", "mori", "megamoe", "flashinfer_megamoe")
+        resolved_a2a(ctx) in ("deepep_v2", "mori", "megamoe", "flashinfer_megamoe")
         or ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto")
     ),
     reference=f"{AG}moe_hook.py:405-420, 709-731 (deepep_v2); moe_hook.py:548-573, 834-837 (mori); "
@@ -315,7 +315,7 @@ def a2a_backends(ctx: Context):
     is 16384 on >= 160 GB GPUs). FlashInfer MegaMoE (`flashinfer_megamoe`) is validated for DeepSeek, GLM-4
     MoE, Qwen2/3 MoE, Nemotron-H, Kimi-K3 and Beam only, with MXFP8 / NVFP4 experts.
     `--flashinfer-a2a-dispatch-type` needs `--moe-a2a-backend flashinfer`."""
-    backend = _a2a(ctx)
+    backend = resolved_a2a(ctx)
     if backend != "flashinfer" and ctx.get("flashinfer_a2a_dispatch_type") not in (None, "auto"):
         return Hit(
             "--flashinfer-a2a-dispatch-type requires --moe-a2a-backend flashinfer",
@@ -329,10 +329,10 @@ def a2a_backends(ctx: Context):
                 f"--moe-a2a-backend flashinfer_megamoe is not validated for {ctx.model.architecture}",
                 about="moe_a2a_backend",
             )
-        if _quantization(ctx) in (None, "fp8", "modelopt_fp8", "modelopt", "w8a8_fp8"):
+        if moe_quantization(ctx) in (None, "fp8", "modelopt_fp8", "modelopt", "w8a8_fp8"):
             return Hit(
                 "--moe-a2a-backend flashinfer_megamoe supports MXFP8 / NVFP4 (FP4) experts only, not "
-                f"{_quantization(ctx) or 'unquantized'} ones",
+                f"{moe_quantization(ctx) or 'unquantized'} ones",
                 about="moe_a2a_backend",
             )
     if backend == "deepep_v2" and ctx.model is not None and ctx.model.known:
@@ -399,19 +399,19 @@ def eplb_dwdp(ctx: Context):
                 "--disaggregation-mode null or prefill",
             ),
             (bool(ctx.get("enable_eplb")), "no --enable-eplb"),
-            (_speculative(ctx), "no speculative decoding"),
+            (is_speculative(ctx), "no speculative decoding"),
             ((ctx.get("pp_size", 1) or 1) != 1, "--pp-size 1"),
             (bool(ctx.get("enable_two_batch_overlap")), "no two-batch overlap"),
         ):
             if bad:
                 return Hit(f"DWDP (--dwdp-size {dwdp}) requires {why}", about="dwdp_size")
-    if _a2a(ctx) == "none" and ctx.get("ep_dispatch_algorithm") in ("static", "lp"):
+    if resolved_a2a(ctx) == "none" and ctx.get("ep_dispatch_algorithm") in ("static", "lp"):
         return Hit(
             f"--ep-dispatch-algorithm {ctx.get('ep_dispatch_algorithm')} needs an all-to-all backend; use "
             "dynamic with --moe-a2a-backend none",
             about="ep_dispatch_algorithm",
         )
-    if ctx.get("enable_eplb") and ctx.get("ep_join_mode") != "scale" and _resolved_ep(ctx) <= 1 and dwdp <= 1:
+    if ctx.get("enable_eplb") and ctx.get("ep_join_mode") != "scale" and resolved_ep(ctx) <= 1 and dwdp <= 1:
         return Hit(
             "--enable-eplb needs expert parallelism (--ep-size > 1)",
             about="enable_eplb",

@@ -12,7 +12,7 @@ from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size, env_flag, env_int, env_set
 from ddtctl.rules.hooks.graphs import DISABLED, decode_graph
 from ddtctl.rules.hooks.memory import chunked_prefill, default_decode_graph_bs
-from ddtctl.rules.hooks.moe import _a2a, _quantization, _resolved_ep
+from ddtctl.rules.hooks.moe import moe_quantization, resolved_a2a, resolved_ep
 
 _W4A16 = "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16"
 # choices.py:161-167 MXFP8_MOE_RUNNER_BACKEND_CHOICES
@@ -61,7 +61,11 @@ def _decode_graph_tokens(ctx: Context) -> int | None:
 
 def _flashinfer(ctx: Context) -> Iterator[Hit]:
     """moe_hook.py:470-540 (FlashInfer A2A), 165-208 (its dispatch type), 744-775 (its workspace)."""
-    runner, dispatch, quant = _runner(ctx), ctx.given.get("flashinfer_a2a_dispatch_type"), _quantization(ctx)
+    runner, dispatch, quant = (
+        _runner(ctx),
+        ctx.given.get("flashinfer_a2a_dispatch_type"),
+        moe_quantization(ctx),
+    )
     if quant == "mxfp8" and runner not in _MXFP8_RUNNERS:
         runner = "flashinfer_trtllm"  # overrides.py:1484-1510: mxfp8 overrides other runners
     w4a16 = runner == "flashinfer_cutedsl" and env_flag(ctx, _W4A16)
@@ -142,7 +146,7 @@ def _megamoe(ctx: Context) -> Iterator[Hit]:
             f"FlashInfer MegaMoE needs --attn-dp-size equal to --tp-size ({tp}), got {dp}",
             about="attn_dp_size",
         )
-    runner, quant = _runner(ctx), _quantization(ctx)
+    runner, quant = _runner(ctx), moe_quantization(ctx)
     if quant == "mxfp8" and runner not in _MXFP8_RUNNERS or runner == "auto":
         runner = "flashinfer_megamoe"  # moe_hook.py:326-330, overrides.py:1497-1510
     if runner != "flashinfer_megamoe" and not (quant == "nvfp4_online" and runner == "auto"):
@@ -250,7 +254,9 @@ def _pplx(ctx: Context) -> Iterator[Hit]:
         "cuda_graph_max_bs_decode",
         "attn_dp_size",
     ),
-    applies=lambda ctx: _a2a(ctx) in ("flashinfer", "flashinfer_megamoe", "deepep", "deepep_v2", "pplx"),
+    applies=lambda ctx: (
+        resolved_a2a(ctx) in ("flashinfer", "flashinfer_megamoe", "deepep", "deepep_v2", "pplx")
+    ),
     reference=f"{AG}moe_hook.py:165-232, 302-621 handle_a2a_moe, 624-775 (dispatch budgets)",
 )
 def a2a_dispatch(ctx: Context) -> Iterator[Hit]:
@@ -262,7 +268,7 @@ def a2a_dispatch(ctx: Context) -> Iterator[Hit]:
     NVLink-only direct mode on one node, not as a draft backend, and prefill chunks / decode graphs within
     SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128). PPLX: low-latency deep_gemm with chunks
     within SGLANG_PPLX_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 128)."""
-    a2a = _a2a(ctx)
+    a2a = resolved_a2a(ctx)
     if a2a == "flashinfer":
         yield from _flashinfer(ctx)
     elif a2a == "flashinfer_megamoe":
@@ -296,10 +302,10 @@ def moe_runner_layout(ctx: Context) -> Iterator[Hit]:
     SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION) cannot use DeepEP; `--quantization nvfp4_online` needs an
     SM100 / SM103 GPU and the flashinfer_trtllm(_routed) or flashinfer_cutedsl runner."""
     runner, quant = _runner(ctx), ctx.given.get("quantization")
-    if runner == "cutlass" and quant in ("fp8", "mxfp8") and _resolved_ep(ctx) != 1:
+    if runner == "cutlass" and quant in ("fp8", "mxfp8") and resolved_ep(ctx) != 1:
         yield Hit("FP8 / MXFP8 Cutlass MoE is only supported with --ep-size 1", about="ep_size")
     per_token = quant == "nvfp4_online" or env_flag(ctx, "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION")
-    if runner == "flashinfer_cutedsl" and _a2a(ctx) == "deepep" and per_token:
+    if runner == "flashinfer_cutedsl" and resolved_a2a(ctx) == "deepep" and per_token:
         yield Hit(
             "flashinfer_cutedsl per-token NVFP4 activation needs --moe-a2a-backend none or flashinfer, not "
             "deepep",
@@ -309,7 +315,9 @@ def moe_runner_layout(ctx: Context) -> Iterator[Hit]:
         if ctx.gpu is not None and ctx.gpu.sm not in (100, 103):
             yield Hit(f"--quantization nvfp4_online runs on SM100 / SM103 GPUs only, not SM{ctx.gpu.sm}")
         megamoe = (
-            runner == "flashinfer_megamoe" and _a2a(ctx) == "flashinfer_megamoe" and env_flag(ctx, _W4A16)
+            runner == "flashinfer_megamoe"
+            and resolved_a2a(ctx) == "flashinfer_megamoe"
+            and env_flag(ctx, _W4A16)
         )
         if (
             runner not in ("auto", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutedsl")

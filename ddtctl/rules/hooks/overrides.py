@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtctl.rules.engine import INFO, Context, Hit, rule
+from ddtctl.rules.engine import (
+    FACT_MODEL,
+    INFO,
+    Context,
+    Hit,
+    rule,
+)
 from ddtctl.rules.hooks.common import AG
+from ddtctl.rules.hooks.mamba import effective_strategy, mamba_cache_active, mamba_strategy
 from ddtctl.rules.hooks.model import derived_context_length
-from ddtctl.rules.hooks.moe import _EP_SPANNING, _a2a
+from ddtctl.rules.hooks.moe import EP_SPANNING, resolved_a2a
 from ddtctl.rules.hooks.resolution import RADIX_DETERMINISTIC_BACKENDS, Resolution, is_deterministic, resolve
+from ddtctl.rules.hooks.speculative_eagle import adaptive_effective
 
 # (dest, the launch's value, SGLang's, where)
 Override = tuple[str, object, object, str]
@@ -18,7 +26,7 @@ Override = tuple[str, object, object, str]
 DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu")
 
 
-def _dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
+def dflash_draft_backend(ctx: Context, res: Resolution) -> str | None:
     """speculative_hook.py:886-986 _resolve_dflash_draft_attention_backend (CUDA)."""
     backend = ctx.get("speculative_draft_attention_backend")
     if backend is None:
@@ -67,7 +75,7 @@ def _speculative_overrides(ctx: Context) -> list[Override]:
     if (
         ctx.get("speculative_adaptive")
         and ctx.given.get("speculative_adaptive")
-        and not _adaptive_effective(ctx)
+        and not adaptive_effective(ctx)
     ):
         out.append(
             (
@@ -110,7 +118,7 @@ def _launch_overrides(ctx: Context) -> list[Override]:
             )
         )
     a2a_given = ctx.given.get("moe_a2a_backend")
-    a2a = _a2a(ctx)
+    a2a = resolved_a2a(ctx)
     if a2a_given is not None and a2a != a2a_given:
         out.append(
             (
@@ -122,7 +130,7 @@ def _launch_overrides(ctx: Context) -> list[Override]:
             )
         )
     ep_given = ctx.given.get("ep_size")
-    if ep_given is not None and _a2a(ctx) in _EP_SPANNING and ep_given != (ctx.get("tp_size", 1) or 1):
+    if ep_given is not None and resolved_a2a(ctx) in EP_SPANNING and ep_given != (ctx.get("tp_size", 1) or 1):
         out.append(("ep_size", ep_given, ctx.get("tp_size", 1) or 1, "overrides.py:1610-1620 _a2a_ep_size"))
     if is_deterministic(ctx) and ctx.given.get("sampling_backend") not in (None, "pytorch", "ascend"):
         out.append(
@@ -220,7 +228,7 @@ def _resolved_overrides(ctx: Context, res: Resolution) -> list[Override]:
             )
         )
     if algo == "DFLASH" and ctx.given.get("speculative_draft_attention_backend") is not None:
-        draft = _dflash_draft_backend(ctx, res)
+        draft = dflash_draft_backend(ctx, res)
         if draft != ctx.given.get("speculative_draft_attention_backend"):
             out.append(
                 (
@@ -231,12 +239,6 @@ def _resolved_overrides(ctx: Context, res: Resolution) -> list[Override]:
                 )
             )
     return out
-
-
-def _adaptive_effective(ctx: Context) -> bool:
-    from ddtctl.rules.eagle import adaptive_effective
-
-    return adaptive_effective(ctx)
 
 
 @rule(
@@ -261,4 +263,27 @@ def overridden(ctx: Context):
             severity=INFO,
             fix=f"set {flag}: {value}",
             edits={dest: value},
+        )
+
+
+@rule(
+    "DDT507",
+    "auto mamba strategy silently turns overlap scheduling off",
+    severity=INFO,
+    reads=("mamba_radix_cache_strategy",),
+    needs=(FACT_MODEL,),
+    applies=lambda ctx: (
+        mamba_cache_active(ctx) and mamba_strategy(ctx) == "auto" and not ctx.get("disable_overlap_schedule")
+    ),
+    reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution",
+)
+def auto_strategy(ctx: Context):
+    """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off
+    without an error. Say what you want explicitly."""
+    if effective_strategy(ctx) == "no_buffer":
+        return Hit(
+            "mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
+            about="disable_overlap_schedule",
+            fix="set mamba-radix-cache-strategy explicitly",
+            edits={},
         )

@@ -8,7 +8,7 @@ from typing import Iterator
 
 from ddtctl.rules.engine import Context, Hit, rule
 from ddtctl.rules.hooks.common import AG, attn_dp_size, env_flag
-from ddtctl.rules.hooks.moe import _a2a, _resolved_ep
+from ddtctl.rules.hooks.moe import resolved_a2a, resolved_ep
 
 
 def _decode(ctx: Context, transfer: str) -> Iterator[Hit]:
@@ -45,9 +45,9 @@ def _decode(ctx: Context, transfer: str) -> Iterator[Hit]:
 def _role_switch(ctx: Context) -> Iterator[Hit]:
     """pd_disaggregation_hook.py:161-194: what a PD role flip does not rebuild."""
     unsupported = []
-    if _resolved_ep(ctx) > 1:
+    if resolved_ep(ctx) > 1:
         unsupported.append("expert parallelism")
-    if _a2a(ctx) != "none":
+    if resolved_a2a(ctx) != "none":
         unsupported.append("a MoE all-to-all")
     if (ctx.get("pp_size", 1) or 1) > 1:
         unsupported.append("pipeline parallelism")

@@ -175,7 +175,7 @@ def resolve(ctx: Context) -> Resolution | None:
     if ctx.algorithm == "DDTREE" and all(
         raw[d] is None for d in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
     ):
-        # ddtree_core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
+        # ddtree/core.py DDT115 (the payload's resolution.py apply_findings, in the speculative hook): the
         # page size snapped earlier for the GPU's default backend (e.g. DeepSeek's trtllm_mla -> 64) stays
         out.final_attention = "triton"
     return out
@@ -225,7 +225,7 @@ def _model_override(
         and att is None
         and pre is None
         and dec is None
-        and not _is_dsa(ctx)
+        and not is_dsa(ctx)
     ):
         att = "trtllm_mla"
     return att, page
@@ -366,6 +366,14 @@ def resolved_page(ctx: Context, backend: str | None = None) -> int:
     return ctx.get("page_size") or 1
 
 
+def effective_attention(ctx: Context) -> tuple[str | None, int]:
+    """(attention backend, page size) as SGLang will run them, where ddtctl knows its auto-selection
+    (resolved_attention / resolved_page)."""
+
+    backend = resolved_attention(ctx)
+    return backend, resolved_page(ctx, backend)
+
+
 def backends(ctx: Context) -> tuple[str | None, str | None]:
     """(prefill, decode) backends as attention_backends_of (model_override_base.py:138) reads them."""
     res = resolve(ctx)
@@ -394,7 +402,7 @@ _DSA_ARCHITECTURES = (
 )
 
 
-def _is_dsa(ctx: Context) -> bool:
+def is_dsa(ctx: Context) -> bool:
     """configs/model_config.py:191-212 is_deepseek_dsa: a DSA architecture whose config sets index_topk."""
     model = ctx.known_model
     raw = model.raw or {}

@@ -4,11 +4,11 @@ pd_disaggregation_hook.py: LoRA, sampling backend, companion options, range chec
 
 from __future__ import annotations
 
-from ddtctl.rules import mamba
 from ddtctl.rules.engine import Context, Hit, rule
-from ddtctl.rules.hooks.common import AG, _nonpositive
+from ddtctl.rules.hooks import mamba
+from ddtctl.rules.hooks.common import AG, nonpositive
 from ddtctl.rules.hooks.memory import chunked_prefill
-from ddtctl.rules.hooks.moe import _resolved_ep
+from ddtctl.rules.hooks.moe import resolved_ep
 
 
 @rule(
@@ -17,7 +17,7 @@ from ddtctl.rules.hooks.moe import _resolved_ep
     reads=("enable_lora", "max_loras_per_batch"),
     applies=lambda ctx: (
         bool(ctx.get("enable_lora"))
-        or _nonpositive(ctx.get("max_loras_per_batch"))
+        or nonpositive(ctx.get("max_loras_per_batch"))
         or str(ctx.get("moe_runner_backend") or "").startswith("lora")
         or (
             ctx.algorithm is not None
@@ -30,7 +30,7 @@ def lora(ctx: Context):
     """`--max-loras-per-batch` must be positive; `--enable-lora` without `--lora-paths` needs
     `--max-lora-rank` and `--lora-target-modules`; a `lora_*` MoE runner needs `--enable-lora`, and is never
     the draft's (`--speculative-moe-runner-backend`)."""
-    if _nonpositive(ctx.get("max_loras_per_batch")):
+    if nonpositive(ctx.get("max_loras_per_batch")):
         yield Hit(
             f"--max-loras-per-batch must be positive, got {ctx.get('max_loras_per_batch')}",
             about="max_loras_per_batch",
@@ -230,7 +230,7 @@ def ranges(ctx: Context):
     moe_dp = ctx.given.get("moe_dp_size")
     if isinstance(moe_dp, int) and moe_dp > 1:
         # parallel_hook.py:170-191 handle_context_parallelism (assert)
-        tp, ep = ctx.get("tp_size", 1) or 1, _resolved_ep(ctx)
+        tp, ep = ctx.get("tp_size", 1) or 1, resolved_ep(ctx)
         if tp % moe_dp:
             yield Hit(f"--tp-size ({tp}) must be divisible by --moe-dp-size ({moe_dp})", about="moe_dp_size")
         elif ep * moe_dp > tp or (ep > 1 and ep * moe_dp != tp):
@@ -286,9 +286,9 @@ def overlap_disabled(ctx: Context) -> bool:
         return True
 
     return (
-        mamba._mamba_cache_active(ctx)
-        and mamba._effective_strategy(ctx) == "no_buffer"
-        and mamba._strategy(ctx) == "auto"
+        mamba.mamba_cache_active(ctx)
+        and mamba.effective_strategy(ctx) == "no_buffer"
+        and mamba.mamba_strategy(ctx) == "auto"
     )
 
 

@@ -1,6 +1,7 @@
 """Speculative checks of sglang 0.5.23 srt/arg_groups/speculative_hook.py and validation_hook.py that are not
-about the DFLASH / EAGLE / NGRAM families (ddtctl/rules/speculative.py and eagle.py have those): UNO,
-DSPARK, aux hidden-state capture, watermarking.
+about the DFLASH / EAGLE / NGRAM families nor common to every algorithm (speculative_dflash.py,
+speculative_eagle.py, speculative_ngram.py, speculative_common.py have those): UNO, DSPARK, aux hidden-state
+capture, watermarking.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Checks of sglang 0.5.23 srt/arg_groups/validation_hook.py and serving_hook.py that read nothing but the
 launch's own flags: watermark settings (DDT945), metrics bucket rules (DDT946), serving options SGLang
-refuses as given (DDT947), aux hidden-state layer ids (DDT948) and the native gRPC server /
-sidecar (DDT951)."""
+refuses as given (DDT947), aux hidden-state layer ids (DDT948), the native gRPC server /
+sidecar (DDT951), and mixed chunked prefill per speculative algorithm (DDT806, check_server_args)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Iterator
 
-from ddtctl.rules.engine import Context, Hit, rule
+from ddtctl.rules.engine import INFO, Context, Hit, rule
 from ddtctl.rules.hooks.common import AG
 
 
@@ -374,3 +374,37 @@ def native_grpc(ctx: Context) -> Iterator[Hit]:
             "HTTP auth middleware.",
             about="grpc_port",
         )
+
+
+# speculative/spec_info.py SpeculativeAlgorithm.supports_mixed_chunk; custom (plugin) algorithms say no.
+MIXED_CHUNK_OK = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
+# Their resolution hooks switch it off with a warning: speculative_hook.py:1108-1112 (_handle_eagle_family:
+# STANDALONE), :1307 (_handle_ngram), :596-600 (_handle_uno), :1002-1006 (_handle_frozen_kv_mtp).
+MIXED_CHUNK_TURNED_OFF = ("STANDALONE", "NGRAM", "UNO", "FROZEN_KV_MTP")
+
+
+@rule(
+    "DDT806",
+    "mixed chunked prefill is supported by this speculative algorithm",
+    reads=("enable_mixed_chunk",),
+    applies=lambda ctx: ctx.algorithm is not None and bool(ctx.get("enable_mixed_chunk")),
+    reference="sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args; speculative/spec_info.py",
+)
+def mixed_chunk(ctx: Context):
+    """Only EAGLE, EAGLE3, DFLASH and DSPARK keep mixed chunked prefill; STANDALONE, NGRAM, UNO and
+    FROZEN_KV_MTP turn it off with a warning (an override); plugin algorithms such as DDTREE fail
+    `check_server_args` (validation_hook.py:229-237)."""
+    if ctx.algorithm in MIXED_CHUNK_OK:
+        return None
+    if ctx.algorithm in MIXED_CHUNK_TURNED_OFF:
+        return Hit(
+            f"--enable-mixed-chunk is turned off by SGLang for {ctx.algorithm}",
+            severity=INFO,
+            fix="remove enable-mixed-chunk",
+            edits={"enable_mixed_chunk": None},
+        )
+    return Hit(
+        f"--enable-mixed-chunk is not supported with {ctx.algorithm}",
+        fix="remove enable-mixed-chunk",
+        edits={"enable_mixed_chunk": None},
+    )

@@ -16,7 +16,7 @@ One module per SGLang source mirrored; importing the package registers the rules
     model_runner        model_executor/model_runner.py + model_runner_components  DDT740-DDT744
     draft_workers       speculative/*worker_v2.py, dflash_utils.py                DDT750-DDT756
 
-DDT701 (FlashAttention-3 per GPU generation, rules/parallel.py) predates the package and is mapped there too.
+DDT701 (FlashAttention-3 per GPU generation) predates the package; it is in attention_registry.py too.
 """
 
 from __future__ import annotations

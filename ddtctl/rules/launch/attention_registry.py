@@ -2,12 +2,13 @@
 model runner calls once per runner, target and draft) and of the backends' constructors they call
 (hpc_ops_backend.py, trtllm_mha_backend.py, flashattention_backend.py, dsa_backend.py). SGLang's resolver
 accepts every launch these rules reject; the process dies while the scheduler builds its attention backends,
-after the weights are loaded. DDT701 (fa3 per GPU generation, rules/parallel.py) is the first of them."""
+after the weights are loaded. DDT701 (fa3 per GPU generation) is the first of them."""
 
 from __future__ import annotations
 
 from ddtctl.rules.engine import ERROR, FACT_GPU, FACT_MODEL, FACT_MODEL_CONFIG, Context, Hit, rule
-from ddtctl.rules.hooks.resolution import _is_dsa, resolved_page
+from ddtctl.rules.hooks.common import is_mla
+from ddtctl.rules.hooks.resolution import backends, is_dsa, resolved_page
 from ddtctl.rules.launch.common import (
     ENCODER_DECODER_ARCHITECTURES,
     NON_GDN_HYBRID_ARCHITECTURES,
@@ -383,7 +384,7 @@ def dsa_prefill(ctx: Context):
     (128 / attention-TP for DeepSeek), a model with index_kpool 1, and a --dsa-triton-union of 0, 2 or 4
     with query heads x union a power of two in [16, 32]. Only a DSA model builds the backend."""
 
-    if not _is_dsa(ctx):
+    if not is_dsa(ctx):
         return None
     gpu, backend = ctx.known_gpu, ctx.get("dsa_prefill_backend")
     if backend == "flashmla_sparse_q8":
@@ -526,7 +527,7 @@ def dsa_model(ctx: Context):
     configs/model_config.py is_deepseek_dsa). The resolver accepts `--attention-backend dsa` on any model and
     the launch dies building the backend; for a DSA model SGLang picks it by itself."""
 
-    if _is_dsa(ctx):
+    if is_dsa(ctx):
         return None
     fix, edits = _backend_fix(ctx, "dsa", "flashinfer")
     if not edits:
@@ -537,3 +538,39 @@ def dsa_model(ctx: Context):
         fix=fix,
         edits=edits,
     )
+
+
+def _fa3_backends(ctx: Context) -> set:
+    """The backends the model runner creates (prefill / decode as resolved; fa3 + fp8_e5m2 becomes triton)."""
+
+    return set(backends(ctx))
+
+
+@rule(
+    "DDT701",
+    "FlashAttention-3 runs on SM80 / SM90 only",
+    reads=("attention_backend",),
+    needs=(FACT_GPU,),
+    applies=lambda ctx: "fa3" in _fa3_backends(ctx),
+    reference="sglang 0.5.23 srt/layers/attention/attention_registry.py:238-249 "
+    "create_flashattention_v3_backend "
+    "(assert at model load; the resolver accepts it)",
+    sglang_enforces=False,
+    evidence="create_flashattention_v3_backend asserts SM80..SM90 when the model runner builds the backend "
+    "(tests/fidelity/cases.yaml q3-fa3-on-b200, stricter_by_design)",
+)
+def backend_generation(ctx: Context):
+    """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA
+    models) and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating
+    the backend ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the
+    resolver here. The trtllm_mha generations are DDT937."""
+    gpu = ctx.known_gpu
+    sm = gpu.sm
+
+    if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
+        return Hit(
+            f"attention backend fa3 has no kernels for {gpu.name} (sm{sm}); the model runner fails "
+            "creating it at startup",
+            fix="use attention-backend: triton or flashinfer",
+            edits={"attention_backend": None} if ctx.get("attention_backend") == "fa3" else {},
+        )

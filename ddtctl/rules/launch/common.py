@@ -10,7 +10,7 @@ from typing import Any
 from ddtctl.model_facts import ModelFacts
 from ddtctl.rules.engine import DFLASH_FAMILY, EAGLE_FAMILY, Context
 from ddtctl.rules.hooks.common import MLA_ARCHITECTURES, attn_dp_size
-from ddtctl.rules.hooks.overrides import _dflash_draft_backend
+from ddtctl.rules.hooks.overrides import dflash_draft_backend
 from ddtctl.rules.hooks.resolution import resolve
 
 SRT = "sglang 0.5.23 srt/"
@@ -140,7 +140,7 @@ def runners(ctx: Context) -> list[Runner]:
     prefill, decode = res.final_pair
     out = [Runner("target", ctx.model, prefill, decode)]
     if has_draft_runner(ctx):
-        own = _dflash_draft_backend(ctx, res) if ctx.algorithm in DFLASH_FAMILY else res.draft
+        own = dflash_draft_backend(ctx, res) if ctx.algorithm in DFLASH_FAMILY else res.draft
         draft = draft_model(ctx)
         out.append(Runner("draft", draft, own or prefill, own or decode))
     return out

@@ -6,7 +6,7 @@ What it adds to SGLang (the plugin is loaded through SGLang's own `sglang.srt.pl
   * the server arguments --speculative-ddtree-budget / -topk-cap / -shadow-linear / -allow-hybrid-unsafe (from a
     small patch of arg_groups/fields/spec.py);
   * DDTREE's launch rules, enforced inside SGLang's resolution by rules_core.py, a byte-identical copy of
-    ddtctl/rules/ddtree_core.py, the same rules `ddtctl validate` applies.
+    ddtctl/rules/ddtree/core.py, the same rules `ddtctl validate` applies.
 """
 
 PAYLOAD_NAME = "ddtree-sglang"

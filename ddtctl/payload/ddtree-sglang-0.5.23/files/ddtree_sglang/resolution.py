@@ -6,7 +6,7 @@ One resolution hook wraps the built-in step `handle_speculative_decoding` (sglan
      logged as warnings, and the values a finding overrides are declared (`declare_resolution`, SGLang's own way,
      e.g. overrides.py _pipeline_parallel_overlap_disable): DDTREE without an attention backend resolves with
      attention_backend=triton (DDT115). The rules are rules_core.py, a byte-identical copy of
-     ddtctl/rules/ddtree_core.py, so `ddtctl validate` and SGLang-with-payload apply one set of rules;
+     ddtctl/rules/ddtree/core.py, so `ddtctl validate` and SGLang-with-payload apply one set of rules;
   2. the built-in step runs (alias resolution, registered-algorithm callbacks);
   3. DDTREE then takes the DFLASH family's resolution (drafter checks, num_steps/topk = 1, draft tokens from the
      block size, draft attention backend, max running requests) on the real record, and declares its own

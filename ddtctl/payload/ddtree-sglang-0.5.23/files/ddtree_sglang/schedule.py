@@ -25,9 +25,9 @@ from ddtree_sglang import tree_prep
 
 def _rules():
     try:
-        from ddtree_sglang import rules_core  # shipped in the payload (ddtctl/rules/ddtree_core.py, byte for byte)
+        from ddtree_sglang import rules_core  # shipped in the payload (ddtctl/rules/ddtree/core.py, byte for byte)
     except ImportError:  # running from the ddtctl checkout (tests)
-        from ddtctl.rules import ddtree_core as rules_core
+        from ddtctl.rules.ddtree import core as rules_core
     return rules_core
 
 

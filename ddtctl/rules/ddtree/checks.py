@@ -1,9 +1,9 @@
-"""DDTREE rules. DDT101-DDT115 (and DDT117, ddtree_schedule.py) are small checks over `ddtree_core`, the one
+"""DDTREE rules. DDT101-DDT115 (and DDT117, schedule.py) are small checks over `core` (core.py), the one
 source of truth shared with the SGLang payload (which ships that file byte for byte and enforces it inside
 SGLang's resolution): each check here gives a rule its id, title, reads and doc, and reports the core's
 verdict for that id, message and fix included. DDT120 (the bundled worker's refusals) and DDT114 (the
 recurrent verify scratch) are ddtctl's own, stricter than SGLang; so is DDT116 (the payload's hybrid kernels
-as the profile's `env:` switches them), in ddtree_kernels.py, whose decisions DDT114 sizes the scratch with.
+as the profile's `env:` switches them), in kernels.py, whose decisions DDT114 sizes the scratch with.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ddtctl.rules import ddtree_core
-from ddtctl.rules.ddtree_kernels import (
+from ddtctl.rules.ddtree import core as ddtree_core
+from ddtctl.rules.ddtree.kernels import (
     COMPACT_MAX_WIDTH,
     CONV_TREE,
     GDN_TREE,
@@ -34,7 +34,7 @@ from ddtctl.rules.engine import (
     rule,
 )
 
-REFERENCE = "ddtctl payload (ddtctl/rules/ddtree_core.py, enforced inside SGLang by the DDTREE payload)"
+REFERENCE = "ddtctl payload (ddtctl/rules/ddtree/core.py, enforced inside SGLang by the DDTREE payload)"
 
 
 def _is_ddtree(ctx: Context) -> bool:
@@ -63,7 +63,7 @@ def _core_violations(ctx: Context) -> list[ddtree_core.DdtreeViolation]:
     return cached
 
 
-def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
+def core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
     """The core's violations of `rule_id` as hits (message, fix, edits, severity) about its first flag."""
     for v in _core_violations(ctx):
         if v.rule_id == rule_id:
@@ -76,7 +76,7 @@ def _core_hits(ctx: Context, rule_id: str) -> Iterator[Hit]:
             )
 
 
-def _core_rule(
+def core_rule(
     rule_id: str, title: str, *, reads: tuple[str, ...], severity: str = ERROR, needs: tuple[str, ...] = ()
 ) -> Callable[[Callable[[Context], Iterator[Hit]]], Callable]:
     """Register a DDTREE rule decided by `ddtree_core` (the decorated function's docstring is its doc)."""
@@ -85,20 +85,20 @@ def _core_rule(
     return rule(rule_id, title, severity=severity, reads=reads, needs=needs, **extra)
 
 
-@_core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
+@core_rule("DDT101", "DDTREE needs a DFlash drafter", reads=("speculative_draft_model_path",))
 def ddtree_drafter(ctx: Context) -> Iterator[Hit]:
     """DDTree builds its tree from one DFlash block-diffusion pass: `--speculative-draft-model-path` must name
     a DFlash draft model."""
-    return _core_hits(ctx, "DDT101")
+    return core_hits(ctx, "DDT101")
 
 
-@_core_rule("DDT102", "DDTREE block size is positive", reads=("speculative_dflash_block_size",))
+@core_rule("DDT102", "DDTREE block size is positive", reads=("speculative_dflash_block_size",))
 def ddtree_block_size(ctx: Context) -> Iterator[Hit]:
     """`--speculative-dflash-block-size` must be > 0."""
-    return _core_hits(ctx, "DDT102")
+    return core_hits(ctx, "DDT102")
 
 
-@_core_rule(
+@core_rule(
     "DDT103",
     "DDTREE draft tokens equal the block size",
     reads=("speculative_num_draft_tokens", "speculative_dflash_block_size"),
@@ -106,30 +106,30 @@ def ddtree_block_size(ctx: Context) -> Iterator[Hit]:
 def ddtree_draft_tokens(ctx: Context) -> Iterator[Hit]:
     """As for DFLASH, `--speculative-num-draft-tokens` must equal the block size (it is derived from it when
     unset)."""
-    return _core_hits(ctx, "DDT103")
+    return core_hits(ctx, "DDT103")
 
 
-@_core_rule("DDT104", "DDTREE budget is at least 1", reads=("speculative_ddtree_budget",))
+@core_rule("DDT104", "DDTREE budget is at least 1", reads=("speculative_ddtree_budget",))
 def ddtree_budget_positive(ctx: Context) -> Iterator[Hit]:
     """`--speculative-ddtree-budget` B is the number of draft-tree nodes verified per step, root excluded; the
     verify width is B+1."""
-    return _core_hits(ctx, "DDT104")
+    return core_hits(ctx, "DDT104")
 
 
-@_core_rule("DDT105", "DDTREE topk cap is at least 1", reads=("speculative_ddtree_topk_cap",))
+@core_rule("DDT105", "DDTREE topk cap is at least 1", reads=("speculative_ddtree_topk_cap",))
 def ddtree_topk_cap(ctx: Context) -> Iterator[Hit]:
     """`--speculative-ddtree-topk-cap` caps the candidates per depth."""
-    return _core_hits(ctx, "DDT105")
+    return core_hits(ctx, "DDT105")
 
 
-@_core_rule("DDT106", "DDTREE budget is bounded", reads=("speculative_ddtree_budget",))
+@core_rule("DDT106", "DDTREE budget is bounded", reads=("speculative_ddtree_budget",))
 def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
     """Budgets above 4096 (ddtree_core.MAX_VERIFY_BUDGET) make each verify pass too wide for one target
     forward; the paper's best budgets are 256-512."""
-    return _core_hits(ctx, "DDT106")
+    return core_hits(ctx, "DDT106")
 
 
-@_core_rule(
+@core_rule(
     "DDT107",
     "DDTREE budget can be filled by the drafter",
     reads=("speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_dflash_block_size"),
@@ -137,23 +137,23 @@ def ddtree_budget_bounded(ctx: Context) -> Iterator[Hit]:
 def ddtree_budget_fillable(ctx: Context) -> Iterator[Hit]:
     """A drafter of block size S proposes S-1 depths with at most K = min(topk cap, vocab) candidates each; a
     budget above the full tree's node count cannot be filled."""
-    return _core_hits(ctx, "DDT107")
+    return core_hits(ctx, "DDT107")
 
 
-@_core_rule("DDT108", "DDTREE runs with pipeline parallel size 1", reads=("pp_size",))
+@core_rule("DDT108", "DDTREE runs with pipeline parallel size 1", reads=("pp_size",))
 def ddtree_pp(ctx: Context) -> Iterator[Hit]:
     """Like DFLASH, DDTREE supports only `pp_size == 1`."""
-    return _core_hits(ctx, "DDT108")
+    return core_hits(ctx, "DDT108")
 
 
-@_core_rule("DDT109", "DDTREE does not support constrained decoding", reads=("grammar_backend",))
+@core_rule("DDT109", "DDTREE does not support constrained decoding", reads=("grammar_backend",))
 def ddtree_grammar(ctx: Context) -> Iterator[Hit]:
     """A grammar mask is per position of one sequence; tree branches share positions, so `--grammar-backend`
     must be unset or none."""
-    return _core_hits(ctx, "DDT109")
+    return core_hits(ctx, "DDT109")
 
 
-@_core_rule(
+@core_rule(
     "DDT111",
     "DDTREE on a hybrid model needs extra-buffer mamba caching",
     reads=("mamba_radix_cache_strategy", "mamba_full_memory_ratio"),
@@ -163,10 +163,10 @@ def ddtree_hybrid_cache(ctx: Context) -> Iterator[Hit]:
     """On hybrid Mamba/GDN targets, tree verification keeps recurrent-state snapshots per draft node:
     `--mamba-radix-cache-strategy extra_buffer` and an explicit `--mamba-full-memory-ratio` in (0, 1) are
     required. One finding names every missing flag."""
-    return _core_hits(ctx, "DDT111")
+    return core_hits(ctx, "DDT111")
 
 
-@_core_rule(
+@core_rule(
     "DDT112",
     "DDTREE shadow-linear and allow-hybrid-unsafe exclude each other",
     reads=("speculative_ddtree_allow_hybrid_unsafe", "speculative_ddtree_shadow_linear"),
@@ -186,10 +186,10 @@ def ddtree_hybrid_modes(ctx: Context) -> Iterator[Hit]:
 
     On a model without recurrent layers both flags have no effect; together they are still a contradiction and
     rejected."""
-    return _core_hits(ctx, "DDT112")
+    return core_hits(ctx, "DDT112")
 
 
-@_core_rule(
+@core_rule(
     "DDT113",
     "DDTREE on a hybrid model with allow-hybrid-unsafe shares recurrent state across branches",
     reads=("speculative_ddtree_allow_hybrid_unsafe",),
@@ -201,10 +201,10 @@ def ddtree_hybrid_unsafe(ctx: Context) -> Iterator[Hit]:
     chain kernels: sibling branches see each other's recurrent state, so the accepted tokens can differ from
     the target's greedy output. Valid (SGLang with the payload logs the same warning), but meant for tests and
     negative controls; exact trees are the default on hybrid targets."""
-    return _core_hits(ctx, "DDT113")
+    return core_hits(ctx, "DDT113")
 
 
-@_core_rule(
+@core_rule(
     "DDT115",
     "DDTREE serves on the triton attention backend (SGLang resolves it when unset)",
     reads=("attention_backend",),
@@ -217,7 +217,7 @@ def ddtree_attention_backend(ctx: Context) -> Iterator[Hit]:
     in its resolution (logged, and listed by `ddtctl dry-run`), before SGLang would pick the GPU's default
     (fa3 on Hopper, flashinfer / trtllm_mha on Blackwell). An info finding; an explicit other backend is
     DDT120's warning instead."""
-    return _core_hits(ctx, "DDT115")
+    return core_hits(ctx, "DDT115")
 
 
 @rule(
@@ -288,7 +288,7 @@ class VerifyScratch:
     `intermediate_conv_window` [layers, reqs + 1, n, conv_dim, conv_kernel - 1] in the conv dtype, n the
     verify width. Tree verify keeps the conv windows dense (one per token); the chain kernels share one
     [conv_dim, n + kernel - 2] window per request (memory_pool.py conv_window_dedup_enabled). The payload's
-    compact kernels (ddtree_kernels.py) shrink both: `kernels` names those assumed (none for SGLang's own)."""
+    compact kernels (ddtree/kernels.py) shrink both: `kernels` names those assumed (none for SGLang's own)."""
 
     linear_layers: int
     width: int  # n = max(block size, budget + 1)
@@ -353,7 +353,7 @@ def _scratch_for(
     ctx: Context, *, budget: int | None = None, tp: int | None = None, env: dict[str, str] | None = None
 ) -> VerifyScratch | None:
     """The scratch SGLang allocates for this launch (with `budget` / `tp` / the server environment `env` in
-    place of the profile's), the payload's kernels decided as hybrid.py decides them (ddtree_kernels.py)."""
+    place of the profile's), the payload's kernels decided as hybrid.py decides them (ddtree/kernels.py)."""
     m = ctx.known_model
     shape = (
         m.num_linear_layers,
@@ -456,7 +456,7 @@ def verify_scratch_fits(ctx: Context):
     switched on (below). Without a known GPU the rule cannot decide: it reports the scratch as an info finding
     instead. Other hybrid families (Mamba2, KDA) are not sized.
 
-    The profile's `env:` is read as the server's environment, as the payload reads it (ddtree_kernels.py,
+    The profile's `env:` is read as the server's environment, as the payload reads it (ddtree/kernels.py,
     DDT116): with the compact GDN tree verify (`DDTREE_GDN_TREE` unset or `compact`; float32 SSM states,
     verify width <= 128) a node's SSM row holds its records, HV x V + HV x K + HV floats instead of HV x V x K
     (~64 x less); `DDTREE_GDN_TREE=sglang` keeps SGLang's full states. With the compact tree conv

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "remote"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "remote"))
 
 from json_envelope import results  # noqa: E402
 from labkit import ddtctl_main  # noqa: E402

@@ -10,12 +10,12 @@ from ddtctl.fix import apply_fixes, edit_mismatch
 from ddtctl.profile import canonical_flag_key
 from ddtctl.profile_edit import edit_profile
 from ddtctl.rules.engine import ERROR, Finding
-from ddtctl.tune_space import env_name, env_value, point_env
+from ddtctl.tune.space import env_name, env_value, point_env
 from ddtctl.yamledit import EditRefused
 
 if TYPE_CHECKING:
     from ddtctl.profile import ProfileDocument
-    from ddtctl.tune_results import PointResult
+    from ddtctl.tune.results import PointResult
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """The load side of `ddtctl tune`: SGLang's own benchmark (`python -m sglang.benchmark.serving`) run on the
 host against the served point, with random token ids or the user's prompt file, and the figures read back.
 
-What the benchmark needs besides its argv travels on the SSH channel's stdin, never on a command line (which
-`ps` on the host shows and logs keep): the prompt file, written into the run's private temporary directory and
-passed as `--dataset-path`, and the server's `--api-key`, given to the benchmark as OPENAI_API_KEY (SGLang
-0.5.23's benchmark sends it as `Authorization: Bearer KEY`, the header the server checks).
+The run is the agent's typed `bench` operation (ddtctl.remote.protocol.Bench, agent.py `op_bench`). What the
+benchmark needs besides its argv travels on the operation's stdin, never on a command line (which `ps` on the
+host shows and logs keep): the prompt file, written into the run's private temporary directory and passed as
+`--dataset-path`, and the server's `--api-key`, given to the benchmark as OPENAI_API_KEY (SGLang 0.5.23's
+benchmark sends it as `Authorization: Bearer KEY`, the header the server checks).
 """
 
 from __future__ import annotations
@@ -16,40 +17,12 @@ from typing import Any
 
 from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import UsageError
+from ddtctl.remote.protocol import Bench
 from ddtctl.safeio import loads_json, read_regular
 
 DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
-BENCH_MARK = "DDTCTL-TUNE "
 PROMPTS_MAX_BYTES = 64 << 20
 MIN_OUTPUT_LEN = 4  # SGLang's custom dataset refuses a fixed output length below 4
-
-# Runs SGLang's benchmark on the host with an --output-file in a private temp dir; reads {"env": {...},
-# "prompts": "..."} from stdin (the API key, the prompt file); prints one marker line with the rows it wrote
-# (JSON lines), its exit status and the tail of its output. Stdlib only (python >= 3.8).
-BENCH_WRAPPER = (
-    "import json,os,shutil,subprocess,sys,tempfile\n"
-    "argv=json.loads(sys.argv[1]);t=float(sys.argv[2]);extra=json.loads(sys.stdin.read() or '{}')\n"
-    "d=tempfile.mkdtemp(prefix='ddtctl-tune-');out=os.path.join(d,'bench.jsonl');rows=[]\n"
-    "env=dict(os.environ);env.update(extra.get('env') or {})\n"
-    "try:\n"
-    " if extra.get('prompts') is not None:\n"
-    "  pf=os.path.join(d,'prompts.jsonl')\n"
-    "  with open(pf,'w',encoding='utf-8') as f:f.write(extra['prompts'])\n"
-    "  argv=argv+['--dataset-path',pf]\n"
-    " try:\n"
-    "  p=subprocess.run(argv+['--output-file',out],stdout=subprocess.PIPE,stderr=subprocess.STDOUT,timeout=t,"
-    "env=env)\n"
-    "  rc=p.returncode;tail=p.stdout.decode(errors='replace')[-3000:]\n"
-    " except subprocess.TimeoutExpired:\n"
-    "  rc=124;tail='the benchmark timed out after %gs'%t\n"
-    " except OSError as e:\n"
-    "  rc=127;tail='cannot run the benchmark: %s'%e\n"
-    " if os.path.exists(out):\n"
-    "  with open(out) as f:rows=[json.loads(l) for l in f if l.strip()]\n"
-    "finally:\n"
-    " shutil.rmtree(d,ignore_errors=True)\n"
-    "print('" + BENCH_MARK + "'+json.dumps({'rc':rc,'tail':tail,'rows':rows},default=str),flush=True)\n"
-)
 
 
 @dataclass
@@ -173,7 +146,7 @@ def bench_argv(
     prompts: Prompts | None = None,
 ) -> list[str]:
     """The benchmark's argv (`opts`: ddtctl.tune.TuneOptions); with `prompts`, SGLang's custom dataset with
-    the output length fixed, so every point generates as much (the wrapper adds --dataset-path).
+    the output length fixed, so every point generates as much (the agent adds --dataset-path).
 
     Without, random prompts from SGLang's `random-ids` dataset, sent as token ids (--tokenize-prompt): it
     needs only the tokenizer's vocabulary size, where `random` downloads ShareGPT from Hugging Face (a GPU
@@ -250,25 +223,16 @@ def run_bench(
     prompts: Prompts | None = None,
     key: str | None = None,
 ) -> BenchRun:
-    """One benchmark run through BENCH_WRAPPER; the prompt file and the API key go on stdin."""
-    extra: dict[str, Any] = {"env": {"OPENAI_API_KEY": key} if key else {}}
-    if prompts is not None:
-        extra["prompts"] = prompts.jsonl
-    res = conn.run(
-        [conn.host.python, "-c", BENCH_WRAPPER, json.dumps(argv), str(timeout_s)],
-        timeout=timeout_s + 60,
-        stdin=json.dumps(extra).encode(),
-    )
-    line = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(BENCH_MARK)), None)
-    if line is None:
-        why = (res.stderr or res.stdout).strip().splitlines()
-        return BenchRun(concurrency, False, error=f"benchmark wrapper failed: {why[-1] if why else res.rc}")
-    out = json.loads(line[len(BENCH_MARK) :])
-    if out["rc"] != 0 or not out["rows"]:
-        tail = [ln for ln in str(out.get("tail") or "").splitlines() if ln.strip()]
+    """One benchmark run through the agent's `bench` operation; the prompt file and the API key go on its
+    stdin."""
+    env = {"OPENAI_API_KEY": key} if key else {}
+    request = Bench(tuple(argv), timeout_s, env=env, prompts=prompts.jsonl if prompts is not None else None)
+    reply = conn.call(request, timeout=timeout_s + 60)
+    if not reply.ok:
+        tail = [ln for ln in reply.tail.splitlines() if ln.strip()]
         last = tail[-1] if tail else "no output"
-        return BenchRun(concurrency, False, error=f"benchmark exit {out['rc']}: {last}")
-    return parse_bench_row(out["rows"][-1], concurrency)
+        return BenchRun(concurrency, False, error=f"benchmark exit {reply.rc}: {last}")
+    return parse_bench_row(reply.rows[-1], concurrency)
 
 
 def server_metrics(info: dict | None) -> dict | None:

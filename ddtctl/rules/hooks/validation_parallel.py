@@ -1,67 +1,19 @@
-"""Parallelism and hardware rules: what sglang 0.5.23 checks (validation_hook.py) and misses at launch."""
+"""Checks of sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args about the parallel layout and
+the chunked-prefill page: nodes and tp (DDT603), DP across nodes (DDT604), pipeline parallelism (DDT605), the
+chunked-prefill size per resolved page (DDT606), torch.compile padding (DDT607), the served model name
+(DDT608). The rest of validation_hook.py's checks are in validation.py."""
 
 from __future__ import annotations
 
-from ddtctl.rules.engine import FACT_GPU, FACT_MODEL_CONFIG, INFO, Context, Hit, rule
-from ddtctl.rules.hooks.common import is_mla
-from ddtctl.rules.hooks.resolution import backends, resolved_page
+from ddtctl.rules.engine import (
+    INFO,
+    Context,
+    Hit,
+    rule,
+)
+from ddtctl.rules.hooks.resolution import resolved_page
 
 VALIDATION = "sglang 0.5.23 srt/arg_groups/validation_hook.py check_server_args"
-
-
-@rule(
-    "DDT601",
-    "GPUs requested fit the host",
-    reads=("tp_size", "pp_size"),
-    applies=lambda ctx: ctx.gpu_count is not None,
-    reference="runtime: NCCL init fails",
-    sglang_enforces=False,
-    evidence="the scheduler processes bind GPUs base-gpu-id + rank x gpu-id-step: a rank past the host's "
-    "GPUs "
-    "has no device to set (torch.cuda.set_device raises), before NCCL can initialise",
-)
-def world_size(ctx: Context):
-    """tp x pp x (dp without DP attention) GPUs per node must be available: hardware.count GPUs per host."""
-    tp, pp, dp = ctx.get("tp_size", 1), ctx.get("pp_size", 1), ctx.get("dp_size", 1)
-    nnodes = ctx.get("nnodes", 1) or 1
-    per_node_tp = tp * pp // nnodes if (tp * pp) % nnodes == 0 else tp * pp
-    needed = per_node_tp * (1 if ctx.dp_attention else dp)
-    if needed > ctx.gpu_count:
-        return Hit(
-            f"this launch needs {needed} GPUs per host (tp {tp} x pp {pp}"
-            + ("" if ctx.dp_attention else f" x dp {dp}")
-            + f" / {nnodes} node(s)) but hardware.count is {ctx.gpu_count}",
-            fix=f"set tp-size so that tp x pp fits {ctx.gpu_count} GPUs",
-        )
-
-
-@rule(
-    "DDT602",
-    "tensor parallel size divides the attention heads",
-    reads=("tp_size",),
-    needs=(FACT_MODEL_CONFIG,),
-    applies=lambda ctx: (ctx.get("tp_size", 1) or 1) > 1,
-    reference="runtime: model load asserts head divisibility",
-    sglang_enforces=False,
-    evidence="model load: QKVParallelLinear splits the heads with sglang/srt/distributed/utils.py:75 divide, "
-    "whose ensure_divisibility asserts (layers/linear.py:1139)",
-)
-def heads_divisible(ctx: Context):
-    """Attention heads are split across TP ranks: `num_attention_heads % tp_size == 0`, and KV heads either
-    divide by tp or tp by them (replication). SGLang only finds out while loading weights."""
-    tp = ctx.get("tp_size")
-    attn_tp = tp // (ctx.get("dp_size", 1) if ctx.dp_attention else 1) or 1
-    heads, kv = ctx.known_model.num_attention_heads, ctx.known_model.num_key_value_heads
-    if heads and heads % attn_tp:
-        yield Hit(
-            f"--tp-size {tp} does not divide the model's {heads} attention heads",
-            fix=f"use a tp-size that divides {heads}",
-        )
-    if kv and kv % attn_tp and attn_tp % kv:
-        yield Hit(
-            f"--tp-size {tp} and the model's {kv} KV heads do not divide each other",
-            fix=f"use a tp-size that divides {kv} or is a multiple of it",
-        )
 
 
 @rule(
@@ -168,42 +120,6 @@ def chunked_page(ctx: Context):
         return Hit(
             f"--chunked-prefill-size ({size}) must be divisible by {what}",
             fix=f"set chunked-prefill-size to a multiple of {page}",
-        )
-
-
-def _fa3_backends(ctx: Context) -> set:
-    """The backends the model runner creates (prefill / decode as resolved; fa3 + fp8_e5m2 becomes triton)."""
-
-    return set(backends(ctx))
-
-
-@rule(
-    "DDT701",
-    "FlashAttention-3 runs on SM80 / SM90 only",
-    reads=("attention_backend",),
-    needs=(FACT_GPU,),
-    applies=lambda ctx: "fa3" in _fa3_backends(ctx),
-    reference="sglang 0.5.23 srt/layers/attention/attention_registry.py:238-249 "
-    "create_flashattention_v3_backend "
-    "(assert at model load; the resolver accepts it)",
-    sglang_enforces=False,
-    evidence="create_flashattention_v3_backend asserts SM80..SM90 when the model runner builds the backend "
-    "(tests/fidelity/cases.yaml q3-fa3-on-b200, stricter_by_design)",
-)
-def backend_generation(ctx: Context):
-    """fa3 (FlashAttention-3, as the resolved prefill or decode backend) has kernels for SM80 (not for MLA
-    models) and SM90 only: SGLang's resolver accepts it on Blackwell, and the model runner then fails creating
-    the backend ('FlashAttention v3 Backend requires SM>=80 and SM<=90'), so ddtctl is stricter than the
-    resolver here. The trtllm_mha generations are DDT937."""
-    gpu = ctx.known_gpu
-    sm = gpu.sm
-
-    if not (sm == 90 or (80 <= sm < 90 and not is_mla(ctx))):
-        return Hit(
-            f"attention backend fa3 has no kernels for {gpu.name} (sm{sm}); the model runner fails "
-            "creating it at startup",
-            fix="use attention-backend: triton or flashinfer",
-            edits={"attention_backend": None} if ctx.get("attention_backend") == "fa3" else {},
         )
 
 

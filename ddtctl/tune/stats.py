@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 from ddtctl.errors import Inconclusive
 
 if TYPE_CHECKING:
-    from ddtctl.tune_results import TuneResult
+    from ddtctl.tune.results import TuneResult
 
 MORE_RUNS = "run with more --repeats or --num-prompts"
 

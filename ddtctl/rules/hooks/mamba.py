@@ -1,21 +1,31 @@
-"""Hybrid (Mamba / GDN) cache rules of sglang 0.5.23 (arg_groups/mamba_hook.py, overrides.py,
-model_hook.py)."""
+"""Checks of sglang 0.5.23 srt/arg_groups/mamba_hook.py: the hybrid (Mamba / GDN) cache strategies
+(validate_mamba_extra_buffer, validate_mamba_no_buffer: DDT502-DDT505, DDT509) and the mamba state counters
+(handle_mamba_backend: DDT508), with the predicates other hook modules read (`mamba_strategy`, `at_mamba`,
+`mamba_cache_active`, `effective_strategy`). DDT501 (model_hook.py handle_mamba_radix_cache) is in model.py,
+DDT507 (overrides.py _mamba_radix_cache_resolution) in overrides.py."""
 
 from __future__ import annotations
 
 from ddtctl.model_facts import EXTRA_BUFFER_ARCHITECTURES
-from ddtctl.rules.engine import FACT_MODEL, INFO, WARNING, Context, Hit, rule
+from ddtctl.rules.engine import (
+    FACT_MODEL,
+    Context,
+    Hit,
+    rule,
+)
 from ddtctl.rules.hooks.resolution import resolve
 
 MAMBA_HOOK = "sglang 0.5.23 srt/arg_groups/mamba_hook.py"
+
+
 EXTRA = ("extra_buffer", "extra_buffer_lazy")
 
 
-def _strategy(ctx: Context) -> str:
+def mamba_strategy(ctx: Context) -> str:
     return ctx.get("mamba_radix_cache_strategy") or "auto"
 
 
-def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
+def at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
     """(page size, attention backend, radix cache off) when SGLang validates the mamba cache
     (model_hook.py:737, after the model's own overrides: e.g. model_overrides/qwen3_5.py:24-48 sets page 1 /
     64 on SM100)."""
@@ -26,17 +36,17 @@ def _at_mamba(ctx: Context) -> tuple[int | None, str | None, bool]:
     return res.page_at_mamba, res.attention_at_mamba, res.radix_at_mamba
 
 
-def _mamba_cache_active(ctx: Context) -> bool:
-    return bool(ctx.is_hybrid) and not _at_mamba(ctx)[2]
+def mamba_cache_active(ctx: Context) -> bool:
+    return bool(ctx.is_hybrid) and not at_mamba(ctx)[2]
 
 
-def _effective_strategy(ctx: Context) -> str:
+def effective_strategy(ctx: Context) -> str:
     """What `auto` resolves to (overrides.py:454-487 _mamba_radix_cache_resolution)."""
-    strategy = _strategy(ctx)
+    strategy = mamba_strategy(ctx)
     if strategy != "auto":
         return strategy
     wants_overlap = not ctx.get("disable_overlap_schedule")
-    wants_paging = (_at_mamba(ctx)[0] or 1) > 1
+    wants_paging = (at_mamba(ctx)[0] or 1) > 1
     supported = (
         ctx.model is not None
         and ctx.model.architecture in EXTRA_BUFFER_ARCHITECTURES
@@ -46,32 +56,11 @@ def _effective_strategy(ctx: Context) -> str:
 
 
 @rule(
-    "DDT501",
-    "an extra-buffer mamba strategy needs a hybrid model",
-    reads=("mamba_radix_cache_strategy",),
-    needs=(FACT_MODEL,),
-    applies=lambda ctx: _strategy(ctx) in EXTRA and not _at_mamba(ctx)[2],
-    reference="sglang 0.5.23 model_hook.py:1057-1067 handle_mamba_radix_cache; "
-    "model_override_base.py:260-265 mamba_extra_buffer_of",
-)
-def extra_buffer_non_mamba(ctx: Context):
-    """`--mamba-radix-cache-strategy extra_buffer[_lazy]` arms the mamba state paths; on a model without mamba
-    state SGLang refuses (`needs mamba state`), unless the radix cache is off (then the strategy is inert)."""
-    if not ctx.is_hybrid:
-        return Hit(
-            f"--mamba-radix-cache-strategy {_strategy(ctx)} needs a hybrid Mamba/GDN model, "
-            f"got {ctx.known_model.architecture}",
-            fix="remove mamba-radix-cache-strategy",
-            edits={"mamba_radix_cache_strategy": None},
-        )
-
-
-@rule(
     "DDT502",
     "extra_buffer is supported by this architecture",
     reads=("mamba_radix_cache_strategy",),
     needs=(FACT_MODEL,),
-    applies=lambda ctx: _strategy(ctx) in EXTRA and _mamba_cache_active(ctx),
+    applies=lambda ctx: mamba_strategy(ctx) in EXTRA and mamba_cache_active(ctx),
     reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer",
 )
 def extra_buffer_supported(ctx: Context):
@@ -99,7 +88,7 @@ def extra_buffer_supported(ctx: Context):
     reads=("mamba_track_interval", "speculative_num_draft_tokens"),
     needs=(FACT_MODEL,),
     applies=lambda ctx: (
-        _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA and ctx.algorithm is not None
+        mamba_cache_active(ctx) and effective_strategy(ctx) in EXTRA and ctx.algorithm is not None
     ),
     reference=f"{MAMBA_HOOK} validate_mamba_extra_buffer (assert)",
 )
@@ -123,8 +112,8 @@ def track_interval(ctx: Context):
     reads=("mamba_track_interval", "speculative_dflash_block_size"),
     needs=(FACT_MODEL,),
     applies=lambda ctx: (
-        _mamba_cache_active(ctx)
-        and _effective_strategy(ctx) in EXTRA
+        mamba_cache_active(ctx)
+        and effective_strategy(ctx) in EXTRA
         and ctx.algorithm is not None
         and not ctx.is_set("speculative_num_draft_tokens")
     ),
@@ -159,7 +148,7 @@ def track_interval_derived(ctx: Context):
     reads=("mamba_track_interval", "page_size"),
     needs=(FACT_MODEL,),
     applies=lambda ctx: (
-        _mamba_cache_active(ctx) and _effective_strategy(ctx) in EXTRA and _at_mamba(ctx)[0] is not None
+        mamba_cache_active(ctx) and effective_strategy(ctx) in EXTRA and at_mamba(ctx)[0] is not None
     ),
     reference=f"{MAMBA_HOOK}:134-135 validate_mamba_extra_buffer (assert); "
     "model_hook.py:737; model_overrides/qwen3_5.py:24-48",
@@ -169,7 +158,7 @@ def track_interval_page(ctx: Context):
     size is the one SGLang has when it checks: on SM100 without --attention-backend, Qwen3-Next / Qwen3.5 /
     Qwen3.6 hybrids get page size 64 (trtllm_mha) or 1 (triton) from their model override, whatever
     --page-size says."""
-    interval, page = ctx.get("mamba_track_interval"), _at_mamba(ctx)[0]
+    interval, page = ctx.get("mamba_track_interval"), at_mamba(ctx)[0]
     if interval is not None and page and interval % page:
         given = ctx.given.get("page_size")
         source = (
@@ -188,24 +177,24 @@ def track_interval_page(ctx: Context):
     "no_buffer needs page size 1, overlap off and no trtllm_mha",
     reads=("mamba_radix_cache_strategy", "page_size", "disable_overlap_schedule"),
     needs=(FACT_MODEL,),
-    applies=lambda ctx: _mamba_cache_active(ctx) and _effective_strategy(ctx) == "no_buffer",
+    applies=lambda ctx: mamba_cache_active(ctx) and effective_strategy(ctx) == "no_buffer",
     reference=f"{MAMBA_HOOK}:156-165 validate_mamba_no_buffer (assert); overrides.py:477-486",
 )
 def no_buffer(ctx: Context):
     """no_buffer keeps no state snapshots: it only supports page_size 1, no overlap scheduling, and not the
     trtllm_mha backend. `auto` falls back to no_buffer where extra_buffer is unsupported (a linear-attention
     backend other than triton), turning overlap off itself but not the page size."""
-    page, attention, _ = _at_mamba(ctx)
+    page, attention, _ = at_mamba(ctx)
     if (page or 1) != 1:
         yield Hit(
             "mamba strategy no_buffer"
-            + (" (what auto resolves to here)" if _strategy(ctx) == "auto" else "")
+            + (" (what auto resolves to here)" if mamba_strategy(ctx) == "auto" else "")
             + " only supports --page-size 1",
             about="page_size",
             fix="set page-size: 1",
             edits={"page_size": 1},
         )
-    if _strategy(ctx) == "no_buffer" and not ctx.get("disable_overlap_schedule"):
+    if mamba_strategy(ctx) == "no_buffer" and not ctx.get("disable_overlap_schedule"):
         yield Hit(
             "mamba strategy no_buffer does not support overlap scheduling",
             about="disable_overlap_schedule",
@@ -215,61 +204,6 @@ def no_buffer(ctx: Context):
     if attention == "trtllm_mha":
         yield Hit(
             "mamba strategy no_buffer does not support the trtllm_mha backend", about="attention_backend"
-        )
-
-
-@rule(
-    "DDT506",
-    "mamba full memory ratio is a fraction",
-    reads=("mamba_full_memory_ratio",),
-    applies=lambda ctx: ctx.is_set("mamba_full_memory_ratio"),
-    reference="sglang 0.5.23 fields/schedule.py (not validated)",
-    sglang_enforces=False,
-    evidence="a ratio <= 0: mem_cache/kv_cache_configurator.py:3354-3355 sizes the mamba pool as budget x "
-    "ratio / (1 + ratio) at start-up: -1 divides by zero, other negatives give a negative pool "
-    "(tests/fidelity/cases.yaml next-full-memory-ratio-negative)",
-)
-def memory_ratio(ctx: Context):
-    """SGLang does not validate `--mamba-full-memory-ratio`: a ratio <= 0 breaks the mamba pool's sizing at
-    start-up (an error); above 1 the pool is still sized (ratio / (1 + ratio) of the budget), so SGLang runs
-    it: a warning that the intended range is (0, 1]."""
-    ratio = ctx.get("mamba_full_memory_ratio")
-    if ratio <= 0:
-        return Hit(
-            f"--mamba-full-memory-ratio must be positive, got {ratio}: the mamba pool is sized as "
-            "budget x ratio / (1 + ratio)",
-            fix="set mamba-full-memory-ratio: 0.5",
-            edits={"mamba_full_memory_ratio": 0.5},
-        )
-    if ratio > 1:
-        return Hit(
-            f"--mamba-full-memory-ratio {ratio} is above 1: SGLang runs it, but the ratio is meant in (0, 1]",
-            fix="set mamba-full-memory-ratio: 0.5",
-            edits={"mamba_full_memory_ratio": 0.5},
-            severity=WARNING,
-        )
-
-
-@rule(
-    "DDT507",
-    "auto mamba strategy silently turns overlap scheduling off",
-    severity=INFO,
-    reads=("mamba_radix_cache_strategy",),
-    needs=(FACT_MODEL,),
-    applies=lambda ctx: (
-        _mamba_cache_active(ctx) and _strategy(ctx) == "auto" and not ctx.get("disable_overlap_schedule")
-    ),
-    reference="sglang 0.5.23 overrides.py _mamba_radix_cache_resolution",
-)
-def auto_strategy(ctx: Context):
-    """`auto` becomes extra_buffer when supported; otherwise no_buffer, and overlap scheduling is turned off
-    without an error. Say what you want explicitly."""
-    if _effective_strategy(ctx) == "no_buffer":
-        return Hit(
-            "mamba strategy auto resolves to no_buffer here and disables overlap scheduling",
-            about="disable_overlap_schedule",
-            fix="set mamba-radix-cache-strategy explicitly",
-            edits={},
         )
 
 

@@ -1,4 +1,4 @@
-"""`ddtctl tune` on DDTREE writes the budget schedule it found (ddtctl/tune_schedule.py): the fastest budget per
+"""`ddtctl tune` on DDTREE writes the budget schedule it found (ddtctl/tune/schedule.py): the fastest budget per
 concurrency, the DFLASH baseline standing for the chain; points that differ in more than the budget stay out. The
 figures are stand-ins (no host): tokens/s per (point, concurrency), one run each."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddtctl.rules import ddtree_core
-from ddtctl.tune_bench import BenchRun
-from ddtctl.tune_results import PointResult, TuneResult
-from ddtctl.tune_schedule import BUDGET, SCHEDULE, best_budgets, budget_schedule, schedule_point, schedule_text
+from ddtctl.rules.ddtree import core as ddtree_core
+from ddtctl.tune.bench import BenchRun
+from ddtctl.tune.results import PointResult, TuneResult
+from ddtctl.tune.schedule import BUDGET, SCHEDULE, best_budgets, budget_schedule, schedule_point, schedule_text
 
 # tokens/s: the widest tree wins at 1, a small one at 8, DFLASH (the chain) at 32 -- the 27B's shape of the result
 TPS = {"baseline DFLASH": {1: 300.0, 8: 1500.0, 32: 4000.0}, "budget=16": {1: 310.0, 8: 1600.0, 32: 3700.0},

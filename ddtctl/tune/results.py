@@ -15,9 +15,9 @@ from typing import Any
 
 from ddtctl.errors import UsageError
 from ddtctl.safeio import append_text, check_output, loads_json, read_regular
-from ddtctl.tune_bench import BenchRun
-from ddtctl.tune_schedule import budget_schedule
-from ddtctl.tune_stats import Spread, median_of, verdict
+from ddtctl.tune.bench import BenchRun
+from ddtctl.tune.schedule import budget_schedule
+from ddtctl.tune.stats import Spread, median_of, verdict
 
 
 @dataclass

@@ -8,16 +8,17 @@ import pytest
 from ddtctl.errors import UsageError
 from ddtctl.tune import (
     TuneOptions,
-    _point_key,
     baseline_point,
     load_space,
     normalize_space,
     point_env,
     points_of,
     variant_data,
+    variant_profile,
 )
-from ddtctl.tune_results import PointResult
-from ddtctl.tune_write import write_point
+from ddtctl.tune.results import PointResult
+from ddtctl.tune.sweep import _point_key
+from ddtctl.tune.write import write_point
 
 CONV = "env.DDTREE_CONV_TREE"
 ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m/target",
@@ -59,6 +60,21 @@ def test_variant_sets_and_removes_env_and_flags_where_they_belong():
     assert doc["env"]["DDTREE_CONV_TREE"] == "sglang"  # the document itself is left alone
     # a profile without env: a removal adds nothing
     assert "env" not in variant_data({"name": "p", "server": {}}, {CONV: None}, "x")
+
+
+def test_a_points_profile_is_built_in_memory_named_after_the_point(tmp_path):
+    """No file is written: the variant is a profile object (document + loaded profile) whose source names the
+    point in the profile's directory; one the schema refuses carries the refusal load_profile would raise."""
+    doc = {"name": "p", "sglang": "0.5.23", "model": {"path": "/m/target"},
+           "server": {"speculative-ddtree-budget": 32}}
+    profile = str(tmp_path / "p.yaml")
+    v = variant_profile(doc, {"speculative-ddtree-budget": 64}, "budget=64", profile)
+    assert v.loaded is not None and v.error is None and v.document.source == f"{profile}#budget=64"
+    assert v.loaded.profile.server["speculative-ddtree-budget"] == 64 and v.loaded.profile.name == "p.tune-budget-64"
+    assert v.loaded.text == v.document.text and "speculative-ddtree-budget: 64" in v.document.text
+    bad = variant_profile({**doc, "launch": {"nonsense": 1}}, {}, "x", profile)
+    assert bad.loaded is None and bad.error is not None and "launch.nonsense: unknown key" in bad.error.message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_points_combine_env_with_flags_and_have_short_labels():

@@ -6,7 +6,7 @@ concurrencies, the fastest budget at each one -- the DFLASH baseline standing fo
 makes a `speculative-ddtree-budget-schedule`: "1:128,8:16,0" says batches of at most 1 verify a 128-node
 tree, at most 8 a 16-node one, larger ones the chain. Only points that differ from the winner in their budget
 alone take part (a schedule carries budgets, not the rest of a point's flags). `--write --schedule` writes it,
-with the budget its widest tree (ddtctl/rules/ddtree_core.py resolves and checks it, DDT117).
+with the budget its widest tree (ddtctl/rules/ddtree/core.py resolves and checks it, DDT117).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddtctl.tune_results import PointResult, TuneResult
+    from ddtctl.tune.results import PointResult, TuneResult
 
 BUDGET = "speculative-ddtree-budget"
 SCHEDULE = "speculative-ddtree-budget-schedule"

@@ -14,10 +14,10 @@ import pytest
 from ddtctl.cli._app import OutputFormat
 from ddtctl.cli.tune import _report
 from ddtctl.errors import ExitCode
-from ddtctl.tune import _enough_runs
-from ddtctl.tune_bench import BenchRun
-from ddtctl.tune_results import PointResult, TuneResult, read_results
-from ddtctl.tune_stats import Spread, verdict, write_refusal
+from ddtctl.tune.sweep import _enough_runs
+from ddtctl.tune.bench import BenchRun
+from ddtctl.tune.results import PointResult, TuneResult, read_results
+from ddtctl.tune.stats import Spread, verdict, write_refusal
 
 BUDGET = "speculative-ddtree-budget"
 # the stand-in server's figures at concurrency 1 (tests/remote/standins/standin_bench_serving.py)
@@ -221,7 +221,7 @@ def test_a_single_point_without_a_baseline_claims_nothing():
 
 def test_repeats_below_one_is_a_usage_error_before_anything_runs():
     from ddtctl.errors import UsageError
-    from ddtctl.tune import TuneOptions, _bench_settings
+    from ddtctl.tune.sweep import TuneOptions, _bench_settings
 
     with pytest.raises(UsageError) as err:
         _bench_settings(TuneOptions(repeats=0))

@@ -1,6 +1,6 @@
 """`ddtctl tune`'s search space: the default space per algorithm, a `--space` YAML (flag -> list of
 values, `env.NAME` keys for the profile's `env:`), the points and the baseline it makes, and each point's
-profile variant.
+profile variant: a profile object in memory (its document and its loaded profile), never a file.
 
 Light on purpose (no paramiko, no deploy): `ddtctl validate` reads a search-space file with it.
 """
@@ -13,10 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from ddtctl.argv import is_secret_env
-from ddtctl.errors import UsageError
+from ddtctl.errors import ProfileError, UsageError
 from ddtctl.model_facts import read_model_facts
-from ddtctl.profile import canonical_flag_key
+from ddtctl.profile import LoadedProfile, canonical_flag_key, loaded_from_document, parse_profile_text
+from ddtctl.profile_yaml import ProfileDocument
 from ddtctl.safeio import load_yaml
 
 BASELINES = ("auto", "dflash", "none", "off")
@@ -188,6 +191,32 @@ def variant_data(data: dict[str, Any], flags: dict[str, Any], label: str) -> dic
     suffix = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")
     out["name"] = f"{out.get('name', 'profile')}.tune-{suffix}"[:128]
     return out
+
+
+@dataclass
+class Variant:
+    """One point's profile, in memory: its data, the document (the text it dumps to, parsed as a profile file
+    is: what validate reads) and the loaded profile (what render and deploy read), or the schema's refusal
+    (`error`, the ProfileError load_profile raises for such a file)."""
+
+    label: str
+    data: dict[str, Any]
+    document: ProfileDocument
+    loaded: LoadedProfile | None
+    error: ProfileError | None = None
+
+
+def variant_profile(data: dict[str, Any], flags: dict[str, Any], label: str, profile: str) -> Variant:
+    """The point's profile object: variant_data() as the YAML text a profile file would hold (its sha256 is
+    the release's profile hash), parsed and schema-checked in memory. Its source, `PROFILE#LABEL`, names the
+    point and keeps the profile's directory (relative paths in it, e.g. `server: {config: FILE}`, are taken
+    from there)."""
+    vdata = variant_data(data, flags, label)
+    doc = parse_profile_text(yaml.safe_dump(vdata, sort_keys=False), f"{profile}#{label}")
+    try:
+        return Variant(label, vdata, doc, loaded_from_document(doc))
+    except ProfileError as err:
+        return Variant(label, vdata, doc, None, err)
 
 
 def point_env(flags: dict[str, Any]) -> dict[str, str | None]:

@@ -12,7 +12,7 @@ pytest.importorskip("matplotlib")
 
 from ddtctl.errors import UsageError  # noqa: E402
 from ddtctl.tune import BenchRun, PointResult, TuneResult  # noqa: E402
-from ddtctl.tune_plot import _x, plot_png  # noqa: E402
+from ddtctl.tune.plot import _x, plot_png  # noqa: E402
 
 BUDGET = "speculative-ddtree-budget"
 
@@ -72,7 +72,7 @@ def _sweep():
 
 def test_terminal_plot_draws_each_concurrency_its_baseline_and_a_legend():
     pytest.importorskip("plotext")
-    from ddtctl.tune_plot import plot_terminal
+    from ddtctl.tune.plot import plot_terminal
 
     text = plot_terminal(_sweep(), width=80, height=20)
     lines = text.splitlines()
@@ -91,7 +91,7 @@ def test_terminal_plot_draws_each_concurrency_its_baseline_and_a_legend():
 
 
 def test_terminal_plot_with_nothing_measured_is_a_clear_error():
-    from ddtctl.tune_plot import plot_terminal
+    from ddtctl.tune.plot import plot_terminal
 
     failed = PointResult(key="k", label="budget=48", kind="point", flags={BUDGET: 48}, status="failed")
     with pytest.raises(UsageError, match="nothing to plot"):
@@ -100,7 +100,7 @@ def test_terminal_plot_with_nothing_measured_is_a_clear_error():
 
 @pytest.mark.parametrize("module, option", [("plotext", "--plot-terminal"), ("matplotlib", "--plot")])
 def test_a_missing_plot_library_names_the_extra_before_the_sweep(monkeypatch, module, option):
-    from ddtctl.tune_plot import check_extras
+    from ddtctl.tune.plot import check_extras
 
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed: `import` raises ImportError
     with pytest.raises(UsageError) as err:
@@ -168,7 +168,7 @@ def test_png_without_repeats_has_no_error_bars(tmp_path, monkeypatch):
 
 def test_terminal_plot_draws_each_repeated_points_min_max_as_a_bar():
     pytest.importorskip("plotext")
-    from ddtctl.tune_plot import plot_terminal
+    from ddtctl.tune.plot import plot_terminal
 
     pts = [_repeated("budget=16", {BUDGET: 16}, [200.0, 150.0, 250.0]),  # 150..250: a tall bar
            _repeated("budget=64", {BUDGET: 64}, [240.0])]  # once: no bar

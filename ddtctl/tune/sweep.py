@@ -1,19 +1,20 @@
-"""`ddtctl tune`: find the speculative-decoding settings that serve fastest on the real host (issue #15).
+"""`ddtctl tune`'s sweep (the package's main loop; its public face is ddtctl/tune/__init__.py).
 
 For each point of a search space (DDTREE: budget x topk cap; DFLASH: block size; EAGLE: steps x topk x draft
 tokens; or any flags, and `env.NAME` variables of the profile's `env:`, from a `--space` YAML), after a
 baseline point (the same profile with DFLASH, or without speculative decoding, and the profile's own env):
-render the profile variant, validate it statically (invalid points are skipped with their rule ids), deploy
-it with ddtctl.deploy (preflight, remote dry-run, warm-up, launch, health; a point
-that fails is recorded and the sweep goes on), run SGLang's own benchmark
-(`python -m sglang.benchmark.serving`) on the host against the server at each concurrency (`repeats` times
-in the same server life; the figures are their medians, their spread says whether the winner is real:
-ddtctl.tune_stats), and read the server's /get_server_info (DDTREE's own metrics). Each point is appended to a
-local JSON-lines results file as soon as it is done; a re-run skips the points already there (unless measured
-with fewer runs than `repeats` asks). Every point deploys as a release of kind `sweep` (with the run's id):
-never a rollback target, pruned first. At the end the host is put back on the release it started from
-(ddtctl.deploy.rollback), or serves the winner: the profile `finish_with` wrote it into, deployed as a
-release (`tune --write --deploy`), or its sweep point (`keep_best`, deprecated).
+build the point's profile in memory (ddtctl.tune.space.Variant: no file), render it, validate it
+statically (invalid points are skipped with their rule ids), deploy it with ddtctl.deploy (preflight, remote
+dry-run, warm-up, launch, health; a point that fails is recorded and the sweep goes on), run SGLang's own
+benchmark (`python -m sglang.benchmark.serving`, through the agent's `bench` operation: ddtctl.tune.bench) on
+the host against the server at each concurrency (`repeats` times in the same server life; the figures are
+their medians, their spread says whether the winner is real: ddtctl.tune.stats), and read the server's
+/get_server_info (DDTREE's own metrics). Each point is appended to a local JSON-lines results file as soon as
+it is done; a re-run skips the points already there (unless measured with fewer runs than `repeats` asks).
+Every point deploys as a release of kind `sweep` (with the run's id): never a rollback target, pruned first.
+At the end the host is put back on the release it started from (ddtctl.deploy.rollback), or serves the
+winner: the profile `finish_with` wrote it into, deployed as a release (`tune --write --deploy`), or its sweep
+point (`keep_best`, deprecated).
 
 Nothing here prints: `tune()` returns a TuneResult and reports progress through callbacks.
 """
@@ -22,17 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ddtctl.errors import DdtctlError, UsageError
-from ddtctl.profile import load_profile, read_profile_document
+from ddtctl.errors import DdtctlError, ProfileError, UsageError
+from ddtctl.profile import LoadedProfile, load_profile, read_profile_document
 from ddtctl.render import render_argv
-from ddtctl.safeio import write_new
-from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part of this module's API)
+from ddtctl.tune.bench import (
     DEFAULT_BENCH,
     MIN_OUTPUT_LEN,
     BenchRun,
@@ -43,30 +42,18 @@ from ddtctl.tune_bench import (  # noqa: F401  (BenchRun and DEFAULT_BENCH: part
     run_bench,
     server_metrics,
 )
-from ddtctl.tune_results import (  # noqa: F401  (part of this module's API)
-    PointResult,
-    TuneResult,
-    append_result,
-    read_results,
-)
-from ddtctl.tune_space import (  # noqa: F401  (part of this module's API)
-    BASELINES,
-    DDTREE_SPACE,
-    EAGLE_SPACE,
-    ENV_PREFIX,
+from ddtctl.tune.results import PointResult, TuneResult, append_result, read_results
+from ddtctl.tune.space import (
     PointSpec,
+    Variant,
     baseline_point,
     default_space,
-    env_name,
-    env_value,
-    load_space,
-    normalize_space,
     point_env,
     points_of,
     variant_data,
+    variant_profile,
 )
-from ddtctl.tune_write import WriteResult, write_point  # noqa: F401  (part of this module's API)
-from ddtctl.validate import validate_path
+from ddtctl.validate import validate_document
 
 DEFAULT_CONCURRENCY = (1, 8)
 
@@ -153,13 +140,14 @@ class _Sweep:
     dopts: dict  # the DeployOptions of every deploy
     run_id: str  # names the sweep's releases (kind sweep) and its lines of the results file
 
-    def spec(self, path: str | Path, label: str, *, sweep: bool = True):
-        """The DeploySpec of a profile: a point's variant, tagged as a sweep point (never a rollback target),
-        or (sweep=False) the profile the winner was written into, a release that says which run found it."""
-        from ddtctl.deploy import spec_from_profile
+    def spec(self, loaded: LoadedProfile, label: str, *, sweep: bool = True):
+        """The DeploySpec of a profile: a point's variant (in memory), tagged as a sweep point (never a
+        rollback target), or (sweep=False) the profile the winner was written into, a release that says which
+        run found it."""
+        from ddtctl.deploy.spec import spec_from_loaded
         from ddtctl.remote.protocol import SWEEP
 
-        spec = spec_from_profile(str(path), host=self.host.name, payload_dir=self.payload_dir)
+        spec = spec_from_loaded(loaded, host=self.host.name, payload_dir=self.payload_dir)
         spec.kind = SWEEP if sweep else spec.kind
         spec.tune = {"run": self.run_id, "point": label}
         return spec
@@ -174,8 +162,6 @@ def new_run_id() -> str:
 
 def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     """Sweep the search space on `host` (a ddtctl.remote.inventory.Host) from `profile` (a path)."""
-    import yaml
-
     from ddtctl.deploy import default_payload_dir, host_status, mask_argv, secret_values
 
     opts = opts or TuneOptions()
@@ -208,43 +194,49 @@ def tune(profile: str, host, opts: TuneOptions | None = None) -> TuneResult:
     sw = _Sweep(
         host, opts, payload_dir, list(opts.bench_cmd or DEFAULT_BENCH), concs, prompts, dopts, result.run_id
     )
-    variants: dict[str, Path] = {}
+    variants: dict[str, LoadedProfile] = {}  # the points' profiles that load, in memory (keep_best's winner)
     winner_profile: str | None = None
-    with tempfile.TemporaryDirectory(prefix="ddtctl-tune-") as tmp:
-        try:
-            for i, pt in enumerate(todo):
-                if opts.on_start:
-                    opts.on_start(i, pt)
-                data = variant_data(doc.data, pt.flags, pt.label)
-                path = Path(tmp) / f"point-{i}.yaml"
-                write_new(path, yaml.safe_dump(data, sort_keys=False))
-                variants[pt.label] = path
-                try:
-                    argv = render_argv(load_profile(path).profile)
-                except Exception as err:  # an unrenderable variant is judged by the validator below
-                    argv = [f"{k}={v}" for k, v in sorted(data["server"].items())] + [type(err).__name__]
-                secrets = secret_values(argv, {**getattr(host, "env", {}), **(data.get("env") or {})})
-                argv = mask_argv(argv)  # the results file and the report never hold an --api-key
-                key = _point_key(host.name, argv, opts, prompts, point_env(pt.flags))
-                if key in done and _enough_runs(done[key], concs, opts.repeats):
-                    pr = done[key]  # the same launch argv, host and benchmark settings: not run again
-                    pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
-                else:
-                    pr = _run_point(sw, pt, key, argv, path)
-                    _mask_point(pr, secrets)
-                    append_result(results_path, host.name, profile, pr, run=result.run_id)
-                if pt.kind == "baseline":
-                    result.baseline = pr
-                else:
-                    result.points.append(pr)
-                if opts.on_point:
-                    opts.on_point(i, len(todo), pr)
-            result.winner = result.best_at(chosen)
-            winner_profile = opts.finish_with(result) if opts.finish_with else None
-        finally:
-            _finish(result, start, sw, variants, winner_profile)
+    try:
+        for i, pt in enumerate(todo):
+            if opts.on_start:
+                opts.on_start(i, pt)
+            variant = variant_profile(doc.data, pt.flags, pt.label, profile)
+            if variant.loaded is not None:
+                variants[pt.label] = variant.loaded
+            argv = _point_argv(variant)
+            secrets = secret_values(argv, {**getattr(host, "env", {}), **(variant.data.get("env") or {})})
+            argv = mask_argv(argv)  # the results file and the report never hold an --api-key
+            key = _point_key(host.name, argv, opts, prompts, point_env(pt.flags))
+            if key in done and _enough_runs(done[key], concs, opts.repeats):
+                pr = done[key]  # the same launch argv, host and benchmark settings: not run again
+                pr.label, pr.kind, pr.flags = pt.label, pt.kind, dict(pt.flags)
+            else:
+                pr = _run_point(sw, pt, key, argv, variant)
+                _mask_point(pr, secrets)
+                append_result(results_path, host.name, profile, pr, run=result.run_id)
+            if pt.kind == "baseline":
+                result.baseline = pr
+            else:
+                result.points.append(pr)
+            if opts.on_point:
+                opts.on_point(i, len(todo), pr)
+        result.winner = result.best_at(chosen)
+        winner_profile = opts.finish_with(result) if opts.finish_with else None
+    finally:
+        _finish(result, start, sw, variants, winner_profile)
     result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _point_argv(variant: Variant) -> list[str]:
+    """The point's launch argv, its resume key's part; for a variant that does not render, its flags and why
+    (the validator judges it)."""
+    try:
+        if variant.loaded is None:
+            raise variant.error or ProfileError("the profile does not load")
+        return render_argv(variant.loaded.profile)
+    except Exception as err:  # an unrenderable variant is judged by the validator
+        return [f"{k}={v}" for k, v in sorted(variant.data["server"].items())] + [type(err).__name__]
 
 
 def _deploy_options(opts: TuneOptions, points: int) -> dict:
@@ -299,8 +291,9 @@ def _mask_point(pr: PointResult, secrets: set[str]) -> None:
         run.error = mask(run.error)
 
 
-def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path) -> PointResult:
-    """Validate, deploy, benchmark one point. Never raises for a point that is merely bad (LockHeld does)."""
+def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], variant: Variant) -> PointResult:
+    """Validate, deploy, benchmark one point (its profile in memory). Never raises for a point that is merely
+    bad (LockHeld does)."""
     from ddtctl.deploy import DeployOptions, connect, deploy
     from ddtctl.remote.protocol import Probe
     from ddtctl.remote.transport import LockHeld
@@ -308,25 +301,19 @@ def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path)
     t0 = time.monotonic()
     pr = PointResult(key, pt.label, pt.kind, dict(pt.flags), "invalid", argv=argv)
     try:
-        v = validate_path(str(path))
-        if v.error or not v.valid:
-            pr.rules = sorted({f.rule for f in v.errors}) or ["DDT000"]
-            pr.error = v.error or "; ".join(f"{f.rule}: {f.message}" for f in v.errors)[:500]
+        if _invalid(pr, variant):
             return pr
+        assert variant.loaded is not None  # a variant that does not load is invalid
         host, opts = sw.host, sw.opts
-        spec = sw.spec(path, pt.label)
+        spec = sw.spec(variant.loaded, pt.label)
         if len(spec.host_names) != 1:
-            raise UsageError("tune runs on one host; this profile deploys to several", where=str(path))
+            raise UsageError("tune runs on one host; this profile deploys to several", where=spec.source)
         r = deploy(spec, [host], DeployOptions(**sw.dopts))
         pr.release = r.release.get(host.name)
-        if r.status == "rejected":
-            pr.rules = sorted(
-                {
-                    c.name.split(":", 1)[1]
-                    for c in r.checks
-                    if not c.ok and c.severity == "error" and c.name.startswith("validate:")
-                }
-            ) or (["dry-run"] if r.dry_run is not None and not r.dry_run.accepted else ["preflight"])
+        if r.status == "rejected":  # the rules of the static checks that refused it, from each check's `rule`
+            pr.rules = sorted({c.rule for c in r.checks if c.blocks and c.rule}) or (
+                ["dry-run"] if r.dry_run is not None and not r.dry_run.accepted else ["preflight"]
+            )
             pr.error = r.error
             return pr
         if r.status not in ("deployed", "unchanged"):
@@ -367,6 +354,21 @@ def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], path: Path)
         pr.elapsed_s = round(time.monotonic() - t0, 3)
 
 
+def _invalid(pr: PointResult, variant: Variant) -> bool:
+    """Validate the point's profile document (as `ddtctl validate` checks a file); an invalid one gets its
+    rule ids and messages."""
+    try:
+        v = validate_document(variant.document)
+    except (UsageError, ProfileError) as err:  # e.g. a profile targeting an sglang release without a catalog
+        pr.rules, pr.error = ["DDT000"], err.one_line()
+        return True
+    if v.error or not v.valid:
+        pr.rules = sorted({f.rule for f in v.errors}) or ["DDT000"]
+        pr.error = v.error or "; ".join(f"{f.rule}: {f.message}" for f in v.errors)[:500]
+        return True
+    return False
+
+
 def _bench_repeats(
     conn, argv: list[str], concurrency: int, opts: TuneOptions, prompts: Prompts | None, key: str | None
 ) -> list[BenchRun]:
@@ -390,7 +392,7 @@ def _serving(status, release: str | None) -> bool:
 
 
 def _finish(
-    result: TuneResult, start, sw: _Sweep, variants: dict[str, Path], winner_profile: str | None
+    result: TuneResult, start, sw: _Sweep, variants: dict[str, LoadedProfile], winner_profile: str | None
 ) -> None:
     """End the sweep: deploy `winner_profile` (the profile the winner was written into) as a release, or keep
     the winner's sweep point serving (keep_best), or put the host back on its starting release. A winner
@@ -400,9 +402,8 @@ def _finish(
     host, opts = sw.host, sw.opts
     try:
         if winner_profile is not None and result.winner is not None:
-            r = deploy(
-                sw.spec(winner_profile, result.winner.label, sweep=False), [host], DeployOptions(**sw.dopts)
-            )
+            loaded = load_profile(winner_profile)
+            r = deploy(sw.spec(loaded, result.winner.label, sweep=False), [host], DeployOptions(**sw.dopts))
             if r.status in ("deployed", "unchanged"):
                 result.deployed = True
             else:

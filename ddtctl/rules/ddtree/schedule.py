@@ -1,15 +1,15 @@
-"""DDT117: the DDTREE budget schedule (`--speculative-ddtree-budget-schedule`), decided by `ddtree_core` like
-DDT101-DDT115 (ddtree.py), in a module of its own."""
+"""DDT117: the DDTREE budget schedule (`--speculative-ddtree-budget-schedule`), decided by core.py like
+DDT101-DDT115 (checks.py), in a module of its own."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from ddtctl.rules.ddtree import _core_hits, _core_rule
+from ddtctl.rules.ddtree.checks import core_hits, core_rule
 from ddtctl.rules.engine import Context, Hit
 
 
-@_core_rule(
+@core_rule(
     "DDT117",
     "DDTREE budget schedule is well formed and fillable",
     reads=("speculative_ddtree_budget_schedule", "speculative_ddtree_budget", "speculative_ddtree_topk_cap"),
@@ -24,4 +24,4 @@ def ddtree_budget_schedule(ctx: Context) -> Iterator[Hit]:
     `--speculative-ddtree-budget` when that is given (unset, the budget is the schedule's widest tree: the
     verify width, the draft top-K and DDT114's scratch are sized for it), and on hybrid targets at most 127,
     the widest tree the compact GDN verify takes."""
-    return _core_hits(ctx, "DDT117")
+    return core_hits(ctx, "DDT117")

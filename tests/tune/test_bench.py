@@ -9,7 +9,7 @@ import pytest
 
 from ddtctl.errors import UsageError
 from ddtctl.tune import TuneOptions
-from ddtctl.tune_bench import api_key, bench_argv, load_prompts
+from ddtctl.tune.bench import api_key, bench_argv, load_prompts
 
 
 def turns(prompts) -> list[tuple[str, str]]:

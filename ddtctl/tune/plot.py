@@ -11,8 +11,8 @@ from typing import Any
 
 from ddtctl.errors import UsageError
 from ddtctl.safeio import write_bytes_new
-from ddtctl.tune import TuneResult
-from ddtctl.tune_stats import Spread
+from ddtctl.tune.results import TuneResult
+from ddtctl.tune.stats import Spread
 
 BUDGET_FLAG = "speculative-ddtree-budget"
 LINE_MARKERS = "ox+*#@"  # the terminal plot: one per concurrency
