@@ -268,11 +268,16 @@ def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config:
     """`parse_server_argv` with the flag catalog of SGLang `sglang` (default: the pinned release) plus the
     DDTREE payload's flags: how deploy, render's re-check and tune read back a launch they rendered."""
 
+    return parse_server_argv(argv, launch_catalog(sglang), config=config)
+
+
+def launch_catalog(sglang: str | None = None) -> Catalog:
+    """The flag catalog of SGLang `sglang` (default: the pinned release) plus the DDTREE payload's flags; a
+    release without a catalog (validate refuses it) is read with the pinned one."""
     try:
-        catalog = extended_catalog(sglang or PINNED_SGLANG)
-    except UsageError:  # a release without a catalog (validate refuses it): read with the pinned one
-        catalog = extended_catalog(PINNED_SGLANG)
-    return parse_server_argv(argv, catalog, config=config)
+        return extended_catalog(sglang or PINNED_SGLANG)
+    except UsageError:
+        return extended_catalog(PINNED_SGLANG)
 
 
 def parse_server_argv(argv: Sequence[str], catalog: Catalog, *, config: bool = True) -> ParsedArgv:

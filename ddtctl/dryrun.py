@@ -22,6 +22,7 @@ from ddtctl.hub import is_hub_id
 from ddtctl.paths import model_config_cache_dir
 from ddtctl.profile import discover_profiles, load_profile
 from ddtctl.render import render_argv
+from ddtctl.server_argv import TypedLaunch
 from ddtctl.report import warning_record
 from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
@@ -145,41 +146,66 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
     mapping: dict[str, str] = {}
     for occ in flag_occurrences(argv, MODEL_PATH_FLAGS + DRAFT_PATH_FLAGS):  # every one: each is rewritten
         idx, flag, inline, value = occ.value_index, occ.flag, occ.inline, occ.value(argv)
-        if value.lower() in ("none", "dummy", ""):
-            continue
-        local = locate_model_config(value, host)
-        if local is None and is_hub_id(value):
-            local = _hub_config_dir(argv, flag, value)
-        if local is None:
-            where = f"for host {host}" if host else "locally"
-            fetch = (
-                f"fetch it with `ddtctl facts {host} --model {value}`"
-                if host
-                else "give a local directory that contains it"
-            )
-            raise ModelConfigMissing(
-                f"{flag} {value}: no config.json {where} (looked in {value} and "
-                f"{model_config_cache_dir(host, value)}); "
-                f"SGLang's resolver reads the model's config.json: {fetch}"
-            )
-        local_s = str(local)
-        if local_s != value:
-            mapping[local_s] = value
-            argv[idx] = f"{flag}={local_s}" if inline else local_s
+        local = _local_config_dir(flag, value, host, lambda rev: _argv_revision(argv, rev))
+        if local is not None:
+            mapping[local] = value
+            argv[idx] = f"{flag}={local}" if inline else local
     return argv, mapping
 
 
-def _hub_config_dir(argv: Sequence[str], flag: str, repo_id: str) -> Path:
+def localize_launch(launch: TypedLaunch, host: str | None) -> tuple[TypedLaunch, dict[str, str]]:
+    """localize_model_paths for a typed launch: its model and draft model paths, read from its values."""
+    changes: dict[str, str | int] = {}
+    mapping: dict[str, str] = {}
+    for dest, flag in (("model_path", MODEL_PATH_FLAGS[0]), ("speculative_draft_model_path", DRAFT_PATH_FLAGS[0])):
+        value = launch.values.get(dest)
+        if not isinstance(value, str):
+            continue
+        local = _local_config_dir(flag, value, host, lambda rev: launch.get(rev))
+        if local is not None:
+            changes[dest] = local
+            mapping[local] = value
+    return (launch.with_values(changes) if changes else launch), mapping
+
+
+def _local_config_dir(flag: str, value: str, host: str | None, revision: Any) -> str | None:
+    """The local directory with `value`'s config.json when it is not `value` itself (None: use it as it is);
+    `revision(dest)` is the launch's --revision / --speculative-draft-model-revision."""
+    if value.lower() in ("none", "dummy", ""):
+        return None
+    local = locate_model_config(value, host)
+    if local is None and is_hub_id(value):
+        local = _hub_config_dir(flag, value, revision)
+    if local is None:
+        where = f"for host {host}" if host else "locally"
+        fetch = (
+            f"fetch it with `ddtctl facts {host} --model {value}`"
+            if host
+            else "give a local directory that contains it"
+        )
+        raise ModelConfigMissing(
+            f"{flag} {value}: no config.json {where} (looked in {value} and "
+            f"{model_config_cache_dir(host, value)}); "
+            f"SGLang's resolver reads the model's config.json: {fetch}"
+        )
+    return None if str(local) == value else str(local)
+
+
+def _argv_revision(argv: Sequence[str], dest: str) -> Any:
+    """A revision of an argv from outside (`dry-run --argv`), read by the one reader."""
+    try:
+        return parse_launch_argv(argv).get(dest)
+    except DdtctlError:  # an unreadable --config: SGLang reports it
+        return None
+
+
+def _hub_config_dir(flag: str, repo_id: str, revision_of: Any) -> Path:
     """The hub cache's directory holding a hub id's config.json (ddtctl.hub, at the launch's --revision or
     --speculative-draft-model-revision); the hub's failure is a HubError (exit 8) for the whole run."""
     from ddtctl.hub import config_dir
 
     draft = flag in DRAFT_PATH_FLAGS
-    try:
-        parsed = parse_launch_argv(argv)
-        revision = parsed.get("speculative_draft_model_revision" if draft else "revision")
-    except DdtctlError:  # an unreadable --config: SGLang reports it
-        revision = None
+    revision = revision_of("speculative_draft_model_revision" if draft else "revision")
     found = config_dir(
         repo_id, revision if isinstance(revision, str) else None, what="draft model" if draft else "model"
     )
