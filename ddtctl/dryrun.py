@@ -22,10 +22,10 @@ from ddtctl.hub import is_hub_id
 from ddtctl.paths import model_config_cache_dir
 from ddtctl.profile import discover_profiles, load_profile
 from ddtctl.render import render_argv
-from ddtctl.server_argv import TypedLaunch
 from ddtctl.report import warning_record
 from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
+from ddtctl.server_argv import TypedLaunch
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -157,7 +157,10 @@ def localize_launch(launch: TypedLaunch, host: str | None) -> tuple[TypedLaunch,
     """localize_model_paths for a typed launch: its model and draft model paths, read from its values."""
     changes: dict[str, str | int] = {}
     mapping: dict[str, str] = {}
-    for dest, flag in (("model_path", MODEL_PATH_FLAGS[0]), ("speculative_draft_model_path", DRAFT_PATH_FLAGS[0])):
+    for dest, flag in (
+        ("model_path", MODEL_PATH_FLAGS[0]),
+        ("speculative_draft_model_path", DRAFT_PATH_FLAGS[0]),
+    ):
         value = launch.values.get(dest)
         if not isinstance(value, str):
             continue

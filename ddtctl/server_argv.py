@@ -107,7 +107,7 @@ class TypedLaunch:
         return name.lstrip("-").replace("-", "_") in self.values
 
     def flags(self) -> dict[str, Any]:
-        """Flag name -> value as written (ParsedArgv.flags): what plan's diff compares with a recorded argv."""
+        """Flag name -> value as written (ParsedArgv.flags): plan's diff compares it with a recorded argv."""
         return self.parsed.flags()
 
     def argv(self) -> list[str]:
@@ -168,7 +168,9 @@ def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
     return typed_launch(profile, catalog).argv()
 
 
-def read_launch(argv: Sequence[str], sglang: str | None = None, env: dict[str, str] | None = None) -> TypedLaunch:
+def read_launch(
+    argv: Sequence[str], sglang: str | None = None, env: dict[str, str] | None = None
+) -> TypedLaunch:
     """An argv from outside (a recorded release's) as a launch, read by the one catalog-aware reader
     (ddtctl.argv.parse_server_argv with the release's catalog plus the DDTREE payload's flags)."""
     catalog = launch_catalog(sglang)

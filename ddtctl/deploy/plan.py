@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddtctl.argv import MASK, is_secret_flag, mask_argv, mask_env, parse_launch_argv
-from ddtctl.server_argv import TypedLaunch
 from ddtctl.remote.protocol import SWEEP, StateReply
+from ddtctl.server_argv import TypedLaunch
 
 from .spec import DeploySpec, Target
 

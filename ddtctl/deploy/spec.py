@@ -167,8 +167,8 @@ def spec_from_loaded(
     payload_dir: str | None = None,
     payload: bool = True,
 ) -> DeploySpec:
-    """A loaded profile's typed launch (ddtctl.server_argv.typed_launch) in a DeploySpec; `payload=False` leaves the DDTREE
-    payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
+    """A loaded profile's typed launch (ddtctl.server_argv.typed_launch) in a DeploySpec; `payload=False`
+    leaves the DDTREE payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
     prof = loaded.profile
     if algo:
         prof.server["speculative-algorithm"] = algo.upper()
