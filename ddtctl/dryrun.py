@@ -3,7 +3,7 @@ rendered argvs, in ONE warm subprocess of the managed env's python, declaring th
 SGLang.
 
 Library API (the CLI only parses and prints):
-    dry_run_argvs([(source, argv, gpu)], *, python=None, extra_sys_path=(), timeout_s=60)
+    dry_run_argvs([(source, argv or TypedLaunch, gpu)], *, python=None, extra_sys_path=(), timeout_s=60)
         -> list[DryRunResult]
     dry_run_profiles(paths, *, gpu=None, ...) -> list[DryRunResult]
 """
@@ -21,11 +21,10 @@ from ddtctl.errors import DdtctlError, EnvironmentMissing, ExitCode, UsageError
 from ddtctl.hub import is_hub_id
 from ddtctl.paths import model_config_cache_dir
 from ddtctl.profile import discover_profiles, load_profile
-from ddtctl.render import render_argv
 from ddtctl.report import warning_record
 from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
-from ddtctl.server_argv import TypedLaunch
+from ddtctl.server_argv import TypedLaunch, typed_launch
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -139,6 +138,18 @@ def _sets_device(argv: Sequence[str], sglang: str | None) -> bool:
         return False
 
 
+def _localized(
+    given: Sequence[str] | TypedLaunch, host: str | None, sglang: str | None
+) -> tuple[list[str], dict[str, str], bool]:
+    """(argv with local model config dirs, {local: original}, whether the launch sets --device): a typed
+    launch from its values; an argv from outside (`dry-run --argv`) through the one reader."""
+    if isinstance(given, TypedLaunch):
+        launch, mapping = localize_launch(given, host)
+        return launch.argv(), mapping, launch.sets("device")
+    argv, mapping = localize_model_paths(given, host)
+    return argv, mapping, _sets_device(argv, sglang)
+
+
 def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[str], dict[str, str]]:
     """Point --model-path / --speculative-draft-model-path at a local dir with config.json.
     Returns (argv, {local_dir: original_path}); raises ModelConfigMissing naming what is missing."""
@@ -250,7 +261,7 @@ def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) 
 
 
 def dry_run_argvs(
-    items: Sequence[tuple[str, Sequence[str], Any]],
+    items: Sequence[tuple[str, Sequence[str] | TypedLaunch, Any]],
     *,
     python: str | os.PathLike | None = None,
     extra_sys_path: Sequence[str | os.PathLike] = (),
@@ -271,8 +282,9 @@ def dry_run_argvs(
 
     prepared: list[tuple[int, list[str], dict | None, str | None, dict[str, str]]] = []
     results: list[DryRunResult | None] = [None] * len(items)
-    for i, (source, argv, gpu) in enumerate(items):
+    for i, (source, given, gpu) in enumerate(items):
         host = hosts[i] if hosts else None
+        argv = given.argv() if isinstance(given, TypedLaunch) else list(given)
         try:
             platform, gpu_name = platform_for(gpu)
         except UsageError as err:
@@ -280,23 +292,23 @@ def dry_run_argvs(
                 source,
                 False,
                 {"type": "UsageError", "message": err.one_line(), "hook": None},
-                argv=list(argv),
+                argv=argv,
                 setup_error=True,
             )
             continue
         try:
-            run_argv, mapping = localize_model_paths(argv, host)
+            run_argv, mapping, sets_device = _localized(given, host, sglang)
         except ModelConfigMissing as err:
             results[i] = DryRunResult(
                 source,
                 False,
                 {"type": "ModelConfigMissing", "message": str(err), "hook": None},
-                argv=list(argv),
+                argv=argv,
                 gpu=gpu_name,
                 setup_error=True,
             )
             continue
-        if platform is not None and not _sets_device(run_argv, sglang):
+        if platform is not None and not sets_device:
             run_argv = run_argv + ["--device", "cuda"]
         prepared.append((i, run_argv, platform, gpu_name, mapping))
 
@@ -360,7 +372,7 @@ def dry_run_profiles(
     """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`);
     `overrides`: `--set KEY=VALUE` (ddtctl.profile_overrides), applied to each profile before the schema."""
 
-    items: list[tuple[str, list[str], Any]] = []
+    items: list[tuple[str, Sequence[str] | TypedLaunch, Any]] = []
     hosts: list[str | None] = []
     server_envs: list[dict[str, str]] = []
     versions: set[str] = set()
@@ -368,7 +380,9 @@ def dry_run_profiles(
         loaded = load_profile(path, overrides)
         prof = loaded.profile
         versions.add(prof.sglang)
-        argv = render_argv(prof, extended_catalog(prof.sglang))  # the release's flags + the DDTREE payload's
+        launch = typed_launch(
+            prof, extended_catalog(prof.sglang)
+        )  # the release's + the DDTREE payload's flags
         chosen = gpu or (prof.hardware.gpu if prof.hardware else None)
         if chosen is None:
             raise UsageError(
@@ -376,7 +390,7 @@ def dry_run_profiles(
                 where=loaded.source,
                 fix="add `hardware: {gpu: H200}` to the profile or pass --gpu",
             )
-        items.append((loaded.source, argv, chosen))
+        items.append((loaded.source, launch, chosen))
         host = prof.host or (prof.hosts[0] if prof.hosts else None)
         hosts.append(host)
         server_envs.append(dict(prof.env or {}))
