@@ -72,11 +72,6 @@ class DeploySpec:
     tune: dict[str, str] | None = None
 
     @property
-    def server_argv(self) -> list[str]:
-        """The launch as SGLang argv (the wire form)."""
-        return self.launch.argv()
-
-    @property
     def env(self) -> dict[str, str]:
         """The profile's `env:`."""
         return self.launch.env

@@ -45,7 +45,7 @@ def test_values_set_later_read_as_the_new_argv_reads():
 
 def test_deploy_spec_and_targets_carry_the_launch():
     spec = spec_from_profile(FLAGSHIP, host="a", payload_dir=None, algo="DFLASH")
-    assert spec.launch.values["speculative_algorithm"] == "DFLASH" and spec.server_argv == spec.launch.argv()
+    assert spec.launch.values["speculative_algorithm"] == "DFLASH" and spec.launch.argv() == render_argv(spec.launch.profile)
     hosts = [Host("a", "10.0.0.1", "u", python="/py"), Host("b", "10.0.0.2", "u", python="/py")]
     spec.host_names = ["a", "b"]
     t0, t1 = spec.targets(hosts)
