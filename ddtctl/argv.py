@@ -1,7 +1,9 @@
 """Reading an SGLang server argv as SGLang does, and masking its secrets, in one place.
 
-`parse_server_argv` is the one reader of an argv ddtctl reads back: `validate --argv` / `--argv-file`,
-`dry-run --argv`, deploy (spec, preflight, plan, health), render's re-check and tune. It is SGLang's own
+`parse_server_argv` is the one reader of an argv: one from outside (`validate --argv` / `--argv-file`,
+`dry-run --argv`, a host's recorded release in deploy's plan and rollback, tune's benchmark key) and the
+render's one parse-back, which becomes the profile's typed launch (ddtctl.server_argv.TypedLaunch: what
+deploy, dry-run and diff-flags read, never its argv again). It is SGLang's own
 argparse parser rebuilt from the release's flag catalog (ddtctl/argv_parser.py): prefixes (`--tp 8`), aliases
 (`--model`), `--no-` forms, nargs and choices behave as in SGLang, a flag given twice keeps its last value,
 `--config FILE` is expanded first so the command line overrides it (ddtctl/sglang_config.py), and a pasted
@@ -130,8 +132,8 @@ def mask_text(text: str, secrets: Iterable[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the argv reader
-# One reader for every SGLang argv ddtctl reads back (validate/dry-run --argv, deploy, render's re-check,
-# tune): `parse_server_argv`, on SGLang's parser rebuilt from the catalog (ddtctl/argv_parser.py).
+# One reader for every SGLang argv ddtctl reads (validate/dry-run --argv, a recorded release, render's
+# parse-back): `parse_server_argv`, on SGLang's parser rebuilt from the catalog (ddtctl/argv_parser.py).
 
 
 MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")  # set per node: deploy, render --as
@@ -266,13 +268,18 @@ class ParsedArgv:
 
 def parse_launch_argv(argv: Sequence[str], sglang: str | None = None, *, config: bool = True) -> ParsedArgv:
     """`parse_server_argv` with the flag catalog of SGLang `sglang` (default: the pinned release) plus the
-    DDTREE payload's flags: how deploy, render's re-check and tune read back a launch they rendered."""
+    DDTREE payload's flags: how an argv from outside is read (a recorded release, `dry-run --argv`)."""
 
+    return parse_server_argv(argv, launch_catalog(sglang), config=config)
+
+
+def launch_catalog(sglang: str | None = None) -> Catalog:
+    """The flag catalog of SGLang `sglang` (default: the pinned release) plus the DDTREE payload's flags; a
+    release without a catalog (validate refuses it) is read with the pinned one."""
     try:
-        catalog = extended_catalog(sglang or PINNED_SGLANG)
-    except UsageError:  # a release without a catalog (validate refuses it): read with the pinned one
-        catalog = extended_catalog(PINNED_SGLANG)
-    return parse_server_argv(argv, catalog, config=config)
+        return extended_catalog(sglang or PINNED_SGLANG)
+    except UsageError:
+        return extended_catalog(PINNED_SGLANG)
 
 
 def parse_server_argv(argv: Sequence[str], catalog: Catalog, *, config: bool = True) -> ParsedArgv:

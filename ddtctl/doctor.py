@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddtctl.argv import parse_launch_argv
 from ddtctl.doctor_checks import ROW_NAMES, run_checks
 from ddtctl.doctor_model import PINS, DoctorFacts, Launch, Pins, Row, Status
 from ddtctl.errors import ExitCode, RemoteError, UsageError
@@ -23,7 +22,7 @@ from ddtctl.remote.facts import HostFacts
 from ddtctl.remote.inventory import Host, load_inventory, resolve_host
 from ddtctl.remote.protocol import Batch, Checkup, Facts, State
 from ddtctl.remote.transport import Connection
-from ddtctl.render import render_argv
+from ddtctl.server_argv import typed_launch
 
 __all__ = ["PINS", "DoctorFacts", "Launch", "Pins", "Row", "Status", "run_checks"]
 
@@ -34,11 +33,11 @@ def _count(value: object) -> int:
 
 def launch_from_profile(path: str) -> Launch:
     """What the profile at `path` asks of its host: GPUs (tp x pp x dp over its hosts), port, algorithm,
-    models, env, as SGLang reads the argv deploy would render."""
+    models, env, from the profile's typed launch (the values SGLang reads from the argv deploy renders)."""
 
     loaded = load_profile(path)
     prof = loaded.profile
-    parsed = parse_launch_argv(render_argv(prof), prof.sglang, config=False)
+    parsed = typed_launch(prof)
     hosts = list(prof.hosts or [])
     algorithm = parsed.get("speculative_algorithm")
     return Launch(

@@ -3,7 +3,7 @@ rendered argvs, in ONE warm subprocess of the managed env's python, declaring th
 SGLang.
 
 Library API (the CLI only parses and prints):
-    dry_run_argvs([(source, argv, gpu)], *, python=None, extra_sys_path=(), timeout_s=60)
+    dry_run_argvs([(source, argv or TypedLaunch, gpu)], *, python=None, extra_sys_path=(), timeout_s=60)
         -> list[DryRunResult]
     dry_run_profiles(paths, *, gpu=None, ...) -> list[DryRunResult]
 """
@@ -22,10 +22,10 @@ from ddtctl.errors import DdtctlError, EnvironmentMissing, ExitCode, UsageError
 from ddtctl.hub import config_dir, is_hub_id
 from ddtctl.paths import model_config_cache_dir
 from ddtctl.profile import discover_profiles, load_profile
-from ddtctl.render import render_argv
 from ddtctl.report import warning_record
 from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import REPRESENTATIVE_BY_SM, resolve_gpu
+from ddtctl.server_argv import TypedLaunch, typed_launch
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -139,6 +139,18 @@ def _sets_device(argv: Sequence[str], sglang: str | None) -> bool:
         return False
 
 
+def _localized(
+    given: Sequence[str] | TypedLaunch, host: str | None, sglang: str | None
+) -> tuple[list[str], dict[str, str], bool]:
+    """(argv with local model config dirs, {local: original}, whether the launch sets --device): a typed
+    launch from its values; an argv from outside (`dry-run --argv`) through the one reader."""
+    if isinstance(given, TypedLaunch):
+        launch, mapping = localize_launch(given, host)
+        return launch.argv(), mapping, launch.sets("device")
+    argv, mapping = localize_model_paths(given, host)
+    return argv, mapping, _sets_device(argv, sglang)
+
+
 def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[str], dict[str, str]]:
     """Point --model-path / --speculative-draft-model-path at a local dir with config.json.
     Returns (argv, {local_dir: original_path}); raises ModelConfigMissing naming what is missing."""
@@ -146,39 +158,67 @@ def localize_model_paths(argv: Sequence[str], host: str | None) -> tuple[list[st
     mapping: dict[str, str] = {}
     for occ in flag_occurrences(argv, MODEL_PATH_FLAGS + DRAFT_PATH_FLAGS):  # every one: each is rewritten
         idx, flag, inline, value = occ.value_index, occ.flag, occ.inline, occ.value(argv)
-        if value.lower() in ("none", "dummy", ""):
-            continue
-        local = locate_model_config(value, host)
-        if local is None and is_hub_id(value):
-            local = _hub_config_dir(argv, flag, value)
-        if local is None:
-            where = f"for host {host}" if host else "locally"
-            fetch = (
-                f"fetch it with `ddtctl facts {host} --model {value}`"
-                if host
-                else "give a local directory that contains it"
-            )
-            raise ModelConfigMissing(
-                f"{flag} {value}: no config.json {where} (looked in {value} and "
-                f"{model_config_cache_dir(host, value)}); "
-                f"SGLang's resolver reads the model's config.json: {fetch}"
-            )
-        local_s = str(local)
-        if local_s != value:
-            mapping[local_s] = value
-            argv[idx] = f"{flag}={local_s}" if inline else local_s
+        local = _local_config_dir(flag, value, host, lambda rev: _argv_revision(argv, rev))
+        if local is not None:
+            mapping[local] = value
+            argv[idx] = f"{flag}={local}" if inline else local
     return argv, mapping
 
 
-def _hub_config_dir(argv: Sequence[str], flag: str, repo_id: str) -> Path:
+def localize_launch(launch: TypedLaunch, host: str | None) -> tuple[TypedLaunch, dict[str, str]]:
+    """localize_model_paths for a typed launch: its model and draft model paths, read from its values."""
+    changes: dict[str, str | int] = {}
+    mapping: dict[str, str] = {}
+    for dest, flag in (
+        ("model_path", MODEL_PATH_FLAGS[0]),
+        ("speculative_draft_model_path", DRAFT_PATH_FLAGS[0]),
+    ):
+        value = launch.values.get(dest)
+        if not isinstance(value, str):
+            continue
+        local = _local_config_dir(flag, value, host, lambda rev: launch.get(rev))
+        if local is not None:
+            changes[dest] = local
+            mapping[local] = value
+    return (launch.with_values(changes) if changes else launch), mapping
+
+
+def _local_config_dir(flag: str, value: str, host: str | None, revision: Any) -> str | None:
+    """The local directory with `value`'s config.json when it is not `value` itself (None: use it as it is);
+    `revision(dest)` is the launch's --revision / --speculative-draft-model-revision."""
+    if value.lower() in ("none", "dummy", ""):
+        return None
+    local = locate_model_config(value, host)
+    if local is None and is_hub_id(value):
+        local = _hub_config_dir(flag, value, revision)
+    if local is None:
+        where = f"for host {host}" if host else "locally"
+        fetch = (
+            f"fetch it with `ddtctl facts {host} --model {value}`"
+            if host
+            else "give a local directory that contains it"
+        )
+        raise ModelConfigMissing(
+            f"{flag} {value}: no config.json {where} (looked in {value} and "
+            f"{model_config_cache_dir(host, value)}); "
+            f"SGLang's resolver reads the model's config.json: {fetch}"
+        )
+    return None if str(local) == value else str(local)
+
+
+def _argv_revision(argv: Sequence[str], dest: str) -> Any:
+    """A revision of an argv from outside (`dry-run --argv`), read by the one reader."""
+    try:
+        return parse_launch_argv(argv).get(dest)
+    except DdtctlError:  # an unreadable --config: SGLang reports it
+        return None
+
+
+def _hub_config_dir(flag: str, repo_id: str, revision_of: Any) -> Path:
     """The hub cache's directory holding a hub id's config.json (ddtctl.hub, at the launch's --revision or
     --speculative-draft-model-revision); the hub's failure is a HubError (exit 8) for the whole run."""
     draft = flag in DRAFT_PATH_FLAGS
-    try:
-        parsed = parse_launch_argv(argv)
-        revision = parsed.get("speculative_draft_model_revision" if draft else "revision")
-    except DdtctlError:  # an unreadable --config: SGLang reports it
-        revision = None
+    revision = revision_of("speculative_draft_model_revision" if draft else "revision")
     found = config_dir(
         repo_id, revision if isinstance(revision, str) else None, what="draft model" if draft else "model"
     )
@@ -220,7 +260,7 @@ def resolve_python(python: str | os.PathLike | None, sglang: str | None = None) 
 
 
 def dry_run_argvs(
-    items: Sequence[tuple[str, Sequence[str], Any]],
+    items: Sequence[tuple[str, Sequence[str] | TypedLaunch, Any]],
     *,
     python: str | os.PathLike | None = None,
     extra_sys_path: Sequence[str | os.PathLike] = (),
@@ -239,8 +279,9 @@ def dry_run_argvs(
     """
     prepared: list[tuple[int, list[str], dict | None, str | None, dict[str, str]]] = []
     results: list[DryRunResult | None] = [None] * len(items)
-    for i, (source, argv, gpu) in enumerate(items):
+    for i, (source, given, gpu) in enumerate(items):
         host = hosts[i] if hosts else None
+        argv = given.argv() if isinstance(given, TypedLaunch) else list(given)
         try:
             platform, gpu_name = platform_for(gpu)
         except UsageError as err:
@@ -248,23 +289,23 @@ def dry_run_argvs(
                 source,
                 False,
                 {"type": "UsageError", "message": err.one_line(), "hook": None},
-                argv=list(argv),
+                argv=argv,
                 setup_error=True,
             )
             continue
         try:
-            run_argv, mapping = localize_model_paths(argv, host)
+            run_argv, mapping, sets_device = _localized(given, host, sglang)
         except ModelConfigMissing as err:
             results[i] = DryRunResult(
                 source,
                 False,
                 {"type": "ModelConfigMissing", "message": str(err), "hook": None},
-                argv=list(argv),
+                argv=argv,
                 gpu=gpu_name,
                 setup_error=True,
             )
             continue
-        if platform is not None and not _sets_device(run_argv, sglang):
+        if platform is not None and not sets_device:
             run_argv = run_argv + ["--device", "cuda"]
         prepared.append((i, run_argv, platform, gpu_name, mapping))
 
@@ -328,7 +369,7 @@ def dry_run_profiles(
     """Render each profile to argv (ddtctl.render) and resolve it with the profile's GPU (or `gpu`);
     `overrides`: `--set KEY=VALUE` (ddtctl.profile_overrides), applied to each profile before the schema."""
 
-    items: list[tuple[str, list[str], Any]] = []
+    items: list[tuple[str, Sequence[str] | TypedLaunch, Any]] = []
     hosts: list[str | None] = []
     server_envs: list[dict[str, str]] = []
     versions: set[str] = set()
@@ -336,7 +377,9 @@ def dry_run_profiles(
         loaded = load_profile(path, overrides)
         prof = loaded.profile
         versions.add(prof.sglang)
-        argv = render_argv(prof, extended_catalog(prof.sglang))  # the release's flags + the DDTREE payload's
+        launch = typed_launch(
+            prof, extended_catalog(prof.sglang)
+        )  # the release's + the DDTREE payload's flags
         chosen = gpu or (prof.hardware.gpu if prof.hardware else None)
         if chosen is None:
             raise UsageError(
@@ -344,7 +387,7 @@ def dry_run_profiles(
                 where=loaded.source,
                 fix="add `hardware: {gpu: H200}` to the profile or pass --gpu",
             )
-        items.append((loaded.source, argv, chosen))
+        items.append((loaded.source, launch, chosen))
         host = prof.host or (prof.hosts[0] if prof.hosts else None)
         hosts.append(host)
         server_envs.append(dict(prof.env or {}))

@@ -10,9 +10,9 @@ from typing import Any, Sequence
 from ddtctl.argv import MASK, is_secret_env, is_secret_flag, mask_argv, parse_server_argv
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.profile import load_profile
-from ddtctl.render import render_argv
 from ddtctl.schema.catalog import Catalog
 from ddtctl.schema.extensions import extended_catalog
+from ddtctl.server_argv import TypedLaunch, typed_launch
 
 # Resolved fields SGLang draws at random when the user leaves them unset:
 # a difference there is not a difference.
@@ -77,6 +77,11 @@ def argv_to_mapping(argv: Sequence[str], catalog: Catalog) -> dict[str, Any]:
     return out
 
 
+def launch_mapping(launch: TypedLaunch) -> dict[str, Any]:
+    """A profile's launch as argv_to_mapping shows an argv, from the launch's own reading (no parse)."""
+    return {f"--{name}": value for name, value in launch.flags().items()}
+
+
 def _masked(diff: ProfileDiff) -> ProfileDiff:
     """The diff as shown: secret flags' and secret environment values masked (a changed secret still shows as
     changed, `*** -> ***`), compared before masking."""
@@ -119,8 +124,9 @@ def diff_profiles(
     la, lb = load_profile(path_a), load_profile(path_b)
     pa, pb = la.profile, lb.profile
     cat_a, cat_b = extended_catalog(pa.sglang), extended_catalog(pb.sglang)
-    argv_a, argv_b = render_argv(pa, cat_a), render_argv(pb, cat_b)
-    map_a, map_b = argv_to_mapping(argv_a, cat_a), argv_to_mapping(argv_b, cat_b)
+    launch_a, launch_b = typed_launch(pa, cat_a), typed_launch(pb, cat_b)
+    argv_a, argv_b = launch_a.argv(), launch_b.argv()
+    map_a, map_b = launch_mapping(launch_a), launch_mapping(launch_b)
     only_a, only_b, changed = _mapping_diff(map_a, map_b)
     context: list[ValueChange] = []
 
@@ -150,12 +156,19 @@ def diff_profiles(
     )
     if resolved:
         result.resolved = _resolved_diff(
-            la, lb, argv_a, argv_b, gpu=gpu, python=python, timeout_s=timeout_s, extra_sys_path=extra_sys_path
+            la,
+            lb,
+            launch_a,
+            launch_b,
+            gpu=gpu,
+            python=python,
+            timeout_s=timeout_s,
+            extra_sys_path=extra_sys_path,
         )
     return result
 
 
-def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_path=()) -> dict:
+def _resolved_diff(la, lb, launch_a, launch_b, *, gpu, python, timeout_s, extra_sys_path=()) -> dict:
     try:
         from ddtctl.dryrun import dry_run_argvs
     except ImportError:  # pragma: no cover - the dry-run module ships with ddtctl
@@ -181,7 +194,7 @@ def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_
         gpus.append(chosen)
     hosts = [pa.host or (pa.hosts[0] if pa.hosts else None), pb.host or (pb.hosts[0] if pb.hosts else None)]
     ra, rb = dry_run_argvs(
-        [(la.source, argv_a, gpus[0]), (lb.source, argv_b, gpus[1])],
+        [(la.source, launch_a, gpus[0]), (lb.source, launch_b, gpus[1])],
         python=python,
         timeout_s=timeout_s,
         hosts=hosts,
@@ -198,7 +211,7 @@ def _resolved_diff(la, lb, argv_a, argv_b, *, gpu, python, timeout_s, extra_sys_
                 fix="see `ddtctl dry-run` on it; or drop --resolved",
             )
     keys = sorted(set(ra.resolved) | set(rb.resolved))
-    given = {a.lstrip("-").replace("-", "_") for a in [*argv_a, *argv_b] if a.startswith("--")}
+    given = set(launch_a.values) | set(launch_b.values)  # dests either profile sets
     changed = [
         asdict(ValueChange(k, ra.resolved.get(k), rb.resolved.get(k)))
         for k in keys

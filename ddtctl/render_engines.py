@@ -19,10 +19,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ddtctl.argv import MASK, SECRET_ENV, parse_launch_argv, refuse_multi_node_flags
+from ddtctl.argv import MASK, SECRET_ENV, refuse_multi_node_flags
 from ddtctl.errors import UsageError
 from ddtctl.profile import load_profile
 from ddtctl.render import Rendered, render_profile
+from ddtctl.server_argv import typed_launch
 
 ENGINE_FORMATS = ("k8s-lws", "skypilot")
 DIST_INIT_PORT = 50000  # the inventory's dist_init_port default (ddtctl/schema/hosts.py)
@@ -123,8 +124,8 @@ def launch_layout(path: str, opts: EngineOptions) -> Layout:
 
     ssh = render_profile(path, "argv", show_secrets=opts.show_secrets, overrides=opts.overrides)
     prof = load_profile(path, opts.overrides).profile
-    parsed = parse_launch_argv(ssh.argv, prof.sglang, config=False)
-    refuse_multi_node_flags(parsed.given, ssh.source, "the rendered launch sets it per node")
+    parsed = typed_launch(prof)  # the typed values of the argv `ssh` shows
+    refuse_multi_node_flags(parsed.values, ssh.source, "the rendered launch sets it per node")
     nodes, gpus = _nodes_and_gpus(prof, parsed, opts.nodes, ssh.source)
     draft = parsed.get("speculative_draft_model_path")
     layout = Layout(

@@ -1,18 +1,22 @@
-"""A profile as the argv of SGLang's server: `render_argv` is the one place a profile becomes SGLang argv
-(render, dry-run, deploy, tune and diff-flags all call it, deploy's spec through this module, the rest mostly
-through ddtctl.render). Each value is written by ddtctl.launch_tokens so that SGLang's argparse reads it back
-as that value, and the argv is parsed back (ddtctl.flags.flags_from_parsed) and compared with the profile's
-typed values: a difference is a ddtctl bug (RenderMismatch, exit 70), never a launch.
+"""A profile as SGLang's server launch: `typed_launch` is the one place a profile becomes a launch, a
+TypedLaunch (the profile, its dest-keyed values typed as SGLang's argparse types them, its env and catalog)
+that deploy carries from its spec through preflight, plan and health; `render_argv` is that launch's argv,
+what goes on the wire (render, dry-run, tune and diff-flags call it, mostly through ddtctl.render). Each value
+is written by ddtctl.launch_tokens so that SGLang's argparse reads it back as that value, and the argv is
+parsed back once (ddtctl.flags.flags_from_parsed) and compared with the profile's typed values: a difference
+is a ddtctl bug (RenderMismatch, exit 70), never a launch. That parse-back is the launch's typed values: no
+caller reads the argv again. An argv from outside (a recorded release) becomes a launch through `read_launch`,
+the one catalog-aware reader (ddtctl.argv).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
-from ddtctl.argv import parse_server_argv
+from ddtctl.argv import Occurrence, ParsedArgv, launch_catalog, parse_server_argv
 from ddtctl.errors import ProfileError
 from ddtctl.flag_typing import YamlTypingError, coerce
 from ddtctl.flags import RESERVED, flags_from_parsed, out_of_range
@@ -75,15 +79,102 @@ def launch_groups(profile: Profile, catalog: Catalog) -> list[LaunchGroup]:
     return groups
 
 
-def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
-    """`--model-path` first, then the server flags in profile order, with the options SGLang's parser knows;
-    checked by parsing it back (RenderMismatch on any difference)."""
+@dataclass(frozen=True, eq=False)
+class TypedLaunch:
+    """One SGLang server launch, typed: what the launch sets by dest (`values`, typed as SGLang's argparse
+    types them), every value it runs with (`get`, SGLang's defaults included), its env and its catalog. The
+    argv (`argv()`) is for the wire only: the resolver's request, the agent's Start, `ddtctl render`."""
+
+    parsed: ParsedArgv  # SGLang's parser's reading of the rendered argv: the render's own parse-back
+    catalog: Catalog
+    env: dict[str, str]
+    profile: Profile | None = None  # None: read from outside (a recorded release)
+
+    @property
+    def sglang(self) -> str:
+        return self.catalog.version
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """dest -> typed value for the flags the launch sets (model_path included)."""
+        return self.parsed.given
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value SGLang runs with for a dest or flag name (`port`, `--tp-size`, `tp_size`)."""
+        return self.parsed.get(name, default)
+
+    def sets(self, name: str) -> bool:
+        return name.lstrip("-").replace("-", "_") in self.values
+
+    def flags(self) -> dict[str, Any]:
+        """Flag name -> value as written (ParsedArgv.flags): plan's diff compares it with a recorded argv."""
+        return self.parsed.flags()
+
+    def argv(self) -> list[str]:
+        """The launch as SGLang argv, for the wire."""
+        return list(self.parsed.argv)
+
+    def with_values(self, changes: dict[str, str | int]) -> TypedLaunch:
+        """The launch with these scalar flags set (deploy's per-node flags, preflight's local model
+        directories): each written as render writes it, in place of the launch's own occurrence (else at the
+        end), and typed by its flag, without reading an argv again."""
+        argv, occs = self.argv(), list(self.parsed.occurrences)
+        namespace = dict(self.parsed.namespace)
+        for name, value in changes.items():
+            spec = self.catalog.get(name)
+            if spec is None:
+                raise LookupError(f"{name}: not a flag of SGLang {self.sglang}")
+            text = str(value)
+            tokens = single_tokens(spec.option, text, self.catalog)
+            at = [i for i, o in enumerate(occs) if o.spec.dest == spec.dest]
+            if len(at) > 1:
+                raise ValueError(f"--{spec.name} is given {len(at)} times; set it once")
+            new = Occurrence(spec.option, spec, (text,), False)
+            if at:
+                start = _value_start(argv, occs[at[0]])
+                argv[start : start + (1 if "=" in argv[start] else 2)] = tokens
+                occs[at[0]] = new
+            else:
+                argv += tokens
+                occs.append(new)
+            namespace[spec.dest] = coerce(spec, value)
+        return replace(self, parsed=replace(self.parsed, argv=argv, namespace=namespace, occurrences=occs))
+
+
+def _value_start(argv: list[str], occ: Occurrence) -> int:
+    """Where an occurrence of a rendered argv starts (`--flag value` or `--flag=value`)."""
+    value = occ.raw[0] if occ.raw else None
+    for i, token in enumerate(argv):
+        if token == occ.option and i + 1 < len(argv) and argv[i + 1] == value:
+            return i
+        if token == f"{occ.option}={value}":
+            return i
+    raise ValueError(f"{occ.option}: not found in the launch's argv")
+
+
+def typed_launch(profile: Profile, catalog: Catalog | None = None) -> TypedLaunch:
+    """The profile as a launch: rendered (`--model-path` first, then the server flags in profile order, with
+    the options SGLang's parser knows), parsed back once and compared (RenderMismatch on any difference)."""
     if catalog is None:
         catalog = extended_catalog(profile.sglang)
     groups = launch_groups(profile, catalog)
     argv = [token for group in groups for token in group.tokens]
-    check_round_trip(argv, groups, catalog, profile.model.path)
-    return argv
+    parsed = check_round_trip(argv, groups, catalog, profile.model.path)
+    return TypedLaunch(parsed, catalog, dict(profile.env), profile)
+
+
+def render_argv(profile: Profile, catalog: Catalog | None = None) -> list[str]:
+    """The profile's launch as SGLang argv (typed_launch, checked by its parse-back)."""
+    return typed_launch(profile, catalog).argv()
+
+
+def read_launch(
+    argv: Sequence[str], sglang: str | None = None, env: dict[str, str] | None = None
+) -> TypedLaunch:
+    """An argv from outside (a recorded release's) as a launch, read by the one catalog-aware reader
+    (ddtctl.argv.parse_server_argv with the release's catalog plus the DDTREE payload's flags)."""
+    catalog = launch_catalog(sglang)
+    return TypedLaunch(parse_server_argv(list(argv), catalog, config=False), catalog, dict(env or {}))
 
 
 def _same(a: Any, b: Any, spec: FlagSpec | None = None) -> bool:
@@ -99,9 +190,10 @@ def _same(a: Any, b: Any, spec: FlagSpec | None = None) -> bool:
 
 def check_round_trip(
     argv: list[str], groups: list[LaunchGroup], catalog: Catalog, model_path: str, *, form: str = "argv"
-) -> None:
+) -> ParsedArgv:
     """Parse `argv` back as SGLang would and compare with the typed values it was rendered from: no option
-    appears that was not rendered, no token is left unplaced, every value comes back equal and of its type."""
+    appears that was not rendered, no token is left unplaced, every value comes back equal and of its type.
+    Returns the parse (the launch's typed values)."""
     read = parse_server_argv(list(argv), catalog, config=False)  # the one argv reader: SGLang's parser
     parsed = flags_from_parsed(read, catalog)
     problems = [f.message for f in parsed.findings if f.rule == "DDT001"]
@@ -126,3 +218,4 @@ def check_round_trip(
             f"the rendered {form} does not parse back into the profile (a ddtctl bug): "
             + "; ".join(problems)[:300]
         )
+    return read

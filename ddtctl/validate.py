@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ddtctl import PINNED_SGLANG
-from ddtctl.argv import parse_server_argv
+from ddtctl.argv import ParsedArgv, parse_server_argv
 from ddtctl.errors import DdtctlError, ExitCode, ProfileError, UsageError, printable
 from ddtctl.flags import FlagValues, flags_from_parsed, flags_from_server, launch_value_findings
 from ddtctl.model_facts import ModelFacts, facts_from_architecture, read_model_facts
@@ -19,6 +19,7 @@ from ddtctl.profile_overrides import Override, apply_overrides
 from ddtctl.report import finding_record, line_first_columns
 from ddtctl.rules import all_rules
 from ddtctl.rules.engine import ERROR, INFO, RULES, SEVERITY_ORDER, WARNING, Context, Finding, run_rules
+from ddtctl.schema.catalog import Catalog
 from ddtctl.schema.extensions import extended_catalog
 from ddtctl.schema.gpus import GpuSpec, resolve_gpu
 
@@ -499,6 +500,21 @@ def validate_argv(
     catalog = extended_catalog(sglang)
     # SGLang's parser: launcher and env prefix split off, SGLang's --config FILE expanded (command line wins)
     parsed = parse_server_argv(list(argv), catalog)
+    return validate_parsed(parsed, catalog, gpu=gpu, source=source, ignore=ignore, env=env, use_hub=use_hub)
+
+
+def validate_parsed(
+    parsed: ParsedArgv,
+    catalog: Catalog,
+    *,
+    gpu: str | None = None,
+    source: str = "argv",
+    ignore: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    use_hub: bool = True,
+) -> ValidationResult:
+    """validate_argv of an argv SGLang's parser has read already (deploy's typed launch: the render's own
+    parse-back)."""
     flags = flags_from_parsed(parsed, catalog)
     flags.findings = [
         f for f in flags.findings if f.rule != "DDT008"
@@ -547,6 +563,7 @@ __all__ = [
     "ignore_refusal",
     "parse_ignore_option",
     "validate_argv",
+    "validate_parsed",
     "validate_document",
     "validate_path",
     "validate_paths",

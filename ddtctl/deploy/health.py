@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddtctl.argv import parse_launch_argv
 from ddtctl.remote.protocol import Probe
 from ddtctl.remote.transport import Connection
+from ddtctl.server_argv import TypedLaunch
 
 from .events import EventLog, Level, Stage
 from .secrets import mask_info
@@ -40,12 +40,11 @@ class HealthResult:
         return d
 
 
-def expected_identity(argv: list[str], resolved: dict | None) -> dict[str, Any]:
+def expected_identity(launch: TypedLaunch, resolved: dict | None) -> dict[str, Any]:
     """The served values that must match: algorithm, tp/pp/dp, multi-node rank, every DDTREE knob. SGLang's
-    resolved value (from the remote dry-run) wins over the argv's."""
-    parsed = parse_launch_argv(argv, config=False)
-    flags = dict(parsed.given)  # dest -> value as SGLang types it (`--tp 2` is tp_size 2)
-    for key, value in parsed.flags().items():  # DDTREE knobs of a newer payload than this ddtctl knows
+    resolved value (from the remote dry-run) wins over the launch's."""
+    flags = dict(launch.values)  # dest -> value as SGLang types it (`--tp 2` is tp_size 2)
+    for key, value in launch.flags().items():  # a recorded release's DDTREE knobs of a newer payload
         dest = key.replace("-", "_")
         if dest.startswith(DDTREE_PREFIX) and dest not in flags:
             flags[dest] = value

@@ -267,7 +267,7 @@ def _wait_restored(
         target,
         rel.id,
         timeout_s=health_timeout_s or rel.health_timeout_s or DEFAULT_ROLLBACK_HEALTH_TIMEOUT_S,
-        expected=expected_identity(target.argv, None),
+        expected=expected_identity(target.launch, None),
         emit=emit,
         log_offset=started_offset or 0,
     )

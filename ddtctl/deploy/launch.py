@@ -20,6 +20,7 @@ from ddtctl.remote.protocol import (
     WarmupReply,
 )
 from ddtctl.remote.transport import Connection
+from ddtctl.server_argv import read_launch
 
 from .events import EventLog, Level, Stage
 from .health import expected_identity, wait_healthy
@@ -99,7 +100,9 @@ def start_order(targets: list[Target]) -> list[Target]:
 
 
 def target_from_release(host: Host, rel: ReleaseRecord) -> Target:
-    return Target(host, rel.rank, rel.nnodes, rel.argv, rel.launch_argv, rel.env, rel.port, rel.probe_host)
+    """A recorded release as a target: its argv comes from the host, read by the one reader (read_launch)."""
+    launch = read_launch(rel.argv, env=rel.env)
+    return Target(host, rel.rank, rel.nnodes, launch, rel.launch_argv, rel.env, rel.port, rel.probe_host)
 
 
 def restore_previous(
@@ -149,12 +152,13 @@ def restart_previous(
     if rel is None:
         emit(Stage.ROLLBACK, f"release {prev0} is not on the host any more", rank0.name, Level.ERROR)
         return False
+    restored = target_from_release(rank0.host, rel)
     h = wait_healthy(
         conns[rank0.name],
-        target_from_release(rank0.host, rel),
+        restored,
         prev0,
         timeout_s=rel.health_timeout_s or default_timeout_s,
-        expected=expected_identity(rel.argv, None),
+        expected=expected_identity(restored.launch, None),
         emit=emit,
         interval_s=interval_s,
         log_offset=offsets.get(rank0.name, 0),

@@ -379,7 +379,7 @@ def launch_release(run: DeployRun) -> Outcome:
 def check_health(run: DeployRun) -> Outcome:
     """Rank 0 serves HTTP with the resolved arguments; the other ranks stay alive. Failure: roll back."""
     rank0, hp0 = run.planned()[0]
-    expected = expected_identity(rank0.argv, run.result.dry_run.resolved if run.result.dry_run else None)
+    expected = expected_identity(rank0.launch, run.result.dry_run.resolved if run.result.dry_run else None)
     health = wait_healthy(
         run.conns[rank0.name],
         rank0,

@@ -12,6 +12,7 @@ from typing import Any
 
 from ddtctl.argv import MASK, is_secret_flag, mask_argv, mask_env, parse_launch_argv
 from ddtctl.remote.protocol import SWEEP, StateReply
+from ddtctl.server_argv import TypedLaunch
 
 from .spec import DeploySpec, Target
 
@@ -82,10 +83,11 @@ def release_fingerprint(spec: DeploySpec, target: Target) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def argv_diff(old: list[str] | None, new: list[str]) -> list[tuple[str, Any, Any]]:
-    """(flag, old value, new value) for each flag whose value changed, new flags first."""
+def argv_diff(old: list[str] | None, new: TypedLaunch) -> list[tuple[str, Any, Any]]:
+    """(flag, old value, new value) for each flag whose value changed, new flags first: the host's recorded
+    argv (from outside: read by the one reader) against the launch (its values as written)."""
     a = parse_launch_argv(old or [], config=False).flags()
-    b = parse_launch_argv(new, config=False).flags()
+    b = new.flags()
     return [(k, a.get(k), b.get(k)) for k in list(dict.fromkeys([*b, *a])) if a.get(k) != b.get(k)]
 
 
@@ -143,7 +145,7 @@ def make_plan_for_host(
         uninstall=uninstall,
         stop=stop,
         start=start,
-        argv_diff=[] if (same or cur_rel is None) else argv_diff(cur_rel.argv, target.argv),
+        argv_diff=[] if (same or cur_rel is None) else argv_diff(cur_rel.argv, target.launch),
         env=target.env,
         launch_argv=target.launch_argv,
         reason=reason,

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ddtctl.argv import parse_launch_argv
-from ddtctl.dryrun import ModelConfigMissing, localize_model_paths
+from ddtctl.dryrun import ModelConfigMissing, localize_launch
 from ddtctl.errors import HubError, UsageError
 from ddtctl.remote.facts import HostFacts
 from ddtctl.schema.gpus import resolve_gpu
-from ddtctl.validate import ignore_refusal, validate_argv
+from ddtctl.validate import ignore_refusal, validate_parsed
 
 from .spec import DeploySpec, Target
 
@@ -70,9 +69,9 @@ def _check(
 
 def gpus_needed(target: Target) -> tuple[int, str]:
     """GPUs this target needs on its host (tp x pp x dp, shared over the nodes) and how that was counted."""
-    parsed = parse_launch_argv(target.argv, config=False)  # `--tp 8` is tp 8, as SGLang reads it
-    tp, pp, dp = (_count(parsed.get(k)) for k in ("tp_size", "pp_size", "dp_size"))
-    need = tp * pp * (1 if parsed.get("enable_dp_attention") else dp)
+    launch = target.launch  # typed as SGLang reads it (`--tp 8` is tp_size 8)
+    tp, pp, dp = (_count(launch.get(k)) for k in ("tp_size", "pp_size", "dp_size"))
+    need = tp * pp * (1 if launch.get("enable_dp_attention") else dp)
     over = f" over {target.nnodes} nodes" if target.nnodes > 1 else ""
     return max(1, need // max(1, target.nnodes)), f"tp {tp} x pp {pp} x dp {dp}{over}"
 
@@ -277,24 +276,26 @@ def ignore_checks(
 
 
 def static_validation(spec: DeploySpec, target: Target, facts: HostFacts) -> list[Check]:
-    """`ddtctl validate` of the rendered argv, with the host's GPU and the model configs cached from it."""
+    """`ddtctl validate` of the target's typed launch, with the host's GPU and the model configs cached from
+    it."""
 
     gpu = _validation_gpu(spec, facts)
     bundled_worker = ships_bundled_worker(spec)
     ignore, out = ignore_checks(spec, target, bundled_worker=bundled_worker)
     use_hub = True
+    launch = target.launch
     try:
-        argv, _ = localize_model_paths(target.argv, target.name)
+        launch, _ = localize_launch(target.launch, target.name)
     except ModelConfigMissing:
-        argv = list(target.argv)  # the rules that need the config say so themselves
+        pass  # the rules that need the config say so themselves
     except HubError as err:  # a hub id this machine cannot fetch: the host's own dry-run still reads it
-        argv, use_hub = list(target.argv), False
+        use_hub = False
         out.append(_check(target, "validate:hub", False, err.one_line(), Severity.WARNING))
     try:
-        res = validate_argv(
-            argv,
+        res = validate_parsed(
+            launch.parsed,
+            launch.catalog,
             gpu=gpu,
-            sglang=spec.sglang,
             source=spec.source,
             ignore=ignore,
             env=target.env,

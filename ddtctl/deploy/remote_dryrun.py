@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ddtctl.argv import parse_launch_argv
 from ddtctl.bridge.client import stderr_cause
 from ddtctl.dryrun import DryRunResult, platform_for
 from ddtctl.errors import UsageError
@@ -64,8 +63,8 @@ def _resolver_argv(
         platform, _ = platform_for(gpu)
     except UsageError:
         platform, _ = platform_for(spec.gpu) if spec.gpu else (None, None)
-    argv = list(target.argv)
-    if platform is not None and "device" not in parse_launch_argv(argv, spec.sglang, config=False).given:
+    argv = target.argv  # the resolver's request: the wire
+    if platform is not None and not target.launch.sets("device"):
         argv += ["--device", "cuda"]
     return argv, platform, gpu
 

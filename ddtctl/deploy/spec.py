@@ -1,5 +1,7 @@
-"""What a deploy launches, independent of the hosts' current state: a profile rendered into a DeploySpec, and
-the per-host Target (argv with the multi-node flags, launcher, env, port) it becomes on each host."""
+"""What a deploy launches, independent of the hosts' current state: a profile's typed launch
+(ddtctl.server_argv.TypedLaunch) in a DeploySpec, and the per-host Target (the launch with the multi-node
+flags, launcher, env, port) it becomes on each host. Preflight, plan and health read the launch's typed
+values; its argv is for the wire (the release record, the agent's Start, the resolver's request)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,13 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddtctl.argv import parse_launch_argv, refuse_multi_node_flags
+from ddtctl.argv import refuse_multi_node_flags
 from ddtctl.errors import OverlayError, UsageError
 from ddtctl.profile import LoadedProfile, load_profile
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.ship import Manifest, build_manifest, manifest_from_files
 from ddtctl.safeio import load_json
-from ddtctl.server_argv import render_argv
+from ddtctl.server_argv import TypedLaunch, typed_launch
 
 PAYLOAD_MANIFEST = "ddtree-manifest.json"
 DEFAULT_PORT = 30000
@@ -26,7 +28,7 @@ class Target:
     host: Host
     rank: int
     nnodes: int
-    argv: list[str]  # SGLang argv (multi-node flags included)
+    launch: TypedLaunch  # what SGLang runs here (multi-node flags included)
     launch_argv: list[str]  # launcher + argv
     env: dict[str, str]
     port: int
@@ -35,6 +37,11 @@ class Target:
     @property
     def name(self) -> str:
         return self.host.name
+
+    @property
+    def argv(self) -> list[str]:
+        """The launch as SGLang argv, for the wire (the release record, the agent's Start, the resolver)."""
+        return self.launch.argv()
 
 
 @dataclass
@@ -47,8 +54,7 @@ class DeploySpec:
     sglang: str
     gpu: str | None
     gpu_count: int | None
-    server_argv: list[str]
-    env: dict[str, str]
+    launch: TypedLaunch  # the profile's launch: typed values by dest, env, catalog
     health_timeout_s: float
     launcher: list[str] | None
     host_names: list[str]
@@ -66,29 +72,35 @@ class DeploySpec:
     tune: dict[str, str] | None = None
 
     @property
+    def env(self) -> dict[str, str]:
+        """The profile's `env:`."""
+        return self.launch.env
+
+    @property
     def manifests(self) -> list[Manifest]:
         """What every release of this spec ships: the payload (if any) and the tools."""
         return [m for m in (self.payload, self.tools) if m is not None]
 
     def targets(self, hosts: list[Host]) -> list[Target]:
         n = len(hosts)
-        parsed = parse_launch_argv(self.server_argv, self.sglang, config=False)  # as SGLang reads it
-        port = parsed.get("port")
-        bind = parsed.get("host") or "127.0.0.1"
+        port = self.launch.get("port")
+        bind = self.launch.get("host") or "127.0.0.1"
         probe = "127.0.0.1" if bind in ("0.0.0.0", "::", "localhost") else bind
+        if n > 1:
+            refuse_multi_node_flags(self.launch.values, self.source, "deploy renders it per host")
         out = []
         for rank, host in enumerate(hosts):
-            argv = list(self.server_argv)
+            launch = self.launch
             if n > 1:
-                refuse_multi_node_flags(parsed.given, self.source, "deploy renders it per host")
                 addr = self.dist_init_addr or f"{hosts[0].address}:{hosts[0].dist_init_port}"
-                argv += ["--nnodes", str(n), "--node-rank", str(rank), "--dist-init-addr", addr]
+                launch = launch.with_values({"nnodes": n, "node_rank": rank, "dist_init_addr": addr})
             if self.launcher:
                 launcher = [p.replace("{python}", host.python) for p in self.launcher]
             else:
                 launcher = host.launcher_argv()
             env = {**host.env, **self.env}
-            out.append(Target(host, rank, n, argv, launcher + argv, env, int(port or DEFAULT_PORT), probe))
+            argv = launch.argv()
+            out.append(Target(host, rank, n, launch, launcher + argv, env, int(port or DEFAULT_PORT), probe))
         return out
 
 
@@ -138,7 +150,7 @@ def load_payload(payload_dir: str) -> Manifest:
 def spec_from_profile(
     path: str, *, host: str | None = None, algo: str | None = None, payload_dir: str | None = None
 ) -> DeploySpec:
-    """Load and render a profile (ddtctl.profile / ddtctl.server_argv) into a DeploySpec."""
+    """Load a profile (ddtctl.profile) and make its typed launch (ddtctl.server_argv) a DeploySpec."""
     return spec_from_loaded(load_profile(path), host=host, algo=algo, payload_dir=payload_dir)
 
 
@@ -150,15 +162,15 @@ def spec_from_loaded(
     payload_dir: str | None = None,
     payload: bool = True,
 ) -> DeploySpec:
-    """A loaded profile rendered (ddtctl.server_argv) into a DeploySpec; `payload=False` leaves the DDTREE
-    payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
+    """A loaded profile's typed launch (ddtctl.server_argv.typed_launch) in a DeploySpec; `payload=False`
+    leaves the DDTREE payload out (`ddtctl render --host` shows the launch, it ships nothing)."""
     prof = loaded.profile
     if algo:
         prof.server["speculative-algorithm"] = algo.upper()
-    argv = render_argv(prof)
+    launch = typed_launch(prof)
     hosts = _deploy_hosts(list(prof.hosts or ([prof.host] if prof.host else [])), host, loaded.source)
     model_paths = [prof.model.path]
-    draft = parse_launch_argv(argv, prof.sglang, config=False).get("speculative_draft_model_path")
+    draft = launch.get("speculative_draft_model_path")
     if draft:
         model_paths.append(draft)
     algorithm = str(prof.server.get("speculative-algorithm") or "").upper() or None
@@ -171,8 +183,7 @@ def spec_from_loaded(
         sglang=prof.sglang,
         gpu=prof.hardware.gpu if prof.hardware else None,
         gpu_count=prof.hardware.count if prof.hardware else None,
-        server_argv=argv,
-        env=dict(prof.env),
+        launch=launch,
         health_timeout_s=float(prof.launch.health_timeout_s),
         launcher=list(prof.launch.launcher) if prof.launch.launcher else None,
         host_names=hosts,

@@ -24,46 +24,54 @@ def _flag(name: str, type_: str | None, action: str, default, help_: str) -> Fla
     )
 
 
+# The one source of the DDTREE flags' type, default and help. The payload's patch of SGLang's
+# arg_groups/fields/spec.py declares the same fields (SGLang's own --help); tests/schema/
+# test_ddtree_flag_source.py holds it, the payload's smoke table and ddtree_core.DDTREE_FLAGS equal to these.
 DDTREE_FLAG_SPECS: tuple[FlagSpec, ...] = (
     _flag(
         "speculative-ddtree-budget",
         "int",
         "store",
         None,
-        "DDTree node budget B: draft-tree nodes verified per step, root excluded (verify width B+1). "
-        "Default: block_size - 1.",
+        "DDTREE only. Node budget B of the draft tree: nodes verified per step, root excluded (each verify "
+        "pass is B + 1 tokens wide). Default: block size - 1; with a budget schedule, the schedule's widest "
+        "tree.",
     ),
     _flag(
         "speculative-ddtree-topk-cap",
         "int",
         "store",
         None,
-        "Cap on candidates per tree depth (K = min(cap, budget, vocab)). Default: the budget.",
+        "DDTREE only. Most candidates per tree depth taken from the draft logits (K = min(cap, budget, "
+        "vocab)). Default: the budget.",
     ),
     _flag(
         "speculative-ddtree-budget-schedule",
         "str",
         "store",
         None,
-        "DDTree budget per batch size, e.g. 2:127,4:64,8:16,0: batches of at most 2 requests verify a "
+        "DDTREE only. Budget per batch size, e.g. 2:127,4:64,8:16,0: batches of at most 2 requests verify a "
         "127-node tree, at most 4 a 64-node one, at most 8 a 16-node one, larger batches the chain (0 or "
-        "chain). Default: the budget at every batch size; unset budget: the schedule's widest.",
+        "chain). Default: the budget at every batch size.",
     ),
     _flag(
         "speculative-ddtree-shadow-linear",
         None,
         "store_true",
         False,
-        "On hybrid (Mamba/GDN) targets, verify only the tree's top-1 chain so recurrent layers never see a "
-        "rejected branch: state-exact, identical to chain speculative decoding.",
+        "DDTREE only, hybrid (Mamba/GDN) targets: state-exact tree verification, each tree node verified on "
+        "the recurrent state of its own root-to-node path and the state committed along the accepted path "
+        "only. Already the default on hybrid targets (the flag says so explicitly); contradicts "
+        "--speculative-ddtree-allow-hybrid-unsafe.",
     ),
     _flag(
         "speculative-ddtree-allow-hybrid-unsafe",
         None,
         "store_true",
         False,
-        "Acknowledge that tree verification on recurrent layers is not state-exact "
-        "and run DDTREE on a hybrid target anyway.",
+        "DDTREE only, hybrid (Mamba/GDN) targets: verify with the chain kernels in tree order instead of "
+        "exact trees; sibling branches share recurrent state, so outputs may differ from the target's greedy "
+        "decoding.",
     ),
 )
 

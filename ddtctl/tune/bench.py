@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ddtctl.argv import parse_launch_argv
 from ddtctl.errors import UsageError
 from ddtctl.remote.protocol import Bench
 from ddtctl.safeio import loads_json, read_regular
+from ddtctl.server_argv import TypedLaunch
 
 DEFAULT_BENCH = ["{python}", "-m", "sglang.benchmark.serving"]
 PROMPTS_MAX_BYTES = 64 << 20
@@ -182,11 +182,10 @@ def bench_argv(
     return argv
 
 
-def api_key(argv: list[str]) -> str | None:
+def api_key(launch: TypedLaunch) -> str | None:
     """The server's `--api-key` (SGLang checks it on the benchmark's requests), if it is launched with one:
-    read as SGLang reads it (the last one, in any spelling argparse takes); `argv` may carry the launcher."""
-
-    key = parse_launch_argv(argv, config=False).get("api_key")
+    the launch's typed value (the last one given, in any spelling argparse takes)."""
+    key = launch.get("api_key")
     return key if isinstance(key, str) else None
 
 

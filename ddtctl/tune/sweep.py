@@ -320,7 +320,7 @@ def _run_point(sw: _Sweep, pt: PointSpec, key: str, argv: list[str], variant: Va
             pr.status, pr.error = "failed", r.error or r.status
             return pr
         target = spec.targets([host])[0]
-        server_key = api_key(target.argv)  # the server checks it on the benchmark's requests
+        server_key = api_key(target.launch)  # the server checks it on the benchmark's requests
         with connect(host, trust_new_host=opts.trust_new_host) as conn:
             for c in sw.concs:
                 b = bench_argv(

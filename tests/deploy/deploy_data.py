@@ -9,6 +9,7 @@ from ddtctl.remote.facts import Gpu, HostFacts
 from ddtctl.remote.inventory import Host
 from ddtctl.remote.protocol import StateReply
 from ddtctl.remote.ship import FileEntry, Manifest
+from ddtctl.server_argv import read_launch
 
 HOST = Host(name="gpu1", address="10.0.0.1", user="ubuntu", python="/py")
 
@@ -21,8 +22,9 @@ def spec(argv: list[str] | None = None, **kw: Any) -> DeploySpec:
         sglang="0.5.23",
         gpu="H200",
         gpu_count=1,
-        server_argv=argv if argv is not None else ["--model-path", "/m", "--port", "30000"],
-        env={},
+        launch=read_launch(
+            argv if argv is not None else ["--model-path", "/m", "--port", "30000"], "0.5.23", kw.pop("env", {})
+        ),
         health_timeout_s=60,
         launcher=None,
         host_names=[HOST.name],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddtctl.deploy import expected_identity, identity_mismatches, same_value
 from ddtctl.deploy.health import judge_served
+from ddtctl.server_argv import read_launch
 
 ARGV = [
     "--model-path",
@@ -21,7 +22,7 @@ ARGV = [
 
 
 def test_expected_identity_takes_the_resolved_values_over_the_argv():
-    from_argv = expected_identity(ARGV, None)
+    from_argv = expected_identity(read_launch(ARGV), None)
     assert from_argv == {
         "speculative_algorithm": "DDTREE",
         "tp_size": 2,
@@ -29,7 +30,7 @@ def test_expected_identity_takes_the_resolved_values_over_the_argv():
         "speculative_ddtree_cuda_graph": True,  # a knob this ddtctl's catalog does not know: kept as written
     }  # mem-fraction-static is not identity; values typed as SGLang's parser types them
     resolved = expected_identity(
-        ARGV, {"tp_size": 2, "pp_size": 1, "dp_size": None, "speculative_ddtree_budget": 40}
+        read_launch(ARGV), {"tp_size": 2, "pp_size": 1, "dp_size": None, "speculative_ddtree_budget": 40}
     )
     assert resolved["tp_size"] == 2 and resolved["pp_size"] == 1 and "dp_size" not in resolved
     assert resolved["speculative_ddtree_budget"] == 40

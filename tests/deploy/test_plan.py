@@ -5,6 +5,7 @@ from __future__ import annotations
 from deploy_data import spec, state, target
 
 from ddtctl.deploy import argv_diff, describe_plan, make_plan_for_host, release_fingerprint
+from ddtctl.server_argv import read_launch
 from ddtctl.remote.ship import FileEntry, Manifest
 
 PAYLOAD = Manifest(None, {"files/a.py": FileEntry("b" * 64, 100), "files/b.py": FileEntry("c" * 64, 50)})
@@ -71,17 +72,17 @@ def test_a_changed_argv_is_a_new_release_that_stops_the_old_and_shows_the_diff()
 
 
 def test_argv_diff_lists_new_removed_and_changed_flags():
-    assert argv_diff(["--tp-size", "1", "--gone-x"], ["--tp-size", "2", "--new-x", "x"]) == [
+    assert argv_diff(["--tp-size", "1", "--gone-x"], read_launch(["--tp-size", "2", "--new-x", "x"])) == [
         ("tp-size", "1", "2"),
         ("new-x", None, "x"),
         ("gone-x", True, None),
     ]
-    assert argv_diff(None, ["--tp-size", "1"]) == [("tp-size", None, "1")]
-    assert argv_diff(["--tp-size", "1"], ["--tp-size=1"]) == []
+    assert argv_diff(None, read_launch(["--tp-size", "1"])) == [("tp-size", None, "1")]
+    assert argv_diff(["--tp-size", "1"], read_launch(["--tp-size=1"])) == []
 
 
 def test_argv_diff_reads_both_argvs_as_sglang_does():
     # a prefix, an alias and the canonical spelling are one flag; argparse's last occurrence is the value
-    assert argv_diff(["--tp", "2"], ["--tensor-parallel-size=2"]) == []
-    assert argv_diff(["--tp-size", "2", "--tp-size", "4"], ["--tp-size", "4"]) == []
-    assert argv_diff(["--model", "/a"], ["--model-path", "/b"]) == [("model-path", "/a", "/b")]
+    assert argv_diff(["--tp", "2"], read_launch(["--tensor-parallel-size=2"])) == []
+    assert argv_diff(["--tp-size", "2", "--tp-size", "4"], read_launch(["--tp-size", "4"])) == []
+    assert argv_diff(["--model", "/a"], read_launch(["--model-path", "/b"])) == [("model-path", "/a", "/b")]

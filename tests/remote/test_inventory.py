@@ -12,6 +12,7 @@ from ddtctl.argv import parse_launch_argv
 from ddtctl.deploy import DeploySpec, expected_identity, mask_env
 from ddtctl.errors import UsageError
 from ddtctl.remote.inventory import load_inventory, resolve_host
+from ddtctl.server_argv import read_launch
 
 AGENT = Path(__file__).resolve().parents[2] / "ddtctl" / "remote" / "agent.py"
 
@@ -59,7 +60,7 @@ def test_inventory_refuses_passwords_and_unknown_keys(tmp_path):
 
 def _spec(argv):
     return DeploySpec(name="p", source="p.yaml", profile_hash="0", sglang="0.5.23", gpu="H200", gpu_count=8,
-                      server_argv=argv, env={"NCCL_P2P_LEVEL": "SYS"}, health_timeout_s=60, launcher=None,
+                      launch=read_launch(argv, "0.5.23", {"NCCL_P2P_LEVEL": "SYS"}), health_timeout_s=60, launcher=None,
                       host_names=["a", "b"], model_paths=["/m"])
 
 
@@ -85,10 +86,10 @@ def test_identity_and_masking():
     argv = ["--model-path", "/m", "--speculative-algorithm", "DDTREE", "--tp-size", "8",
             "--speculative-ddtree-budget", "64", "--enable-x"]
     assert parse_launch_argv(argv, config=False).flags()["enable-x"] is True  # unknown: kept by its spelling
-    ident = expected_identity(argv, {"tp_size": 8, "speculative_algorithm": "DDTREE"})
+    ident = expected_identity(read_launch(argv), {"tp_size": 8, "speculative_algorithm": "DDTREE"})
     assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 8, "speculative_ddtree_budget": 64}
     # read as SGLang reads it: a prefix and an alias name the same flags
-    ident = expected_identity(["--model", "/m", "--speculative-algo", "DDTREE", "--tp", "4"], None)
+    ident = expected_identity(read_launch(["--model", "/m", "--speculative-algo", "DDTREE", "--tp", "4"]), None)
     assert ident == {"speculative_algorithm": "DDTREE", "tp_size": 4}
     assert mask_env({"HF_TOKEN": "x", "NCCL_P2P_LEVEL": "SYS"}) == {"HF_TOKEN": "***", "NCCL_P2P_LEVEL": "SYS"}
 

@@ -9,6 +9,7 @@ import pytest
 
 from ddtctl.errors import UsageError
 from ddtctl.tune import TuneOptions
+from ddtctl.server_argv import read_launch
 from ddtctl.tune.bench import api_key, bench_argv, load_prompts
 
 
@@ -82,8 +83,11 @@ def test_bench_argv_uses_the_custom_dataset_with_a_fixed_output_length(tmp_path)
 
 
 def test_api_key_of_the_launch():
-    assert api_key(["python", "-m", "sglang.launch_server", "--api-key", "k1", "--port", "1"]) == "k1"
-    assert api_key(["--api-key=k2"]) == "k2"
-    assert api_key(["--admin-api-key", "adm", "--port", "1"]) is None  # normal endpoints stay open then
-    assert api_key(["--api-key", "k1", "--api-key", "k2"]) == "k2"  # SGLang keeps the last (issue #33 item 2)
-    assert api_key(["sglang", "serve", "/m", "--api-ke", "k3"]) == "k3"  # a prefix argparse takes
+    def key(argv):
+        return api_key(read_launch(argv))
+
+    assert key(["--model-path", "/m", "--api-key", "k1", "--port", "1"]) == "k1"
+    assert key(["--model-path", "/m", "--api-key=k2"]) == "k2"
+    assert key(["--model-path", "/m", "--admin-api-key", "adm", "--port", "1"]) is None  # normal endpoints stay open
+    assert key(["--model-path", "/m", "--api-key", "k1", "--api-key", "k2"]) == "k2"  # SGLang keeps the last
+    assert key(["--model-path", "/m", "--api-ke", "k3"]) == "k3"  # a prefix argparse takes

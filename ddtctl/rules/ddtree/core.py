@@ -21,7 +21,7 @@ from typing import Any, Mapping
 DDTREE = "DDTREE"
 # The DDTree fields SGLang learns from the payload, with their defaults (None: derived, see resolve_ddtree).
 DDTREE_FLAGS: dict[str, Any] = {
-    "speculative_ddtree_budget": None,  # default: block_size - 1 (a chain-sized tree)
+    "speculative_ddtree_budget": None,  # default: default_budget(block size), or a schedule's widest tree
     "speculative_ddtree_topk_cap": None,  # default: the budget (no cap beyond the budget)
     "speculative_ddtree_shadow_linear": False,
     "speculative_ddtree_allow_hybrid_unsafe": False,
@@ -50,6 +50,13 @@ class DdtreeViolation:
 
 def _given(flags: Mapping[str, Any], key: str) -> bool:
     return flags.get(key) is not None
+
+
+def default_budget(block_size: int) -> int:
+    """The budget of a launch that gives none (and no schedule): a chain-sized tree, one node per draft depth
+    (block size - 1). The one place it is written: ddtctl's rules and resolution call it, and the payload's
+    worker calls its copy (ddtree_sglang.rules_core)."""
+    return max(block_size - 1, 1)
 
 
 def block_size_of(flags: Mapping[str, Any], model: Mapping[str, Any]) -> int | None:
@@ -130,7 +137,7 @@ def resolve_ddtree(flags: Mapping[str, Any], model: Mapping[str, Any]) -> dict[s
     if budget is None and schedule is not None and max(b for _, b in schedule) > CHAIN:
         budget = max(b for _, b in schedule)
     if budget is None and block is not None:
-        budget = max(block - 1, 1)
+        budget = default_budget(block)
     cap = flags.get("speculative_ddtree_topk_cap")
     if cap is None:
         cap = budget

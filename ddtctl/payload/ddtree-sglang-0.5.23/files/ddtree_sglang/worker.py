@@ -41,7 +41,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
 from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify, draft_tp_context
 
-from ddtree_sglang import draft_head, tree_prep
+from ddtree_sglang import draft_head, rules_core, tree_prep
 from ddtree_sglang import graphs, hybrid
 from ddtree_sglang.graphs import verify_graph_ready, verify_graphs_enabled
 from ddtree_sglang.schedule import WidthSchedule
@@ -115,7 +115,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self.depth = block - 1
         if self.depth < 1:
             raise DdtreeWorkerRefused(f"DDTREE needs a drafter block size >= 2, got {block}.")
-        budget = int(_spec_value(server_args, "speculative_ddtree_budget", self.depth))
+        budget = int(_spec_value(server_args, "speculative_ddtree_budget", rules_core.default_budget(block)))
         cap = _spec_value(server_args, "speculative_ddtree_topk_cap", None)
         self.shadow_linear = bool(_spec_value(server_args, "speculative_ddtree_shadow_linear", False))
         self.allow_hybrid_unsafe = bool(_spec_value(server_args, "speculative_ddtree_allow_hybrid_unsafe", False))
@@ -208,9 +208,10 @@ class DDTreeWorker(DFlashWorkerV2):
     # (draft_head.DraftTopK: static buffers the worker reads after a replayed draft pass).
     def _maybe_build_draft_sampler(self):
         server_args = getattr(self, "server_args", None)
-        depth = int(self.block_size) - 1
+        block = int(self.block_size)
+        depth = block - 1
         vocab = int(self.model_runner.model_config.vocab_size)
-        budget = int(_spec_value(server_args, "speculative_ddtree_budget", depth))
+        budget = int(_spec_value(server_args, "speculative_ddtree_budget", rules_core.default_budget(block)))
         cap = _spec_value(server_args, "speculative_ddtree_topk_cap", None)
         k = tree_prep.effective_k(depth, vocab, budget, None if cap is None else int(cap))
         lm_head = unwrap_lora_layer(getattr(self.target_worker.model_runner.model, "lm_head", None))
