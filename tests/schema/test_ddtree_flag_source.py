@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from ddtctl.overlay import smoke
-from ddtctl.rules import ddtree_core
+from ddtctl.rules.ddtree import core as ddtree_core
 from ddtctl.schema.extensions import DDTREE_FLAG_SPECS, PAYLOAD
 
 PAYLOAD_DIR = Path(__file__).resolve().parents[2] / "ddtctl" / "payload" / "ddtree-sglang-0.5.23"
