@@ -40,13 +40,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "fix_safety", "yamledit", "hub", "model_facts", "flag_typing", "argv_parser",
                       "sglang_config", "schema", "schema.*")),
     ("inputs", ("argv", "launch_tokens", "flags", "profile", "profile_*", "server_argv",
-                "schema.profile_schema", "schema.hosts", "remote.inventory", "remote.inventory.*")),
+                "schema.profile_schema", "schema.hosts", "remote.inventory", "remote.inventory.*",
+                "tune.space")),
     ("rules", ("rules", "rules.*")),
     ("local work", ("validate*", "fix", "rule_select", "repo_config", "sarif", "render*", "dryrun",
                     "diffflags", "profilediff", "migrate", "envs", "bridge", "bridge.*", "overlay",
                     "overlay.*", "kernels", "kernels.*")),
-    ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "render_host", "doctor*", "tune", "tune.*",
-               "tune_*")),
+    ("hosts", ("remote", "remote.*", "deploy", "deploy.*", "render_host", "doctor*", "tune", "tune.*")),
     ("cli", ("cli", "cli.*", "__main__")),
 )
 
