@@ -107,7 +107,10 @@ def _scan() -> list[tuple[str, str, int]]:
         rel = path.relative_to(ROOT).as_posix()
         if rel in SKIP or rel.startswith(SKIP_UNDER):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+        text = path.read_text(encoding="utf-8")
+        if not any(w in text for w in ('"-c"', '"-I"', "sys.executable")):  # nothing to see: not parsed
+            continue
+        tree = ast.parse(text, filename=rel)
         where = _functions(tree)
         found += [(rel, where.get(n, "<module>"), n.lineno) for n in ast.walk(tree) if _starts_python(n)]
     return found

@@ -260,3 +260,13 @@ def test_commands_that_need_no_host_read_no_ssh_config(tmp_path, monkeypatch):
     ran = ddtctl_main("render", prof, "--host", "good", "-i", inv_path)  # only good's block matters
     assert ran.exit_code == 0 and "127.0.0.1" not in ran.stderr, ran.output
     assert read and set(read) == {str(tmp_path / "home" / ".ssh" / "config")}
+
+
+def test_a_broken_line_outside_any_host_block_fails_every_host(tmp_path):
+    """As OpenSSH: a line that applies to every host and cannot be read fails every host (when resolved)."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Port\nHost good\n  HostName 127.0.0.1\n")
+    inv = load_inventory(_inv(tmp_path, f"ssh_config: {cfg}\nhosts:\n  good: {{}}\n"))
+    with pytest.raises(UsageError, match=r"cannot parse ssh config line 'Port'") as err:
+        resolve_host("good", inv)
+    assert err.value.where == f"{cfg}:1"

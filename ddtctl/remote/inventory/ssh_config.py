@@ -259,6 +259,16 @@ class _SshConfig:
             out["canonicalizehostname"] = out.pop(_CANON_AS.lower())
         return out
 
+    def add(self, line: str, origin: tuple[str, int]) -> None:
+        self.lines.append(line)
+        self.origins.append(origin)
+
+    def mark(self, err: UsageError, origin: tuple[str, int]) -> None:
+        """`err` stands in the current block as `DdtctlBroken N`: it fails the hosts that block applies to,
+        when one is resolved."""
+        self.add(f"  {_BROKEN_AS} {len(self.broken)}", origin)
+        self.broken.append(err)
+
     def where(self, keyword: str, value: Any = None) -> tuple[str, str]:
         """(file:line, the keyword as written) of the first line setting `keyword` (to `value`, when given and
         a line sets it so: the line a host's value came from, not another block's)."""
@@ -279,58 +289,56 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
     if not path or not os.path.isfile(path):
         return None
     cfg = _SshConfig(path, [], [])
+    _read_into(cfg, path, 0, None)
+    return cfg
 
-    def mark(err: UsageError, origin: tuple[str, int]) -> None:
-        """`err` stands in the current block: it fails the hosts that block applies to, when resolved."""
-        cfg.lines.append(f"  {_BROKEN_AS} {len(cfg.broken)}")
-        cfg.origins.append(origin)
-        cfg.broken.append(err)
 
-    def walk(file: str, depth: int, block: str | None) -> None:
-        try:
-            text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
-        except OSError as err:
-            raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
-        current = block
-        for n, raw in enumerate(text.splitlines(), 1):
-            at = f"{file}:{n}"
-            m = _SETTING.match(raw.strip())
-            key = m.group(1).lower() if m else ""
-            if m is None and raw.strip() and not raw.strip().startswith("#"):
-                if raw.strip().split()[0].lower() in ("host", "match"):  # whose block it was is unknown
-                    current = "Host *"
-                    cfg.lines.append(current)
-                    cfg.origins.append((file, n))
-                mark(UsageError(f"cannot parse ssh config line {raw.strip()[:60]!r}", where=at), (file, n))
-                continue
-            if key == "include":
-                try:
-                    if depth >= _MAX_INCLUDE_DEPTH:
-                        raise UsageError(f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=at)
-                    # (the type: ignore: key is "include" only when m matched)
-                    for inc in _include_paths(m.group(2), at):  # type: ignore[union-attr]
-                        walk(inc, depth + 1, current)
-                        cfg.lines.append(
-                            current or "Host *"
-                        )  # back to the includer's block for its next lines
-                        cfg.origins.append((file, n))
-                except UsageError as err:
-                    mark(err, (file, n))
-                continue
+def _read_into(cfg: _SshConfig, file: str, depth: int, block: str | None) -> None:
+    """`file`'s lines appended to `cfg`, its Includes inlined; `block`: the Host/Match line it was included
+    under. A line or an Include ddtctl cannot read is marked in its block (`_SshConfig.mark`)."""
+    try:
+        text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
+    except OSError as err:
+        raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
+    current = block
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        m = _SETTING.match(line)
+        key = m.group(1).lower() if m else ""
+        if m is None and line and not line.startswith("#"):
+            if line.split()[0].lower() in ("host", "match"):  # whose block follows is unknown: everyone's
+                current = "Host *"
+                cfg.add(current, (file, n))
+            cfg.mark(
+                UsageError(f"cannot parse ssh config line {line[:60]!r}", where=f"{file}:{n}"), (file, n)
+            )
+        elif key == "include":
+            _include(cfg, m.group(2), (file, n), depth, current)  # type: ignore[union-attr]  # m matched
+        else:
             if key in ("host", "match"):
                 if block is not None:
                     raise UsageError(
                         "this file, included from inside a Host/Match block, has its own Host/Match blocks; "
                         "ddtctl cannot evaluate that nesting",
-                        where=at,
+                        where=f"{file}:{n}",
                         fix="move the Include out of the Host/Match block",
                     )
-                current = raw.strip()
-            cfg.lines.append(raw)
-            cfg.origins.append((file, n))
+                current = line
+            cfg.add(raw, (file, n))
 
-    walk(path, 0, None)
-    return cfg
+
+def _include(cfg: _SshConfig, value: str, origin: tuple[str, int], depth: int, current: str | None) -> None:
+    """One `Include` line inlined; what goes wrong in it (a bad line, a file nested too deep) is marked in
+    the includer's block."""
+    at = f"{origin[0]}:{origin[1]}"
+    try:
+        if depth >= _MAX_INCLUDE_DEPTH:
+            raise UsageError(f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=at)
+        for inc in _include_paths(value, at):
+            _read_into(cfg, inc, depth + 1, current)
+            cfg.add(current or "Host *", origin)  # back to the includer's block for its next lines
+    except UsageError as err:
+        cfg.mark(err, origin)
 
 
 def _include_paths(value: str, where: str) -> list[str]:
