@@ -270,3 +270,12 @@ def test_a_broken_line_outside_any_host_block_fails_every_host(tmp_path):
     with pytest.raises(UsageError, match=r"cannot parse ssh config line 'Port'") as err:
         resolve_host("good", inv)
     assert err.value.where == f"{cfg}:1"
+
+
+@pytest.mark.parametrize("command", ["deploy", "tune"])
+def test_a_host_without_a_default_profile_is_one_line(tmp_path, command):
+    from tests.remote.labkit import ddtctl_main
+
+    inv = _inv(tmp_path, f"ssh_config: {tmp_path / 'none'}\nhosts:\n  gpu1: {{address: 10.0.0.1}}\n")
+    ran = ddtctl_main(command, "gpu1", "-i", inv)
+    assert ran.exit_code == 2 and "host gpu1 has no default profile" in ran.stderr, ran.output
