@@ -140,9 +140,6 @@ def doctor_target(host: str | None, profile: str | None, inventory: str | None) 
             raise UsageError(f"no HOST given and the inventory has {what}", where=str(inv.path), fix=fix)
         host = names[0]
     h = resolve_host(host, inv)
-    if profile is None and h.profile:
-        profile = h.profile
-        if inv.path and not profile.startswith("/"):
-            cand = inv.path.parent / profile
-            profile = str(cand) if cand.exists() else profile
+    if profile is None:
+        profile = inv.default_profile(h)
     return h, launch_from_profile(profile) if profile else Launch()

@@ -25,7 +25,7 @@ from typing import Callable, TextIO
 from ddtctl.bridge.client import ResolverClient
 from ddtctl.errors import EnvironmentMissing, UsageError
 from ddtctl.paths import cache_root
-from ddtctl.procs import run_bounded
+from ddtctl.procs import python_output, run_bounded
 from ddtctl.safeio import load_json, read_text, write_new
 
 DEFAULT_SGLANG = "0.5.23"
@@ -347,7 +347,7 @@ def _check_torch_is_cpu(venv_py: str, step: int, log) -> None:
     if step < 2:
         return
     code = "import importlib.metadata as m; print(m.version('torch'))"
-    out = run_bounded([venv_py, "-c", code], timeout_s=120, limit=1 << 20, what="the env's python")
+    out = python_output(venv_py, code, isolated=False, timeout_s=120, limit=1 << 20, what="the env's python")
     ver = out.stdout.strip()
     if out.returncode == 0 and "+cpu" not in ver:
         deps = run_bounded(

@@ -6,6 +6,10 @@ Every local subprocess ddtctl starts goes through here (tests/test_io_boundary.p
   with at most `limit` bytes and `timeout_s` seconds; on an overrun the whole process group is killed and a
   one-line error is raised (in the spirit of pre-commit's `cmd_output`). An interpreter that floods, drips or
   hangs costs at most the deadline and the bound, never the machine's memory.
+- `python_output(python, args_or_code, ...)`: `run_bounded` for another Python interpreter (the target's,
+  the managed env's): `python -I` unless told otherwise, a str is a program run with `-c`. The one way ddtctl
+  starts another Python locally to its end (tests/test_procs.py checks that no other `[python, "-c", ...]`
+  is built); `spawn_python` is its long-lived sibling (the resolver worker).
 - `spawn(cmd, ...)`: a long-lived child (the resolver bridge) in its own process group, tied to ddtctl's life;
   `kill_group(proc)` ends it with everything it started; `pump_lines` reads its output in bounded lines.
 
@@ -184,3 +188,63 @@ def run_bounded(
                 pipe.close()
     outs = [bytes(b).decode("utf-8", "replace") for b in streams.values()]
     return Completed(code, outs[0], outs[1] if len(outs) > 1 else "")
+
+
+def python_argv(
+    python: str | os.PathLike[str],
+    args_or_code: str | Sequence[str],
+    *,
+    isolated: bool = True,
+    unbuffered: bool = False,
+) -> list[str]:
+    """The argv that runs another Python: `python [-I] [-u] -c CODE` for a str, else
+    `python [-I] [-u] ARGS...` (a script and its arguments, `-m module ...`). -I (isolated: no script
+    directory, user site-packages or PYTHON* variables) unless `isolated=False`."""
+    flags = (["-I"] if isolated else []) + (["-u"] if unbuffered else [])
+    args = ["-c", args_or_code] if isinstance(args_or_code, str) else [str(a) for a in args_or_code]
+    return [str(python), *flags, *args]
+
+
+def python_output(
+    python: str | os.PathLike[str],
+    args_or_code: str | Sequence[str],
+    *,
+    timeout_s: float,
+    limit: int = DEFAULT_LIMIT,
+    what: str = "",
+    isolated: bool = True,
+    env: dict[str, str] | None = None,
+    input: str | bytes | None = None,
+    error: type[DdtctlError] = EnvironmentMissing,
+    start_error: type[DdtctlError] | None = None,
+    **kw: Any,
+) -> Completed:
+    """Run another Python interpreter to its end (`python_argv`) through `run_bounded`: at most `limit` bytes
+    of output and `timeout_s` seconds, else `error` in one line naming `what`; `start_error` when `python`
+    cannot start. `env`: its whole environment (None: ddtctl's; `isolated` ignores the PYTHON* ones)."""
+    return run_bounded(
+        python_argv(python, args_or_code, isolated=isolated),
+        timeout_s=timeout_s,
+        limit=limit,
+        what=what,
+        input=input,
+        env=env,
+        error=error,
+        start_error=start_error,
+        **kw,
+    )
+
+
+def spawn_python(
+    python: str | os.PathLike[str],
+    args_or_code: str | Sequence[str],
+    *,
+    isolated: bool = True,
+    unbuffered: bool = False,
+    error: type[DdtctlError] = EnvironmentMissing,
+    what: str = "",
+    **kw: Any,
+):
+    """`spawn` for a long-lived Python child (`python_argv`): its own process group, killed with ddtctl."""
+    argv = python_argv(python, args_or_code, isolated=isolated, unbuffered=unbuffered)
+    return spawn(argv, error=error, what=what, **kw)

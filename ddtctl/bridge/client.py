@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ddtctl.errors import DdtctlError
-from ddtctl.procs import MAX_LINE, OVERFLOW, kill_group, pump_lines, spawn
+from ddtctl.procs import MAX_LINE, OVERFLOW, kill_group, pump_lines, spawn_python
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "resolver_worker.py"
 # Characters on stdout that are not protocol lines (each counted 1 KiB more), before the worker is killed:
@@ -104,10 +104,12 @@ class ResolverClient:
         self._stderr = collections.deque(maxlen=200)
         self._noise = 0
         # -I: do not put the script's directory or the user's site-packages on sys.path. Its own process
-        # group, tied to ddtctl's life (procs.spawn): a kill ends whatever it started too.
+        # group, tied to ddtctl's life (procs.spawn_python): a kill ends whatever it started too.
         try:
-            self.proc = spawn(
-                [self.python, "-I", "-u", self.script],
+            self.proc = spawn_python(
+                self.python,
+                [self.script],
+                unbuffered=True,
                 what="the resolver",
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -108,17 +108,13 @@ def deploy(
     if profile is None:
         if host is None:
             raise UsageError("nothing to deploy", fix="ddtctl deploy HOST --profile PROFILE")
-        h = resolve_host(host, inv)
-        if not h.profile:
+        profile = inv.default_profile(resolve_host(host, inv))
+        if not profile:
             raise UsageError(
                 f"host {host} has no default profile",
                 where=str(inv.path or "inventory"),
                 fix="pass --profile or set `profile:` for the host",
             )
-        profile = h.profile
-        if inv.path and not profile.startswith("/"):
-            cand = inv.path.parent / profile
-            profile = str(cand) if cand.exists() else profile
     spec = spec_from_profile(profile, host=host, algo=algo, payload_dir=payload)
     hosts = [resolve_host(n, inv) for n in spec.host_names]
 

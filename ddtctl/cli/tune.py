@@ -173,11 +173,9 @@ def tune(
     inv = load_inventory(inventory)
     h = resolve_host(host, inv)
     if profile is None:
-        if not h.profile:
+        profile = inv.default_profile(h)
+        if not profile:
             raise UsageError(f"host {host} has no default profile", fix="pass --profile")
-        profile = h.profile
-        if inv.path and not profile.startswith("/") and (inv.path.parent / profile).exists():
-            profile = str(inv.path.parent / profile)
     opts = TuneOptions(
         space=load_space(space) if space else None,
         baseline=baseline,

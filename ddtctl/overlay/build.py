@@ -40,7 +40,7 @@ from ddtctl.overlay.source import (
 )
 from ddtctl.overlay.udiff import PatchError, apply_patch
 from ddtctl.paths import overlay_root
-from ddtctl.procs import run_bounded
+from ddtctl.procs import python_output
 from ddtctl.safeio import load_json, owned_dir_state, write_bytes_new, write_new
 
 TOOLS = ("installer.py", "smoke.py")
@@ -104,7 +104,7 @@ def _site_of(python: Path) -> Path:
         "import importlib.util,os;s=importlib.util.find_spec('sglang');"
         "print(os.path.dirname(list(s.submodule_search_locations)[0]) if s else '')"
     )
-    out = run_bounded([str(python), "-I", "-c", code], timeout_s=60, limit=1 << 20, what=str(python))
+    out = python_output(python, code, timeout_s=60, limit=1 << 20, what=str(python))
     root = out.stdout.strip()
     if out.returncode != 0 or not root:
         raise EnvironmentMissing(
@@ -255,8 +255,9 @@ def byte_compile(python: Path, pairs: list[tuple[Path, Path]]) -> None:
         "        print(e.msg.strip().splitlines()[-1] + ' in ' + src); sys.exit(1)\n"
     )
     payload = json.dumps([[str(s), str(d)] for s, d in pairs])
-    out = run_bounded(
-        [str(python), "-I", "-c", code],
+    out = python_output(
+        python,
+        code,
         input=payload,
         timeout_s=300,
         limit=8 << 20,
@@ -386,8 +387,9 @@ def _build_locked(m: SourceManifest, target: Target, build_dir: Path, reuse: boo
 def _retag(python: Path, pairs: list[tuple[Path, Path]]) -> list[tuple[Path, Path]]:
     if Path(python).resolve() == Path(sys.executable).resolve():
         return pairs
-    tag = run_bounded(
-        [str(python), "-I", "-c", "import sys;print(sys.implementation.cache_tag)"],
+    tag = python_output(
+        python,
+        "import sys;print(sys.implementation.cache_tag)",
         timeout_s=60,
         limit=1 << 20,
         what=f"the target interpreter {python}",

@@ -19,7 +19,7 @@ from ddtctl.errors import EnvironmentMissing, OverlayError
 from ddtctl.overlay import installer
 from ddtctl.overlay.build import BuildResult, Target, build, cache_root, resolve_target
 from ddtctl.overlay.source import load_built_manifest, load_source_manifest
-from ddtctl.procs import run_bounded
+from ddtctl.procs import python_output
 
 _HERE = Path(__file__).resolve().parent
 
@@ -33,10 +33,19 @@ RUN_OUTPUT_LIMIT = 32 * 1024 * 1024  # an installer's or smoke check's output: a
 
 
 def _run_json(
-    cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None
+    python: Path,
+    args: list[str],
+    *,
+    timeout: float,
+    what: str,
+    isolated: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any], str]:
-    proc = run_bounded(
-        cmd,
+    """`python ARGS` (procs.python_output) whose last stdout line is a JSON object: (exit, it, stderr)."""
+    proc = python_output(
+        python,
+        args,
+        isolated=isolated,
         timeout_s=timeout,
         limit=RUN_OUTPUT_LIMIT,
         what=what,
@@ -68,9 +77,7 @@ def run_installer(
     # Always ddtctl's own installer: a payload directory's installer.py is the payload's file, never code we
     # run (issue #14: `overlay install --payload DIR` executed DIR/installer.py).
     script = _HERE / "installer.py"
-    cmd = [
-        str(target.python),
-        "-I",
+    args = [
         str(script),
         command,
         "--sglang-root",
@@ -79,8 +86,8 @@ def run_installer(
         str(state_dir or default_state_dir(target.sglang_root)),
     ]
     if payload_dir is not None:
-        cmd += ["--payload", str(payload_dir)]
-    rc, out, _ = _run_json(cmd, timeout=timeout, what=f"installer {command}")
+        args += ["--payload", str(payload_dir)]
+    rc, out, _ = _run_json(target.python, args, timeout=timeout, what=f"installer {command}")
     if not out.get("ok"):
         raise OverlayError(
             out.get("error") or f"installer {command} failed (exit {rc})", where=str(target.sglang_root)
@@ -237,16 +244,19 @@ def verify(
         view = build_result.view_dir
         smoke = build_result.payload_dir / "smoke.py"
         pid = build_result.payload_id
-    cmd = [str(target.python), str(smoke), "--checks", ",".join(wanted)]
+    args = [str(smoke), "--checks", ",".join(wanted)]
     env = None
     if view is not None:
-        cmd += ["--view", str(view)]
+        args += ["--view", str(view)]
     else:  # the install checked is the one in --sglang-root, also when that is not the interpreter's own
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(target.sglang_root)] + [p for p in [env.get("PYTHONPATH")] if p]
         )
-    _, out, stderr = _run_json(cmd, timeout=timeout, what="smoke checks", env=env)
+    # not -I: the smoke checks read PYTHONPATH (the install checked in --sglang-root)
+    _, out, stderr = _run_json(
+        target.python, args, timeout=timeout, what="smoke checks", isolated=False, env=env
+    )
     return VerifyResult(
         bool(out.get("ok")),
         target.python,

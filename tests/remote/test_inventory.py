@@ -197,3 +197,85 @@ def test_no_inventory_anywhere_says_where_it_looked(tmp_path, monkeypatch):
     assert f"searched {deep / 'hosts.yaml'} and its {len(deep.parents)} parent directories" in msg
     assert "$DDTCTL_INVENTORY is unset" in msg and "hosts.example.yaml" in err.value.fix
     assert "known hosts: none" not in msg
+
+
+# -- one bad ~/.ssh/config entry fails only its own host (issue #33 item 5) ----------------------------------------
+# Each breaks the `Host bad` block (line 4 on) of a config whose `Host good` block is fine: (the lines, what
+# resolving bad says, the line it names).
+BROKEN_BLOCKS = {
+    "include": ('Include "unclosed\n', "bad Include line: No closing quotation", 5),
+    "unparsable": ("HostName 10.0.0.9\n  Port\n", "cannot parse ssh config line 'Port'", 6),
+    "port": ("HostName 10.0.0.9\n  Port 99999\n", "port must be between 1 and 65535, got '99999'", 6),
+    "hostname": ("HostName a;b\n", "invalid ssh_config HostName 'a;b'", 5),
+    "keyword": ("HostName 10.0.0.9\n  FooBar yes\n", "ssh_config keyword FooBar (host bad) is unknown", 6),
+}
+
+
+def _broken_setup(tmp_path: Path, block: str) -> tuple[Path, Path]:
+    """HOME/.ssh/config with a good and a broken block, and an inventory listing both hosts."""
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    cfg = ssh / "config"
+    cfg.write_text(f"Host good\n  HostName 127.0.0.1\n  User deploy\nHost bad\n  {block}")
+    inv = _inv(tmp_path, "hosts:\n  good: {profile: p.yaml}\n  bad: {}\n")
+    return cfg, inv
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_BLOCKS))
+def test_a_broken_ssh_config_block_fails_only_its_host(tmp_path, monkeypatch, case):
+    block, needle, line = BROKEN_BLOCKS[case]
+    cfg, inv_path = _broken_setup(tmp_path, block)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    inv = load_inventory(inv_path)  # reads no ssh_config: every host is resolved when it is asked for
+    good = resolve_host("good", inv)
+    assert (good.address, good.user) == ("127.0.0.1", "deploy")
+    assert inv.default_profile(good) == "p.yaml"  # no such file beside the inventory: as written
+    (tmp_path / "p.yaml").write_text("")
+    assert inv.default_profile(good) == str(tmp_path / "p.yaml")
+    for loaded in (inv, load_inventory(inv_path)):  # resolved later, or first
+        with pytest.raises(UsageError) as err:
+            resolve_host("bad", loaded)
+        assert err.value.where == f"{cfg}:{line}" and needle in err.value.message, str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_commands_that_need_no_host_read_no_ssh_config(tmp_path, monkeypatch):
+    from ddtctl.remote.inventory import ssh_config
+    from tests.remote.labkit import ddtctl_main
+
+    _, inv_path = _broken_setup(tmp_path, BROKEN_BLOCKS["include"][0])
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DDTCTL_INVENTORY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    prof = tmp_path / "p.yaml"
+    prof.write_text("name: p\nsglang: '0.5.23'\nhost: good\nhardware: {gpu: H200, count: 1}\n"
+                    "model: {path: /m, architecture: Qwen3ForCausalLM}\nserver: {}\n")
+    read = []
+    real = ssh_config.read_regular
+    monkeypatch.setattr(ssh_config, "read_regular", lambda p, *a, **k: read.append(str(p)) or real(p, *a, **k))
+    for args in (("validate", inv_path), ("validate", prof), ("render", prof), ("rules",)):
+        ran = ddtctl_main(*args)
+        assert ran.exit_code == 0, (args, ran.output)
+    assert read == []
+    ran = ddtctl_main("render", prof, "--host", "good", "-i", inv_path)  # only good's block matters
+    assert ran.exit_code == 0 and "127.0.0.1" not in ran.stderr, ran.output
+    assert read and set(read) == {str(tmp_path / "home" / ".ssh" / "config")}
+
+
+def test_a_broken_line_outside_any_host_block_fails_every_host(tmp_path):
+    """As OpenSSH: a line that applies to every host and cannot be read fails every host (when resolved)."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Port\nHost good\n  HostName 127.0.0.1\n")
+    inv = load_inventory(_inv(tmp_path, f"ssh_config: {cfg}\nhosts:\n  good: {{}}\n"))
+    with pytest.raises(UsageError, match=r"cannot parse ssh config line 'Port'") as err:
+        resolve_host("good", inv)
+    assert err.value.where == f"{cfg}:1"
+
+
+@pytest.mark.parametrize("command", ["deploy", "tune"])
+def test_a_host_without_a_default_profile_is_one_line(tmp_path, command):
+    from tests.remote.labkit import ddtctl_main
+
+    inv = _inv(tmp_path, f"ssh_config: {tmp_path / 'none'}\nhosts:\n  gpu1: {{address: 10.0.0.1}}\n")
+    ran = ddtctl_main(command, "gpu1", "-i", inv)
+    assert ran.exit_code == 2 and "host gpu1 has no default profile" in ran.stderr, ran.output

@@ -1,6 +1,7 @@
 """`ddtctl validate --inventory hosts.yaml` (and an inventory met in `validate DIR`): the inventory file
 checked by the loader every command reads it with, host by host so that every bad host is reported, and each
-host's `profile:` resolved as deploy and tune resolve it and read as a profile. Nothing connects anywhere."""
+host's `profile:` resolved as deploy and tune resolve it and read as a profile. Nothing connects anywhere, and
+no ssh_config is read (it is read when a command resolves a host, for that host)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def check_inventory(path: str | Path) -> InventoryCheck:
     for name, entry in entries:
         out.hosts.append(name)
         try:
-            host = inventory_host(name, entry, data, where=str(p))
+            host = inventory_host(name, entry, data, where=str(p), read_ssh_config=False)
         except UsageError as err:
             out.errors.append(err)
             continue

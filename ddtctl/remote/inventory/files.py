@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ddtctl.errors import UsageError
@@ -93,10 +94,36 @@ def load_inventory(path: str | os.PathLike | None = None, *, ssh_config: str | N
             return Inventory(path=None, hosts={}, searched=[str(x) for x in searched])
         p = found
     data = read_inventory_data(p)
-    hosts = {}
-    for name, entry in host_entries(data, str(p)):
-        hosts[name] = inventory_host(name, entry, data, where=str(p), ssh_config=ssh_config)
-    return Inventory(path=p, hosts=hosts)
+    entries = dict(host_entries(data, str(p)))
+    for name, entry in entries.items():  # the file's own errors, at load; ssh_config is read per host, later
+        inventory_host(name, entry, data, where=str(p), read_ssh_config=False)
+    return Inventory(path=p, hosts=_Hosts(entries, data, str(p), ssh_config))
+
+
+class _Hosts(Mapping[str, Host]):
+    """The inventory's hosts by name, each resolved (its ssh_config block read) the first time it is asked
+    for: a broken `~/.ssh/config` block of one host fails that host, not every command (issue #33 item 5)."""
+
+    def __init__(self, entries: dict[str, dict], data: dict, where: str, ssh_config: str | None) -> None:
+        self._entries, self._data, self._where, self._ssh_config = entries, data, where, ssh_config
+        self._resolved: dict[str, Host] = {}
+
+    def __getitem__(self, name: str) -> Host:
+        if name not in self._resolved:
+            entry = self._entries[name]  # KeyError for a name not in the inventory, as a dict
+            self._resolved[name] = inventory_host(
+                name, entry, self._data, where=self._where, ssh_config=self._ssh_config
+            )
+        return self._resolved[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
 
 
 def read_inventory_data(p: Path) -> dict:
@@ -131,13 +158,27 @@ def host_entries(data: dict, where: str):
         yield str(name), entry or {}
 
 
-def inventory_host(name: str, entry: dict, data: dict, *, where: str, ssh_config: str | None = None) -> Host:
-    """One host of the parsed inventory: its entry, the `defaults:` and the ssh config resolved."""
+def inventory_host(
+    name: str,
+    entry: dict,
+    data: dict,
+    *,
+    where: str,
+    ssh_config: str | None = None,
+    read_ssh_config: bool = True,
+) -> Host:
+    """One host of the parsed inventory: its entry, the `defaults:` and (unless `read_ssh_config=False`) the
+    ssh config resolved."""
     defaults = data.get("defaults") or {}
     if data.get("known_hosts") and "known_hosts" not in defaults:
         defaults = {**defaults, "known_hosts": data["known_hosts"]}
     return make_host(
-        name, entry, defaults=defaults, ssh_config=ssh_config or data.get("ssh_config"), where=where
+        name,
+        entry,
+        defaults=defaults,
+        ssh_config=ssh_config or data.get("ssh_config"),
+        where=where,
+        read_ssh_config=read_ssh_config,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,8 +90,19 @@ class Host:
 @dataclass
 class Inventory:
     path: Path | None
-    hosts: dict[str, Host]
+    # name -> Host; load_inventory's resolves each host (reads its ssh_config block) when first asked for
+    hosts: Mapping[str, Host]
     searched: list[str] = field(default_factory=list)  # where hosts.yaml was looked for, when none was found
+
+    def default_profile(self, host: Host) -> str | None:
+        """`host`'s own profile (hosts.yaml `profile:`): the file beside the inventory when it is there
+        (deploy, doctor and tune look there first), else as written; None when the host has none."""
+        profile = host.profile
+        if profile and self.path and not profile.startswith("/"):
+            beside = self.path.parent / profile
+            if beside.exists():
+                return str(beside)
+        return profile or None
 
     def missing(self) -> str:
         """Where hosts.yaml was looked for, when none was found."""

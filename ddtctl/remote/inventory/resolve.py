@@ -23,8 +23,10 @@ def make_host(
     defaults: dict[str, Any] | None = None,
     ssh_config: str | None = None,
     where: str = "inventory",
+    read_ssh_config: bool = True,
 ) -> Host:
-    """Resolve one inventory entry (plus defaults and ssh config) to a Host."""
+    """Resolve one inventory entry (plus defaults and ssh config) to a Host. `read_ssh_config=False`: the
+    entry's own keys and values checked, no ssh_config read (what loading the inventory and `validate` do)."""
     merged: dict[str, Any] = dict(defaults or {})
     merged.update(entry or {})
     here = f"{where}: hosts.{name}"
@@ -51,7 +53,7 @@ def make_host(
             fix=f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(_HOST_KEYS))}",
         )
     _check_types(merged, here)
-    return _resolve(name, merged, ssh_config, here)
+    return _resolve(name, merged, ssh_config, here, read_ssh_config=read_ssh_config)
 
 
 _STRINGS = ("address", "user", "python", "work_dir", "profile", "nvidia_smi", "sglang_root", "known_hosts")
@@ -95,13 +97,15 @@ def _resolve(
     proxies: bool = True,
     depth: int = 0,
     hint: str | None = None,
+    read_ssh_config: bool = True,
 ) -> Host:
     """A Host from inventory settings plus ssh_config. `hop_of`: this is a ProxyJump hop of that host (it
     inherits its known_hosts and connect timeout); `proxies`: honour this host's own
     ProxyJump/ProxyCommand."""
-    cfg = _load_ssh_config(ssh_config)
+    cfg = _load_ssh_config(ssh_config) if read_ssh_config else None
     alias, address, user, port_set, user_set, sshc = _names(name, merged, cfg, here, proxies)
-    port = port_set or int(_number(sshc.get("port") or 22, "port", here, lo=1, hi=65535, integer=True))
+    port_at = cfg.where("port", sshc["port"])[0] if cfg and sshc.get("port") else here
+    port = port_set or int(_number(sshc.get("port") or 22, "port", port_at, lo=1, hi=65535, integer=True))
     keys: list[str] = []
     if merged.get("key"):
         keys = [merged["key"]] if isinstance(merged["key"], str) else list(merged["key"])
@@ -113,10 +117,13 @@ def _resolve(
         raise UsageError("env must be a mapping of NAME: value", where=here)
     known_hosts, more = _known_hosts_files(merged, sshc, hop_of)
     fallback_timeout = hop_of.connect_timeout_s if hop_of is not None else 10
+    timeout_at = here
+    if cfg and _set(merged, "connect_timeout_s") is None and sshc.get("connecttimeout"):
+        timeout_at = cfg.where("connecttimeout", sshc["connecttimeout"])[0]
     connect_timeout = _number(
         _or(_set(merged, "connect_timeout_s"), sshc.get("connecttimeout") or fallback_timeout),
         "connect_timeout_s",
-        here,
+        timeout_at,
         lo=0.1,
         hi=3600,
     )
@@ -190,10 +197,11 @@ def _names(
     address = str(sshc.get("hostname") or alias)  # an ssh-config alias resolves through its HostName
     user = user_set or sshc.get("user") or os.environ.get("USER") or _whoami()
     if cfg:  # what ssh_config resolved to: checked before any ProxyCommand could run with it
-        check_host(address, what="ssh_config HostName", where=cfg.where("hostname")[0])
-        check_user(user, what="ssh_config User", where=cfg.where("user")[0])
+        check_host(address, what="ssh_config HostName", where=cfg.where("hostname", address)[0])
+        check_user(user, what="ssh_config User", where=cfg.where("user", user)[0])
         if sshc.get("proxycommand") and not sshc.get("user"):
-            check_user(_whoami(), what="local user (ProxyCommand %r)", where=cfg.where("proxycommand")[0])
+            at = cfg.where("proxycommand", sshc["proxycommand"])[0]
+            check_user(_whoami(), what="local user (ProxyCommand %r)", where=at)
     return alias, address, user, port_set, user_set, sshc
 
 

@@ -36,7 +36,7 @@ import glob
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddtctl.errors import UsageError
@@ -50,6 +50,9 @@ _MAX_INCLUDE_DEPTH = 16  # OpenSSH's READCONF_MAX_DEPTH
 
 _CANON = re.compile(r"^(\s*)canonicalizehostname\b", re.IGNORECASE)
 _CANON_AS = "DdtctlCanonicalizeHostname"
+# A line (or an Include) ddtctl cannot read stands in its block as `DdtctlBroken N` (the Nth error): it fails
+# only the hosts that block applies to, when one of them is resolved, not every command that reads the file.
+_BROKEN_AS = "DdtctlBroken"
 
 
 _SSH_HONOURED = frozenset(
@@ -216,6 +219,7 @@ class _SshConfig:
     path: str
     lines: list[str]
     origins: list[tuple[str, int]]
+    broken: list[UsageError] = field(default_factory=list)  # what each `DdtctlBroken N` line stands for
 
     def lookup(self, alias: str, *, user: str | None = None, port: int | None = None) -> dict[str, Any]:
         import paramiko
@@ -249,46 +253,68 @@ class _SshConfig:
             ) from None
         # paramiko always returns hostname (the alias itself when no block matched)
         out = dict(found)
+        if _BROKEN_AS.lower() in out:  # a block that applies to this host has a line ddtctl cannot read
+            raise self.broken[int(out[_BROKEN_AS.lower()])]
         if _CANON_AS.lower() in out:
             out["canonicalizehostname"] = out.pop(_CANON_AS.lower())
         return out
 
-    def where(self, keyword: str) -> tuple[str, str]:
-        """(file:line, the keyword as written) of the first line setting `keyword`."""
+    def add(self, line: str, origin: tuple[str, int]) -> None:
+        self.lines.append(line)
+        self.origins.append(origin)
+
+    def mark(self, err: UsageError, origin: tuple[str, int]) -> None:
+        """`err` stands in the current block as `DdtctlBroken N`: it fails the hosts that block applies to,
+        when one is resolved."""
+        self.add(f"  {_BROKEN_AS} {len(self.broken)}", origin)
+        self.broken.append(err)
+
+    def where(self, keyword: str, value: Any = None) -> tuple[str, str]:
+        """(file:line, the keyword as written) of the first line setting `keyword` (to `value`, when given and
+        a line sets it so: the line a host's value came from, not another block's)."""
+        found = []
         for line, (path, n) in zip(self.lines, self.origins, strict=True):
             m = _SETTING.match(line.strip())
             if m and m.group(1).lower() == keyword:
-                return f"{path}:{n}", m.group(1)
-        return self.path, keyword
+                found.append((f"{path}:{n}", m.group(1), m.group(2).strip()))
+        wanted = [str(v) for v in value] if isinstance(value, list) else [] if value is None else [str(value)]
+        for at, name, text in found:
+            if text in wanted or text.strip('"') in wanted:
+                return at, name
+        return (found[0][0], found[0][1]) if found else (self.path, keyword)
 
 
 def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
     path = _expand(ssh_config_path or "~/.ssh/config")
     if not path or not os.path.isfile(path):
         return None
-    lines: list[str] = []
-    origins: list[tuple[str, int]] = []
+    cfg = _SshConfig(path, [], [])
+    _read_into(cfg, path, 0, None)
+    return cfg
 
-    def walk(file: str, depth: int, block: str | None) -> None:
-        try:
-            text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
-        except OSError as err:
-            raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
-        current = block
-        for n, raw in enumerate(text.splitlines(), 1):
-            m = _SETTING.match(raw.strip())
-            key = m.group(1).lower() if m else ""
-            if key == "include":
-                if depth >= _MAX_INCLUDE_DEPTH:
-                    raise UsageError(
-                        f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=f"{file}:{n}"
-                    )
-                # (the type: ignore: key is "include" only when m matched)
-                for inc in _include_paths(m.group(2), f"{file}:{n}"):  # type: ignore[union-attr]
-                    walk(inc, depth + 1, current)
-                    lines.append(current or "Host *")  # back to the includer's block for its next lines
-                    origins.append((file, n))
-                continue
+
+def _read_into(cfg: _SshConfig, file: str, depth: int, block: str | None) -> None:
+    """`file`'s lines appended to `cfg`, its Includes inlined; `block`: the Host/Match line it was included
+    under. A line or an Include ddtctl cannot read is marked in its block (`_SshConfig.mark`)."""
+    try:
+        text = read_regular(file, 1 << 20, what="ssh config").decode("utf-8", "replace")  # no FIFO
+    except OSError as err:
+        raise UsageError(f"cannot read ssh config: {err.strerror or err}", where=file) from None
+    current = block
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        m = _SETTING.match(line)
+        key = m.group(1).lower() if m else ""
+        if m is None and line and not line.startswith("#"):
+            if line.split()[0].lower() in ("host", "match"):  # whose block follows is unknown: everyone's
+                current = "Host *"
+                cfg.add(current, (file, n))
+            cfg.mark(
+                UsageError(f"cannot parse ssh config line {line[:60]!r}", where=f"{file}:{n}"), (file, n)
+            )
+        elif key == "include":
+            _include(cfg, m.group(2), (file, n), depth, current)  # type: ignore[union-attr]  # m matched
+        else:
             if key in ("host", "match"):
                 if block is not None:
                     raise UsageError(
@@ -297,12 +323,22 @@ def _load_ssh_config(ssh_config_path: str | None) -> _SshConfig | None:
                         where=f"{file}:{n}",
                         fix="move the Include out of the Host/Match block",
                     )
-                current = raw.strip()
-            lines.append(raw)
-            origins.append((file, n))
+                current = line
+            cfg.add(raw, (file, n))
 
-    walk(path, 0, None)
-    return _SshConfig(path, lines, origins)
+
+def _include(cfg: _SshConfig, value: str, origin: tuple[str, int], depth: int, current: str | None) -> None:
+    """One `Include` line inlined; what goes wrong in it (a bad line, a file nested too deep) is marked in
+    the includer's block."""
+    at = f"{origin[0]}:{origin[1]}"
+    try:
+        if depth >= _MAX_INCLUDE_DEPTH:
+            raise UsageError(f"Include nested more than {_MAX_INCLUDE_DEPTH} deep", where=at)
+        for inc in _include_paths(value, at):
+            _read_into(cfg, inc, depth + 1, current)
+            cfg.add(current or "Host *", origin)  # back to the includer's block for its next lines
+    except UsageError as err:
+        cfg.mark(err, origin)
 
 
 def _include_paths(value: str, where: str) -> list[str]:
