@@ -366,12 +366,25 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     from ddtctl.remote.inventory import load_inventory
 
     inv = load_inventory(inventory)
-    hosts = list(inv.hosts.values())
-    rows: list[dict] = [
-        {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
-        for h in hosts
-    ]
+    hosts: list = []
+    rows: list[dict] = []
+    unresolved: list[tuple[str, DdtctlError]] = []
+    for name in inv.hosts:  # each host resolves on its own: one broken ssh_config block is its row's error
+        try:
+            h = inv.hosts[name]
+        except DdtctlError as err:
+            unresolved.append((name, err))
+            continue
+        hosts.append(h)
+        rows.append(
+            {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
+        )
     code = _probe_rows(hosts, rows, trust_new_host) if probe and hosts else ExitCode.OK
+    for name, problem in unresolved:  # the table lists every host; the exit code is the first one's error's
+        rows.append({"host": name, "address": None, "user": None, "port": None, "profile": None,
+                     "status": None, "healthy": False, "error": problem})  # fmt: skip
+    if unresolved:
+        code = unresolved[0][1].exit_code
     if fmt == OutputFormat.json:
         emit_json(
             "status",
@@ -401,6 +414,10 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     for col in cols:
         table.add_column(col, no_wrap=col in ("host", "address", "release"))
     for r in rows:
+        if r["address"] is None:  # its inventory or ssh_config entry does not resolve: the error below
+            unresolved = [r["host"], "(unresolved)", "-", "-"] + ["-"] * (3 * probe)
+            table.add_row(*(escape(str(c)) for c in unresolved))
+            continue
         cells = [
             r["host"],
             f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"],

@@ -279,3 +279,24 @@ def test_a_host_without_a_default_profile_is_one_line(tmp_path, command):
     inv = _inv(tmp_path, f"ssh_config: {tmp_path / 'none'}\nhosts:\n  gpu1: {{address: 10.0.0.1}}\n")
     ran = ddtctl_main(command, "gpu1", "-i", inv)
     assert ran.exit_code == 2 and "host gpu1 has no default profile" in ran.stderr, ran.output
+
+
+def test_status_without_a_host_lists_every_host_and_names_the_one_that_does_not_resolve(tmp_path, monkeypatch):
+    """`ddtctl status` (the inventory's table, no connection): a broken ssh_config block is that host's row and its
+    one-line error, not the end of the table; the exit code is that error's."""
+    import json
+
+    from tests.remote.labkit import ddtctl_main
+
+    cfg, inv_path = _broken_setup(tmp_path, BROKEN_BLOCKS["port"][0])
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ran = ddtctl_main("status", "-i", inv_path)
+    assert ran.exit_code == 2, ran.output
+    lines = ran.stdout.splitlines()
+    assert any(ln.split()[:2] == ["good", "127.0.0.1"] for ln in lines), ran.stdout
+    assert any(ln.split()[:2] == ["bad", "(unresolved)"] for ln in lines), ran.stdout
+    assert f"{cfg}:6" in ran.stdout and "port must be between 1 and 65535" in ran.stdout
+    ran = ddtctl_main("status", "-i", inv_path, "--format", "json")
+    hosts = {h["host"]: h for h in json.loads(ran.stdout)["results"]["hosts"]}
+    assert ran.exit_code == 2 and hosts["good"]["address"] == "127.0.0.1" and hosts["good"]["error"] is None
+    assert hosts["bad"]["address"] is None and "port must be between" in hosts["bad"]["error"]["message"]
