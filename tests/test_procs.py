@@ -12,6 +12,7 @@ import pytest
 from ddtctl import elsewhere
 from ddtctl.errors import EnvironmentMissing, OverlayError
 from ddtctl.procs import python_argv, python_output
+from tests.test_io_boundary import _qualname_map as _functions
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "ddtctl"
@@ -67,19 +68,6 @@ REMOTE = {
 }
 SKIP = {"ddtctl/procs.py"} | {f"ddtctl/{e.path}" for e in elsewhere.FILES}
 SKIP_UNDER = tuple(f"ddtctl/{t.path}" for t in elsewhere.TREES)
-
-
-def _functions(tree: ast.AST) -> dict[ast.AST, str]:
-    out: dict[ast.AST, str] = {}
-
-    def visit(node: ast.AST, name: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            here = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else name
-            out[child] = here
-            visit(child, here)
-
-    visit(tree, "<module>")
-    return out
 
 
 def _starts_python(node: ast.AST) -> bool:
