@@ -361,15 +361,13 @@ def _probe_rows(hosts: list, rows: list[dict], trust_new_host: bool) -> int:
     return code
 
 
-def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
-    """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
-    from ddtctl.remote.inventory import load_inventory
-
-    inv = load_inventory(inventory)
+def _inventory_rows(inv) -> tuple[list, list[dict], list[tuple[str, DdtctlError]]]:
+    """The hosts that resolve with their table rows, and (name, error) of those that do not: each host
+    resolves on its own, so one broken ssh_config block is its row's error, not the end of the table."""
     hosts: list = []
     rows: list[dict] = []
     unresolved: list[tuple[str, DdtctlError]] = []
-    for name in inv.hosts:  # each host resolves on its own: one broken ssh_config block is its row's error
+    for name in inv.hosts:
         try:
             h = inv.hosts[name]
         except DdtctlError as err:
@@ -379,6 +377,15 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
         rows.append(
             {"host": h.name, "address": h.address, "user": h.user, "port": h.port, "profile": h.profile}
         )
+    return hosts, rows, unresolved
+
+
+def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
+    """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
+    from ddtctl.remote.inventory import load_inventory
+
+    inv = load_inventory(inventory)
+    hosts, rows, unresolved = _inventory_rows(inv)
     code = _probe_rows(hosts, rows, trust_new_host) if probe and hosts else ExitCode.OK
     for name, problem in unresolved:  # the table lists every host; the exit code is the first one's error's
         rows.append({"host": name, "address": None, "user": None, "port": None, "profile": None,
