@@ -3,7 +3,8 @@
 #   H200 (> 100 GB): the flagship shape, Qwen3.6-27B-shaped GDN hybrid at tp 1: DFLASH, the DDTREE budget schedule
 #                    and DDTREE B=127, public-acceptance drafter, batch 1/8/32, the whole call;
 #   H100:            the exactness suites first (dense float32 worker suite + GDN-hybrid bf16 suite, both with the
-#                    budget-schedule server), then the 8B shape's DFLASH / schedule / B=127 table in the time left.
+#                    budget-schedule server, one suite after the other), then the 8B shape's DFLASH / schedule /
+#                    B=127 table if CALL_S leaves over 150 s (CALL_S=600 does).
 # Needs .carry/ (tools/fetch_gpu_carry.sh) carried. Usage on the device: OUT=$OUT bash bench/one_gpu_call.sh
 # Env: CALL_S (seconds for the whole command, default 555), SCHEDULE (default 2:127,4:64,8:16,0).
 set -uo pipefail
@@ -20,7 +21,7 @@ if [ "$mem" -gt 100000 ]; then
   T=qwen36-27b C=DFLASH:16
 else
   T=qwen3-8b C=
-  ONLY_E2E=1 CALL_S=${E2E_S:-330} bash bench/step_cost_x4.sh > "$OUT/e2e_summary.txt" 2>&1 || rc=1
+  ONLY_E2E=1 CALL_S=${E2E_S:-440} bash bench/step_cost_x4.sh > "$OUT/e2e_summary.txt" 2>&1 || rc=1
   grep -E "^=== |RESULT|EXTRAS|CLAIMS|FAIL|sched" "$OUT/e2e_summary.txt" | cut -c1-220 | tail -40
 fi
 left=$((CALL_S - ($(date +%s) - start)))
