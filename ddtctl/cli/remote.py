@@ -169,25 +169,29 @@ def facts(
 ) -> None:
     """GPUs, CUDA, python, SGLang, disk, ports, our server, and model configs of HOST."""
     from ddtctl.deploy import host_facts
+    from ddtctl.remote.inventory import load_inventory, resolve_host
 
-    h = _resolve(host, inventory)
+    inv = load_inventory(inventory)
+    h = resolve_host(host, inv)
     models = list(model or [])
-    if not models and h.profile:
-        try:
-            from ddtctl.profile import load_profile
+    skipped = None  # why the host's profile named no model dirs to fetch, when it did not load
+    profile = None if models else inv.default_profile(h)  # the file deploy, doctor and tune would use
+    if profile:
+        from ddtctl.profile import load_profile
 
-            p = load_profile(h.profile).profile
-            models = [p.model.path] + (
-                [str(p.server["speculative-draft-model-path"])]
-                if "speculative-draft-model-path" in p.server
-                else []
-            )
-        except Exception:
-            models = []
+        try:
+            p = load_profile(profile).profile
+        except DdtctlError as err:
+            skipped = f"no model config fetched: the host's profile does not load: {err.one_line()}"
+        else:
+            draft = p.server.get("speculative-draft-model-path")
+            models = [p.model.path] + ([str(draft)] if draft else [])
     f = host_facts(h, model_paths=models, trust_new_host=trust_new_host)
     if fmt == OutputFormat.json:
-        emit_json("facts", f.to_json())
+        emit_json("facts", dict(f.to_json(), warnings=[skipped] if skipped else []))
         return
+    if skipped:
+        stderr_console().print(f"warning: {skipped} (fix: --model DIR)", markup=False)
     from rich.markup import escape
 
     con = stdout_console()

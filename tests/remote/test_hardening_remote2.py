@@ -437,3 +437,31 @@ def test_nothing_under_ddtctl_names_a_host_outside_the_validators_path():
                         f"with the reason): {found}"
     assert {(rel, fn) for rel, fn, _, _ in _sink_calls()} >= {("ddtctl/remote/inventory/ssh_config.py", "lookup"),
                                                              ("ddtctl/remote/transport.py", "_connect")}
+
+
+@pytest.mark.ssh
+def test_facts_fetches_the_model_configs_of_the_hosts_own_profile_and_says_when_it_does_not_load(lab):
+    """`ddtctl facts HOST` without --model reads the profile deploy would use (Inventory.default_profile: the file
+    beside the inventory); a profile that does not load is a warning that names why, not a silent skip."""
+    import yaml
+
+    lab.trust()
+    lab.profile("lab")  # beside the inventory, named relative to it
+    doc = yaml.safe_load(lab.inventory.read_text())
+    inv = lab.root / "facts-hosts.yaml"
+    for profile, loads in (("lab.yaml", True), ("broken.yaml", False)):
+        doc["hosts"]["lo"]["profile"] = profile
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+        (lab.root / "broken.yaml").write_text("name: [unclosed\n")
+        run = ddtctl("facts", "lo", "-i", inv, "--format", "json", timeout=120)
+        assert run.returncode == 0, run.stderr
+        facts = json.loads(run.stdout)["results"]
+        if loads:
+            assert set(facts["models"]) == {str(lab.models / "target"), str(lab.models / "draft")}
+            assert facts["warnings"] == []
+        else:
+            assert facts["models"] == {} and len(facts["warnings"]) == 1
+            assert facts["warnings"][0].startswith("no model config fetched: the host's profile does not load")
+            assert "broken.yaml" in facts["warnings"][0]
+            text = ddtctl("facts", "lo", "-i", inv, timeout=120)
+            assert text.returncode == 0 and "warning: no model config fetched" in text.stderr
