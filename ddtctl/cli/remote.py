@@ -384,6 +384,27 @@ def _inventory_rows(inv) -> tuple[list, list[dict], list[tuple[str, DdtctlError]
     return hosts, rows, unresolved
 
 
+def _status_cells(r: dict, probe: bool) -> list:
+    """One host's cells in the inventory table (with `probe`: its release, server and health too)."""
+    if r["address"] is None:  # its inventory or ssh_config entry does not resolve: the error under the table
+        return [r["host"], "(unresolved)", "-", "-"] + ["-"] * (3 * probe)
+    cells = [
+        r["host"],
+        f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"],
+        r["user"],
+        r["profile"] or "-",
+    ]
+    if not probe:
+        return cells
+    st = r["status"]
+    if st is None:
+        return cells + ["-", "unreachable", "-"]
+    srv = st.get("server") or {}
+    server = f"pid {srv.get('pid')} port {srv.get('port')}" if srv.get("running") else "not running"
+    health = "ok" if r["healthy"] else (f"/health {st.get('health')}" if srv.get("running") else "-")
+    return cells + [st.get("current") or "none", server, health]
+
+
 def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt: OutputFormat) -> int:
     """`ddtctl status` without HOST: a row per inventory host; with `probe`, their host_status (parallel)."""
     from ddtctl.remote.inventory import load_inventory
@@ -425,30 +446,7 @@ def _status_all(inventory: str | None, *, probe: bool, trust_new_host: bool, fmt
     for col in cols:
         table.add_column(col, no_wrap=col in ("host", "address", "release"))
     for r in rows:
-        if r["address"] is None:  # its inventory or ssh_config entry does not resolve: the error below
-            unresolved = [r["host"], "(unresolved)", "-", "-"] + ["-"] * (3 * probe)
-            table.add_row(*(escape(str(c)) for c in unresolved))
-            continue
-        cells = [
-            r["host"],
-            f"{r['address']}:{r['port']}" if r["port"] != 22 else r["address"],
-            r["user"],
-            r["profile"] or "-",
-        ]
-        if probe:
-            st = r["status"]
-            if st is None:
-                cells += ["-", "unreachable", "-"]
-            else:
-                srv = st.get("server") or {}
-                server = (
-                    f"pid {srv.get('pid')} port {srv.get('port')}" if srv.get("running") else "not running"
-                )
-                health = (
-                    "ok" if r["healthy"] else (f"/health {st.get('health')}" if srv.get("running") else "-")
-                )
-                cells += [st.get("current") or "none", server, health]
-        table.add_row(*(escape(str(c)) for c in cells))  # plain text, never markup
+        table.add_row(*(escape(str(c)) for c in _status_cells(r, probe)))  # plain text, never markup
     con = stdout_console()
     con.print(table)
     for r in rows:
