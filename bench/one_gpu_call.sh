@@ -4,7 +4,8 @@
 #                    and DDTREE B=127, public-acceptance drafter, batch 1/8/32, the whole call;
 #   H100:            the 8B shape's DFLASH / schedule / B=127 table; with E2E=1 the exactness suites first (dense
 #                    float32 worker suite + GDN-hybrid bf16 suite, both with the budget-schedule server, one suite
-#                    after the other) and the table only if CALL_S leaves over 150 s.
+#                    after the other) and the table only if CALL_S leaves over 150 s; without E2E=1, after the
+#                    table, the GDN-hybrid suite's plain / DFLASH / B=15 / B=64 / schedule servers if 170 s are left.
 # Servers run one at a time in the order plain (the public drafter's oracle), DFLASH, schedule, B=127; one that would
 # start with under 90 s left is skipped, so B=127 is the first to go.
 # Needs .carry/ (tools/fetch_gpu_carry.sh) carried. Usage on the device: OUT=$OUT bash bench/one_gpu_call.sh
@@ -47,4 +48,14 @@ echo "# throughput: target $T, $left s left"
 SKIP_E2E=1 TARGET=$T LANES=0 DRAFTERS=public BUDGETS=127 SYNC_BUDGETS= BATCHES=1,8,32 \
   SCHEDULE=${SCHEDULE:-2:127,4:64,8:16,0} CAPS=$C PROFILE= DDTREE_LOG_INTERVAL=25 \
   THROUGHPUT_ARGS="--new-tokens 128 --server-s 90 --servers $servers" CALL_S=$left bash bench/step_cost_x4.sh || rc=1
+left=$((CALL_S - ($(date +%s) - start)))
+if [ "$mem" -le 100000 ] && [ "${E2E:-0}" != 1 ] && [ "$left" -gt 170 ]; then  # the time left: the budget schedule's
+  # exactness in a GDN-hybrid server (bf16), beside plain, DFLASH and B=15 / B=64 (the two-block GDN verify)
+  echo "# hybrid exactness, $left s left"
+  OUT=$OUT/e2e-hybrid DDTREE_E2E_WORK=/tmp/ddtree-e2e-hybrid CUDA_VISIBLE_DEVICES=0 timeout $((left - 5)) \
+    python3 bench/sglang_e2e_gpu.py --target hybrid --dtype bfloat16 --suite hybrid --port-base 32000 --budgets 15 \
+    --only plain-g0,dflash-g1,ddtree-b15-g1,ddtree-b64-g1-rows,ddtree-sched-g1 --budget-s $((left - 25)) \
+    > "$OUT/e2e_hybrid.log" 2>&1 || rc=1
+  grep -v whl "$OUT/e2e_hybrid.log" | grep -vE "^\s+! " | tail -30 | cut -c1-220
+fi
 exit $rc
