@@ -329,3 +329,56 @@ def test_the_hybrid_suite_measures_dflashs_logprob_noise_whatever_the_graphs(e2e
     servers = e2e.suite_servers("hybrid", graphs, [15, 32], mk)
     assert any(s.algo == "DFLASH" and s.extras for s in servers)
     assert any(s.algo == "DDTREE" and s.extras for s in servers)
+
+
+def test_servers_start_after_the_plain_reference_and_a_few_at_a_time(e2e, monkeypatch, tmp_path):
+    """run_all's start order with stand-in servers (no SGLang here): a server "starts" when start() is called and
+    is healthy a moment later. Nothing starts beside plain before plain is up, and no more than max_starting
+    servers are starting at once (on 2026-12-07, 12 servers importing SGLang together on 16 cores left plain
+    unhealthy past the suite's deadline)."""
+    import threading
+    import time
+
+    lock = threading.Lock()
+    events: list[tuple[str, str]] = []
+    starting: set[str] = set()
+    peak = [0]
+
+    class Proc:
+        returncode = None
+
+        def poll(self):
+            return None
+
+    def start(s, *_):
+        with lock:
+            events.append(("start", s.name))
+            starting.add(s.name)
+            peak[0] = max(peak[0], len(starting) - ("plain-g0" in starting))
+        s.proc, s.status = Proc(), "starting"
+
+    def wait_healthy(s, deadline):
+        time.sleep(0.2 if s.algo == "plain" else 0.05)
+        with lock:
+            starting.discard(s.name)
+            events.append(("healthy", s.name))
+        s.status, s.startup_s = "healthy", 0.1
+        return True
+
+    def generate_all(s, reqs):
+        s.outputs = [[1, 2, 3] for _ in reqs]
+
+    monkeypatch.setattr(e2e, "start", start)
+    monkeypatch.setattr(e2e, "wait_healthy", wait_healthy)
+    monkeypatch.setattr(e2e, "generate_all", generate_all)
+    monkeypatch.setattr(e2e, "stop", lambda s: None)
+    servers = [e2e.Server("plain-g0", "plain", False, port=1)]
+    servers += [e2e.Server(f"ddtree-b{i}-g1", "DDTREE", True, i, oracle=True, port=2 + i) for i in range(9)]
+    ref = e2e.run_all(servers, tmp_path, tmp_path, {}, tmp_path / "oracle.json", [([1], 3), ([2], 3)], 120.0,
+                      max_starting=3)
+
+    assert ref == [[1, 2, 3], [1, 2, 3]]
+    assert all(s.status == "done" for s in servers), [(s.name, s.status, s.error) for s in servers]
+    assert events.index(("healthy", "plain-g0")) < min(i for i, (what, name) in enumerate(events)
+                                                       if what == "start" and name != "plain-g0")
+    assert peak[0] == 3  # bounded, and the bound was reached (9 servers, 3 at a time)
