@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One device call on one GPU for issue #30 (notes/budget-schedule.md), picked by the card it lands on:
 #   H200 (> 100 GB): the flagship shape, Qwen3.6-27B-shaped GDN hybrid at tp 1: DFLASH, the DDTREE budget schedule
-#                    and DDTREE B=127, public-acceptance drafter, batch 1/8/32, the whole call;
+#                    and DDTREE B=127 (SGLang's accept walk), public-acceptance drafter, batch 1/8/32, the whole call;
 #   H100:            the 8B shape's DFLASH / schedule / B=127 table; with E2E=1 the exactness suites first (dense
 #                    float32 worker suite + GDN-hybrid bf16 suite, both with the budget-schedule server, one suite
 #                    after the other) and the table only if CALL_S leaves over 150 s; without E2E=1, after the
 #                    table, the GDN-hybrid suite's plain / DFLASH / B=15 / B=64 / schedule servers if 170 s are left.
-# Servers run one at a time in the order plain (the public drafter's oracle), DFLASH, schedule, B=127; one that would
-# start with under 90 s left is skipped, so B=127 is the first to go.
+# Servers run one at a time in the order plain (the public drafter's oracle), DFLASH, schedule, B=127 with SGLang's
+# walk; one that would start with under 90 s left is skipped, so the last is the first to go.
 # Needs .carry/ (tools/fetch_gpu_carry.sh) carried. Usage on the device: OUT=$OUT bash bench/one_gpu_call.sh
 # Env: CALL_S (seconds for the whole command, default 555), SCHEDULE (default 2:127,4:64,8:16,0), E2E=1 (H100: the
 #      exactness suites before the 8B table; off by default since 2026-12-07: the suites' 28 servers need the whole
@@ -23,7 +23,7 @@ start=$(date +%s)
 CALL_S=${CALL_S:-555}
 [ -f .carry/jit_cache.tar.gz ] && tar xzf .carry/jit_cache.tar.gz -C "$HOME" 2>/dev/null && echo "# JIT caches unpacked"
 save_jit_cache() {
-  (cd "$HOME" && tar czf /tmp/jit_cache.tar.gz --exclude='.cache/pip' .triton/cache .cache 2>/dev/null)
+  (cd "$HOME" && tar czf /tmp/jit_cache.tar.gz --exclude='.cache/pip' --exclude='.cache/ddtctl' .triton/cache .cache 2>/dev/null)
   local size; size=$(stat -c %s /tmp/jit_cache.tar.gz 2>/dev/null || echo 0)
   echo "# JIT caches: $size bytes"
   [ "$size" -gt 0 ] && [ "$size" -lt 15000000 ] && cp /tmp/jit_cache.tar.gz "$OUT/"
@@ -31,7 +31,10 @@ save_jit_cache() {
 trap save_jit_cache EXIT
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 echo "# $(date -u '+%F %T UTC') $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) ($mem MiB)"
-servers=dflash-public,ddtree-sched-public,ddtree-b127-public
+# ddtree-b127-public-sglangwalk: B=127 walked by SGLang's verify_tree_greedy_triton (DDTREE_ACCEPT=sglang), the A/B of
+# the builder's walk at batch 1, where the schedule's row fell from 15.96 to 18.75 ms a step between two H100 calls
+# (2026-12-07 08:54 with SGLang's walk, 15:44 with the builder's; DFLASH 12.99 -> 13.50)
+servers=dflash-public,ddtree-sched-public,ddtree-b127-public-sglangwalk
 rc=0
 if [ "$mem" -gt 100000 ]; then
   T=qwen36-27b C=DFLASH:16
@@ -47,7 +50,8 @@ echo "# throughput: target $T, $left s left"
 [ "$left" -gt 150 ] || { echo "too little time left for the throughput servers"; exit $rc; }
 SKIP_E2E=1 TARGET=$T LANES=0 DRAFTERS=public BUDGETS=127 SYNC_BUDGETS= BATCHES=1,8,32 \
   SCHEDULE=${SCHEDULE:-2:127,4:64,8:16,0} CAPS=$C PROFILE= DDTREE_LOG_INTERVAL=25 \
-  THROUGHPUT_ARGS="--new-tokens 128 --server-s 90 --servers $servers" CALL_S=$left bash bench/step_cost_x4.sh || rc=1
+  THROUGHPUT_ARGS="--new-tokens 128 --server-s 90 --repeats 2 --servers $servers \
+  --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang" CALL_S=$left bash bench/step_cost_x4.sh || rc=1
 left=$((CALL_S - ($(date +%s) - start)))
 if [ "$mem" -le 100000 ] && [ "${E2E:-0}" != 1 ] && [ "$left" -gt 170 ]; then  # the time left: the budget schedule's
   # exactness in a GDN-hybrid server (bf16), beside plain, DFLASH and B=15 / B=64 (the two-block GDN verify)
