@@ -198,6 +198,21 @@ def _require_lock(params: dict) -> None:
         raise AgentError("the deploy lock is not held by this caller; refusing to change the host")
 
 
+def _stop_group(proc) -> None:
+    """Stop a child started with start_new_session=True and all it started: SIGTERM to its process
+    group, SIGKILL after 5 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run_locked(argv, params: dict, *, timeout: float, **kw) -> int:
     """Run a long step (installer, warm-up) and stop it when the caller loses the deploy lock (its connection
     died: nobody is left to act on the result, and a new deploy may take the lock). Returns the exit status
@@ -212,16 +227,7 @@ def _run_locked(argv, params: dict, *, timeout: float, **kw) -> int:
             pass
         lost = not _lock_held_by(token)
         if lost or time.time() > deadline:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    proc.wait(timeout=5)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            _stop_group(proc)
             if lost:
                 raise AgentError(
                     "the deploy lock was lost (its holder's connection dropped); stopped %s"
@@ -404,6 +410,7 @@ CHECKUP_DISTS = (
 )
 CHECKUP_REQUIRES = ("torch", "nvidia-nccl", "cuda-python", "flashinfer")
 MAX_TOPOLOGY = 64 * 1024
+MAX_BENCH_INPUT = 64 * 1024 * 1024  # a bench request's stdin: the benchmark's env and its prompts dataset
 MAX_MODEL_WALK = 20000  # directory entries a model dir walk visits before it stops (and says so)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -1300,7 +1307,13 @@ def op_bench(params: dict):
     goes to a file there, never into memory whole). stdin carries one JSON object that must stay off the
     command line: `env` (added to the benchmark's environment: the server's API key) and `prompts` (a
     JSON-lines dataset, written there and passed as --dataset-path). The directory is removed afterwards."""
-    extra = json.loads(sys.stdin.read() or "{}")
+    raw = sys.stdin.read(MAX_BENCH_INPUT + 1)
+    if len(raw) > MAX_BENCH_INPUT:
+        raise AgentError(
+            "the benchmark's input (its env and prompts dataset) is over %d MiB; use a smaller prompts file"
+            % (MAX_BENCH_INPUT >> 20)
+        )
+    extra = json.loads(raw or "{}")
     argv = [str(a) for a in params["argv"]]
     timeout = float(params["timeout_s"])
     limit = int(params.get("tail_bytes", 3000))
@@ -1316,17 +1329,19 @@ def op_bench(params: dict):
             argv += ["--dataset-path", os.path.join(d, "prompts.jsonl")]
         try:
             with _open_private_log(log) as f:
-                rc = subprocess.run(
+                proc = subprocess.Popen(
                     argv + ["--output-file", out],
                     stdin=subprocess.DEVNULL,
                     stdout=f,
                     stderr=subprocess.STDOUT,
-                    timeout=timeout,
                     env=env,
-                ).returncode
-            tail = _tail(log, limit)
-        except subprocess.TimeoutExpired:
-            rc, tail = 124, "the benchmark timed out after %gs" % timeout
+                    start_new_session=True,  # a timeout stops the client's own workers too
+                )
+            try:
+                rc, tail = proc.wait(timeout=timeout), _tail(log, limit)
+            except subprocess.TimeoutExpired:
+                _stop_group(proc)
+                rc, tail = 124, "the benchmark timed out after %gs" % timeout
         except OSError as err:
             rc, tail = 127, "cannot run the benchmark: %s" % err
         rows = _json_rows(out, 16 << 20)

@@ -9,6 +9,8 @@ import importlib.util
 import io
 import json
 import sys
+import time
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,39 @@ def test_a_bench_reply_of_another_shape_names_the_field_and_bench_is_not_batched
         p.Bench(("x",), 1).parse({"rc": 0, "tail": "", "rows": [[1]], "elapsed_s": 0.1})
     with pytest.raises(agent.AgentError, match="'bench' cannot be batched"):
         agent.OPS["batch"]({"ops": [["bench", {"argv": ["x"], "timeout_s": 1}]]})
+
+
+def test_a_timeout_stops_the_benchmarks_own_children_too(agent, monkeypatch, tmp_path):
+    """A load generator that starts workers (here: one sleeping grandchild): on a timeout the whole process group
+    goes, not only the process the agent started."""
+    pid_file = tmp_path / "grandchild.pid"
+    spawner = (
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid))\n"
+        "time.sleep(60)\n"
+    )
+    reply = _bench(agent, monkeypatch, p.Bench((sys.executable, "-c", spawner), 2))
+    assert reply.rc == 124 and "timed out" in reply.tail
+    pid = int(pid_file.read_text())
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return True
+        return state in ("Z", "X")  # a zombie nobody reaped yet has stopped running
+
+    deadline = time.time() + 5
+    while not gone() and time.time() < deadline:
+        time.sleep(0.05)
+    assert gone(), f"the benchmark's child {pid} outlived the timeout"
+
+
+def test_a_bench_input_over_the_limit_is_refused_before_anything_runs(agent, monkeypatch, tmp_path):
+    monkeypatch.setattr(agent, "MAX_BENCH_INPUT", 1024)
+    marker = tmp_path / "ran"
+    req = p.Bench((sys.executable, "-c", f"open({str(marker)!r}, 'w')"), 5, prompts="x" * 2000)
+    with pytest.raises(agent.AgentError, match=r"input \(its env and prompts dataset\) is over 0 MiB"):
+        _bench(agent, monkeypatch, req)
+    assert not marker.exists()
