@@ -39,15 +39,16 @@ echo "# $(date -u '+%F %T UTC') $(nvidia-smi --query-gpu=name --format=csv,nohea
 # (2026-12-07 08:54 with SGLang's walk, 15:44 with the builder's; DFLASH 12.99 -> 13.50)
 servers=dflash-public,ddtree-sched-public,ddtree-b127-public-sglangwalk
 rc=0
-if [ "$mem" -gt 100000 ]; then
-  T=qwen36-27b C=DFLASH:16
-else
-  T=qwen3-8b C=
-fi
-if [ "$mem" -le 100000 ] && [ "${E2E:-0}" = 1 ]; then
-  ONLY_E2E=1 CALL_S=${E2E_S:-440} bash bench/step_cost_x4.sh > "$OUT/e2e_summary.txt" 2>&1 || rc=1
+exactness() {  # [env...]: bench/step_cost_x4.sh's exactness suites, their verdict lines printed
+  env "$@" ONLY_E2E=1 bash bench/step_cost_x4.sh > "$OUT/e2e_summary.txt" 2>&1 || rc=1
   grep -E "^=== |RESULT|EXTRAS|CLAIMS|FAIL|sched" "$OUT/e2e_summary.txt" | cut -c1-220 | tail -40
+}
+if [ "$mem" -gt 100000 ]; then
+  T=qwen36-27b C=DFLASH:16 h100=0
+else
+  T=qwen3-8b C= h100=1
 fi
+[ "$h100" = 1 ] && [ "${E2E:-0}" = 1 ] && exactness CALL_S="${E2E_S:-440}"
 left=$((CALL_S - ($(date +%s) - start)))
 echo "# throughput: target $T, $left s left"
 [ "$left" -gt 150 ] || { echo "too little time left for the throughput servers"; exit $rc; }
@@ -56,13 +57,9 @@ SKIP_E2E=1 TARGET=$T LANES=0 DRAFTERS=public BUDGETS=127 SYNC_BUDGETS= BATCHES=1
   THROUGHPUT_ARGS="--new-tokens 128 --server-s 90 --repeats 2 --servers $servers \
   --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang" CALL_S=$left bash bench/step_cost_x4.sh || rc=1
 left=$((CALL_S - ($(date +%s) - start)))
-if [ "$mem" -le 100000 ] && [ "${E2E:-0}" != 1 ] && [ "$left" -gt 170 ]; then  # the time left: the budget schedule's
+if [ "$h100" = 1 ] && [ "${E2E:-0}" != 1 ] && [ "$left" -gt 170 ]; then  # the time left: the budget schedule's
   # exactness in a GDN-hybrid server (bf16), beside plain, DFLASH and B=15 / B=64 (the two-block GDN verify)
   echo "# hybrid exactness, $left s left"
-  OUT=$OUT/e2e-hybrid DDTREE_E2E_WORK=/tmp/ddtree-e2e-hybrid CUDA_VISIBLE_DEVICES=0 timeout $((left - 5)) \
-    python3 bench/sglang_e2e_gpu.py --target hybrid --dtype bfloat16 --suite hybrid --port-base 32000 --budgets 15 \
-    --only plain-g0,dflash-g1,ddtree-b15-g1,ddtree-b64-g1-rows,ddtree-sched-g1 --budget-s $((left - 25)) \
-    > "$OUT/e2e_hybrid.log" 2>&1 || rc=1
-  grep -v whl "$OUT/e2e_hybrid.log" | grep -vE "^\s+! " | tail -30 | cut -c1-220
+  exactness CALL_S="$left" E2E_SUITES=hybrid E2E_ONLY=plain-g0,dflash-g1,ddtree-b15-g1,ddtree-b64-g1-rows,ddtree-sched-g1
 fi
 exit $rc

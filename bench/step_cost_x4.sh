@@ -13,7 +13,8 @@
 #      CALL_S (seconds this call may use), SCHEDULE (a DDTREE budget schedule, e.g. 2:127,4:64,8:16,0: one more
 #      DDTREE server per drafter, ddtree-sched-<drafter>, whose verify width follows the live batch), PROFILE= (empty:
 #      no profiler steps), CAPS (e.g. DFLASH:16: --max-running-requests per algorithm), ONLY_E2E=1 (the exactness
-#      suites alone, one after the other on GPU 0, E2E_BUDGETS their DDTREE budgets).
+#      suites alone, one after the other on GPU 0, E2E_BUDGETS their DDTREE budgets, E2E_SUITES=dense,hybrid which
+#      of them, E2E_ONLY a comma list of their server names).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/step-cost-out} NCCL_NVLS_ENABLE=0
@@ -22,15 +23,17 @@ CALL_S=${CALL_S:-560}
 e2e() {  # target dtype suite port-base budgets
   OUT=$OUT/e2e-$1 DDTREE_E2E_WORK=/tmp/ddtree-e2e-$1 CUDA_VISIBLE_DEVICES=0 timeout $((CALL_S - 10)) \
     python3 bench/sglang_e2e_gpu.py --target "$1" --dtype "$2" --suite "$3" --port-base "$4" --budgets "$5" \
-    --budget-s $((CALL_S - 60)) > "$OUT/e2e_$1.log" 2>&1
+    --budget-s $((CALL_S - 60)) ${E2E_ONLY:+--only "$E2E_ONLY"} > "$OUT/e2e_$1.log" 2>&1
 }
 if [ "${ONLY_E2E:-0}" = 1 ]; then  # the exactness suites alone on one GPU, one after the other: together, 28
   # servers of mem-fraction 0.15 left some no KV cache on an 80 GB H100 (2026-12-07: "Loaded weights leave no GPU
   # memory for the KV cache"), and a suite's servers already start together
-  half=$((CALL_S / 2)); rc=0
-  CALL_S=$half e2e dense float32 worker 31000 "${E2E_BUDGETS:-15}" || rc=1
-  CALL_S=$half e2e hybrid bfloat16 hybrid 32000 "${E2E_BUDGETS:-15}" || rc=1
-  for t in dense hybrid; do echo "=== e2e $t"; grep -v whl "$OUT/e2e_$t.log" | tail -40; done
+  suites=${E2E_SUITES:-dense,hybrid}; share=$((CALL_S / $(tr ',' '\n' <<< "$suites" | wc -l))); rc=0
+  case ",$suites," in *,dense,*) CALL_S=$share e2e dense float32 worker 31000 "${E2E_BUDGETS:-15}" || rc=1;; esac
+  case ",$suites," in *,hybrid,*) CALL_S=$share e2e hybrid bfloat16 hybrid 32000 "${E2E_BUDGETS:-15}" || rc=1;; esac
+  for t in dense hybrid; do
+    [ -f "$OUT/e2e_$t.log" ] && { echo "=== e2e $t"; grep -v whl "$OUT/e2e_$t.log" | tail -40; }
+  done
   exit $rc
 fi
 pids=()
