@@ -919,7 +919,8 @@ def main() -> int:
                          "logprob on the informative model, run 6) far below the greedy margins")
     ap.add_argument("--only", default="", help="comma-separated server names (debugging)")
     ap.add_argument("--max-starting", type=int, default=5,
-                    help="servers starting at a time after the plain reference (16 cores: 5 import in ~60 s)")
+                    help="servers starting at a time after the plain reference (2026-12-07: 12 started together "
+                         "on 16 cores were not up within 100 s)")
     ap.add_argument("--port-base", type=int, default=31000, help="servers listen on port-base + 1, + 2, ...")
     ap.add_argument("--setup-only", action="store_true",
                     help="install the carried wheels into the work dir's site/ and stop (for other GPU scripts)")
