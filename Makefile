@@ -17,10 +17,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Debian packages the real-component tests need (OpenSSH server for the SSH suite, git for pre-commit).
+# Debian packages the real-component tests need (OpenSSH server for the SSH suite, git for pre-commit, xz for the
+# device call's JIT-cache archive in tests/bench/test_one_gpu_call.py).
 system-deps:
 	@command -v sshd >/dev/null 2>&1 || test -x /usr/sbin/sshd || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null)
+	@command -v xz >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xz-utils >/dev/null)
 
 run: setup
 	$(BIN)/ddtctl validate profiles/
