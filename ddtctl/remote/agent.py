@@ -1307,13 +1307,13 @@ def op_bench(params: dict):
     goes to a file there, never into memory whole). stdin carries one JSON object that must stay off the
     command line: `env` (added to the benchmark's environment: the server's API key) and `prompts` (a
     JSON-lines dataset, written there and passed as --dataset-path). The directory is removed afterwards."""
-    raw = sys.stdin.read(MAX_BENCH_INPUT + 1)
+    raw = sys.stdin.buffer.read(MAX_BENCH_INPUT + 1)  # bytes, as the bound says (text would count characters)
     if len(raw) > MAX_BENCH_INPUT:
         raise AgentError(
             "the benchmark's input (its env and prompts dataset) is over %d MiB; use a smaller prompts file"
             % (MAX_BENCH_INPUT >> 20)
         )
-    extra = json.loads(raw or "{}")
+    extra = json.loads(raw or b"{}")
     argv = [str(a) for a in params["argv"]]
     timeout = float(params["timeout_s"])
     limit = int(params.get("tail_bytes", 3000))

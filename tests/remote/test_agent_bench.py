@@ -10,7 +10,6 @@ import io
 import json
 import sys
 import time
-import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,7 @@ def agent(tmp_path):
 
 def _bench(agent, monkeypatch, request: p.Bench) -> p.BenchReply:
     """The request as it travels: its parameters through JSON, its stdin on the agent's stdin."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO(request.stdin().decode()))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(request.stdin())))
     params = json.loads(json.dumps(request.params()))
     return request.parse(json.loads(json.dumps(agent.OPS["bench"](params))))
 
@@ -128,3 +127,13 @@ def test_a_bench_input_over_the_limit_is_refused_before_anything_runs(agent, mon
     with pytest.raises(agent.AgentError, match=r"input \(its env and prompts dataset\) is over 0 MiB"):
         _bench(agent, monkeypatch, req)
     assert not marker.exists()
+
+
+def test_the_bench_input_bound_counts_bytes_not_characters(agent, monkeypatch):
+    """700 two-byte characters: under the 1024 limit as text, over it as the bytes that cross the wire."""
+    monkeypatch.setattr(agent, "MAX_BENCH_INPUT", 1024)
+    raw = json.dumps({"env": {}, "prompts": "é" * 700}, ensure_ascii=False).encode()
+    assert len(raw.decode()) < 1024 < len(raw)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    with pytest.raises(agent.AgentError, match="is over 0 MiB"):
+        agent.OPS["bench"]({"argv": [sys.executable, "-c", "pass"], "timeout_s": 5})
