@@ -536,10 +536,33 @@ def plan(args) -> list[Bench]:
             for budget in (int(x) for x in budgets.split(",") if x):
                 mk(f"ddtree-b{budget}-{drafter}-{variant}", "DDTREE", budget, drafter)
                 out[-1].extra_env, out[-1].variant = dict(env), variant
-    if args.servers:
-        keep = set(args.servers.split(","))
-        out = [b for b in out if b.name in keep or b.algo == "plain"]
+    if args.servers:  # in the order named, plain first: a call that runs out of time loses the last ones
+        named = [x for x in args.servers.split(",") if x]
+        unknown = sorted(set(named) - {b.name for b in out})
+        if unknown:
+            raise SystemExit(f"--servers {','.join(unknown)}: not planned by these options; planned: "
+                             f"{', '.join(b.name for b in out)}")
+        out = [b for b in out if b.algo == "plain"] + sorted(
+            (b for b in out if b.name in named and b.algo != "plain"), key=lambda b: named.index(b.name))
     return out
+
+
+def run_order(benches: list[Bench], args) -> list[Bench]:
+    """The order servers start in (one at a time per GPU): --servers' own order when given (plan keeps it);
+    otherwise plain first (the oracle drafters' source), then the random drafter's servers, the oracle drafters'
+    last."""
+    if args.servers:
+        return list(benches)
+    return sorted(benches, key=lambda b: (b.algo != "plain", b.drafter in ORACLE_DRAFTERS))
+
+
+# a start-up that ran out of GPU memory on a GPU found idle fails the same way again: no second start
+MEMORY_FAILURES = ("CUDA out of memory", "OutOfMemoryError", "Not enough memory",
+                   "leave no GPU memory", "Not enough GPU memory")
+
+
+def failed_for_memory(log_text: str) -> bool:
+    return any(m in log_text for m in MEMORY_FAILURES)
 
 
 def main() -> int:
@@ -618,8 +641,7 @@ def main() -> int:
         target, draft = make_models(args.target)
         vocab = spec["target"]["vocab_size"]
         reqs = prompts(max(args.batches), vocab)
-        # plain first (the calibrated drafter's oracle), then the random drafter's servers, calibrated last
-        queue = sorted(benches, key=lambda b: (b.algo != "plain", b.drafter in ORACLE_DRAFTERS))
+        queue = run_order(benches, args)
         lock, oracle_ready = threading.Lock(), threading.Event()
 
         def lane(gpu):
@@ -638,7 +660,8 @@ def main() -> int:
                 start(b, target, draft, env, oracle, args, spec)
                 try:
                     healthy = e2e.wait_healthy(b, deadline - 20)  # same health loop as the e2e script
-                    if not healthy and b.status == "died" and deadline - time.monotonic() > args.server_s:
+                    if not healthy and b.status == "died" and deadline - time.monotonic() > args.server_s \
+                            and not failed_for_memory(b.log_path.read_text(errors="replace")):
                         log(f"{b.name}: died at start-up, once more: {b.error}")
                         (WORK / "logs" / f"{b.name}.first.log").write_text(b.log_path.read_text(errors="replace"))
                         wait_gpu_idle(gpu)

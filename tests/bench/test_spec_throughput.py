@@ -249,3 +249,29 @@ def test_caps_limit_one_algorithms_running_requests_and_bad_caps_exit(st):
     argv = st.server_argv(dflash, st.Path("/t"), st.Path("/d"), True, caps["dflash-random"], False)
     assert argv[argv.index("--max-running-requests") + 1] == "16"
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "16"
+
+
+def test_named_servers_start_in_the_order_named_after_plain(st):
+    """--servers is also the start order (a call that runs out of time loses the last named); without it plain
+    starts first, then the random drafter's servers, the oracle drafters' last."""
+    named = "dflash-public,ddtree-b127-public,dflash-random,ddtree-b64-random"
+    args = _args(drafter="public,random", budgets="127,64", servers=named)
+    order = [b.name for b in st.run_order(st.plan(args), args)]
+    assert order == ["plain", *named.split(",")]
+    every = _args(drafter="public,random", budgets="64")
+    assert [b.name for b in st.run_order(st.plan(every), every)] == [
+        "plain", "dflash-random", "ddtree-b64-random", "dflash-public", "ddtree-b64-public"]
+
+
+def test_a_server_name_the_plan_does_not_hold_stops_the_call(st):
+    with pytest.raises(SystemExit, match="--servers ddtree-b127-random: not planned"):
+        st.plan(_args(drafter="random", budgets="64", servers="dflash-random,ddtree-b127-random"))
+
+
+def test_a_start_up_out_of_gpu_memory_is_not_tried_again(st):
+    """A server that died for memory on a GPU found idle dies the same way again: no second start (a 27B start
+    costs 75-125 s of a scarce call); other deaths are tried once more."""
+    assert st.failed_for_memory("RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache.")
+    assert st.failed_for_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.40 GiB")
+    assert st.failed_for_memory("Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static")
+    assert not st.failed_for_memory("RuntimeError: NCCL error: unhandled system error")
