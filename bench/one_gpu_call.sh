@@ -81,7 +81,7 @@ elif [ "$h100" = 0 ]; then  # H200: the flagship table at batch 1 / 8 / 32 (DFLA
 else  # H100: the flagship shape's batch-1 goals first; the 8B table if its DFLASH did not come
   table t27b-bs1 qwen36-27b 1 public,calibrated,random 127,64 \
     dflash-public,ddtree-b127-public,dflash-calibrated,ddtree-b127-calibrated,dflash-random,ddtree-b64-random \
-    "" "" 130 "$(left)" --new-tokens 256
+    "" "" 130 "$(left)" --new-tokens 256 --stop-on-memory
   if ! measured t27b-bs1 dflash-public && [ "$(left)" -gt 150 ]; then
     echo "# the 27B DFLASH row did not come: the 8B table"
     table t8b qwen3-8b 1,8,32 public 127 "$servers" "" "${SCHEDULE:-2:127,4:64,8:16,0}" 90 "$(left)" \

@@ -565,6 +565,13 @@ def failed_for_memory(log_text: str) -> bool:
     return any(m in log_text for m in MEMORY_FAILURES)
 
 
+def skip_rest(queue: list[Bench], reason: str) -> None:
+    """Every server not yet started is skipped, for `reason` (the queue is emptied)."""
+    for b in queue:
+        b.status, b.error = "skipped", reason
+    queue.clear()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", choices=sorted(TARGETS), default="qwen3-8b")
@@ -587,6 +594,9 @@ def main() -> int:
                     "parallel lanes (each server alone on its GPU while measured)")
     ap.add_argument("--server-s", type=float, default=110, help="do not start a server with less time than this left")
     ap.add_argument("--skip-plain", action="store_true", help="no plain server (random drafters only)")
+    ap.add_argument("--stop-on-memory", action="store_true",
+                    help="after a server runs out of GPU memory at start-up, start no other (a shape that does "
+                    "not fit the card: the call's time goes to what the caller runs next)")
     ap.add_argument("--sync-budgets", default="", help="DDTREE budgets also run with --disable-overlap-schedule")
     ap.add_argument("--sglang-gdn-budgets", default="",
                     help="hybrid targets: DDTREE budgets also run with SGLang's GDN tree kernel "
@@ -669,6 +679,10 @@ def main() -> int:
                         healthy = e2e.wait_healthy(b, deadline - 20)
                     if not healthy:
                         log(f"{b.name}: {b.status} {b.error}")
+                        if args.stop_on_memory and b.status == "died" and \
+                                failed_for_memory(b.log_path.read_text(errors="replace")):
+                            with lock:
+                                skip_rest(queue, f"{b.name} ran out of GPU memory at start-up (--stop-on-memory)")
                         continue
                     log(f"{b.name} healthy after {b.startup_s:.0f}s on GPU {gpu}")
                     if b.algo == "plain":  # the reference continuations: the calibrated drafter's oracle

@@ -106,6 +106,7 @@ def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tm
     assert table["BATCHES"] == "1" and table["CAPS"] == "" and table["SCHEDULE"] == ""
     assert _servers(table) == H100_27B_SERVERS
     assert "--server-s 130" in table["ARGS"] and 560 <= int(table["CALL_S"]) <= 570
+    assert "--stop-on-memory" in table["ARGS"]  # a shape that does not fit leaves the call to the 8B table
     assert tail["ONLY_E2E"] == "1" and "ddtree-sched-g1" in tail["E2E_ONLY"].split(",")
     assert int(tail["CALL_S"]) > 170
     archives = _archives(out)

@@ -275,3 +275,11 @@ def test_a_start_up_out_of_gpu_memory_is_not_tried_again(st):
     assert st.failed_for_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.40 GiB")
     assert st.failed_for_memory("Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static")
     assert not st.failed_for_memory("RuntimeError: NCCL error: unhandled system error")
+
+
+def test_stop_on_memory_skips_every_server_not_yet_started(st):
+    benches = st.plan(_args(drafter="public", budgets="127"))
+    queue = benches[2:]
+    st.skip_rest(queue, "dflash-public ran out of GPU memory at start-up (--stop-on-memory)")
+    assert queue == [] and benches[2].status == "skipped" and "out of GPU memory" in benches[2].error
+    assert benches[1].status == "not run"
