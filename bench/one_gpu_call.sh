@@ -54,11 +54,12 @@ exactness() {  # [env...]: bench/step_cost_x4.sh's exactness suites, their verdi
   grep -E "^=== |RESULT|EXTRAS|CLAIMS|FAIL|sched" "$OUT/e2e_summary.txt" | cut -c1-220 | tail -40
 }
 table() {  # name target batches drafters budgets servers caps schedule server_s seconds [extra args]: one table
+  # (PROFILE=--profile: SGLang's profiler over 5 steps of DFLASH and the first budget's DDTREE, by kind of kernel)
   local name=$1 target=$2 batches=$3 drafters=$4 budgets=$5 servers=$6 caps=$7 schedule=$8 server_s=$9 secs=${10}
   shift 10
   echo "# table $name: target $target, batch $batches, $secs s"
   OUT=$OUT/$name SKIP_E2E=1 TARGET=$target LANES=0 DRAFTERS=$drafters BUDGETS=$budgets SYNC_BUDGETS= \
-    BATCHES=$batches SCHEDULE=$schedule CAPS=$caps PROFILE= DDTREE_LOG_INTERVAL=25 \
+    BATCHES=$batches SCHEDULE=$schedule CAPS=$caps PROFILE="${PROFILE-}" DDTREE_LOG_INTERVAL=25 \
     THROUGHPUT_ARGS="--server-s $server_s --repeats 2 --servers $servers $*" CALL_S=$secs bash bench/step_cost_x4.sh \
     || rc=1
 }
@@ -78,8 +79,9 @@ if [ "$(left)" -le 150 ]; then
 elif [ "$h100" = 0 ]; then  # H200: the flagship table at batch 1 / 8 / 32 (DFLASH capped at 16 running requests)
   table t27b qwen36-27b 1,8,32 public 127 "$servers" DFLASH:16 "${SCHEDULE:-2:127,4:64,8:16,0}" 130 "$(left)" \
     --new-tokens 128 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
-else  # H100: the flagship shape's batch-1 goals first; the 8B table if its DFLASH did not come
-  table t27b-bs1 qwen36-27b 1 public,calibrated,random 127,64 \
+else  # H100: the flagship shape's batch-1 goals first, with the per-kind profile of DFLASH and DDTREE B=127 (public
+  # drafter: ~12 s each); the 8B table if its DFLASH did not come
+  PROFILE=--profile table t27b-bs1 qwen36-27b 1 public,calibrated,random 127,64 \
     dflash-public,ddtree-b127-public,dflash-calibrated,ddtree-b127-calibrated,dflash-random,ddtree-b64-random \
     "" "" 130 "$(left)" --new-tokens 256 --stop-on-memory
   if ! measured t27b-bs1 dflash-public && [ "$(left)" -gt 150 ]; then

@@ -30,7 +30,7 @@ def st():
 STEP_STANDIN = """#!/usr/bin/env bash
 echo "=== STEP TARGET=${TARGET:-} CALL_S=${CALL_S:-} ONLY_E2E=${ONLY_E2E:-} E2E_SUITES=${E2E_SUITES:-} \
 E2E_ONLY=${E2E_ONLY:-} DRAFTERS=${DRAFTERS:-} BUDGETS=${BUDGETS:-} BATCHES=${BATCHES:-} CAPS=${CAPS:-} \
-SCHEDULE=${SCHEDULE:-} OUT=${OUT:-} ARGS=${THROUGHPUT_ARGS:-}"
+SCHEDULE=${SCHEDULE:-} PROFILE=${PROFILE-unset} OUT=${OUT:-} ARGS=${THROUGHPUT_ARGS:-}"
 mkdir -p "$OUT"
 [ "${ONLY_E2E:-0}" = 1 ] && { mkdir -p "$OUT/e2e-hybrid"; echo RESULT: PASS > "$OUT/e2e_hybrid.log"; exit 0; }
 mkdir -p "$OUT/throughput" && echo table > "$OUT/throughput.log" && echo table > "$OUT/throughput/spec_throughput_table.txt"
@@ -107,6 +107,7 @@ def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tm
     assert _servers(table) == H100_27B_SERVERS
     assert "--server-s 130" in table["ARGS"] and 560 <= int(table["CALL_S"]) <= 570
     assert "--stop-on-memory" in table["ARGS"]  # a shape that does not fit leaves the call to the 8B table
+    assert table["PROFILE"] == "--profile"  # the per-kind profile of DFLASH and DDTREE B=127 (#30's evidence)
     assert tail["ONLY_E2E"] == "1" and "ddtree-sched-g1" in tail["E2E_ONLY"].split(",")
     assert int(tail["CALL_S"]) > 170
     archives = _archives(out)
@@ -122,6 +123,7 @@ def test_an_h100_whose_27b_dflash_did_not_come_runs_the_8b_table(tmp_path):
     eight = steps[1]
     assert eight["BATCHES"] == "1,8,32" and eight["SCHEDULE"] == "2:127,4:64,8:16,0"
     assert "--env-variant sglangwalk:127:DDTREE_ACCEPT=sglang" in eight["ARGS"]
+    assert eight["PROFILE"] == ""  # step_cost_x4.sh profiles unless PROFILE is set, and empty
     assert "the 27B DFLASH row did not come" in run.stdout
     assert {"t27b-bs1.tar.gz", "t8b.tar.gz", "e2e.tar.gz"} <= set(_archives(out))
     assert len([f for f in out.rglob("*") if f.is_file()]) <= 8  # what a call brings back
