@@ -66,8 +66,8 @@ def _call(tmp_path: Path, mib: int, call_s: int, carry_cache: bool = False, **en
                  for s in steps], out
 
 
-H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "dflash-calibrated", "ddtree-b127-calibrated",
-                    "dflash-random", "ddtree-b64-random"]
+H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "ddtree-b127-public-sglangwalk", "dflash-calibrated",
+                    "ddtree-b127-calibrated", "dflash-random", "ddtree-b64-random"]
 
 
 def _servers(step: dict) -> list[str]:
@@ -97,8 +97,9 @@ def test_an_h200_runs_the_27b_table_alone_with_the_whole_call(tmp_path):
 
 
 def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tmp_path):
-    """The flagship's batch-1 goals fit an H100 (DFLASH at --max-running-requests 1): public B=127 first, the
-    i.i.d. drafter's pair next, the random drafter's B=64 pair last (dropped first when time runs out)."""
+    """The flagship's batch-1 goals fit an H100 (DFLASH at --max-running-requests 1): public B=127 first with its
+    accept-walk A/B (SGLang's walk), the i.i.d. drafter's pair next, the random drafter's B=64 pair last (dropped
+    first when time runs out)."""
     run, steps, out = _call(tmp_path, H100_MIB, 570)
     assert run.returncode == 0, run.stdout + run.stderr
     assert [s["TARGET"] or s["E2E_SUITES"] for s in steps] == ["qwen36-27b", "hybrid"], run.stdout
