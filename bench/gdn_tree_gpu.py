@@ -45,20 +45,23 @@ from ddtctl.kernels.reference import build, visibility_from_parents  # noqa: E40
 GDN_LAYERS = 48
 TOL_OUT = 2e-2  # bf16 outputs of O(1): a few bf16 ulps
 TOL_STATE = 1e-3  # fp32 states
-# lv1_* / lv2_*: the level-step verify (gdn_levels.py, one / two tree levels a step; DDTREE_GDN_SOLVE=levels
-# / levels2); anc_b2_64_bv64: today's server launch at 65..128 nodes (shared ancestors, block 2 on 64 rows,
-# bv 64). Key: (levels a step, ancestors given, block_v, num_warps or None: the launch's own)
+# lv1_* / lv2_* / lv4_* / lv16_*: the level-step verify (gdn_levels.py, 1 / 2 / 4 / 16 tree levels a step;
+# DDTREE_GDN_SOLVE=levels / levels2 / levels4 / levels16); anc_b2_64_bv64: today's server launch at 65..128
+# nodes (shared ancestors, block 2 on 64 rows, bv 64). Key: (levels a step, ancestors given, block_v, num_warps
+# or None: the launch's own)
 LEVEL_VARIANTS = {
     "lv1_anc_bv64": (1, True, 64, None), "lv2_anc_bv64": (2, True, 64, None),
     "lv1_anc_bv32": (1, True, 32, None), "lv2_anc_bv32": (2, True, 32, None),
     "lv1_bv64": (1, False, 64, None), "lv1_anc_bv64_w4": (1, True, 64, 4),
     "lv1_anc_bv64_w16": (1, True, 64, 16),
+    # log-depth stages first (DDTREE_GDN_SOLVE=levels4 / levels16): 2 log2(depth) dependent products
+    "lv4_anc_bv64": (4, True, 64, None), "lv16_anc_bv64": (16, True, 64, None),
 }
 VARIANTS = ("anc", "bv64", "bv128", "tf32x3", "anc_bv64", "anc_tf32x3_bv64", "scratch", "b2_64", "b2_64_bv64",
             "anc_b2_64_bv64", *LEVEL_VARIANTS)
 # the depth-follows-nodes bench (issue #30 item 2): chain16 vs today's server launch vs the level verify
 LEVELS_COMMAND = ("--widths 17,65,97,128 --batches 1,8 --heads 16x48 --variants "
-                  "anc_bv64,anc_b2_64_bv64,lv1_anc_bv64,lv2_anc_bv64,lv1_anc_bv32,lv2_anc_bv32")
+                  "anc_bv64,anc_b2_64_bv64,lv2_anc_bv64,lv4_anc_bv64,lv16_anc_bv64")
 
 
 def ddtree_parents(rng: random.Random, width: int, depth: int = 15) -> list[int]:

@@ -12,7 +12,11 @@ kernel, not the bound). N is nilpotent over the levels: after m steps every node
 (its row only reads strict ancestors, which are shallower), so the siblings of a level are solved together
 and the step count is the depth, not the node count, like the chain kernel's 16 token steps. With
 `levels_per_step=2` a step applies N and N^2 (U <- (R + N R) + N^2 U, one extra [T, T] product up front):
-half the steps. Every level step is one [T, T] x [T, BV] dot; a tree of T <= 128 nodes is one tile.
+half the steps. In general `levels_per_step=2^j` first takes R through j stages R <- (I + N^(2^s)) R, squaring
+N between them (exact to depth 2^j - 1), then steps U <- R + N^(2^j) U: at 16, a DDTREE tree (depth <= 15)
+needs no step at all, and the dependent products are 2 log2(depth) instead of depth (the squarings are
+[T, T] x [T, T]). Stages a tree's depth does not need are skipped at run time. Every level step is one
+[T, T] x [T, BV] dot; a tree of T <= 128 nodes is one tile.
 
 Outputs O = exp(gc) Q h0^T + W U (W: the decay-weighted q.k products on ancestors-or-self), and the records
 (u, normalized k, gc) go to the node's scratch row exactly as gdn_tree.py writes them, so its commit kernel
@@ -34,7 +38,7 @@ from ddtctl.kernels import gdn_tree as G  # noqa: E402
 from ddtctl.kernels.gdn_tree import _decayed, _node_gates, _store_block, _unit_rows  # noqa: E402
 
 MAX_WIDTH = G.MAX_WIDTH  # one [128, 128] tile (a power of two; the commit and the scratch are gdn_tree.py's)
-LEVELS_PER_STEP = (1, 2)
+LEVELS_PER_STEP = (1, 2, 4, 8, 16)
 
 
 @triton.jit
@@ -63,7 +67,7 @@ def _tree_gdn_verify_levels_kernel(
     sq_t, sk_t, sv_t, sa_t, sb_t, s_h0, s_rec, s_rec_step, s_par, s_anc,
     TP: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     S: tl.constexpr, PREC: tl.constexpr, THRESHOLD: tl.constexpr, ANC_GIVEN: tl.constexpr,
-    LEVELS: tl.constexpr,
+    LOG_LEVELS: tl.constexpr,
 ):  # fmt: skip
     i_v = tl.program_id(0)
     i_n = tl.program_id(1).to(tl.int64)
@@ -92,13 +96,15 @@ def _tree_gdn_verify_levels_kernel(
     r -= (beta * egc)[:, None] * tl.dot(kt, tl.trans(h0t), input_precision=PREC)
     strict = is_anc & (t[:, None] != t[None, :])
     neg_a = _decayed(strict, tl.dot(kt, tl.trans(kt), input_precision=PREC), gc, gc, -beta)
+    # 2^LOG_LEVELS levels a step: R <- (I + N)(I + N^2)...(I + N^(2^(LOG_LEVELS-1))) R is exact to depth
+    # 2^LOG_LEVELS - 1; N is squared between the stages, and a stage runs only if this tree's depth needs it
+    for s in tl.static_range(LOG_LEVELS):
+        if depth >= (1 << s):  # R <- (I + N^(2^s)) R: exact to depth 2^(s+1) - 1
+            r = r + tl.dot(neg_a, r, input_precision=PREC)
+            if depth >= (2 << s):  # N^(2^(s+1)) is read again: by the next stage or by the level steps
+                neg_a = tl.dot(neg_a, neg_a, input_precision=PREC)
     u = r
-    if LEVELS == 2:  # U <- (R + N R) + N^2 U: two levels a step
-        r = r + tl.dot(neg_a, r, input_precision=PREC)
-        neg_a = tl.dot(neg_a, neg_a, input_precision=PREC)
-        depth = depth // 2  # R + N R is exact to depth 1; each step adds two levels
-        u = r
-    for _ in range(depth):  # after m steps every node of depth <= m (2m + 1 with LEVELS 2) is exact
+    for _ in range(depth >> LOG_LEVELS):  # U <- R + N^LEVELS U: each step adds LEVELS levels
         u = r + tl.dot(neg_a, u, input_precision=PREC)
 
     # after the steps, not before: q, k and W are not live across them (registers); k again from L2
@@ -125,7 +131,7 @@ def tree_gdn_verify_levels(
     """gdn_tree.tree_gdn_verify's call and result (outputs [1, tokens, HV, V], each node's records in its
     scratch row; the same commit follows), solved level by level in one [TP, TP] tile for up to 128 nodes.
     `depth_bound` sizes only the in-kernel derivation of the ancestors (no `ancestors` given); the steps
-    follow each request's own depth. `levels_per_step` 1 or 2 (module docstring)."""
+    follow each request's own depth. `levels_per_step` a power of two up to 16 (module docstring)."""
     _, total, n_heads, dim_k = k.shape
     n_vheads, dim_v = v.shape[2], v.shape[3]
     n_req = query_start_loc.shape[0] - 1
@@ -159,6 +165,6 @@ def tree_gdn_verify_levels(
         retrieve_parent_token.stride(0), 0 if ancestors is None else ancestors.stride(0),
         TP=tp, H=n_heads, HV=n_vheads, K=dim_k, V=dim_v, BV=block_v, S=G._squarings(depth_bound),
         PREC=precision, THRESHOLD=G.SOFTPLUS_THRESHOLD, ANC_GIVEN=ancestors is not None,
-        LEVELS=levels_per_step, num_warps=num_warps or _warps(tp),
+        LOG_LEVELS=levels_per_step.bit_length() - 1, num_warps=num_warps or _warps(tp),
     )  # fmt: skip
     return out

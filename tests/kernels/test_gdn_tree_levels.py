@@ -68,6 +68,16 @@ CASES = [  # width, kind, bs, (heads, vheads, dim), levels, ancestors given, pad
     (128, "ddtree", 2, (2, 6, 32), 1, False, True),  # padding: the last request (no state, no scratch row)
     (128, "star", 1, (1, 1, 16), 2, False, False),
     (128, "broom", 1, (2, 4, 16), 1, True, False),
+    # log-depth stages (levels 4 / 16): a depth-16 chain needs the last squaring and one step at 16, depth 15
+    # none; shallow stars skip the stages their depth does not need
+    (17, "chain", 1, (1, 2, 16), 16, True, False),
+    (16, "chain", 1, (1, 2, 16), 16, False, False),
+    (17, "chain", 2, (2, 4, 16), 4, False, True),
+    (65, "star", 2, (2, 4, 16), 16, True, False),
+    (97, "ddtree", 1, (2, 4, 16), 16, True, False),
+    (128, "random", 2, (1, 2, 16), 4, True, False),
+    (128, "broom", 2, (2, 4, 16), 16, False, True),
+    (128, "ddtree", 2, (2, 6, 32), 8, True, False),
 ]
 
 
@@ -89,7 +99,8 @@ def test_every_node_and_the_commit_equal_the_path_run_as_a_chain(case):
                              verify=_levels_verify(levels))
 
 
-@pytest.mark.parametrize("width, heads, vheads, levels", [(97, 16, 48, 1), (128, 2, 6, 2), (65, 2, 6, 1)])
+@pytest.mark.parametrize("width, heads, vheads, levels", [(97, 16, 48, 1), (128, 2, 6, 2), (65, 2, 6, 1),
+                                                           (128, 2, 6, 16)])
 def test_qwen36_27b_head_dims_at_tp1_and_tp8(width, heads, vheads, levels):
     """K = V = 128 with the server's block_v 64 (two value tiles a head); tp 1 (16 / 48 heads, one request)
     and tp 8 (2 / 6); TF32 is what the server runs, the interpreter computes dots in fp32."""
@@ -165,10 +176,10 @@ def test_refuses_too_wide_trees_and_unknown_step_sizes():
                                           **dict(common, q=q[:, :128], k=q[:, :128], v=q[:, :128]))
 
 
-@pytest.mark.parametrize("solve, levels", [("levels", 1), ("levels2", 2), ("auto", 2)])
+@pytest.mark.parametrize("solve, levels", [("levels", 1), ("levels2", 2), ("auto", 2), ("levels16", 16)])
 def test_the_servers_level_launch_is_exact(monkeypatch, solve, levels):
-    """DDTREE_GDN_SOLVE=levels / levels2: the payload's CompactTreeVerify launches the level kernel (one / two
-    levels a step, block_v 64, TF32), exact at 128 nodes with Qwen3.6-27B's dims at tp 8."""
+    """DDTREE_GDN_SOLVE=levels / levels2 / levels16: the payload's CompactTreeVerify launches the level kernel
+    (one / two / sixteen levels a step, block_v 64, TF32), exact at 128 nodes with Qwen3.6-27B's dims at tp 8."""
     monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
     monkeypatch.delenv("DDTREE_GDN_TREE_PRECISION", raising=False)
     monkeypatch.setenv("DDTREE_GDN_SOLVE", solve)

@@ -86,8 +86,10 @@ BLOCK2_DEFAULT = "full"
 # LEVELS_FROM_NODES verify nodes on. H200, 2026-12-04, bench/gdn_tree_gpu.py --levels, Qwen3.6-27B's GDN at tp 1,
 # us a layer at batch 1 / 8 (squarings with shared ancestors vs levels2): 65 nodes 29.1 / 178 vs 42.8 / 270;
 # 97 nodes 56.4 / 492 vs 43.7 / 286; 128 nodes 52.2 vs 37.5 (batch 1); both as exact against SGLang's kernel.
+# "levels4" / "levels16": the same kernel through log2 stages first (a DDTREE tree of depth <= 15 needs no level
+# step at 16: 2 log2(depth) dependent products instead of ~depth / 2); opt-in until timed on a GPU.
 SOLVE_DEFAULT = "auto"
-SOLVE_LEVELS = {"levels": 1, "levels2": 2}
+SOLVE_LEVELS = {"levels": 1, "levels2": 2, "levels4": 4, "levels16": 16}
 LEVELS_FROM_NODES = 81  # block 2 of the squarings grows past 16 rows here; levels2 is flat in the node count
 PENDING: dict = {}  # the accepted path of the commit in progress (worker.py -> commit_tree_states)
 
