@@ -156,28 +156,31 @@ GDN_LEVELS_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
               "sq_t": "i32", "sk_t": "i32", "sv_t": "i32", "sa_t": "i32", "sb_t": "i32", "s_h0": "i64",
               "s_rec": "i64", "s_rec_step": "i32", "s_par": "i32", "s_anc": "i32"}
     # Qwen3.6-27B's GDN at tp 1: the server's launch (DDTREE_GDN_SOLVE=auto: two levels a step from 81 nodes, one
-    # 128-row tile, the server's block_v, the ancestors given: the shared matrix); FULL (`make kernels-compile`)
-    # also 17 nodes (one 32-row tile), one level a step, and the ancestors derived at block_v 32
-    launches = [(128, SERVER_BV, 2, True)]
+    # 128-row tile, the server's block_v, the ancestors given: the shared matrix) and levels16's (four squaring
+    # stages, then the level steps); FULL (`make kernels-compile`) also 17 nodes (one 32-row tile), one level a
+    # step, levels4, and the ancestors derived at block_v 32
+    launches = [(128, SERVER_BV, 2, True), (128, SERVER_BV, 16, True)]
     if FULL:
-        launches += [(32, SERVER_BV, 1, True), (128, SERVER_BV, 1, True), (128, 32, 1, False)]
+        launches += [(32, SERVER_BV, 1, True), (128, SERVER_BV, 1, True), (128, SERVER_BV, 4, True),
+                     (128, 32, 1, False)]
     for tp, bv, levels, anc in launches:
         comp(L._tree_gdn_verify_levels_kernel, verify,
              {"TP": tp, "H": 16, "HV": 48, "K": 128, "V": 128, "BV": bv, "S": 5, "PREC": "tf32",
-              "THRESHOLD": 20.0, "ANC_GIVEN": anc, "LEVELS": levels}, L._warps(tp))
+              "THRESHOLD": 20.0, "ANC_GIVEN": anc, "LOG_LEVELS": levels.bit_length() - 1}, L._warps(tp))
 """)
 
 
 def test_gdn_level_verify_compiles_for_sm90_within_a_blocks_shared_memory(monkeypatch):
-    """The level-step GDN verify (gdn_levels.py) at the server's launch fits an H200 block's shared memory, a
-    single 128-node tile; DDTCTL_FULL_COMPILE=1 (`make kernels-compile`) compiles the other three launches too."""
+    """The level-step GDN verify (gdn_levels.py) at the server's launch and at levels16's fits an H200 block's
+    shared memory, a single 128-node tile; DDTCTL_FULL_COMPILE=1 (`make kernels-compile`) compiles the other four
+    launches too."""
     pytest.importorskip("torch")
     monkeypatch.syspath_prepend(str(PAYLOAD_FILES))
     from ddtree_sglang import hybrid
 
     full = os.environ.get("DDTCTL_FULL_COMPILE") == "1"
     script = f"SERVER_BV = {hybrid.CompactTreeVerify.BLOCK_V}\nFULL = {full}\n" + GDN_LEVELS_SCRIPT
-    assert _compile_for_sm90(script).count("compiled") == (4 if full else 1)
+    assert _compile_for_sm90(script).count("compiled") == (6 if full else 2)
 
 
 CONV_TREE_SCRIPT = COMPILE_FOR_SM90 + textwrap.dedent("""
