@@ -4,8 +4,9 @@
 #                    and DDTREE B=127 (SGLang's accept walk), public-acceptance drafter, batch 1/8/32, the whole call;
 #   H100:            the same 27B shape at batch 1, where its DFLASH fits 78 GiB (--max-running-requests 1: SGLang's
 #                    verify scratch is 2 x 16 x 147 MiB, against 33 x 16 x 147 MiB at batch 32): DFLASH against
-#                    DDTREE per drafter, in the order of the batch-1 goals (public B=127 with its accept-walk
-#                    A/B, i.i.d. B=127, random B=64), the last dropped when the call runs out. If the 27B DFLASH row does not come
+#                    DDTREE per drafter, in the order of the batch-1 goals (public B=127 with two A/Bs: the
+#                    GDN verify in log2 stages, DDTREE_GDN_SOLVE=levels16, and SGLang's accept walk; i.i.d. B=127;
+#                    random B=64), the last dropped when the call runs out. If the 27B DFLASH row does not come
 #                    (it did not start), the 8B shape's DFLASH / schedule / B=127 table in the time left. With
 #                    E2E=1 the exactness suites first (dense float32 worker suite + GDN-hybrid bf16 suite, both with
 #                    the budget-schedule server, one suite after the other). After the tables, the GDN-hybrid
@@ -79,12 +80,12 @@ if [ "$(left)" -le 150 ]; then
 elif [ "$h100" = 0 ]; then  # H200: the flagship table at batch 1 / 8 / 32 (DFLASH capped at 16 running requests)
   table t27b qwen36-27b 1,8,32 public 127 "$servers" DFLASH:16 "${SCHEDULE:-2:127,4:64,8:16,0}" 130 "$(left)" \
     --new-tokens 128 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
-else  # H100: the flagship shape's batch-1 goals first, with the per-kind profile of DFLASH and DDTREE B=127 (public
-  # drafter: ~12 s each); the 8B table if its DFLASH did not come
+else  # H100: the flagship shape's batch-1 goals first, with the per-kind profile of DFLASH and the DDTREE B=127
+  # servers (public drafter: ~12 s each); the 8B table if its DFLASH did not come
   PROFILE=--profile table t27b-bs1 qwen36-27b 1 public,calibrated,random 127,64 \
-    dflash-public,ddtree-b127-public,ddtree-b127-public-sglangwalk,dflash-calibrated,ddtree-b127-calibrated,\
-dflash-random,ddtree-b64-random "" "" 130 "$(left)" --new-tokens 256 --stop-on-memory \
-    --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
+    dflash-public,ddtree-b127-public,ddtree-b127-public-lv16,ddtree-b127-public-sglangwalk,dflash-calibrated,\
+ddtree-b127-calibrated,dflash-random,ddtree-b64-random "" "" 130 "$(left)" --new-tokens 256 --stop-on-memory \
+    --env-variant lv16:127:DDTREE_GDN_SOLVE=levels16 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
   if ! measured t27b-bs1 dflash-public && [ "$(left)" -gt 150 ]; then
     echo "# the 27B DFLASH row did not come: the 8B table"
     table t8b qwen3-8b 1,8,32 public 127 "$servers" "" "${SCHEDULE:-2:127,4:64,8:16,0}" 90 "$(left)" \

@@ -66,8 +66,8 @@ def _call(tmp_path: Path, mib: int, call_s: int, carry_cache: bool = False, **en
                  for s in steps], out
 
 
-H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "ddtree-b127-public-sglangwalk", "dflash-calibrated",
-                    "ddtree-b127-calibrated", "dflash-random", "ddtree-b64-random"]
+H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "ddtree-b127-public-lv16", "ddtree-b127-public-sglangwalk",
+                    "dflash-calibrated", "ddtree-b127-calibrated", "dflash-random", "ddtree-b64-random"]
 
 
 def _servers(step: dict) -> list[str]:
@@ -97,9 +97,9 @@ def test_an_h200_runs_the_27b_table_alone_with_the_whole_call(tmp_path):
 
 
 def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tmp_path):
-    """The flagship's batch-1 goals fit an H100 (DFLASH at --max-running-requests 1): public B=127 first with its
-    accept-walk A/B (SGLang's walk), the i.i.d. drafter's pair next, the random drafter's B=64 pair last (dropped
-    first when time runs out)."""
+    """The flagship's batch-1 goals fit an H100 (DFLASH at --max-running-requests 1): public B=127 first with two
+    A/Bs (the GDN verify in log2 stages, SGLang's accept walk), the i.i.d. drafter's pair next, the random
+    drafter's B=64 pair last (dropped first when time runs out)."""
     run, steps, out = _call(tmp_path, H100_MIB, 570)
     assert run.returncode == 0, run.stdout + run.stderr
     assert [s["TARGET"] or s["E2E_SUITES"] for s in steps] == ["qwen36-27b", "hybrid"], run.stdout
@@ -109,6 +109,7 @@ def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tm
     assert "--server-s 130" in table["ARGS"] and 560 <= int(table["CALL_S"]) <= 570
     assert "--stop-on-memory" in table["ARGS"]  # a shape that does not fit leaves the call to the 8B table
     assert table["PROFILE"] == "--profile"  # the per-kind profile of DFLASH and DDTREE B=127 (#30's evidence)
+    assert "--env-variant lv16:127:DDTREE_GDN_SOLVE=levels16" in table["ARGS"]
     assert tail["ONLY_E2E"] == "1" and "ddtree-sched-g1" in tail["E2E_ONLY"].split(",")
     assert int(tail["CALL_S"]) > 170
     archives = _archives(out)
