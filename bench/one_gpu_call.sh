@@ -61,7 +61,7 @@ table() {  # name target batches drafters budgets servers caps schedule server_s
   echo "# table $name: target $target, batch $batches, $secs s"
   OUT=$OUT/$name SKIP_E2E=1 TARGET=$target LANES=0 DRAFTERS=$drafters BUDGETS=$budgets SYNC_BUDGETS= \
     BATCHES=$batches SCHEDULE=$schedule CAPS=$caps PROFILE="${PROFILE-}" DDTREE_LOG_INTERVAL=25 \
-    THROUGHPUT_ARGS="--server-s $server_s --repeats 2 --servers $servers $*" CALL_S=$secs bash bench/step_cost_x4.sh \
+    THROUGHPUT_ARGS="--server-s $server_s --servers $servers $*" CALL_S=$secs bash bench/step_cost_x4.sh \
     || rc=1
 }
 measured() {  # table server: did the table measure this server?
@@ -79,17 +79,18 @@ if [ "$(left)" -le 150 ]; then
   echo "too little time left for the throughput servers"
 elif [ "$h100" = 0 ]; then  # H200: the flagship table at batch 1 / 8 / 32 (DFLASH capped at 16 running requests)
   table t27b qwen36-27b 1,8,32 public 127 "$servers" DFLASH:16 "${SCHEDULE:-2:127,4:64,8:16,0}" 130 "$(left)" \
-    --new-tokens 128 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
+    --new-tokens 128 --repeats 2 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
 else  # H100: the flagship shape's batch-1 goals first, with the per-kind profile of DFLASH and the DDTREE B=127
-  # servers (public drafter: ~12 s each); the 8B table if its DFLASH did not come
+  # servers (public drafter: ~12 s each), 512 new tokens as the table (one measured batch: a request's fixed
+  # costs weigh less than at 128); the 8B table if its DFLASH did not come
   PROFILE=--profile table t27b-bs1 qwen36-27b 1 public,calibrated,random 127,64 \
     dflash-public,ddtree-b127-public,ddtree-b127-public-lv16,ddtree-b127-public-sglangwalk,dflash-calibrated,\
-ddtree-b127-calibrated,dflash-random,ddtree-b64-random "" "" 130 "$(left)" --new-tokens 256 --stop-on-memory \
+ddtree-b127-calibrated,dflash-random,ddtree-b64-random "" "" 130 "$(left)" --new-tokens 512 --stop-on-memory \
     --env-variant lv16:127:DDTREE_GDN_SOLVE=levels16 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
   if ! measured t27b-bs1 dflash-public && [ "$(left)" -gt 150 ]; then
     echo "# the 27B DFLASH row did not come: the 8B table"
     table t8b qwen3-8b 1,8,32 public 127 "$servers" "" "${SCHEDULE:-2:127,4:64,8:16,0}" 90 "$(left)" \
-      --new-tokens 128 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
+      --new-tokens 128 --repeats 2 --env-variant sglangwalk:127:DDTREE_ACCEPT=sglang
   fi
 fi
 if [ "$h100" = 1 ] && [ "${E2E:-0}" != 1 ] && [ "$(left)" -gt 170 ]; then  # the time left: the budget schedule's

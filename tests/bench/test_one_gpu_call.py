@@ -92,6 +92,7 @@ def test_an_h200_runs_the_27b_table_alone_with_the_whole_call(tmp_path):
     assert 560 <= int(table["CALL_S"]) <= 570
     assert "--env-variant sglangwalk:127:DDTREE_ACCEPT=sglang" in table["ARGS"]
     assert "--server-s 130" in table["ARGS"]  # a 27B server starts in 75-125 s
+    assert "--repeats 2" in table["ARGS"]  # a gap between the first and the kept batch: a one-time cost
     assert "t27b/throughput/spec_throughput.json" in _archives(out)["t27b.tar.gz"]
     assert not (out / "t27b").exists()
 
@@ -110,6 +111,7 @@ def test_an_h100_runs_the_27b_shape_at_batch_1_then_the_hybrid_exactness_tail(tm
     assert "--stop-on-memory" in table["ARGS"]  # a shape that does not fit leaves the call to the 8B table
     assert table["PROFILE"] == "--profile"  # the per-kind profile of DFLASH and DDTREE B=127 (#30's evidence)
     assert "--env-variant lv16:127:DDTREE_GDN_SOLVE=levels16" in table["ARGS"]
+    assert "--new-tokens 512" in table["ARGS"] and "--repeats" not in table["ARGS"]  # the issue's table: 512
     assert tail["ONLY_E2E"] == "1" and "ddtree-sched-g1" in tail["E2E_ONLY"].split(",")
     assert int(tail["CALL_S"]) > 170
     archives = _archives(out)
