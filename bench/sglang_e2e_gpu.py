@@ -889,6 +889,10 @@ def suite_servers(suite: str, graphs: list[bool], budgets: list[int], mk) -> lis
         rows = mk("ddtree-b64-g1-rows", "DDTREE", True, 64, oracle=True)
         rows.extra_env = {"DDTREE_GDN_BLOCK2": "rows"}
         wave2.append(rows)
+        # 128 nodes verified in log2 stages (DDTREE_GDN_SOLVE=levels16, opt-in until timed on a GPU)
+        lv16 = mk("ddtree-b127-g1-lv16", "DDTREE", True, 127, oracle=True)
+        lv16.extra_env = {"DDTREE_GDN_SOLVE": "levels16"}
+        wave2.append(lv16)
         wave2.append(schedule_server(mk))
         # a DFLASH server of every graphs setting measures SGLang's own logprob noise (logprob_bound): with
         # --graphs on alone there is no dflash-g0, and the bf16 run of 2026-12-01 judged DDTREE by fp32's floor

@@ -302,6 +302,9 @@ def test_the_hybrid_suite_contrasts_sglangs_gdn_kernel_with_the_compact_default(
     assert servers["ddtree-b32-g1-derive"].extra_env == {"DDTREE_GDN_ANCESTORS": "derive"}
     assert servers["ddtree-b64-g1-rows"].extra_env == {"DDTREE_GDN_BLOCK2": "rows"}
     assert servers["ddtree-b64-g1-rows"].budget == 64  # 65 nodes: the two-block kernel
+    lv16 = servers["ddtree-b127-g1-lv16"]  # 128 nodes in log2 stages, held to plain greedy as every server
+    assert lv16.extra_env == {"DDTREE_GDN_SOLVE": "levels16"} and lv16.budget == 127 and lv16.oracle
+    assert e2e.wanted_kernels(lv16.extra_env, 127) == ("compact", "compact")
 
 
 def test_a_tree_must_report_the_verify_attention_it_was_asked_for(e2e):
