@@ -79,7 +79,7 @@ def _of(result, rule_id):
         ("DDTREE_GDN_TREE_PRECISION", "fp64", "tf32, tf32x3, ieee"),
         ("DDTREE_GDN_ANCESTORS", "Shared", "derive, shared"),  # hybrid.py compares with "shared" exactly
         ("DDTREE_GDN_BLOCK2", "16", "full, rows"),  # hybrid.py compares with "rows" exactly
-        ("DDTREE_GDN_SOLVE", "level", "auto, squarings, levels, levels2"),  # hybrid.py SOLVE_LEVELS' keys exactly
+        ("DDTREE_GDN_SOLVE", "level", "auto, squarings, levels, levels2, levels4, levels16"),  # SOLVE_LEVELS' keys
     ],
 )
 def test_an_unknown_value_is_an_error_at_the_env_key(name, value, allowed):
@@ -287,13 +287,15 @@ def test_the_block2_switchs_values_are_the_payloads(hybrid, monkeypatch):
 
 
 def test_the_solve_switchs_values_are_the_payloads(hybrid, monkeypatch):
-    """"levels" / "levels2" launch the level-step verify (one / two tree levels a step), "squarings" keeps
-    gdn_tree.py's, "auto" (hybrid.py SOLVE_DEFAULT since the H200 kernel run) decides per verify width."""
+    """"levels" / "levels2" / "levels4" / "levels16" launch the level-step verify (1 / 2 / 4 / 16 tree levels a
+    step), "squarings" keeps gdn_tree.py's, "auto" (hybrid.py SOLVE_DEFAULT since the H200 kernel run) decides per
+    verify width."""
     from ddtctl.rules.ddtree.kernels import SOLVE, SOLVE_CHOICES
 
-    assert SOLVE_CHOICES == ("auto", "squarings", "levels", "levels2") and hybrid.SOLVE_DEFAULT == "auto"
+    assert SOLVE_CHOICES == ("auto", "squarings", "levels", "levels2", "levels4", "levels16")
+    assert hybrid.SOLVE_DEFAULT == "auto"
     assert set(SOLVE_CHOICES) == {hybrid.SOLVE_DEFAULT, "squarings", *hybrid.SOLVE_LEVELS}
-    for value, levels in zip(SOLVE_CHOICES, (None, None, 1, 2)):
+    for value, levels in zip(SOLVE_CHOICES, (None, None, 1, 2, 4, 16), strict=True):
         monkeypatch.setenv(SOLVE, value)
         verify = hybrid.CompactTreeVerify(depth_bound=4)
         assert (verify.solve, verify.levels_per_step) == (value, levels)

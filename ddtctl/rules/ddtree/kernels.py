@@ -22,9 +22,10 @@ without --speculative-ddtree-allow-hybrid-unsafe), on the target's Gated-DeltaNe
                              instead of a full 64-row tile; read only with the compact GDN verify.
   DDTREE_GDN_SOLVE=levels    (default "auto": levels2 from 81 verify nodes on, the squarings below; hybrid.py
                              SOLVE_DEFAULT, LEVELS_FROM_NODES, from the H200 kernel run of 2026-12-04) the
-                             compact GDN verify solved one tree level a step ("levels2": two; "squarings":
-                             never), as many steps as the tree is deep, one tile up to 128 nodes; read only
-                             with the compact GDN verify.
+                             compact GDN verify solved one tree level a step ("levels2" / "levels4" /
+                             "levels16": 2 / 4 / 16, the last two after log2 squaring stages, opt-in until
+                             timed; "squarings": never), one tile up to 128 nodes; read only with the
+                             compact GDN verify.
   DDTREE_CONV_TREE=compact   (the default; hybrid.py conv_compact_wanted, CONV_TREE_DEFAULT; "sglang"
                              turns it off) the compact tree conv, which keeps SGLang's deduplicated
                              conv-window layout (hybrid.py dense_conv_windows).
@@ -57,11 +58,11 @@ ANCESTORS_CHOICES = ("derive", "shared")
 # full 64-row tile, "full" by name)
 BLOCK2 = "DDTREE_GDN_BLOCK2"
 BLOCK2_CHOICES = ("full", "rows")
-# hybrid.py CompactTreeVerify (SOLVE_LEVELS): "levels" / "levels2" solve one / two tree levels a step
-# (kernels/gdn_levels.py); "auto" (the default) levels2 from LEVELS_FROM_NODES verify nodes on; any other
-# value: the squarings of kernels/gdn_tree.py, "squarings" by name
+# hybrid.py CompactTreeVerify (SOLVE_LEVELS): "levels" / "levels2" / "levels4" / "levels16" solve 1 / 2 / 4 /
+# 16 tree levels a step (kernels/gdn_levels.py); "auto" (the default) levels2 from LEVELS_FROM_NODES verify
+# nodes on; any other value: the squarings of kernels/gdn_tree.py, "squarings" by name
 SOLVE = "DDTREE_GDN_SOLVE"
-SOLVE_CHOICES = ("auto", "squarings", "levels", "levels2")
+SOLVE_CHOICES = ("auto", "squarings", "levels", "levels2", "levels4", "levels16")
 # the payload's verify_attn.py: the target verify's attention split over the prefix (the default), any target
 VERIFY_ATTN = "DDTREE_VERIFY_ATTN"
 VERIFY_ATTN_CHOICES = ("extend", "splitkv")
@@ -239,7 +240,7 @@ def kernel_switches(ctx: Context) -> Iterator[Hit]:
     by the layers; `derive` has every layer's kernel call derive it), `DDTREE_GDN_BLOCK2` (`rows`, opt-in:
     the 65..128-node kernel's second block on its own rows instead of a full 64-row tile),
     `DDTREE_GDN_SOLVE` (`auto` by default: two tree levels a step from 81 verify nodes on, the squarings
-    below; `levels` / `levels2` / `squarings` force one), and
+    below; `levels` / `levels2` / `levels4` / `levels16` / `squarings` force one), and
     `DDTREE_CONV_TREE` (compact by default: the compact tree conv, one input per node in SGLang's
     deduplicated conv-window layout, bit-equal to SGLang's tree conv on the H200; `sglang` keeps SGLang's).
     `DDTREE_VERIFY_ATTN` (`splitkv` by default, any DDTREE target: the target verify's attention split over
