@@ -100,6 +100,7 @@ def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
         ("no_records", {"intermediate_state_indices": torch.full_like(inp.rows, -1)}),
         ("too_small", {"intermediate_states_buffer": torch.zeros(inp.bs + 1, inp.width, 1)}),
         *gtg.variant_launches(inp, ["b2_64"]),  # the two-block kernel's tile: 9 nodes take the single one
+        *gtg.variant_launches(inp, ["lv2_anc_bv64", "lv16_anc_bv64"]),  # the level-step verify, 2 and 16 a step
     ]
     row = {
         "out_err_vs_sglang": 0.0,
@@ -108,7 +109,7 @@ def test_the_variant_check_catches_a_wrong_launch_in_the_interpreter(gtg):
         "variants": [key for key, _ in tried],
     }
     row.update(gtg.check_variants(inp, tried, block, o_ref, ref_out0, want, accepted))
-    for key in ("anc", "scratch", "bv16"):
+    for key in ("anc", "scratch", "bv16", "lv2_anc_bv64", "lv16_anc_bv64"):
         assert row[f"out_err_vs_sglang_{key}"] < 1e-5 and row[f"out_err_vs_f64_{key}"] < 1e-4, key
         assert row[f"state_err_vs_sglang_{key}"] < 1e-5, key
     assert row["out_err_vs_sglang_all_visible"] > gtg.TOL_OUT
