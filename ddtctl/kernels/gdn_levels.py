@@ -98,8 +98,12 @@ def _tree_gdn_verify_levels_kernel(
     neg_a = _decayed(strict, tl.dot(kt, tl.trans(kt), input_precision=PREC), gc, gc, -beta)
     # 2^LOG_LEVELS levels a step: R <- (I + N)(I + N^2)...(I + N^(2^(LOG_LEVELS-1))) R is exact to depth
     # 2^LOG_LEVELS - 1; N is squared between the stages, and a stage runs only if this tree's depth needs it
+    # (levels2, the server's launch from 81 nodes, keeps the unbranched stage it was timed with on the H200)
     for s in tl.static_range(LOG_LEVELS):
-        if depth >= (1 << s):  # R <- (I + N^(2^s)) R: exact to depth 2^(s+1) - 1
+        if LOG_LEVELS == 1:
+            r = r + tl.dot(neg_a, r, input_precision=PREC)
+            neg_a = tl.dot(neg_a, neg_a, input_precision=PREC)
+        elif depth >= (1 << s):  # R <- (I + N^(2^s)) R: exact to depth 2^(s+1) - 1
             r = r + tl.dot(neg_a, r, input_precision=PREC)
             if depth >= (2 << s):  # N^(2^(s+1)) is read again: by the next stage or by the level steps
                 neg_a = tl.dot(neg_a, neg_a, input_precision=PREC)
