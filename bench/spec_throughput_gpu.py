@@ -396,7 +396,19 @@ def kinds_table(benches: list[Bench]) -> str:
             lines.append(f"{kind:<18}" + "".join(f"{v:>{width + 2}.2f}" for v in values))
     for label, key in (("GPU busy", "busy_us"), ("trace window", "window_us")):
         lines.append(f"{label:<18}" + "".join(f"{b.profile_kinds[key] / 1000:>{width + 2}.2f}" for b in cols))
+    gdn = gdn_vs_dflash(cols)
+    if gdn:
+        lines.append("GDN time a step vs DFLASH's (#30: <= 1.2 x): "
+                     + ", ".join(f"{name} {ratio:.3f}" for name, ratio in gdn.items()))
     return "\n".join(lines)
+
+
+def gdn_vs_dflash(cols: list[Bench]) -> dict[str, float]:
+    """Each profiled DDTREE server's GDN kernel time a step over the DFLASH server's of the same drafter (hybrid
+    targets only: where DFLASH ran GDN kernels)."""
+    base = {b.drafter: b.profile_kinds["kinds"].get("gdn", 0.0) for b in cols if b.algo == "DFLASH"}
+    return {b.name: b.profile_kinds["kinds"].get("gdn", 0.0) / base[b.drafter] for b in cols
+            if b.algo == "DDTREE" and base.get(b.drafter)}
 
 
 def profiled(b: Bench, args) -> bool:

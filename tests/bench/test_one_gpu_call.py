@@ -33,7 +33,8 @@ E2E_ONLY=${E2E_ONLY:-} DRAFTERS=${DRAFTERS:-} BUDGETS=${BUDGETS:-} BATCHES=${BAT
 SCHEDULE=${SCHEDULE:-} PROFILE=${PROFILE-unset} OUT=${OUT:-} ARGS=${THROUGHPUT_ARGS:-}"
 mkdir -p "$OUT"
 [ "${ONLY_E2E:-0}" = 1 ] && { mkdir -p "$OUT/e2e-hybrid"; echo RESULT: PASS > "$OUT/e2e_hybrid.log"; exit 0; }
-mkdir -p "$OUT/throughput" && echo table > "$OUT/throughput.log" && echo table > "$OUT/throughput/spec_throughput_table.txt"
+mkdir -p "$OUT/throughput" && echo table > "$OUT/throughput.log"
+echo table > "$OUT/throughput/spec_throughput_table.txt"
 echo '{"servers": [{"name": "dflash-public", "status": "'"${STANDIN_DFLASH_STATUS:-done}"'"}]}' \
   > "$OUT/throughput/spec_throughput.json"
 echo logs > "$OUT/server_logs.tar.gz"
@@ -66,8 +67,9 @@ def _call(tmp_path: Path, mib: int, call_s: int, carry_cache: bool = False, **en
                  for s in steps], out
 
 
-H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "ddtree-b127-public-lv16", "ddtree-b127-public-sglangwalk",
-                    "dflash-calibrated", "ddtree-b127-calibrated", "dflash-random", "ddtree-b64-random"]
+H100_27B_SERVERS = ["dflash-public", "ddtree-b127-public", "ddtree-b127-public-lv16",
+                    "ddtree-b127-public-sglangwalk", "dflash-calibrated", "ddtree-b127-calibrated", "dflash-random",
+                    "ddtree-b64-random"]
 
 
 def _servers(step: dict) -> list[str]:

@@ -283,3 +283,22 @@ def test_stop_on_memory_skips_every_server_not_yet_started(st):
     st.skip_rest(queue, "dflash-public ran out of GPU memory at start-up (--stop-on-memory)")
     assert queue == [] and benches[2].status == "skipped" and "out of GPU memory" in benches[2].error
     assert benches[1].status == "not run"
+
+
+def test_the_kinds_table_states_each_trees_gdn_time_against_dflashs(st):
+    """#30's GDN goal (<= 1.2 x DFLASH's GDN time a step) read off the profiled servers of one drafter; a dense
+    target (DFLASH ran no GDN kernel) has no such line."""
+    kinds = lambda gdn: {"kinds": {"gemm": 17000.0, "gdn": gdn}, "busy_us": 1.0, "window_us": 2.0}  # noqa: E731
+    dflash = st.Bench("dflash-public", "DFLASH", None, "public", 1)
+    tree = st.Bench("ddtree-b127-public", "DDTREE", 127, "public", 2)
+    lv16 = st.Bench("ddtree-b127-public-lv16", "DDTREE", 127, "public", 3)
+    other = st.Bench("ddtree-b127-random", "DDTREE", 127, "random", 4)  # no DFLASH of its drafter profiled
+    dflash.profile_kinds, tree.profile_kinds, lv16.profile_kinds = kinds(1580.0), kinds(2370.0), kinds(1738.0)
+    other.profile_kinds = kinds(2000.0)
+    assert st.gdn_vs_dflash([dflash, tree, lv16, other]) == pytest.approx(
+        {"ddtree-b127-public": 1.5, "ddtree-b127-public-lv16": 1.1})
+    line = st.kinds_table([dflash, tree, lv16]).splitlines()[-1]
+    assert line == ("GDN time a step vs DFLASH's (#30: <= 1.2 x): ddtree-b127-public 1.500, "
+                    "ddtree-b127-public-lv16 1.100")
+    dflash.profile_kinds = kinds(0.0)  # a dense target
+    assert st.gdn_vs_dflash([dflash, tree]) == {} and "GDN time" not in st.kinds_table([dflash, tree])
